@@ -1,0 +1,217 @@
+/* The tape: recording nodes, ordering them, running backward, accumulating gradients. */
+#include "node.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static _Thread_local bool grad_enabled = true;
+static uint64_t visit_epoch;
+
+bool nb_set_grad_enabled(bool enabled) {
+    bool prev = grad_enabled;
+    grad_enabled = enabled;
+    return prev;
+}
+
+bool nb_is_grad_enabled(void) { return grad_enabled; }
+
+/* ---- nodes ---- */
+static nb_node *node_free;
+
+static void release_node(nbt_owned *o) {
+    nb_node *n = (nb_node *)o;
+    /* A kept output outlives its node: remember that its history is gone. */
+    if (n->out && n->out->node == n) {
+        n->out->node = NULL;
+        n->out->graph_released = true;
+    }
+    if (n->inputs != n->inline_inputs) nbt_free(n->inputs);
+    n->owned.next = (nbt_owned *)node_free;
+    node_free = n;
+}
+
+bool nba_any_requires_grad(int n, const nb_tensor *const *inputs) {
+    if (!grad_enabled) return false;
+    for (int i = 0; i < n; i++)
+        if (inputs[i] && inputs[i]->requires_grad) return true;
+    return false;
+}
+
+nb_node *nba_record(const char *op, nb_tensor *out, int n, const nb_tensor *const *inputs,
+                    nba_backward_fn backward) {
+    if (!out || !nba_any_requires_grad(n, inputs)) return NULL;
+    nb_node *node = node_free;
+    if (node) node_free = (nb_node *)node->owned.next;
+    else if (!(node = nbt_malloc(sizeof *node))) return nbt_error(op, "out of memory");
+    memset(node, 0, sizeof *node);
+    node->owned.release = release_node;
+    node->inputs = node->inline_inputs;
+    if (n > NBA_INLINE_INPUTS && !(node->inputs = nbt_malloc(sizeof(nb_tensor *) * (size_t)n))) {
+        node->owned.next = (nbt_owned *)node_free;
+        node_free = node;
+        return nbt_error(op, "out of memory");
+    }
+    for (int i = 0; i < n; i++) node->inputs[i] = (nb_tensor *)inputs[i];
+    node->ninputs = n;
+    node->op = op;
+    node->backward = backward;
+    node->out = out;
+    nbt_scope_own(&node->owned);
+    out->node = node;
+    out->requires_grad = true;
+    return node;
+}
+
+bool nba_input_needs_grad(const nb_node *n, int i) {
+    return i < n->ninputs && n->inputs[i] && n->inputs[i]->requires_grad;
+}
+
+/* ---- leaves ---- */
+nb_tensor *nb_requires_grad_(nb_tensor *t, bool requires_grad) {
+    if (!t) return NULL;
+    if (t->node)
+        return nbt_error("requires_grad_", "tensor of shape %s is not a leaf (it was produced "
+                         "by %s); use nb_detach() to make a leaf", nbt_shape(t), t->node->op);
+    if (requires_grad && !nb_is_float(t))
+        return nbt_error("requires_grad_", "only float tensors can require grad, got %s of "
+                         "shape %s", nb_dtype_name(t->dtype), nbt_shape(t));
+    t->requires_grad = requires_grad;
+    return t;
+}
+
+nb_tensor *nb_grad(const nb_tensor *t) { return t ? t->grad : NULL; }
+
+void nb_zero_grad(nb_tensor *t) {
+    if (t && t->grad) nb_fill_(t->grad, 0.0);
+}
+
+/* ---- accumulation ---- */
+void nba_accumulate(nb_node *n, int i, const nb_tensor *g) {
+    nb_tensor *x = n->inputs[i];
+    if (!x || !x->requires_grad || !g) return;
+    if (x->node) {
+        nb_node *p = x->node;
+        if (!p->grad) {
+            /* Borrow g; a second contribution makes a fresh sum, never writes into g. */
+            p->grad = nb_same_shape(g, x) ? (nb_tensor *)g : nba_sum_to_shape(g, x->ndim, x->shape);
+        } else {
+            nb_tensor *sum = nbt_contiguous_as(p->grad, p->grad->dtype);
+            if (sum) nba_add_into(sum, g);
+            p->grad = sum;
+        }
+        return;
+    }
+    if (!x->grad) {
+        x->grad = nbt_new_in(x->scope, "backward", x->dtype, x->ndim, x->shape);
+        if (!x->grad) return;
+        nb_fill_(x->grad, 0.0);
+    }
+    nba_add_into(x->grad, g);
+}
+
+/* ---- traversal ---- */
+static nb_node **order;
+static size_t order_cap;
+
+static bool push(size_t *len, nb_node *n) {
+    if (*len == order_cap) {
+        size_t cap = order_cap ? 2 * order_cap : 256;
+        nb_node **grown = realloc(order, cap * sizeof *grown);
+        if (!grown) return false;
+        order = grown;
+        order_cap = cap;
+    }
+    order[(*len)++] = n;
+    return true;
+}
+
+/* Post-order DFS without recursion: order[] ends with out's node; visiting it backwards
+ * runs each node after every node that consumes its output. */
+static bool topo_sort(nb_node *root, size_t *len) {
+    uint64_t epoch = ++visit_epoch;
+    /* stack of (node, next input index) kept in two parallel static arrays */
+    static nb_node **stack;
+    static int *next_input;
+    static size_t stack_cap;
+    size_t sp = 0;
+    *len = 0;
+#define STACK_PUSH(nd)                                                                             \
+    do {                                                                                           \
+        if (sp == stack_cap) {                                                                     \
+            size_t cap = stack_cap ? 2 * stack_cap : 256;                                          \
+            nb_node **s2 = realloc(stack, cap * sizeof *s2);                                       \
+            if (!s2) return false;                                                                 \
+            stack = s2;                                                                            \
+            int *n2 = realloc(next_input, cap * sizeof *n2);                                       \
+            if (!n2) return false;                                                                 \
+            next_input = n2;                                                                       \
+            stack_cap = cap;                                                                       \
+        }                                                                                          \
+        (nd)->visit = epoch;                                                                       \
+        stack[sp] = (nd);                                                                          \
+        next_input[sp++] = 0;                                                                      \
+    } while (0)
+    STACK_PUSH(root);
+    while (sp > 0) {
+        nb_node *n = stack[sp - 1];
+        int k = next_input[sp - 1]++;
+        if (k < n->ninputs) {
+            nb_tensor *x = n->inputs[k];
+            if (x && x->requires_grad && x->graph_released) {
+                nbt_error("backward", "input %d of %s (shape %s) was kept out of a scope that "
+                          "has ended, so its history is gone; backward must run before "
+                          "nb_scope_end", k, n->op, nbt_shape(x));
+                return false;
+            }
+            if (x && x->node && x->node->visit != epoch) STACK_PUSH(x->node);
+        } else {
+            sp--;
+            if (!push(len, n)) return false;
+        }
+    }
+#undef STACK_PUSH
+    return true;
+}
+
+bool nb_backward(nb_tensor *out, const nb_tensor *grad_output) {
+    if (!out) return nbt_error("backward", "NULL tensor"), false;
+    if (out->graph_released)
+        return nbt_error("backward", "the graph of this tensor (shape %s) was released when "
+                         "its scope ended", nbt_shape(out)), false;
+    if (!out->requires_grad)
+        return nbt_error("backward", "tensor of shape %s does not require grad and has no "
+                         "grad_fn", nbt_shape(out)), false;
+    if (grad_output) {
+        if (!nb_same_shape(grad_output, out) || grad_output->dtype != out->dtype)
+            return nbt_error("backward", "grad_output has shape %s (%s), expected %s (%s)",
+                             nbt_shape(grad_output), nb_dtype_name(grad_output->dtype),
+                             nbt_shape(out), nb_dtype_name(out->dtype)), false;
+    } else if (nb_numel(out) != 1) {
+        return nbt_error("backward", "grad can be implicitly created only for outputs with one "
+                         "element, got shape %s; pass grad_output", nbt_shape(out)), false;
+    }
+    bool prev = nb_set_grad_enabled(false);
+    bool ok = true;
+    nb_tensor *seed = grad_output ? (nb_tensor *)grad_output
+                                  : nb_ones(out->dtype, out->ndim, out->shape);
+    if (!out->node) { /* a leaf: its gradient is the seed itself */
+        nb_node fake = {.ninputs = 1, .inputs = fake.inline_inputs, .inline_inputs = {out}};
+        nba_accumulate(&fake, 0, seed);
+        nb_set_grad_enabled(prev);
+        return true;
+    }
+    size_t len = 0;
+    if (!topo_sort(out->node, &len)) {
+        if (!nb_last_error()[0]) nbt_error("backward", "out of memory ordering the graph");
+        ok = false;
+        len = 0;
+    }
+    if (ok) out->node->grad = seed;
+    for (size_t k = len; k-- > 0;) {
+        nb_node *n = order[k];
+        if (n->grad) n->backward(n, n->grad);
+    }
+    for (size_t k = 0; k < len; k++) order[k]->grad = NULL;
+    nb_set_grad_enabled(prev);
+    return ok;
+}

@@ -1,0 +1,10 @@
+/* nabla: strided tensors, reverse-mode autodiff and transformer pieces in C11.
+ * Include this one header. */
+#ifndef NABLA_H
+#define NABLA_H
+
+#include "nabla/tensor.h"
+#include "nabla/autograd.h"
+#include "nabla/ops.h"
+
+#endif

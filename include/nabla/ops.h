@@ -1,0 +1,114 @@
+/* nabla differentiable ops. Each returns a new tensor in the current scope (views share
+ * storage with their input), or NULL with nb_last_error() set; a NULL input gives NULL.
+ * Float ops need matching dtypes (f32 with f32, f64 with f64): cast with nb_to_dtype.
+ * Negative dims count from the end. Broadcasting follows NumPy/PyTorch rules. */
+#ifndef NABLA_OPS_H
+#define NABLA_OPS_H
+
+#include "nabla/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Views and shape ops (share storage where PyTorch does) ---------------------------- */
+/* View with a new shape (one entry may be -1). Fails on layouts that cannot be viewed. */
+nb_tensor *nb_view(const nb_tensor *t, int ndim, const int64_t *shape);
+/* A view when possible, else a contiguous copy. */
+nb_tensor *nb_reshape(const nb_tensor *t, int ndim, const int64_t *shape);
+nb_tensor *nb_transpose(const nb_tensor *t, int dim0, int dim1);
+/* dims holds t->ndim entries: output dim i is input dim dims[i]. */
+nb_tensor *nb_permute(const nb_tensor *t, const int *dims);
+nb_tensor *nb_unsqueeze(const nb_tensor *t, int dim);
+/* Drops dim if its size is 1 (otherwise returns a same-shape view). */
+nb_tensor *nb_squeeze(const nb_tensor *t, int dim);
+/* Drops every size-1 dim. */
+nb_tensor *nb_squeeze_all(const nb_tensor *t);
+/* Broadcast view to shape (-1 keeps a dim); size-1 dims get stride 0. */
+nb_tensor *nb_expand(const nb_tensor *t, int ndim, const int64_t *shape);
+/* Elements [start, start + length) of dim. */
+nb_tensor *nb_narrow(const nb_tensor *t, int dim, int64_t start, int64_t length);
+/* Index into dim, removing it. */
+nb_tensor *nb_select(const nb_tensor *t, int dim, int64_t index);
+/* t itself if already contiguous, else a row-major copy (differentiable either way). */
+nb_tensor *nb_contiguous(const nb_tensor *t);
+/* Joins n tensors along an existing dim. */
+nb_tensor *nb_concat(int n, nb_tensor *const *ts, int dim);
+/* Joins n same-shape tensors along a new dim. */
+nb_tensor *nb_stack(int n, nb_tensor *const *ts, int dim);
+/* Splits into chunks of split_size along dim (the last may be smaller), written to out
+ * (capacity max_out). Returns the number of chunks, or -1 with an error. */
+int nb_split(const nb_tensor *t, int64_t split_size, int dim, nb_tensor **out, int max_out);
+
+/* ---- Elementwise ------------------------------------------------------------------------ */
+nb_tensor *nb_add(const nb_tensor *a, const nb_tensor *b);
+nb_tensor *nb_sub(const nb_tensor *a, const nb_tensor *b);
+nb_tensor *nb_mul(const nb_tensor *a, const nb_tensor *b);
+nb_tensor *nb_div(const nb_tensor *a, const nb_tensor *b);
+nb_tensor *nb_neg(const nb_tensor *a);
+nb_tensor *nb_add_scalar(const nb_tensor *a, double s);
+nb_tensor *nb_mul_scalar(const nb_tensor *a, double s);
+nb_tensor *nb_pow_scalar(const nb_tensor *a, double p);
+nb_tensor *nb_exp(const nb_tensor *a);
+nb_tensor *nb_log(const nb_tensor *a);
+nb_tensor *nb_sqrt(const nb_tensor *a);
+nb_tensor *nb_tanh(const nb_tensor *a);
+nb_tensor *nb_sigmoid(const nb_tensor *a);
+nb_tensor *nb_relu(const nb_tensor *a);
+/* x * Phi(x), the exact erf form (PyTorch's approximate='none'). */
+nb_tensor *nb_gelu(const nb_tensor *a);
+/* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (PyTorch's approximate='tanh'). */
+nb_tensor *nb_gelu_tanh(const nb_tensor *a);
+
+/* ---- Reductions ------------------------------------------------------------------------- */
+/* Sum / mean of all elements: a 0-d tensor. */
+nb_tensor *nb_sum(const nb_tensor *a);
+nb_tensor *nb_mean(const nb_tensor *a);
+/* Over the ndims dims listed in dims; keepdim keeps them as size 1. */
+nb_tensor *nb_sum_dims(const nb_tensor *a, int ndims, const int *dims, bool keepdim);
+nb_tensor *nb_mean_dims(const nb_tensor *a, int ndims, const int *dims, bool keepdim);
+/* Max over dim: returns the values; if indices is not NULL, *indices receives the NB_I64
+ * argmax (first occurrence), in the current scope. */
+nb_tensor *nb_max_dim(const nb_tensor *a, int dim, bool keepdim, nb_tensor **indices);
+
+/* ---- Linear algebra --------------------------------------------------------------------- */
+/* torch.matmul: 1-D x 1-D dot, 2-D matrix product, batched with broadcast leading dims. */
+nb_tensor *nb_matmul(const nb_tensor *a, const nb_tensor *b);
+
+/* ---- Softmax and masks ------------------------------------------------------------------ */
+nb_tensor *nb_softmax(const nb_tensor *a, int dim);
+nb_tensor *nb_log_softmax(const nb_tensor *a, int dim);
+/* Where mask (NB_BOOL, broadcast to a's shape) is true, the result is value (e.g. -INFINITY). */
+nb_tensor *nb_masked_fill(const nb_tensor *a, const nb_tensor *mask, double value);
+/* softmax(scale * a) over the last dim with blocked entries excluded. mask: NB_BOOL
+ * broadcast to a's shape, true = blocked (may be NULL). causal: also block key j > query i,
+ * with i the second-to-last dim and j the last. A row with every entry blocked gives zeros
+ * and zero gradient (PyTorch gives NaN there). */
+nb_tensor *nb_masked_softmax(const nb_tensor *a, const nb_tensor *mask, bool causal,
+                             double scale);
+
+/* ---- Losses ----------------------------------------------------------------------------- */
+typedef enum { NB_REDUCE_MEAN = 0, NB_REDUCE_SUM = 1, NB_REDUCE_NONE = 2 } nb_reduction;
+/* logits [..., C]; target NB_I64 [...] of class indices in [0, C). Entries equal to
+ * ignore_index contribute nothing (mean divides by the others' count). A target outside
+ * [0, C) other than ignore_index is an error. NB_REDUCE_NONE returns per-element losses. */
+nb_tensor *nb_cross_entropy(const nb_tensor *logits, const nb_tensor *target,
+                            int64_t ignore_index, nb_reduction reduction);
+/* Mean (or sum, or none) of (a - b)^2, with b broadcast to a. */
+nb_tensor *nb_mse_loss(const nb_tensor *a, const nb_tensor *b, nb_reduction reduction);
+
+/* ---- Layers as functions ---------------------------------------------------------------- */
+/* Normalises over the last weight->ndim dims (1 if weight is NULL) with biased variance:
+ * (x - mean) / sqrt(var + eps) * weight + bias. weight and bias may be NULL. */
+nb_tensor *nb_layer_norm(const nb_tensor *x, const nb_tensor *weight, const nb_tensor *bias,
+                         double eps);
+/* weight [V, D], indices NB_I64 [...] in [0, V): returns [..., D]. */
+nb_tensor *nb_embedding(const nb_tensor *weight, const nb_tensor *indices);
+/* In training, zeroes each element with probability p (drawn from rng) and scales the rest
+ * by 1/(1-p); in eval (train false) returns x unchanged (as a differentiable view). */
+nb_tensor *nb_dropout(const nb_tensor *x, double p, bool train, nb_rng *rng);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,162 @@
+/* nabla tensor core: dtypes, strided tensors, scopes, errors, creation, element access,
+ * printing and the seeded generator.
+ *
+ * Ownership in one sentence: every tensor belongs to the scope that was current when it was
+ * created, and ending that scope releases it (see "Scopes" below and the README). No nabla
+ * function returns memory the caller must free() unless its contract says so. */
+#ifndef NABLA_TENSOR_H
+#define NABLA_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NB_MAX_DIMS 8
+
+typedef enum {
+    NB_F32 = 0, /* float: training */
+    NB_F64 = 1, /* double: gradient checks */
+    NB_I64 = 2, /* int64_t: class indices, token ids, argmax */
+    NB_BOOL = 3 /* uint8_t 0/1: masks (true = blocked) */
+} nb_dtype;
+
+typedef struct nb_storage nb_storage;
+typedef struct nb_node nb_node;
+typedef struct nb_scope nb_scope;
+typedef struct nb_tensor nb_tensor;
+
+/* A strided view onto refcounted storage. Read the fields; change them only through the API. */
+struct nb_tensor {
+    nb_dtype dtype;
+    int ndim;
+    int64_t shape[NB_MAX_DIMS];
+    int64_t strides[NB_MAX_DIMS]; /* in elements, may be 0 (expanded) */
+    int64_t offset;               /* in elements from the storage base */
+    nb_storage *storage;
+    bool requires_grad;
+    bool graph_released; /* its producing node died with an ended scope */
+    nb_tensor *grad;     /* leaves only; lives in the leaf's scope */
+    nb_node *node;       /* the autograd node that produced it, or NULL */
+    /* scope bookkeeping (intrusive list) */
+    nb_scope *scope;
+    nb_tensor *scope_prev, *scope_next;
+};
+
+/* ---- Errors ----------------------------------------------------------------------------- */
+/* Message of the most recent failed call on this thread ("" if none). Owned by nabla. */
+const char *nb_last_error(void);
+void nb_clear_error(void);
+
+/* ---- Scopes ----------------------------------------------------------------------------- */
+/* Opens a scope on the thread's scope stack; tensors created until the matching end live in it. */
+void nb_scope_begin(void);
+/* Releases every tensor and autograd node created since the matching begin, except kept ones. */
+void nb_scope_end(void);
+/* Moves t into the parent of the current scope so it survives nb_scope_end. Returns t.
+ * Its autograd history does not survive: backward through it afterwards is an error. */
+nb_tensor *nb_keep(nb_tensor *t);
+/* A scope that is not on the stack, e.g. a model's parameters. Caller owns; destroy releases
+ * every tensor in it. */
+nb_scope *nb_scope_create(void);
+void nb_scope_destroy(nb_scope *s);
+/* Makes s the current scope until the matching nb_scope_pop. */
+void nb_scope_push(nb_scope *s);
+void nb_scope_pop(void);
+/* Number of live tensors in the current scope (for tests and leak hunting). */
+int64_t nb_scope_tensor_count(void);
+/* Releases every scope, tensor and cached buffer; nabla may be used again afterwards. */
+void nb_shutdown(void);
+/* Number of heap allocations nabla has made so far (the bench counts these per step). */
+uint64_t nb_alloc_count(void);
+
+/* ---- Metadata ----------------------------------------------------------------------------- */
+const char *nb_dtype_name(nb_dtype dt);
+size_t nb_dtype_size(nb_dtype dt);
+int64_t nb_numel(const nb_tensor *t);
+/* Size of dimension dim (negative counts from the end); -1 if out of range. */
+int64_t nb_size(const nb_tensor *t, int dim);
+bool nb_is_contiguous(const nb_tensor *t);
+bool nb_is_float(const nb_tensor *t);
+bool nb_same_shape(const nb_tensor *a, const nb_tensor *b);
+/* Writes "[2, 3, 4]" into buf (always terminated). Returns buf. */
+char *nb_shape_str(const nb_tensor *t, char *buf, size_t len);
+
+/* ---- Creation (all return a new tensor in the current scope, or NULL with an error) ------- */
+/* Shape helper: nb_zeros(NB_F32, NB_SHAPE(2, 3)). */
+#define NB_SHAPE(...)                                                                              \
+    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]) { __VA_ARGS__ }
+
+nb_tensor *nb_empty(nb_dtype dt, int ndim, const int64_t *shape);
+nb_tensor *nb_zeros(nb_dtype dt, int ndim, const int64_t *shape);
+nb_tensor *nb_ones(nb_dtype dt, int ndim, const int64_t *shape);
+nb_tensor *nb_full(nb_dtype dt, int ndim, const int64_t *shape, double value);
+/* A 0-d tensor holding value. */
+nb_tensor *nb_scalar(nb_dtype dt, double value);
+/* 1-D [start, start+step, ...) below end (PyTorch's arange). */
+nb_tensor *nb_arange(nb_dtype dt, double start, double end, double step);
+/* Copies numel elements of C type matching dt (float, double, int64_t, uint8_t) from data. */
+nb_tensor *nb_from_array(nb_dtype dt, int ndim, const int64_t *shape, const void *data);
+nb_tensor *nb_eye(nb_dtype dt, int64_t n);
+/* Copy of a 2-D (or batched) t with entries above (tril) / below (triu) diagonal k zeroed. */
+nb_tensor *nb_tril(const nb_tensor *t, int64_t k);
+nb_tensor *nb_triu(const nb_tensor *t, int64_t k);
+/* Contiguous copy with its own storage; no autograd history. */
+nb_tensor *nb_clone(const nb_tensor *t);
+/* Contiguous copy converted to dt (the same tensor if already dt... never: always a copy). */
+nb_tensor *nb_to_dtype(const nb_tensor *t, nb_dtype dt);
+/* Same storage, no autograd history, requires_grad false. */
+nb_tensor *nb_detach(const nb_tensor *t);
+
+/* ---- Seeded generator ------------------------------------------------------------------- */
+/* xoshiro256** seeded through splitmix64: the same seed gives the same numbers everywhere. */
+typedef struct {
+    uint64_t s[4];
+} nb_rng;
+void nb_rng_seed(nb_rng *rng, uint64_t seed);
+uint64_t nb_rng_next(nb_rng *rng);
+/* Uniform in [0, 1). */
+double nb_rng_uniform(nb_rng *rng);
+/* Standard normal (Box-Muller). */
+double nb_rng_normal(nb_rng *rng);
+/* Uniform in [low, high). */
+nb_tensor *nb_rand(nb_rng *rng, nb_dtype dt, int ndim, const int64_t *shape);
+nb_tensor *nb_uniform(nb_rng *rng, nb_dtype dt, int ndim, const int64_t *shape, double low,
+                      double high);
+nb_tensor *nb_randn(nb_rng *rng, nb_dtype dt, int ndim, const int64_t *shape);
+/* Integers in [low, high) as NB_I64. */
+nb_tensor *nb_randint(nb_rng *rng, int64_t low, int64_t high, int ndim, const int64_t *shape);
+
+/* ---- Element access ------------------------------------------------------------------- */
+/* Index helper: nb_get(t, NB_IDX(1, 2)). Negative indices count from the end. */
+#define NB_IDX(...) (const int64_t[]) { __VA_ARGS__ }
+/* Element at idx (t->ndim entries) as double; NaN with an error if idx is out of range. */
+double nb_get(const nb_tensor *t, const int64_t *idx);
+/* Returns false with an error if idx is out of range. */
+bool nb_set(nb_tensor *t, const int64_t *idx, double value);
+/* The single element of a one-element tensor; NaN with an error otherwise. */
+double nb_item(const nb_tensor *t);
+/* Copies all elements in row-major order into out as doubles (numel entries). */
+bool nb_to_doubles(const nb_tensor *t, double *out);
+/* Pointer to the first element; only meaningful for contiguous tensors. Owned by the tensor. */
+void *nb_data(const nb_tensor *t);
+/* Fills t in place (no autograd). */
+bool nb_fill_(nb_tensor *t, double value);
+/* Copies src into dst in place (broadcasting src, converting dtype; no autograd). */
+bool nb_copy_(nb_tensor *dst, const nb_tensor *src);
+
+/* ---- Printing --------------------------------------------------------------------------- */
+/* PyTorch style: tensor([[1., 2.], [3., 4.]]) followed by shape and dtype. */
+void nb_fprint(FILE *f, const nb_tensor *t);
+void nb_print(const nb_tensor *t);
+/* The same text as nb_fprint; caller frees with free(). */
+char *nb_to_string(const nb_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,35 @@
+# Sourced by scripts/demo and scripts/test: installs missing Debian packages and configures
+# the meson build directory. Safe to run again: it does nothing when all is in place.
+
+NABLA_PACKAGES=(build-essential meson ninja-build pkg-config libsleef-dev libcunit1-dev
+                libjansson-dev valgrind gnuplot-nox clang libclang-rt-14-dev)
+
+nabla_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+ensure_packages() {
+    local missing=()
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
+            missing+=("$pkg")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    echo "nabla: installing ${missing[*]}"
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null || { echo "nabla: need root or sudo to install ${missing[*]}" >&2; return 1; }
+        sudo=(sudo)
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo[@]}" apt-get update -qq
+    "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# ensure_build DIR [meson options...]: configure DIR once, then build it.
+ensure_build() {
+    local dir=$1
+    shift
+    if [ ! -f "$nabla_root/$dir/build.ninja" ]; then
+        meson setup "$nabla_root/$dir" "$nabla_root" "$@"
+    fi
+    meson compile -C "$nabla_root/$dir"
+}

@@ -1,0 +1,177 @@
+/* Tensor creation, element access and in-place fills. */
+#include "nbt.h"
+
+#include <math.h>
+#include <string.h>
+
+nb_tensor *nb_empty(nb_dtype dt, int ndim, const int64_t *shape) {
+    return nbt_new("empty", dt, ndim, shape);
+}
+
+nb_tensor *nb_full(nb_dtype dt, int ndim, const int64_t *shape, double value) {
+    nb_tensor *t = nbt_new("full", dt, ndim, shape);
+    if (t) nb_fill_(t, value);
+    return t;
+}
+
+nb_tensor *nb_zeros(nb_dtype dt, int ndim, const int64_t *shape) {
+    nb_tensor *t = nbt_new("zeros", dt, ndim, shape);
+    if (t) memset(t->storage->data, 0, (size_t)nb_numel(t) * nb_dtype_size(dt));
+    return t;
+}
+
+nb_tensor *nb_ones(nb_dtype dt, int ndim, const int64_t *shape) {
+    nb_tensor *t = nbt_new("ones", dt, ndim, shape);
+    if (t) nb_fill_(t, 1.0);
+    return t;
+}
+
+nb_tensor *nb_scalar(nb_dtype dt, double value) { return nb_full(dt, 0, NULL, value); }
+
+nb_tensor *nb_arange(nb_dtype dt, double start, double end, double step) {
+    if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step) ||
+        (end - start) / step < 0)
+        return nbt_error("arange", "cannot go from %g to %g in steps of %g", start, end, step);
+    int64_t n = (int64_t)ceil((end - start) / step);
+    nb_tensor *t = nbt_new("arange", dt, 1, &n);
+    if (!t) return NULL;
+    for (int64_t i = 0; i < n; i++) nb_set(t, &i, start + (double)i * step);
+    return t;
+}
+
+nb_tensor *nb_from_array(nb_dtype dt, int ndim, const int64_t *shape, const void *data) {
+    if (!data) {
+        if (!nbt_check_shape("from_array", ndim, shape, dt)) return NULL;
+        int64_t n = 1;
+        for (int i = 0; i < ndim; i++) n *= shape[i];
+        if (n > 0) return nbt_error("from_array", "data is NULL for shape %s", nbt_dims(ndim, shape));
+    }
+    nb_tensor *t = nbt_new("from_array", dt, ndim, shape);
+    if (t && data) memcpy(t->storage->data, data, (size_t)nb_numel(t) * nb_dtype_size(dt));
+    return t;
+}
+
+nb_tensor *nb_eye(nb_dtype dt, int64_t n) {
+    nb_tensor *t = nb_zeros(dt, 2, (int64_t[]){n, n});
+    for (int64_t i = 0; t && i < n; i++) nb_set(t, (int64_t[]){i, i}, 1.0);
+    return t;
+}
+
+static nb_tensor *band(const char *op, const nb_tensor *t, int64_t k, bool lower) {
+    if (!t) return NULL;
+    if (t->ndim < 2)
+        return nbt_error(op, "expected a tensor with at least 2 dims, got shape %s", nbt_shape(t));
+    nb_tensor *out = nbt_contiguous_as(t, t->dtype);
+    if (!out) return NULL;
+    int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
+    int64_t area = rows * cols, mats = area > 0 ? nb_numel(t) / area : 0;
+    size_t es = nb_dtype_size(t->dtype);
+    char *base = out->storage->data;
+    for (int64_t m = 0; m < mats; m++)
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < cols; j++) {
+                bool zero = lower ? (j - i > k) : (j - i < k);
+                if (zero) memset(base + ((m * rows + i) * cols + j) * (int64_t)es, 0, es);
+            }
+    return out;
+}
+
+nb_tensor *nb_tril(const nb_tensor *t, int64_t k) { return band("tril", t, k, true); }
+nb_tensor *nb_triu(const nb_tensor *t, int64_t k) { return band("triu", t, k, false); }
+
+nb_tensor *nb_clone(const nb_tensor *t) {
+    if (!t) return NULL;
+    return nbt_contiguous_as(t, t->dtype);
+}
+
+nb_tensor *nb_to_dtype(const nb_tensor *t, nb_dtype dt) {
+    if (!t) return NULL;
+    if ((unsigned)dt > NB_BOOL) return nbt_error("to_dtype", "unknown dtype %d", (int)dt);
+    return nbt_contiguous_as(t, dt);
+}
+
+nb_tensor *nb_detach(const nb_tensor *t) {
+    if (!t) return NULL;
+    return nbt_alias(t, t->ndim, t->shape, t->strides, t->offset);
+}
+
+/* Element offset of idx in t, or -1 with an error. */
+static int64_t element_offset(const char *op, const nb_tensor *t, const int64_t *idx) {
+    int64_t off = t->offset;
+    for (int i = 0; i < t->ndim; i++) {
+        int64_t k = idx[i] < 0 ? idx[i] + t->shape[i] : idx[i];
+        if (k < 0 || k >= t->shape[i]) {
+            nbt_error(op, "index %lld is out of range for dim %d of shape %s", (long long)idx[i],
+                      i, nbt_shape(t));
+            return -1;
+        }
+        off += k * t->strides[i];
+    }
+    return off;
+}
+
+double nb_get(const nb_tensor *t, const int64_t *idx) {
+    if (!t) return (nbt_error("get", "NULL tensor"), NAN);
+    int64_t off = element_offset("get", t, idx);
+    if (off < 0) return NAN;
+    const char *p = (const char *)t->storage->data + off * (int64_t)nb_dtype_size(t->dtype);
+    switch (t->dtype) {
+    case NB_F32: return *(const float *)p;
+    case NB_F64: return *(const double *)p;
+    case NB_I64: return (double)*(const int64_t *)p;
+    case NB_BOOL: return *(const uint8_t *)p;
+    }
+    return NAN;
+}
+
+bool nb_set(nb_tensor *t, const int64_t *idx, double v) {
+    if (!t) return nbt_error("set", "NULL tensor"), false;
+    int64_t off = element_offset("set", t, idx);
+    if (off < 0) return false;
+    char *p = (char *)t->storage->data + off * (int64_t)nb_dtype_size(t->dtype);
+    switch (t->dtype) {
+    case NB_F32: *(float *)p = (float)v; break;
+    case NB_F64: *(double *)p = v; break;
+    case NB_I64: *(int64_t *)p = (int64_t)v; break;
+    case NB_BOOL: *(uint8_t *)p = v != 0; break;
+    }
+    return true;
+}
+
+double nb_item(const nb_tensor *t) {
+    if (!t) return (nbt_error("item", "NULL tensor"), NAN);
+    if (nb_numel(t) != 1)
+        return (nbt_error("item", "expected a tensor with one element, got shape %s",
+                          nbt_shape(t)),
+                NAN);
+    return nbt_get_linear(t, 0);
+}
+
+void *nb_data(const nb_tensor *t) { return t ? nbt_ptr(t) : NULL; }
+
+typedef struct {
+    nb_dtype dt;
+    double value;
+} fill_ctx;
+
+static void fill_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
+    const fill_ctx *c = vctx;
+    for (int64_t i = 0; i < n; i++) {
+        char *q = p[0] + i * s[0];
+        switch (c->dt) {
+        case NB_F32: *(float *)q = (float)c->value; break;
+        case NB_F64: *(double *)q = c->value; break;
+        case NB_I64: *(int64_t *)q = (int64_t)c->value; break;
+        case NB_BOOL: *(uint8_t *)q = c->value != 0; break;
+        }
+    }
+}
+
+bool nb_fill_(nb_tensor *t, double value) {
+    if (!t) return nbt_error("fill_", "NULL tensor"), false;
+    nbt_operands ops = {.nops = 1, .base = {nbt_ptr(t)}, .elem = {nb_dtype_size(t->dtype)}};
+    for (int i = 0; i < t->ndim; i++) ops.strides[0][i] = t->strides[i];
+    fill_ctx c = {t->dtype, value};
+    nbt_iterate(t->ndim, t->shape, &ops, fill_inner, &c);
+    return true;
+}

@@ -1,0 +1,45 @@
+/* Thread-local last-error message and shape formatting for messages. */
+#include "nbt.h"
+
+#include <stdio.h>
+
+static _Thread_local char last_error[1024];
+
+const char *nb_last_error(void) { return last_error; }
+
+void nb_clear_error(void) { last_error[0] = '\0'; }
+
+void *nbt_error(const char *op, const char *fmt, ...) {
+    int n = snprintf(last_error, sizeof last_error, "%s: ", op);
+    if (n < 0 || (size_t)n >= sizeof last_error) return NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error + n, sizeof last_error - (size_t)n, fmt, ap);
+    va_end(ap);
+    return NULL;
+}
+
+/* Several shapes can appear in one message, so formatting rotates through a few buffers. */
+const char *nbt_dims(int ndim, const int64_t *shape) {
+    static _Thread_local char bufs[6][128];
+    static _Thread_local int next;
+    char *buf = bufs[next];
+    next = (next + 1) % 6;
+    size_t len = sizeof bufs[0], pos = 0;
+    pos += (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < ndim && pos < len; i++)
+        pos += (size_t)snprintf(buf + pos, len - pos, i ? ", %lld" : "%lld", (long long)shape[i]);
+    if (pos < len) snprintf(buf + pos, len - pos, "]");
+    return buf;
+}
+
+const char *nbt_shape(const nb_tensor *t) {
+    if (!t) return "(null)";
+    return nbt_dims(t->ndim, t->shape);
+}
+
+char *nb_shape_str(const nb_tensor *t, char *buf, size_t len) {
+    if (len == 0) return buf;
+    snprintf(buf, len, "%s", nbt_shape(t));
+    return buf;
+}

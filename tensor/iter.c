@@ -1,0 +1,145 @@
+/* Strided N-ary iteration with dim coalescing, and the dtype-converting copy built on it. */
+#include "nbt.h"
+
+#include <string.h>
+
+void nbt_iterate(int ndim, const int64_t *shape, const nbt_operands *ops, nbt_inner_fn fn,
+                 void *ctx) {
+    int64_t sh[NB_MAX_DIMS], st[NBT_ITER_MAX][NB_MAX_DIMS];
+    int n = 0;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 0) return;
+        if (shape[i] == 1) continue; /* size-1 dims contribute nothing */
+        sh[n] = shape[i];
+        for (int k = 0; k < ops->nops; k++) st[k][n] = ops->strides[k][i];
+        n++;
+    }
+    /* Merge dim i into i+1 when every operand steps through them as one run. */
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (m > 0) {
+            bool merge = true;
+            for (int k = 0; k < ops->nops; k++)
+                if (st[k][m - 1] != st[k][i] * sh[i]) merge = false;
+            if (merge) {
+                sh[m - 1] *= sh[i];
+                for (int k = 0; k < ops->nops; k++) st[k][m - 1] = st[k][i];
+                continue;
+            }
+        }
+        sh[m] = sh[i];
+        for (int k = 0; k < ops->nops; k++) st[k][m] = st[k][i];
+        m++;
+    }
+    char *ptr[NBT_ITER_MAX];
+    int64_t inner_bytes[NBT_ITER_MAX];
+    for (int k = 0; k < ops->nops; k++) ptr[k] = ops->base[k];
+    if (m == 0) {
+        fn(1, ptr, (int64_t[NBT_ITER_MAX]){0}, ctx);
+        return;
+    }
+    for (int k = 0; k < ops->nops; k++) inner_bytes[k] = st[k][m - 1] * (int64_t)ops->elem[k];
+    int64_t idx[NB_MAX_DIMS] = {0};
+    int64_t inner = sh[m - 1];
+    for (;;) {
+        fn(inner, ptr, inner_bytes, ctx);
+        int d = m - 2;
+        for (; d >= 0; d--) {
+            for (int k = 0; k < ops->nops; k++) ptr[k] += st[k][d] * (int64_t)ops->elem[k];
+            if (++idx[d] < sh[d]) break;
+            for (int k = 0; k < ops->nops; k++) ptr[k] -= st[k][d] * sh[d] * (int64_t)ops->elem[k];
+            idx[d] = 0;
+        }
+        if (d < 0) return;
+    }
+}
+
+static double load(const char *p, nb_dtype dt) {
+    switch (dt) {
+    case NB_F32: return *(const float *)p;
+    case NB_F64: return *(const double *)p;
+    case NB_I64: return (double)*(const int64_t *)p;
+    case NB_BOOL: return *(const uint8_t *)p ? 1.0 : 0.0;
+    }
+    return 0;
+}
+
+static void store(char *p, nb_dtype dt, double v) {
+    switch (dt) {
+    case NB_F32: *(float *)p = (float)v; break;
+    case NB_F64: *(double *)p = v; break;
+    case NB_I64: *(int64_t *)p = (int64_t)v; break;
+    case NB_BOOL: *(uint8_t *)p = v != 0; break;
+    }
+}
+
+typedef struct {
+    nb_dtype dst, src;
+} copy_ctx;
+
+static void copy_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
+    const copy_ctx *c = vctx;
+    char *d = p[0], *x = p[1];
+    size_t es = nb_dtype_size(c->dst);
+    if (c->dst == c->src && s[0] == (int64_t)es && s[1] == (int64_t)es) {
+        memcpy(d, x, (size_t)n * es);
+        return;
+    }
+    if (c->dst == c->src && c->dst == NB_F32) {
+        for (int64_t i = 0; i < n; i++) *(float *)(d + i * s[0]) = *(const float *)(x + i * s[1]);
+        return;
+    }
+    if (c->dst == c->src && es == 8) { /* f64 and i64 copy as raw 8-byte words */
+        for (int64_t i = 0; i < n; i++)
+            *(int64_t *)(d + i * s[0]) = *(const int64_t *)(x + i * s[1]);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) store(d + i * s[0], c->dst, load(x + i * s[1], c->src));
+}
+
+bool nbt_copy(nb_tensor *dst, const nb_tensor *src) {
+    int64_t bshape[NB_MAX_DIMS];
+    int bnd;
+    if (!nbt_broadcast_shape("copy_", dst->ndim, dst->shape, src->ndim, src->shape, &bnd, bshape))
+        return false;
+    for (int i = 0; i < bnd; i++)
+        if (bnd != dst->ndim || bshape[i] != dst->shape[i]) {
+            nbt_error("copy_", "source of shape %s does not broadcast to destination shape %s",
+                      nbt_shape(src), nbt_shape(dst));
+            return false;
+        }
+    nbt_operands ops = {.nops = 2, .base = {nbt_ptr(dst), nbt_ptr(src)},
+                        .elem = {nb_dtype_size(dst->dtype), nb_dtype_size(src->dtype)}};
+    memcpy(ops.strides[0], dst->strides, sizeof(int64_t) * (size_t)dst->ndim);
+    nbt_broadcast_strides(src, dst->ndim, dst->shape, ops.strides[1]);
+    copy_ctx c = {dst->dtype, src->dtype};
+    nbt_iterate(dst->ndim, dst->shape, &ops, copy_inner, &c);
+    return true;
+}
+
+double nbt_get_linear(const nb_tensor *t, int64_t k) {
+    int64_t off = t->offset;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        off += (k % t->shape[i]) * t->strides[i];
+        k /= t->shape[i];
+    }
+    return load((const char *)t->storage->data + off * (int64_t)nb_dtype_size(t->dtype), t->dtype);
+}
+
+bool nb_copy_(nb_tensor *dst, const nb_tensor *src) {
+    if (!dst || !src) {
+        nbt_error("copy_", "NULL tensor");
+        return false;
+    }
+    return nbt_copy(dst, src);
+}
+
+bool nb_to_doubles(const nb_tensor *t, double *out) {
+    if (!t || !out) {
+        nbt_error("to_doubles", "NULL argument");
+        return false;
+    }
+    int64_t n = nb_numel(t);
+    for (int64_t k = 0; k < n; k++) out[k] = nbt_get_linear(t, k);
+    return true;
+}

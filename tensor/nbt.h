@@ -1,0 +1,93 @@
+/* Internal tensor-layer API shared by tensor/, autograd/ and nn/. Not installed.
+ * Functions named nbt_* never record autograd nodes. */
+#ifndef NABLA_NBT_H
+#define NABLA_NBT_H
+
+#include "nabla/tensor.h"
+
+#include <stdarg.h>
+
+struct nb_storage {
+    void *data;
+    size_t nbytes;
+    int refcount;
+    nb_storage *next_free; /* pool link */
+};
+
+/* ---- errors ---- */
+/* Records "op: message" as the thread's last error. Always returns NULL for tail calls. */
+void *nbt_error(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "[2, 3]" for t, in a rotating thread-local buffer good for a few uses per message. */
+const char *nbt_shape(const nb_tensor *t);
+const char *nbt_dims(int ndim, const int64_t *shape);
+
+/* ---- allocation (pooled; counts mallocs) ---- */
+void *nbt_malloc(size_t n);
+void nbt_free(void *p);
+nb_storage *nbt_storage_new(size_t nbytes); /* refcount 1, data 64-byte aligned, uninitialised */
+void nbt_storage_retain(nb_storage *s);
+void nbt_storage_release(nb_storage *s);
+
+/* ---- tensor structs ---- */
+/* A tensor with fresh contiguous storage in the current scope. Data uninitialised. */
+nb_tensor *nbt_new(const char *op, nb_dtype dt, int ndim, const int64_t *shape);
+/* A tensor struct sharing t's storage (same dtype) with the given layout, in the current scope. */
+nb_tensor *nbt_alias(const nb_tensor *t, int ndim, const int64_t *shape, const int64_t *strides,
+                     int64_t offset);
+/* A new tensor in scope s (used for leaf grads, which live with their leaf). */
+nb_tensor *nbt_new_in(nb_scope *s, const char *op, nb_dtype dt, int ndim, const int64_t *shape);
+void nbt_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+/* Checks ndim <= 8, sizes >= 0 and that numel * elemsize fits; sets an error naming op. */
+bool nbt_check_shape(const char *op, int ndim, const int64_t *shape, nb_dtype dt);
+/* Normalises a possibly negative dim for a tensor of ndim dims; -1 with an error if invalid. */
+int nbt_dim(const char *op, int dim, int ndim);
+nb_scope *nbt_current_scope(void);
+
+/* Element pointer at the first element of t. */
+static inline char *nbt_ptr(const nb_tensor *t) {
+    return (char *)t->storage->data + t->offset * (int64_t)nb_dtype_size(t->dtype);
+}
+
+/* ---- raw views (no autograd): the differentiable nb_view & co wrap these ---- */
+nb_tensor *nbt_view(const nb_tensor *t, int ndim, const int64_t *shape);
+nb_tensor *nbt_transpose(const nb_tensor *t, int d0, int d1);
+nb_tensor *nbt_permute(const nb_tensor *t, const int *dims);
+nb_tensor *nbt_unsqueeze(const nb_tensor *t, int dim);
+#define NBT_ALL_DIMS INT32_MIN /* nbt_squeeze: every size-1 dim */
+nb_tensor *nbt_squeeze(const nb_tensor *t, int dim);
+nb_tensor *nbt_expand(const nb_tensor *t, int ndim, const int64_t *shape);
+nb_tensor *nbt_narrow(const nb_tensor *t, int dim, int64_t start, int64_t length);
+nb_tensor *nbt_select(const nb_tensor *t, int dim, int64_t index);
+/* Copy into fresh contiguous storage (dtype dt). */
+nb_tensor *nbt_contiguous_as(const nb_tensor *t, nb_dtype dt);
+/* Returns t itself if contiguous, else a contiguous copy. */
+nb_tensor *nbt_contiguous(const nb_tensor *t);
+
+/* ---- broadcasting ---- */
+/* Broadcast shape of a and b (NumPy rules) into out/out_ndim; error naming op on mismatch. */
+bool nbt_broadcast_shape(const char *op, int andim, const int64_t *ashape, int bndim,
+                         const int64_t *bshape, int *out_ndim, int64_t *out);
+
+/* ---- strided iteration ----
+ * Visits every element of an ndim/shape index space for up to NBT_ITER_MAX operands with
+ * their own element strides (0 for broadcast dims). Dims are coalesced where all operands
+ * allow, then the inner callback gets one 1-D run at a time. */
+#define NBT_ITER_MAX 4
+typedef void (*nbt_inner_fn)(int64_t n, char **ptrs, const int64_t *byte_strides, void *ctx);
+typedef struct {
+    int nops;
+    char *base[NBT_ITER_MAX];
+    int64_t strides[NBT_ITER_MAX][NB_MAX_DIMS]; /* in elements */
+    size_t elem[NBT_ITER_MAX];                  /* element sizes */
+} nbt_operands;
+void nbt_iterate(int ndim, const int64_t *shape, const nbt_operands *ops, nbt_inner_fn fn,
+                 void *ctx);
+/* Strides of t aligned to an ndim-dim broadcast target (leading dims and size-1 dims -> 0). */
+void nbt_broadcast_strides(const nb_tensor *t, int ndim, const int64_t *shape, int64_t *out);
+
+/* Elementwise dtype conversion copy dst <- src (src broadcast to dst's shape). */
+bool nbt_copy(nb_tensor *dst, const nb_tensor *src);
+/* Reads element k (row-major order over t's shape) as double. Slow; for tests and printing. */
+double nbt_get_linear(const nb_tensor *t, int64_t k);
+
+#endif

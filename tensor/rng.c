@@ -1,0 +1,85 @@
+/* xoshiro256** seeded through splitmix64: portable, fast, and the same stream everywhere. */
+#include "nbt.h"
+
+#include <math.h>
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void nb_rng_seed(nb_rng *rng, uint64_t seed) {
+    for (int i = 0; i < 4; i++) rng->s[i] = splitmix64(&seed);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t nb_rng_next(nb_rng *rng) {
+    uint64_t *s = rng->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double nb_rng_uniform(nb_rng *rng) { return (double)(nb_rng_next(rng) >> 11) * 0x1.0p-53; }
+
+double nb_rng_normal(nb_rng *rng) {
+    /* Box-Muller with u1 in (0, 1] so log never sees 0. */
+    double u1 = 1.0 - nb_rng_uniform(rng), u2 = nb_rng_uniform(rng);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static nb_tensor *fill_random(const char *op, nb_rng *rng, nb_dtype dt, int ndim,
+                              const int64_t *shape, double a, double b, bool normal) {
+    if (!rng) return nbt_error(op, "NULL generator");
+    if (dt != NB_F32 && dt != NB_F64)
+        return nbt_error(op, "expected dtype float32 or float64, got %s", nb_dtype_name(dt));
+    nb_tensor *t = nbt_new(op, dt, ndim, shape);
+    if (!t) return NULL;
+    int64_t n = nb_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        double v = normal ? nb_rng_normal(rng) : a + (b - a) * nb_rng_uniform(rng);
+        if (dt == NB_F32) ((float *)t->storage->data)[i] = (float)v;
+        else ((double *)t->storage->data)[i] = v;
+    }
+    return t;
+}
+
+nb_tensor *nb_rand(nb_rng *rng, nb_dtype dt, int ndim, const int64_t *shape) {
+    return fill_random("rand", rng, dt, ndim, shape, 0.0, 1.0, false);
+}
+
+nb_tensor *nb_uniform(nb_rng *rng, nb_dtype dt, int ndim, const int64_t *shape, double low,
+                      double high) {
+    if (!(low <= high)) return nbt_error("uniform", "low %g is above high %g", low, high);
+    return fill_random("uniform", rng, dt, ndim, shape, low, high, false);
+}
+
+nb_tensor *nb_randn(nb_rng *rng, nb_dtype dt, int ndim, const int64_t *shape) {
+    return fill_random("randn", rng, dt, ndim, shape, 0, 0, true);
+}
+
+nb_tensor *nb_randint(nb_rng *rng, int64_t low, int64_t high, int ndim, const int64_t *shape) {
+    if (!rng) return nbt_error("randint", "NULL generator");
+    if (low >= high)
+        return nbt_error("randint", "empty range [%lld, %lld)", (long long)low, (long long)high);
+    nb_tensor *t = nbt_new("randint", NB_I64, ndim, shape);
+    if (!t) return NULL;
+    uint64_t span = (uint64_t)(high - low), n = (uint64_t)nb_numel(t);
+    /* Rejection sampling keeps every value equally likely. */
+    uint64_t limit = UINT64_MAX - UINT64_MAX % span;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t r;
+        do r = nb_rng_next(rng);
+        while (r >= limit);
+        ((int64_t *)t->storage->data)[i] = low + (int64_t)(r % span);
+    }
+    return t;
+}

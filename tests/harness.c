@@ -1,0 +1,81 @@
+#include "harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static int suite_init(void) { return 0; }
+static int suite_clean(void) { return 0; }
+/* Every test runs in its own scope, so whatever it creates is released after it. */
+static void test_setup(void) {
+    nb_clear_error();
+    nb_scope_begin();
+}
+static void test_teardown(void) { nb_scope_end(); }
+
+int nbtest_run(const char *suite_name, const nbtest_case *cases, int ncases) {
+    if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+    CU_pSuite suite = CU_add_suite_with_setup_and_teardown(suite_name, suite_init, suite_clean,
+                                                           test_setup, test_teardown);
+    for (int i = 0; suite && i < ncases; i++) CU_add_test(suite, cases[i].name, cases[i].fn);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+    unsigned ran = CU_get_number_of_tests_run();
+    CU_cleanup_registry();
+    nb_shutdown();
+    if (ran != (unsigned)ncases) {
+        fprintf(stderr, "%s: only %u of %d tests ran\n", suite_name, ran, ncases);
+        return 1;
+    }
+    return failed ? 1 : 0;
+}
+
+bool nbtest_close(const nb_tensor *a, const nb_tensor *b, double atol, double rtol) {
+    if (!a || !b || !nb_same_shape(a, b)) {
+        fprintf(stderr, "nbtest_close: shapes differ or NULL (%s)\n", nb_last_error());
+        return false;
+    }
+    int64_t n = nb_numel(a);
+    double *x = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    double *y = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    bool ok = x && y && nb_to_doubles(a, x) && nb_to_doubles(b, y);
+    for (int64_t k = 0; ok && k < n; k++) {
+        bool same_special = (isnan(x[k]) && isnan(y[k])) || (isinf(x[k]) && x[k] == y[k]);
+        if (!same_special && !(fabs(x[k] - y[k]) <= atol + rtol * fabs(y[k]))) {
+            fprintf(stderr, "nbtest_close: element %lld: %.17g vs %.17g\n", (long long)k, x[k],
+                    y[k]);
+            ok = false;
+        }
+    }
+    free(x);
+    free(y);
+    return ok;
+}
+
+bool nbtest_values(const nb_tensor *t, const double *expected, int64_t n, double tol) {
+    if (!t) {
+        fprintf(stderr, "nbtest_values: NULL tensor (%s)\n", nb_last_error());
+        return false;
+    }
+    if (nb_numel(t) != n) {
+        fprintf(stderr, "nbtest_values: %lld elements, expected %lld\n", (long long)nb_numel(t),
+                (long long)n);
+        return false;
+    }
+    double buf[4096];
+    if (n > 4096) {
+        fprintf(stderr, "nbtest_values: at most 4096 values\n");
+        return false;
+    }
+    nb_to_doubles(t, buf);
+    for (int64_t k = 0; k < n; k++) {
+        bool same_special = (isnan(buf[k]) && isnan(expected[k])) ||
+                            (isinf(buf[k]) && buf[k] == expected[k]);
+        if (!same_special && !(fabs(buf[k] - expected[k]) <= tol)) {
+            fprintf(stderr, "nbtest_values: element %lld is %.17g, expected %.17g\n",
+                    (long long)k, buf[k], expected[k]);
+            return false;
+        }
+    }
+    return true;
+}

@@ -1,0 +1,32 @@
+/* Shared CUnit scaffolding: each test program registers its suites and calls nbtest_run. */
+#ifndef NABLA_TEST_HARNESS_H
+#define NABLA_TEST_HARNESS_H
+
+#include <CUnit/Basic.h>
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <nabla/nabla.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    void (*fn)(void);
+} nbtest_case;
+
+/* Runs every case as one suite; each case gets a fresh scope that is ended afterwards.
+ * Returns the process exit status (0 when everything passed). */
+int nbtest_run(const char *suite, const nbtest_case *cases, int ncases);
+
+/* Asserts |a - b| <= atol + rtol * |b| for every element of two same-shape tensors. */
+#define NBT_ASSERT_CLOSE(a, b, atol, rtol) CU_ASSERT(nbtest_close((a), (b), (atol), (rtol)))
+bool nbtest_close(const nb_tensor *a, const nb_tensor *b, double atol, double rtol);
+/* Asserts t equals the given doubles elementwise in row-major order. */
+bool nbtest_values(const nb_tensor *t, const double *expected, int64_t n, double tol);
+#define NBT_ASSERT_VALUES(t, tol, ...)                                                             \
+    CU_ASSERT(nbtest_values((t), (const double[]){__VA_ARGS__},                                    \
+                            (int64_t)(sizeof((const double[]){__VA_ARGS__}) / sizeof(double)),    \
+                            (tol)))
+/* Asserts the last error contains the substring. */
+#define NBT_ASSERT_ERROR(substr) CU_ASSERT_PTR_NOT_NULL(strstr(nb_last_error(), (substr)))
+
+#endif

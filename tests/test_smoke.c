@@ -1,0 +1,44 @@
+/* First light: creation, a view chain, backward through it, gradcheck. Values by hand. */
+#include "harness.h"
+
+static void test_view_chain_values(void) {
+    nb_tensor *x = nb_arange(NB_F64, 0, 6, 1);
+    nb_tensor *m = nb_transpose(nb_view(x, NB_SHAPE(2, 3)), 0, 1); /* [[0,3],[1,4],[2,5]] */
+    CU_ASSERT_EQUAL(m->strides[0], 1);
+    CU_ASSERT_EQUAL(m->strides[1], 3);
+    NBT_ASSERT_VALUES(m, 0, 0, 3, 1, 4, 2, 5);
+    CU_ASSERT_PTR_NULL(nb_view(m, NB_SHAPE(6)));
+    NBT_ASSERT_ERROR("contiguous()");
+}
+
+static void test_backward_through_views(void) {
+    nb_tensor *x = nb_requires_grad_(nb_arange(NB_F64, 0, 6, 1), true);
+    nb_tensor *m = nb_transpose(nb_view(x, NB_SHAPE(2, 3)), 0, 1);
+    nb_tensor *row = nb_select(m, 0, 1); /* elements 1 and 4 of x */
+    nb_tensor *g = nb_from_array(NB_F64, NB_SHAPE(2), (double[]){10, 20});
+    CU_ASSERT_TRUE(nb_backward(row, g));
+    NBT_ASSERT_VALUES(nb_grad(x), 0, 0, 10, 0, 0, 20, 0);
+}
+
+static nb_tensor *narrow_fn(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_narrow(nb_transpose(in[0], 0, 1), 0, 1, 2);
+}
+
+static void test_gradcheck_runs(void) {
+    nb_rng rng;
+    nb_rng_seed(&rng, 3);
+    nb_tensor *x = nb_requires_grad_(nb_randn(&rng, NB_F64, NB_SHAPE(2, 4)), true);
+    nb_gradcheck_result res;
+    CU_ASSERT_TRUE(nb_gradcheck(narrow_fn, 1, &x, NULL, NULL, &res));
+    CU_ASSERT_EQUAL(res.checked, 8);
+}
+
+int main(void) {
+    const nbtest_case cases[] = {
+        {"view chain values", test_view_chain_values},
+        {"backward through views", test_backward_through_views},
+        {"gradcheck runs", test_gradcheck_runs},
+    };
+    return nbtest_run("smoke", cases, sizeof cases / sizeof cases[0]);
+}
