@@ -30,6 +30,10 @@ static void release_node(nbt_owned *o) {
     node_free = n;
 }
 
+static void (*record_hook)(const char *op);
+
+void nba_set_record_hook(void (*hook)(const char *op)) { record_hook = hook; }
+
 bool nba_any_requires_grad(int n, const nb_tensor *const *inputs) {
     if (!grad_enabled) return false;
     for (int i = 0; i < n; i++)
@@ -57,6 +61,7 @@ nb_node *nba_record(const char *op, nb_tensor *out, int n, const nb_tensor *cons
     node->backward = backward;
     node->out = out;
     nbt_scope_own(&node->owned);
+    if (record_hook) record_hook(op);
     out->node = node;
     out->requires_grad = true;
     return node;

@@ -52,6 +52,9 @@ bool nba_input_needs_grad(const nb_node *n, int i);
  * where the input has size 1 are summed away. g's dtype must match the input's. */
 void nba_accumulate(nb_node *n, int i, const nb_tensor *g);
 
+/* Test hook: called with the op name of every node recorded (NULL to remove). */
+void nba_set_record_hook(void (*hook)(const char *op));
+
 /* ---- raw helpers shared by backward functions ---- */
 /* Sums t down to the given shape (t's shape must broadcast-reduce to it). New tensor. */
 nb_tensor *nba_sum_to_shape(const nb_tensor *t, int ndim, const int64_t *shape);

@@ -68,7 +68,7 @@ nb_storage *nbt_storage_new(size_t nbytes) {
         if (!s) return nbt_error("alloc", "out of memory for a storage header");
     }
     alloc_count++;
-    s->data = aligned_alloc(64, rounded);
+    s->data = aligned_alloc(64, (rounded + 63) / 64 * 64); /* C11: a multiple of 64 */
     if (!s->data) {
         s->next_free = storage_free;
         storage_free = s;

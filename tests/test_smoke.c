@@ -34,11 +34,37 @@ static void test_gradcheck_runs(void) {
     CU_ASSERT_EQUAL(res.checked, 8);
 }
 
+/* An op with a deliberately wrong backward (gradient doubled): gradcheck must catch it. */
+#include "autograd/node.h"
+static void wrong_backward(nb_node *n, const nb_tensor *gout) {
+    nb_tensor *g = nb_clone(gout);
+    nba_add_into(g, gout);
+    nba_accumulate(n, 0, g);
+}
+static nb_tensor *wrong_fn(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *out = nb_clone(in[0]);
+    nba_record("wrong", out, 1, (const nb_tensor *const *)in, wrong_backward);
+    return out;
+}
+
+static void test_gradcheck_catches_wrong_backward(void) {
+    nb_rng rng;
+    nb_rng_seed(&rng, 4);
+    nb_tensor *x = nb_requires_grad_(nb_randn(&rng, NB_F64, NB_SHAPE(3)), true);
+    nb_gradcheck_result res;
+    CU_ASSERT_FALSE(nb_gradcheck(wrong_fn, 1, &x, NULL, NULL, &res));
+    CU_ASSERT_FALSE(res.ok);
+    CU_ASSERT_DOUBLE_EQUAL(res.analytic, 2 * res.numeric, 1e-6);
+    CU_ASSERT_PTR_NOT_NULL(strstr(res.message, "FAILED"));
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"view chain values", test_view_chain_values},
         {"backward through views", test_backward_through_views},
         {"gradcheck runs", test_gradcheck_runs},
+        {"gradcheck catches a wrong backward", test_gradcheck_catches_wrong_backward},
     };
     return nbtest_run("smoke", cases, sizeof cases / sizeof cases[0]);
 }
