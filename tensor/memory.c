@@ -148,7 +148,7 @@ nb_tensor *nbt_new_in(nb_scope *s, const char *op, nb_dtype dt, int ndim, const 
     }
     t->dtype = dt;
     t->ndim = ndim;
-    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim); /* 0-d: shape NULL */
     nbt_contiguous_strides(ndim, shape, t->strides);
     t->storage = st;
     return t;
@@ -227,15 +227,25 @@ void nb_scope_push(nb_scope *s) {
     current = s;
 }
 
+static void pop_current(void) {
+    nb_scope *s = current;
+    current = s->parent;
+    s->on_stack = false;
+    s->parent = NULL;
+}
+
 void nb_scope_pop(void) {
     if (current == &root_scope) {
         nbt_error("nb_scope_pop", "no scope to pop (only the root scope is current)");
         return;
     }
-    nb_scope *s = current;
-    current = s->parent;
-    s->on_stack = false;
-    s->parent = NULL;
+    /* Popping a begun scope would lose it (nobody could end or destroy it afterwards). */
+    if (current->from_begin) {
+        nbt_error("nb_scope_pop", "the current scope was opened by nb_scope_begin; close it "
+                                  "with nb_scope_end");
+        return;
+    }
+    pop_current();
 }
 
 void nb_scope_begin(void) {
@@ -251,7 +261,7 @@ void nb_scope_end(void) {
         nbt_error("nb_scope_end", "the current scope was not opened by nb_scope_begin");
         return;
     }
-    nb_scope_pop();
+    pop_current();
     nb_scope_destroy(s);
 }
 
@@ -261,6 +271,11 @@ nb_tensor *nb_keep(nb_tensor *t) {
     if (s != current || !s->parent) return t; /* already outside the current scope */
     unlink_tensor(t);
     link_tensor(s->parent, t);
+    /* A leaf's gradient lives in the leaf's scope, so it moves too. */
+    if (t->grad && t->grad->scope == s) {
+        unlink_tensor(t->grad);
+        link_tensor(s->parent, t->grad);
+    }
     return t;
 }
 
@@ -269,7 +284,7 @@ int64_t nb_scope_tensor_count(void) { return current->count; }
 void nb_shutdown(void) {
     while (current != &root_scope) {
         nb_scope *s = current;
-        nb_scope_pop();
+        pop_current();
         if (s->from_begin) nb_scope_destroy(s);
     }
     clear_scope(&root_scope);
