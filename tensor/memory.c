@@ -43,10 +43,10 @@ static int size_class(size_t n, size_t *rounded) {
         return 0;
     }
     int k = 63 - __builtin_clzll((unsigned long long)(n - 1)); /* 2^k <= n-1 < 2^(k+1) */
-    size_t step = (size_t)1 << (k >= 2 ? k - 1 : 0);           /* quarters of 2^(k+1) */
-    size_t r = (n + step - 1) / step * step;
+    size_t step = (size_t)1 << (k - 2); /* quarters of 2^k: at most 25% waste (k >= 6 here) */
+    size_t r = (n + step - 1) / step * step; /* in (2^k, 2^(k+1)], so r / step in 5..8 */
     *rounded = r;
-    int cls = 4 * k + (int)(r / step) - 2;
+    int cls = 4 * k + (int)(r / step) - 5;
     return cls < NUM_CLASSES ? cls : NUM_CLASSES - 1;
 }
 
