@@ -7,5 +7,6 @@
 #include "nabla/autograd.h"
 #include "nabla/ops.h"
 #include "nabla/checkpoint.h"
+#include "nabla/optim.h"
 
 #endif
