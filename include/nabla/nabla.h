@@ -6,5 +6,7 @@
 #include "nabla/tensor.h"
 #include "nabla/autograd.h"
 #include "nabla/ops.h"
+#include "nabla/checkpoint.h"
+#include "nabla/optim.h"
 
 #endif
