@@ -100,7 +100,7 @@ nb_tensor *nb_max_dim(const nb_tensor *a, int dim, bool keepdim, nb_tensor **ind
                              "(expected -1 to 0)",
                              dim, nbt_shape(a));
         values = nbt_contiguous_as(a, a->dtype);
-        idx = nb_zeros(NB_I64, 0, NULL);
+        idx = nb_zeros(NB_I64, 0, (const int64_t[1]){0}); /* never a NULL shape: memcpy */
         if (!values || !idx) return NULL;
     } else {
         d = nbt_dim("max_dim", dim, a->ndim);

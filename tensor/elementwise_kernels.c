@@ -5,6 +5,7 @@
  * every row (the bias-add pattern [N, D] op [D]: one flat loop per row); and nbt_iterate
  * for everything else, whose runs still hit the unit-stride and stride-0 loops. */
 #include "elementwise_kernels.h"
+#include "simd.h"
 
 #include <string.h>
 
@@ -22,26 +23,31 @@ const char *nbt_binary_name(nbt_binary_op op) {
     return "binary";
 }
 
-/* One run of n elements; strides in elements. The unit-stride and broadcast-scalar cases are
- * spelled out so the compiler vectorises them. */
-#define BINARY_RUN(fname, T, EXPR)                                                                 \
+/* One run of n elements; strides in elements. The unit-stride and broadcast-scalar cases run
+ * on whole vectors (simd.h); the output may be one of the inputs itself, as each vector is
+ * loaded before its own position is stored. */
+#define BINARY_RUN(fname, S, T, EXPR)                                                              \
     static void fname(int64_t n, T *o, int64_t so, const T *a, int64_t sa, const T *b,             \
                       int64_t sb) {                                                                \
-        if (so == 1) {                                                                             \
-            if (sa == 1 && sb == 1) {                                                              \
-                for (int64_t i = 0; i < n; i++) o[i] = EXPR(a[i], b[i]);                           \
-                return;                                                                            \
-            }                                                                                      \
-            if (sa == 1 && sb == 0) {                                                              \
-                const T y = *b;                                                                    \
-                for (int64_t i = 0; i < n; i++) o[i] = EXPR(a[i], y);                              \
-                return;                                                                            \
-            }                                                                                      \
-            if (sa == 0 && sb == 1) {                                                              \
-                const T x = *a;                                                                    \
-                for (int64_t i = 0; i < n; i++) o[i] = EXPR(x, b[i]);                              \
-                return;                                                                            \
-            }                                                                                      \
+        if (so == 1 && sa == 1 && sb == 1) {                                                       \
+            NBT_VFOR(S, i, n,                                                                      \
+                     nbt_vstore_##S(o + i, EXPR(nbt_vload_##S(a + i), nbt_vload_##S(b + i))),      \
+                     o[i] = EXPR(a[i], b[i]));                                                     \
+            return;                                                                                \
+        }                                                                                          \
+        if (so == 1 && sa == 1 && sb == 0) {                                                       \
+            const T y = *b;                                                                        \
+            const nbt_v##S vy = nbt_vsplat_##S(y);                                                 \
+            NBT_VFOR(S, i, n, nbt_vstore_##S(o + i, EXPR(nbt_vload_##S(a + i), vy)),               \
+                     o[i] = EXPR(a[i], y));                                                        \
+            return;                                                                                \
+        }                                                                                          \
+        if (so == 1 && sa == 0 && sb == 1) {                                                       \
+            const T x = *a;                                                                        \
+            const nbt_v##S vx = nbt_vsplat_##S(x);                                                 \
+            NBT_VFOR(S, i, n, nbt_vstore_##S(o + i, EXPR(vx, nbt_vload_##S(b + i))),               \
+                     o[i] = EXPR(x, b[i]));                                                        \
+            return;                                                                                \
         }                                                                                          \
         for (int64_t i = 0; i < n; i++) o[i * so] = EXPR(a[i * sa], b[i * sb]);                    \
     }
@@ -50,14 +56,14 @@ const char *nbt_binary_name(nbt_binary_op op) {
 #define SUB(x, y) ((x) - (y))
 #define MUL(x, y) ((x) * (y))
 #define DIV(x, y) ((x) / (y))
-BINARY_RUN(add_f32, float, ADD)
-BINARY_RUN(sub_f32, float, SUB)
-BINARY_RUN(mul_f32, float, MUL)
-BINARY_RUN(div_f32, float, DIV)
-BINARY_RUN(add_f64, double, ADD)
-BINARY_RUN(sub_f64, double, SUB)
-BINARY_RUN(mul_f64, double, MUL)
-BINARY_RUN(div_f64, double, DIV)
+BINARY_RUN(add_f32, f32, float, ADD)
+BINARY_RUN(sub_f32, f32, float, SUB)
+BINARY_RUN(mul_f32, f32, float, MUL)
+BINARY_RUN(div_f32, f32, float, DIV)
+BINARY_RUN(add_f64, f64, double, ADD)
+BINARY_RUN(sub_f64, f64, double, SUB)
+BINARY_RUN(mul_f64, f64, double, MUL)
+BINARY_RUN(div_f64, f64, double, DIV)
 
 typedef void (*run_f32)(int64_t, float *, int64_t, const float *, int64_t, const float *, int64_t);
 typedef void (*run_f64)(int64_t, double *, int64_t, const double *, int64_t, const double *,

@@ -205,13 +205,14 @@ nb_tensor *nbt_sum_all(const nb_tensor *a, double scale) {
 }
 
 /* ---- max ---- */
+/* !(v <= best) is v > best or v NaN; once best is NaN it stays (the first NaN wins). */
 #define ROW_MAX(S, T)                                                                              \
     static int64_t row_argmax_##S(const T *x, int64_t n, int64_t stride, T *best_out) {            \
         T best = x[0];                                                                             \
         int64_t arg = 0;                                                                           \
-        for (int64_t i = 1; i < n; i++) {                                                          \
+        for (int64_t i = 1; i < n && !isnan(best); i++) {                                          \
             T v = x[i * stride];                                                                   \
-            if (v > best || (isnan(v) && !isnan(best))) best = v, arg = i;                         \
+            if (!(v <= best)) best = v, arg = i;                                                   \
         }                                                                                          \
         *best_out = best;                                                                          \
         return arg;                                                                                \

@@ -6,6 +6,7 @@
  * Formulas and their operation order follow PyTorch's CPU kernels, so float results agree
  * to rounding. */
 #include "elementwise_kernels.h"
+#include "simd.h"
 #include "vecmath.h"
 
 #include <math.h>
@@ -50,21 +51,27 @@ const char *nbt_unary_name(nbt_unary_op op) {
 #define INV_SQRT_2PI 0.3989422804014327
 
 /* ---- forward kernels: y[i] = f(x[i]) on contiguous arrays; y may alias x ---------------- */
-/* T: element type; S: suffix of the vecmath functions; FN(name): libm name for T. */
+/* S: dtype suffix; T: element type; FN(name): the libm function for T. V(S, p) loads a
+ * vector, ST(S, p, v) stores one, SPLAT(S, x) broadcasts a scalar. */
+#define V(S, p) nbt_vload_##S(p)
+#define ST(S, p, v) nbt_vstore_##S(p, v)
+#define SPLAT(S, x) nbt_vsplat_##S(x)
 #define FORWARD_KERNELS(S, T, FN)                                                                  \
     static void neg_##S(int64_t n, T *y, const T *x, T p) {                                        \
         (void)p;                                                                                   \
-        for (int64_t i = 0; i < n; i++) y[i] = -x[i];                                              \
+        NBT_VFOR(S, i, n, ST(S, y + i, -V(S, x + i)), y[i] = -x[i]);                               \
     }                                                                                              \
     static void add_scalar_##S(int64_t n, T *y, const T *x, T p) {                                 \
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] + p;                                           \
+        const nbt_v##S vp = SPLAT(S, p);                                                           \
+        NBT_VFOR(S, i, n, ST(S, y + i, V(S, x + i) + vp), y[i] = x[i] + p);                        \
     }                                                                                              \
     static void mul_scalar_##S(int64_t n, T *y, const T *x, T p) {                                 \
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] * p;                                           \
+        const nbt_v##S vp = SPLAT(S, p);                                                           \
+        NBT_VFOR(S, i, n, ST(S, y + i, V(S, x + i) * vp), y[i] = x[i] * p);                        \
     }                                                                                              \
     static void pow_scalar_##S(int64_t n, T *y, const T *x, T p) {                                 \
         if (p == 2) { /* squares are common and x * x is exactly rounded */                        \
-            for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i];                                    \
+            NBT_VFOR(S, i, n, ST(S, y + i, V(S, x + i) * V(S, x + i)), y[i] = x[i] * x[i]);        \
             return;                                                                                \
         }                                                                                          \
         for (int64_t i = 0; i < n; i++) y[i] = FN(pow)(x[i], p);                                   \
@@ -88,13 +95,16 @@ const char *nbt_unary_name(nbt_unary_op op) {
     /* 1 / (1 + exp(-x)): exp overflows to inf for very negative x, giving exactly 0. */           \
     static void sigmoid_##S(int64_t n, T *y, const T *x, T p) {                                    \
         (void)p;                                                                                   \
-        for (int64_t i = 0; i < n; i++) y[i] = -x[i];                                              \
+        NBT_VFOR(S, i, n, ST(S, y + i, -V(S, x + i)), y[i] = -x[i]);                               \
         nbt_vexp_##S(y, y, n);                                                                     \
-        for (int64_t i = 0; i < n; i++) y[i] = 1 / (1 + y[i]);                                     \
+        NBT_VFOR(S, i, n, ST(S, y + i, 1 / (1 + V(S, y + i))), y[i] = 1 / (1 + y[i]));             \
     }                                                                                              \
+    /* Keeps x unless x < 0, so NaN and -0 pass through. */                                        \
     static void relu_##S(int64_t n, T *y, const T *x, T p) {                                       \
         (void)p;                                                                                   \
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0 ? 0 : x[i];                                \
+        NBT_VFOR(S, i, n, nbt_v##S v = V(S, x + i);                                                \
+                 ST(S, y + i, nbt_vselect_##S(~(nbt_vmask_##S)(v < 0), v)),                        \
+                 y[i] = x[i] < 0 ? 0 : x[i]);                                                      \
     }                                                                                              \
     /* x / 2 * (1 + erf(x / sqrt 2)); t holds erf's argument so y may alias x. */                  \
     static void gelu_##S(int64_t n, T *y, const T *x, T p) {                                       \
@@ -102,9 +112,13 @@ const char *nbt_unary_name(nbt_unary_op op) {
         T t[CHUNK];                                                                                \
         for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
             int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
-            for (int64_t i = 0; i < m; i++) t[i] = x[i0 + i] * (T)M_SQRT1_2;                       \
+            const T *xc = x + i0;                                                                  \
+            T *yc = y + i0;                                                                        \
+            NBT_VFOR(S, i, m, ST(S, t + i, V(S, xc + i) * (T)M_SQRT1_2),                           \
+                     t[i] = xc[i] * (T)M_SQRT1_2);                                                 \
             nbt_verf_##S(t, t, m);                                                                 \
-            for (int64_t i = 0; i < m; i++) y[i0 + i] = x[i0 + i] * (T)0.5 * (1 + t[i]);           \
+            NBT_VFOR(S, i, m, ST(S, yc + i, V(S, xc + i) * (T)0.5 * (1 + V(S, t + i))),            \
+                     yc[i] = xc[i] * (T)0.5 * (1 + t[i]));                                         \
         }                                                                                          \
     }                                                                                              \
     static void gelu_tanh_##S(int64_t n, T *y, const T *x, T p) {                                  \
@@ -112,12 +126,14 @@ const char *nbt_unary_name(nbt_unary_op op) {
         T t[CHUNK];                                                                                \
         for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
             int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
-            for (int64_t i = 0; i < m; i++) {                                                      \
-                T v = x[i0 + i];                                                                   \
-                t[i] = (T)GELU_BETA * (v + (T)GELU_KAPPA * (v * v * v));                           \
-            }                                                                                      \
+            const T *xc = x + i0;                                                                  \
+            T *yc = y + i0;                                                                        \
+            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i);                                           \
+                     ST(S, t + i, (T)GELU_BETA * (v + (T)GELU_KAPPA * (v * v * v))),               \
+                     t[i] = (T)GELU_BETA * (xc[i] + (T)GELU_KAPPA * (xc[i] * xc[i] * xc[i])));     \
             nbt_vtanh_##S(t, t, m);                                                                \
-            for (int64_t i = 0; i < m; i++) y[i0 + i] = (T)0.5 * x[i0 + i] * (1 + t[i]);           \
+            NBT_VFOR(S, i, m, ST(S, yc + i, (T)0.5 * V(S, xc + i) * (1 + V(S, t + i))),            \
+                     yc[i] = (T)0.5 * xc[i] * (1 + t[i]));                                         \
         }                                                                                          \
     }
 
@@ -130,7 +146,7 @@ FORWARD_KERNELS(f64, double, FN_F64)
 #define GRAD_KERNELS(S, T, FN)                                                                     \
     static void neg_grad_##S(int64_t n, T *gx, const T *g, const T *v, T p) {                      \
         (void)v, (void)p;                                                                          \
-        for (int64_t i = 0; i < n; i++) gx[i] = -g[i];                                             \
+        NBT_VFOR(S, i, n, ST(S, gx + i, -V(S, g + i)), gx[i] = -g[i]);                             \
     }                                                                                              \
     static void add_scalar_grad_##S(int64_t n, T *gx, const T *g, const T *v, T p) {               \
         (void)v, (void)p;                                                                          \
@@ -138,7 +154,8 @@ FORWARD_KERNELS(f64, double, FN_F64)
     }                                                                                              \
     static void mul_scalar_grad_##S(int64_t n, T *gx, const T *g, const T *v, T p) {               \
         (void)v;                                                                                   \
-        for (int64_t i = 0; i < n; i++) gx[i] = g[i] * p;                                          \
+        const nbt_v##S vp = SPLAT(S, p);                                                           \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * vp), gx[i] = g[i] * p);                      \
     }                                                                                              \
     /* p x^(p-1); PyTorch makes the gradient of x^0 zero everywhere, even at x = 0. */             \
     static void pow_scalar_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {               \
@@ -147,35 +164,41 @@ FORWARD_KERNELS(f64, double, FN_F64)
             return;                                                                                \
         }                                                                                          \
         if (p == 2) {                                                                              \
-            for (int64_t i = 0; i < n; i++) gx[i] = g[i] * (2 * x[i]);                             \
+            NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * (2 * V(S, x + i))),                      \
+                     gx[i] = g[i] * (2 * x[i]));                                                   \
             return;                                                                                \
         }                                                                                          \
         for (int64_t i = 0; i < n; i++) gx[i] = g[i] * (p * FN(pow)(x[i], p - 1));                 \
     }                                                                                              \
     static void exp_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                      \
         (void)p;                                                                                   \
-        for (int64_t i = 0; i < n; i++) gx[i] = g[i] * y[i];                                       \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * V(S, y + i)), gx[i] = g[i] * y[i]);          \
     }                                                                                              \
     static void log_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {                      \
         (void)p;                                                                                   \
-        for (int64_t i = 0; i < n; i++) gx[i] = g[i] / x[i];                                       \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) / V(S, x + i)), gx[i] = g[i] / x[i]);          \
     }                                                                                              \
     static void sqrt_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                     \
         (void)p;                                                                                   \
-        for (int64_t i = 0; i < n; i++) gx[i] = g[i] / (2 * y[i]);                                 \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) / (2 * V(S, y + i))),                          \
+                 gx[i] = g[i] / (2 * y[i]));                                                       \
     }                                                                                              \
     static void tanh_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                     \
         (void)p;                                                                                   \
-        for (int64_t i = 0; i < n; i++) gx[i] = g[i] * (1 - y[i] * y[i]);                          \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * (1 - V(S, y + i) * V(S, y + i))),            \
+                 gx[i] = g[i] * (1 - y[i] * y[i]));                                                \
     }                                                                                              \
     static void sigmoid_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                  \
         (void)p;                                                                                   \
-        for (int64_t i = 0; i < n; i++) gx[i] = g[i] * (1 - y[i]) * y[i];                          \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * (1 - V(S, y + i)) * V(S, y + i)),            \
+                 gx[i] = g[i] * (1 - y[i]) * y[i]);                                                \
     }                                                                                              \
     /* Passes the gradient where y > 0 (and where y is NaN, as PyTorch does). */                   \
     static void relu_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                     \
         (void)p;                                                                                   \
-        for (int64_t i = 0; i < n; i++) gx[i] = y[i] <= 0 ? 0 : g[i];                              \
+        NBT_VFOR(S, i, n,                                                                          \
+                 ST(S, gx + i, nbt_vselect_##S(~(nbt_vmask_##S)(V(S, y + i) <= 0), V(S, g + i))),  \
+                 gx[i] = y[i] <= 0 ? 0 : g[i]);                                                    \
     }                                                                                              \
     /* Phi(x) + x phi(x), Phi the normal CDF and phi its density. */                               \
     static void gelu_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {                     \
@@ -183,36 +206,39 @@ FORWARD_KERNELS(f64, double, FN_F64)
         T cdf[CHUNK], pdf[CHUNK];                                                                  \
         for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
             int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
-            for (int64_t i = 0; i < m; i++) {                                                      \
-                T v = x[i0 + i];                                                                   \
-                cdf[i] = v * (T)M_SQRT1_2;                                                         \
-                pdf[i] = v * v * (T)-0.5;                                                          \
-            }                                                                                      \
+            const T *xc = x + i0, *gc = g + i0;                                                    \
+            T *gxc = gx + i0;                                                                      \
+            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i); ST(S, cdf + i, v * (T)M_SQRT1_2);         \
+                     ST(S, pdf + i, v * v * (T)-0.5), cdf[i] = xc[i] * (T)M_SQRT1_2;               \
+                     pdf[i] = xc[i] * xc[i] * (T)-0.5);                                            \
             nbt_verf_##S(cdf, cdf, m);                                                             \
             nbt_vexp_##S(pdf, pdf, m);                                                             \
-            for (int64_t i = 0; i < m; i++) {                                                      \
-                T c = (T)0.5 * (1 + cdf[i]), d = (T)INV_SQRT_2PI * pdf[i];                         \
-                gx[i0 + i] = g[i0 + i] * (c + x[i0 + i] * d);                                      \
-            }                                                                                      \
+            NBT_VFOR(S, i, m, nbt_v##S c = (T)0.5 * (1 + V(S, cdf + i));                           \
+                     nbt_v##S d = (T)INV_SQRT_2PI * V(S, pdf + i);                                 \
+                     ST(S, gxc + i, V(S, gc + i) * (c + V(S, xc + i) * d)),                        \
+                     T c = (T)0.5 * (1 + cdf[i]);                                                  \
+                     T d = (T)INV_SQRT_2PI * pdf[i]; gxc[i] = gc[i] * (c + xc[i] * d));            \
         }                                                                                          \
     }                                                                                              \
+    /* d/dx of x/2 (1 + tanh(u)), u = beta (x + kappa x^3), in PyTorch's operation order. */       \
     static void gelu_tanh_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {                \
         (void)p;                                                                                   \
         T t[CHUNK];                                                                                \
         for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
             int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
-            for (int64_t i = 0; i < m; i++) {                                                      \
-                T v = x[i0 + i];                                                                   \
-                t[i] = (T)GELU_BETA * (v + (T)GELU_KAPPA * (v * v * v));                           \
-            }                                                                                      \
+            const T *xc = x + i0, *gc = g + i0;                                                    \
+            T *gxc = gx + i0;                                                                      \
+            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i);                                           \
+                     ST(S, t + i, (T)GELU_BETA * (v + (T)GELU_KAPPA * (v * v * v))),               \
+                     t[i] = (T)GELU_BETA * (xc[i] + (T)GELU_KAPPA * (xc[i] * xc[i] * xc[i])));     \
             nbt_vtanh_##S(t, t, m);                                                                \
-            for (int64_t i = 0; i < m; i++) {                                                      \
-                T v = x[i0 + i];                                                                   \
-                T left = (T)0.5 * v, right = 1 + t[i];                                             \
-                T dright =                                                                         \
-                    left * (1 - t[i] * t[i]) * (T)GELU_BETA * (1 + 3 * (T)GELU_KAPPA * v * v);     \
-                gx[i0 + i] = g[i0 + i] * ((T)0.5 * right + dright);                                \
-            }                                                                                      \
+            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i); nbt_v##S th = V(S, t + i);                \
+                     nbt_v##S dright = (T)0.5 * v * (1 - th * th) * (T)GELU_BETA *                 \
+                                       (1 + 3 * (T)GELU_KAPPA * v * v);                            \
+                     ST(S, gxc + i, V(S, gc + i) * ((T)0.5 * (1 + th) + dright)), T v = xc[i];     \
+                     T th = t[i]; T dright = (T)0.5 * v * (1 - th * th) * (T)GELU_BETA *           \
+                                             (1 + 3 * (T)GELU_KAPPA * v * v);                      \
+                     gxc[i] = gc[i] * ((T)0.5 * (1 + th) + dright));                               \
         }                                                                                          \
     }
 
