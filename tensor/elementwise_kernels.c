@@ -1,9 +1,10 @@
 /* Binary elementwise kernels (add, sub, mul, div) with broadcasting.
  *
- * Three paths, fastest first: every operand contiguous with the output's shape (one flat
- * loop); one operand contiguous and full-size with the other contiguous and repeating
- * every row (the bias-add pattern [N, D] op [D]: one flat loop per row); and nbt_iterate
- * for everything else, whose runs still hit the unit-stride and stride-0 loops. */
+ * Three paths, fastest first: every operand contiguous with the output's shape, or one of
+ * them a single element (one flat loop); one operand contiguous and full-size with the other
+ * contiguous and repeating every row (the bias-add pattern [N, D] op [D]: one flat loop per
+ * row); and nbt_iterate for everything else, whose runs still hit the unit-stride and
+ * stride-0 loops. */
 #include "elementwise_kernels.h"
 #include "simd.h"
 
