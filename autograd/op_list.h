@@ -14,3 +14,8 @@ NB_OP(select)
 NB_OP(contiguous)
 NB_OP(concat)
 NB_OP(stack)
+/* softmax.c */
+NB_OP(softmax)
+NB_OP(log_softmax)
+NB_OP(masked_fill)
+NB_OP(masked_softmax)
