@@ -19,3 +19,6 @@ NB_OP(softmax)
 NB_OP(log_softmax)
 NB_OP(masked_fill)
 NB_OP(masked_softmax)
+/* loss.c */
+NB_OP(cross_entropy)
+NB_OP(mse_loss)

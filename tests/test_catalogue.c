@@ -9,6 +9,7 @@
 
 NBCAT_FAMILY(views)
 NBCAT_FAMILY(softmax)
+NBCAT_FAMILY(layers)
 
 typedef struct {
     const nbcat_entry *entries;
@@ -18,6 +19,7 @@ typedef struct {
 static const family families[] = {
     {nbcat_views, &nbcat_views_count},
     {nbcat_softmax, &nbcat_softmax_count},
+    {nbcat_layers, &nbcat_layers_count},
 };
 
 static const char *const all_ops[] = {
