@@ -22,3 +22,7 @@ NB_OP(masked_softmax)
 /* loss.c */
 NB_OP(cross_entropy)
 NB_OP(mse_loss)
+/* layer_norm.c, embedding.c, dropout.c */
+NB_OP(layer_norm)
+NB_OP(embedding)
+NB_OP(dropout)
