@@ -14,3 +14,5 @@ NB_OP(select)
 NB_OP(contiguous)
 NB_OP(concat)
 NB_OP(stack)
+/* matmul.c */
+NB_OP(matmul)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 NBCAT_FAMILY(views)
+NBCAT_FAMILY(matmul)
 
 typedef struct {
     const nbcat_entry *entries;
@@ -16,6 +17,7 @@ typedef struct {
 
 static const family families[] = {
     {nbcat_views, &nbcat_views_count},
+    {nbcat_matmul, &nbcat_matmul_count},
 };
 
 static const char *const all_ops[] = {
