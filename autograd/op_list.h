@@ -35,3 +35,5 @@ NB_OP(gelu_tanh)
 NB_OP(sum)
 NB_OP(mean)
 NB_OP(max_dim)
+/* matmul.c */
+NB_OP(matmul)

@@ -10,6 +10,7 @@
 NBCAT_FAMILY(views)
 NBCAT_FAMILY(elementwise)
 NBCAT_FAMILY(reduce)
+NBCAT_FAMILY(matmul)
 
 typedef struct {
     const nbcat_entry *entries;
@@ -20,6 +21,7 @@ static const family families[] = {
     {nbcat_views, &nbcat_views_count},
     {nbcat_elementwise, &nbcat_elementwise_count},
     {nbcat_reduce, &nbcat_reduce_count},
+    {nbcat_matmul, &nbcat_matmul_count},
 };
 
 static const char *const all_ops[] = {
