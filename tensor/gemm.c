@@ -5,6 +5,7 @@
 #include "nbt.h"
 
 #include <stddef.h>
+#include <string.h>
 
 /* ---- kernels for the instruction set in use ---- */
 static nbt_gemm_isa current_isa = NBT_GEMM_GENERIC;

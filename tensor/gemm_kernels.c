@@ -189,7 +189,7 @@ static inline __m256i mask4x64(int lo, int hi) {
 #define KNAME ukr_f64_narrow
 #include "gemm_ukr.h"
 
-/* ---- transposing B into panels: square blocks of W x W floats transposed in registers ---- */
+/* ---- packing panels read across rows: square blocks transposed in registers ---- */
 #if GK_AVX512
 /* r[j] holds row j of a 16 x 16 block; afterwards r[k] holds column k. */
 static inline __attribute__((always_inline)) void transpose16(__m512 r[16]) {
@@ -224,20 +224,23 @@ static inline __attribute__((always_inline)) void transpose16(__m512 r[16]) {
     }
 }
 
-static void pack_bt_f32(const float *B, int64_t ldb, int64_t kc, int n, int nr, float *dst) {
-    for (int j0 = 0; j0 < nr; j0 += 16) {
+/* Square blocks of 16 x 16 transposed in registers; a panel narrower than a multiple of 16
+ * (A's 12 rows) is stored with a lane mask. */
+static void pack_t_f32(const float *X, int64_t ldx, int64_t kc, int n, int width, float *dst) {
+    for (int j0 = 0; j0 < width; j0 += 16) {
+        __mmask16 lanes = mask16(0, width - j0);
         for (int64_t k0 = 0; k0 < kc; k0 += 16) {
             int kk = kc - k0 < 16 ? (int)(kc - k0) : 16;
             __mmask16 km = mask16(0, kk);
             __m512 r[16];
 #pragma GCC unroll 16
             for (int j = 0; j < 16; j++)
-                r[j] = j0 + j < n ? _mm512_maskz_loadu_ps(km, B + (j0 + j) * ldb + k0)
+                r[j] = j0 + j < n ? _mm512_maskz_loadu_ps(km, X + (j0 + j) * ldx + k0)
                                   : _mm512_setzero_ps();
             transpose16(r);
 #pragma GCC unroll 16
             for (int q = 0; q < 16; q++)
-                if (q < kk) _mm512_storeu_ps(dst + (k0 + q) * nr + j0, r[q]);
+                if (q < kk) _mm512_mask_storeu_ps(dst + (k0 + q) * width + j0, lanes, r[q]);
         }
     }
 }
@@ -265,20 +268,23 @@ static inline __attribute__((always_inline)) void transpose8(__m256 r[8]) {
     }
 }
 
-static void pack_bt_f32(const float *B, int64_t ldb, int64_t kc, int n, int nr, float *dst) {
-    for (int j0 = 0; j0 < nr; j0 += 8) {
+/* Square blocks of 8 x 8 transposed in registers; a panel narrower than a multiple of 8
+ * (A's 6 rows) is stored with a lane mask. */
+static void pack_t_f32(const float *X, int64_t ldx, int64_t kc, int n, int width, float *dst) {
+    for (int j0 = 0; j0 < width; j0 += 8) {
+        __m256i lanes = mask8x32(0, width - j0 < 8 ? width - j0 : 8);
         for (int64_t k0 = 0; k0 < kc; k0 += 8) {
             int kk = kc - k0 < 8 ? (int)(kc - k0) : 8;
             __m256i km = mask8x32(0, kk);
             __m256 r[8];
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++)
-                r[j] = j0 + j < n ? _mm256_maskload_ps(B + (j0 + j) * ldb + k0, km)
+                r[j] = j0 + j < n ? _mm256_maskload_ps(X + (j0 + j) * ldx + k0, km)
                                   : _mm256_setzero_ps();
             transpose8(r);
 #pragma GCC unroll 8
             for (int q = 0; q < 8; q++)
-                if (q < kk) _mm256_storeu_ps(dst + (k0 + q) * nr + j0, r[q]);
+                if (q < kk) _mm256_maskstore_ps(dst + (k0 + q) * width + j0, lanes, r[q]);
         }
     }
 }
@@ -286,7 +292,7 @@ static void pack_bt_f32(const float *B, int64_t ldb, int64_t kc, int n, int nr, 
 
 void ISA_FN(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64) {
     *f32 = (nbt_gemm_kernels_f32){MR_WIDE, 2 * WF32,       ukr_f32_wide, MR_NARROW,
-                                  WF32,    ukr_f32_narrow, pack_bt_f32};
+                                  WF32,    ukr_f32_narrow, pack_t_f32};
     *f64 = (nbt_gemm_kernels_f64){MR_WIDE, 2 * WF64,       ukr_f64_wide, MR_NARROW,
                                   WF64,    ukr_f64_narrow, NULL};
 }

@@ -23,29 +23,30 @@ typedef void (*nbt_gemm_ukr_f64)(int64_t kc, const double *a, int64_t a_rs, int6
                                  const double *b, int64_t b_rs, double *c, int64_t ldc,
                                  double alpha, double beta, const nbt_gemm_rect *rect);
 
-/* Packs one panel of a transposed B: dst[k*nr + j] = B[j*ldb + k] for k < kc and j < n,
- * and 0 for n <= j < nr. */
-typedef void (*nbt_gemm_pack_bt_f32)(const float *B, int64_t ldb, int64_t kc, int n, int nr,
-                                     float *dst);
-typedef void (*nbt_gemm_pack_bt_f64)(const double *B, int64_t ldb, int64_t kc, int n, int nr,
-                                     double *dst);
+/* Packs one panel from a matrix read across its rows: dst[k*width + j] = X[j*ldx + k] for
+ * k < kc and j < n, and 0 for n <= j < width. This is a transposed B's panel (width nr) and
+ * an untransposed A's panel (width mr). */
+typedef void (*nbt_gemm_pack_t_f32)(const float *X, int64_t ldx, int64_t kc, int n, int width,
+                                    float *dst);
+typedef void (*nbt_gemm_pack_t_f64)(const double *X, int64_t ldx, int64_t kc, int n, int width,
+                                    double *dst);
 
 /* One instruction set's kernels: a wide one (mr x nr tiles), and a narrow one for matrices
- * with few columns (narrow_mr x narrow_nr; NULL when there is none). pack_bt NULL means the
+ * with few columns (narrow_mr x narrow_nr; NULL when there is none). pack_t NULL means the
  * driver's plain C loop. */
 typedef struct {
     int mr, nr;
     nbt_gemm_ukr_f32 wide;
     int narrow_mr, narrow_nr;
     nbt_gemm_ukr_f32 narrow;
-    nbt_gemm_pack_bt_f32 pack_bt;
+    nbt_gemm_pack_t_f32 pack_t;
 } nbt_gemm_kernels_f32;
 typedef struct {
     int mr, nr;
     nbt_gemm_ukr_f64 wide;
     int narrow_mr, narrow_nr;
     nbt_gemm_ukr_f64 narrow;
-    nbt_gemm_pack_bt_f64 pack_bt;
+    nbt_gemm_pack_t_f64 pack_t;
 } nbt_gemm_kernels_f64;
 
 /* Tile sizes never exceed these. */
