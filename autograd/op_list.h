@@ -35,6 +35,8 @@ NB_OP(gelu_tanh)
 NB_OP(sum)
 NB_OP(mean)
 NB_OP(max_dim)
+/* matmul.c */
+NB_OP(matmul)
 /* softmax.c */
 NB_OP(softmax)
 NB_OP(log_softmax)

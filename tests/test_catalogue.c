@@ -10,6 +10,7 @@
 NBCAT_FAMILY(views)
 NBCAT_FAMILY(elementwise)
 NBCAT_FAMILY(reduce)
+NBCAT_FAMILY(matmul)
 NBCAT_FAMILY(softmax)
 NBCAT_FAMILY(layers)
 
@@ -22,6 +23,7 @@ static const family families[] = {
     {nbcat_views, &nbcat_views_count},
     {nbcat_elementwise, &nbcat_elementwise_count},
     {nbcat_reduce, &nbcat_reduce_count},
+    {nbcat_matmul, &nbcat_matmul_count},
     {nbcat_softmax, &nbcat_softmax_count},
     {nbcat_layers, &nbcat_layers_count},
 };

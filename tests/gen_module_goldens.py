@@ -1,0 +1,281 @@
+#!/usr/bin/python3
+"""Writes the PyTorch golden file for nabla's module parity tests: tests/goldens/modules.json.
+
+Run it with Debian's PyTorch (apt-get install python3-torch), from anywhere:
+
+    /usr/bin/python3 tests/gen_module_goldens.py
+
+The JSON is committed; the C tests read it with jansson (tests/golden.c:
+golden_find_case, golden_named_tensors, golden_named_spec) and need no Python. Rerun it only
+when a case or a reference module below changes, and commit the JSON with the script.
+
+The modules below are written the way the multi-head attention tutorials write them, with
+the parameter names nabla's modules must use. Each is built in float32 right after
+torch.manual_seed(seed), with PyTorch's own initialisation, so its state_dict is what a
+tutorial reader gets; the f64 case uses the same parameters widened to double. Inputs and the
+output gradient are drawn from a generator seeded by a hash of the case name, in double, and
+rounded for f32.
+
+File format: {"generator", "torch", "cases": [case, ...]} with
+
+    case = {"name": "<module> <label> <dtype>", "module", "dtype", "seed",
+            "config": {constructor arguments}, "forward": {forward flags, e.g. causal},
+            "parameters":      [tensor + {"name", "requires_grad": true}], state_dict order,
+            "inputs":          [tensor + {"name", "requires_grad"}],
+            "output": tensor, "grad_output": tensor,
+            "parameter_grads": [tensor + {"name"}],
+            "input_grads":     [tensor + {"name"}] (inputs that require grad),
+            "extra_outputs":   [tensor + {"name"}] (e.g. "attn_weights" [B, H, T_q, T_k])}
+
+Gradients are those of sum(output * grad_output). Tensors are {"dtype", "shape", "data"}
+as in tests/gen_goldens.py.
+
+nabla conventions computed here by hand (look for "nabla:"):
+  * Masks are boolean with true = blocked: key_padding_mask [B, T_k] (true = padding) and
+    attn_mask [T_q, T_k]; causal blocks key j > query i.
+  * A query row whose keys are all blocked attends to nothing: its attention weights are 0
+    (PyTorch's softmax gives NaN). The reference unblocks such rows before the softmax and
+    multiplies them by 0 after it, so the output there is out_proj.bias and no NaN reaches
+    any gradient.
+  * Dropout is off (p = 0 / eval): its random masks cannot match PyTorch's generator.
+"""
+import copy
+import math
+import os
+import zlib
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from golden_json import tensor_json, write_json
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "goldens", "modules.json")
+
+
+class MultiHeadAttention(nn.Module):
+    """The tutorials' MultiHeadAttention, with boolean masks and nabla's empty-row rule."""
+
+    def __init__(self, d_in, d_out, num_heads, qkv_bias=False):
+        super().__init__()
+        assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+
+    def forward(self, x_q, x_kv=None, causal=False, key_padding_mask=None, attn_mask=None):
+        x_kv = x_q if x_kv is None else x_kv
+        b, t_q, _ = x_q.shape
+        t_k = x_kv.shape[1]
+        h, hd = self.num_heads, self.head_dim
+        q = self.W_query(x_q).view(b, t_q, h, hd).transpose(1, 2)
+        k = self.W_key(x_kv).view(b, t_k, h, hd).transpose(1, 2)
+        v = self.W_value(x_kv).view(b, t_k, h, hd).transpose(1, 2)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(hd)
+
+        blocked = torch.zeros(b, 1, t_q, t_k, dtype=torch.bool)
+        if causal:
+            blocked = blocked | torch.ones(t_q, t_k, dtype=torch.bool).triu(1)
+        if key_padding_mask is not None:
+            blocked = blocked | key_padding_mask[:, None, None, :]
+        if attn_mask is not None:
+            blocked = blocked | attn_mask
+        # nabla: fully blocked rows give zero weights, not NaN (see the docstring).
+        dead = blocked.all(dim=-1, keepdim=True)
+        scores = scores.masked_fill(blocked & ~dead, -math.inf)
+        attn = torch.softmax(scores, dim=-1) * (~dead).to(scores.dtype)
+        self.last_attn = attn
+
+        context = (attn @ v).transpose(1, 2).contiguous().view(b, t_q, self.d_out)
+        return self.out_proj(context)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, 4 * d_model)
+        self.fc2 = nn.Linear(4 * d_model, d_model)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))  # exact erf GELU
+
+
+class TransformerBlock(nn.Module):
+    """Pre-LayerNorm: x + attn(norm1(x)), then x + ff(norm2(x))."""
+
+    def __init__(self, d_model, num_heads, qkv_bias=False, eps=1e-5):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d_model, eps=eps)
+        self.attn = MultiHeadAttention(d_model, d_model, num_heads, qkv_bias)
+        self.norm2 = nn.LayerNorm(d_model, eps=eps)
+        self.ff = FeedForward(d_model)
+
+    def forward(self, x, causal=True):
+        x = x + self.attn(self.norm1(x), causal=causal)
+        return x + self.ff(self.norm2(x))
+
+
+# ---- cases ---------------------------------------------------------------------------------
+
+
+class Float:
+    """Float input, passed to forward by position; random normal unless values are given."""
+
+    def __init__(self, name, shape, values=None, grad=True):
+        self.name, self.shape, self.values, self.grad = name, shape, values, grad
+
+
+class Fixed:
+    """Index or mask input; masks are passed to forward by keyword, indices by position."""
+
+    def __init__(self, name, dtype, values, keyword=True):
+        self.name, self.dtype, self.values, self.grad = name, dtype, values, False
+        self.keyword = keyword
+
+
+CASES = []
+
+
+def module_case(module_name, label, seed, make, config, inputs, forward=None, perturb=None):
+    """make() builds the module (float32) right after torch.manual_seed(seed); perturb(module,
+    generator), if given, then replaces some parameters (documented per case). inputs are
+    Float/Fixed specs in the order forward takes them, as keyword arguments by name."""
+    forward = forward or {}
+    torch.manual_seed(seed)
+    base = make()
+    g = torch.Generator().manual_seed(zlib.crc32(f"{module_name}|{label}".encode()))
+    if perturb:
+        perturb(base, g)
+    draws = {}
+    for spec in inputs:
+        if isinstance(spec, Float):
+            draws[spec.name] = (torch.tensor(spec.values, dtype=torch.float64)
+                                if spec.values is not None
+                                else torch.randn(spec.shape, generator=g, dtype=torch.float64))
+        else:
+            draws[spec.name] = torch.tensor(spec.values, dtype=spec.dtype)
+    grad_out_draw = None
+    for dt, dtype in (("f32", torch.float32), ("f64", torch.float64)):
+        m = copy.deepcopy(base).to(dtype)  # f64: the f32 parameters widened
+        xs, args, kwargs = {}, [], dict(forward)
+        for spec in inputs:
+            x = draws[spec.name]
+            if isinstance(spec, Float):
+                x = x.to(dtype).requires_grad_(spec.grad)
+            xs[spec.name] = x
+            if isinstance(spec, Fixed) and spec.keyword:
+                kwargs[spec.name] = x
+            else:
+                args.append(x)
+        out = m(*args, **kwargs)
+        if grad_out_draw is None:
+            grad_out_draw = torch.randn(out.shape, generator=g, dtype=torch.float64)
+        grad_out = grad_out_draw.to(dtype)
+        (out * grad_out).sum().backward()
+        for t in [out] + [p.grad for p in m.parameters()]:
+            assert torch.isfinite(t).all(), f"{module_name} {label}: non-finite values"
+        params = [dict(name=n, requires_grad=True, **tensor_json(p))
+                  for n, p in m.state_dict(keep_vars=True).items()]
+        entry = {
+            "name": f"{module_name} {label} {dt}",
+            "module": module_name,
+            "dtype": dt,
+            "seed": seed,
+            "config": config,
+            "forward": forward,
+            "parameters": params,
+            "inputs": [dict(name=n, requires_grad=x.requires_grad, **tensor_json(x))
+                       for n, x in xs.items()],
+            "output": tensor_json(out),
+            "grad_output": tensor_json(grad_out),
+            "parameter_grads": [dict(name=n, **tensor_json(p.grad))
+                                for n, p in m.named_parameters()],
+            "input_grads": [dict(name=n, **tensor_json(x.grad))
+                            for n, x in xs.items() if x.requires_grad],
+            "extra_outputs": [],
+        }
+        if isinstance(m, MultiHeadAttention):
+            entry["extra_outputs"].append(dict(name="attn_weights", **tensor_json(m.last_attn)))
+        CASES.append(entry)
+
+
+def perturb_layer_norms(module, g):
+    """LayerNorm starts at weight 1, bias 0, which cannot show a forward that ignores them;
+    these cases draw weight ~ 1 + 0.3 N(0,1) and bias ~ 0.3 N(0,1) instead."""
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, nn.LayerNorm):
+                m.weight.copy_(1 + 0.3 * torch.randn(m.weight.shape, generator=g))
+                m.bias.copy_(0.3 * torch.randn(m.bias.shape, generator=g))
+
+
+def main():
+    module_case("Linear", "bias", 1, lambda: nn.Linear(5, 3),
+                {"in_features": 5, "out_features": 3, "bias": True}, [Float("x", [2, 3, 5])])
+    module_case("Linear", "no bias", 2, lambda: nn.Linear(5, 3, bias=False),
+                {"in_features": 5, "out_features": 3, "bias": False}, [Float("x", [4, 5])])
+
+    ln_config = {"normalized_shape": 6, "eps": 1e-5}
+    module_case("LayerNorm", "default init", 3, lambda: nn.LayerNorm(6, eps=1e-5), ln_config,
+                [Float("x", [2, 3, 6])])
+    module_case("LayerNorm", "perturbed affine", 4, lambda: nn.LayerNorm(6, eps=1e-5), ln_config,
+                [Float("x", [2, 3, 6])], perturb=perturb_layer_norms)
+
+    module_case("Embedding", "repeated indices", 5, lambda: nn.Embedding(10, 4),
+                {"num_embeddings": 10, "embedding_dim": 4},
+                [Fixed("indices", torch.int64, [[1, 3, 1], [9, 0, 3]], keyword=False)])
+
+    def mha(d_in, d_out, heads, qkv_bias):
+        return (lambda: MultiHeadAttention(d_in, d_out, heads, qkv_bias),
+                {"d_in": d_in, "d_out": d_out, "num_heads": heads, "qkv_bias": qkv_bias,
+                 "dropout": 0.0})
+
+    make, cfg = mha(6, 6, 2, False)
+    module_case("MultiHeadAttention", "causal self-attention", 6, make, cfg,
+                [Float("x", [2, 4, 6])], {"causal": True})
+    # Sequence 0: last two keys are padding; sequence 1: every key is padding.
+    module_case("MultiHeadAttention", "key padding mask, one sequence fully padded", 7, make,
+                cfg, [Float("x", [2, 4, 6]),
+                      Fixed("key_padding_mask", torch.bool,
+                            [[False, False, True, True], [True, True, True, True]])],
+                {"causal": False})
+    # Causal with left padding: query 0 of sequence 1 sees only a padded key (an empty row).
+    module_case("MultiHeadAttention", "causal and key padding", 8, make, cfg,
+                [Float("x", [2, 4, 6]),
+                 Fixed("key_padding_mask", torch.bool,
+                       [[False, False, False, True], [True, False, False, False]])],
+                {"causal": True})
+    # Attention mask with row 2 fully blocked.
+    module_case("MultiHeadAttention", "attention mask", 9, make, cfg,
+                [Float("x", [2, 4, 6]),
+                 Fixed("attn_mask", torch.bool,
+                       [[False, True, False, False], [False, False, True, True],
+                        [True, True, True, True], [False, False, False, False]])],
+                {"causal": False})
+    make, cfg = mha(6, 6, 2, True)
+    module_case("MultiHeadAttention", "cross-attention qkv_bias", 10, make, cfg,
+                [Float("x_q", [2, 3, 6]), Float("x_kv", [2, 5, 6])], {"causal": False})
+    make, cfg = mha(6, 6, 2, False)
+    module_case("MultiHeadAttention", "tutorial seed 123", 123, make, cfg,
+                [Float("x", [1, 3, 6], values=[[[1, 2, 3, 4, 5, 6], [6, 5, 4, 3, 2, 1],
+                                                [1, 1, 1, 1, 1, 1]]])],
+                {"causal": True})
+
+    block_cfg = {"d_model": 8, "num_heads": 2, "qkv_bias": False, "ff_hidden": 32, "eps": 1e-5,
+                 "dropout": 0.0}
+    module_case("TransformerBlock", "causal", 11, lambda: TransformerBlock(8, 2), block_cfg,
+                [Float("x", [2, 4, 8])], {"causal": True})
+    module_case("TransformerBlock", "causal, perturbed layer norms", 12,
+                lambda: TransformerBlock(8, 2), block_cfg, [Float("x", [2, 4, 8])],
+                {"causal": True}, perturb=perturb_layer_norms)
+
+    write_json(OUT, {"generator": "tests/gen_module_goldens.py", "torch": str(torch.__version__),
+                     "cases": CASES})
+    print(f"{os.path.relpath(OUT)}: {len(CASES)} cases")
+
+
+if __name__ == "__main__":
+    main()
