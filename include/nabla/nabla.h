@@ -6,5 +6,6 @@
 #include "nabla/tensor.h"
 #include "nabla/autograd.h"
 #include "nabla/ops.h"
+#include "nabla/nn.h"
 
 #endif

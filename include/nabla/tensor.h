@@ -149,6 +149,9 @@ bool nb_fill_(nb_tensor *t, double value);
 /* Copies src into dst in place (broadcasting src, converting dtype; no autograd). */
 bool nb_copy_(nb_tensor *dst, const nb_tensor *src);
 
+/* Elementwise a | b of two NB_BOOL masks, broadcast. New tensor in the current scope. */
+nb_tensor *nb_logical_or(const nb_tensor *a, const nb_tensor *b);
+
 /* ---- Printing --------------------------------------------------------------------------- */
 /* PyTorch style: tensor([[1., 2.], [3., 4.]]) followed by shape and dtype. */
 void nb_fprint(FILE *f, const nb_tensor *t);
