@@ -153,6 +153,29 @@ nb_transformer_block *nb_transformer_block_new(nb_module *parent, const char *na
 nb_tensor *nb_transformer_block_forward(nb_transformer_block *m, const nb_tensor *x,
                                         const nb_mha_opts *opts);
 
+/* ---- A small transformer over tokens --------------------------------------------------- */
+/* tok_emb + pos_emb, then blocks.0 .. blocks.{layers-1}, then norm_f and head (vocab logits).
+ * The toy tasks, the character LM and the benchmark all use it. */
+typedef struct {
+    nb_module base;
+    nb_embedding_layer *tok_emb, *pos_emb;
+    nb_module *blocks_container;
+    nb_transformer_block *blocks[16];
+    nb_layernorm *norm_f;
+    nb_linear *head;
+    int64_t vocab, max_len, dim, num_heads;
+    int num_layers;
+} nb_transformer_lm;
+
+/* layers in 1..16; max_len bounds the sequence length. Owned by the root. */
+nb_transformer_lm *nb_transformer_lm_new(nb_module *parent, const char *name, int64_t vocab,
+                                         int64_t max_len, int64_t dim, int64_t num_heads,
+                                         int layers, double dropout);
+/* tokens NB_I64 [B, T] -> logits [B, T, vocab]. attn_weights, if not NULL, has room for
+ * num_layers tensors and receives each layer's [B, H, T, T] attention weights. */
+nb_tensor *nb_transformer_lm_forward(nb_transformer_lm *m, const nb_tensor *tokens, bool causal,
+                                     const nb_tensor *key_padding_mask, nb_tensor **attn_weights);
+
 #ifdef __cplusplus
 }
 #endif
