@@ -9,6 +9,7 @@
 #define NABLA_NN_H
 
 #include "nabla/autograd.h"
+#include "nabla/checkpoint.h"
 #include "nabla/ops.h"
 #include "nabla/tensor.h"
 
@@ -19,10 +20,7 @@ extern "C" {
 typedef struct nb_module nb_module;
 
 /* A parameter and its dotted name ("blocks.0.attn.W_query.weight"). */
-typedef struct {
-    const char *name;
-    nb_tensor *tensor;
-} nb_param;
+typedef nb_named_tensor nb_param;
 
 struct nb_module {
     const char *type; /* "Linear", "MultiHeadAttention", ... */
@@ -62,6 +60,13 @@ nb_tensor *nb_module_param(const nb_module *m, const char *name);
 void nb_module_zero_grad(nb_module *m);
 /* Training mode (dropout active) or evaluation mode, for the whole subtree. */
 void nb_module_train(nb_module *m, bool training);
+/* Saves every parameter of m's subtree under its dotted name to a safetensors file (written
+ * to a temporary file and renamed, so a failed save leaves an older file intact). */
+bool nb_module_save(const nb_module *m, const char *path);
+/* Loads every parameter of m's subtree from a safetensors file written by nb_module_save or
+ * PyTorch (same names, dtypes and shapes, nothing extra). On any problem returns false with
+ * an error and leaves every parameter unchanged. */
+bool nb_module_load(nb_module *m, const char *path);
 /* Prints a table of names, shapes and counts. */
 void nb_module_fprint(FILE *f, const nb_module *m);
 

@@ -74,6 +74,10 @@ void nb_shutdown(void);
 /* Number of heap allocations nabla has made so far (the bench counts these per step). */
 uint64_t nb_alloc_count(void);
 
+/* Threads nabla's kernels may use (default: all cores, from OpenMP). n < 1 means the default. */
+void nb_set_num_threads(int n);
+int nb_get_num_threads(void);
+
 /* ---- Metadata ----------------------------------------------------------------------------- */
 const char *nb_dtype_name(nb_dtype dt);
 size_t nb_dtype_size(nb_dtype dt);
