@@ -2,6 +2,7 @@
  * routes the gradient back to the input's layout. */
 #include "node.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* Shared by view, reshape, unsqueeze and squeeze: only the shape changed. */
@@ -24,6 +25,9 @@ nb_tensor *nb_view(const nb_tensor *t, int ndim, const int64_t *shape) {
 
 nb_tensor *nb_reshape(const nb_tensor *t, int ndim, const int64_t *shape) {
     if (!nba_check_inputs("reshape", 1, &t)) return NULL;
+    if (ndim > 0 && !shape)
+        return nbt_error("reshape", "shape is NULL for a reshape to %d dims of a tensor of "
+                         "shape %s", ndim, nbt_shape(t));
     nb_tensor *out = nbt_view(t, ndim, shape);
     if (!out) {
         /* Not viewable: copy, then view (a shape error from the copy path is the real one). */
@@ -31,8 +35,10 @@ nb_tensor *nb_reshape(const nb_tensor *t, int ndim, const int64_t *shape) {
         nb_tensor *c = nbt_contiguous(t);
         out = c ? nbt_view(c, ndim, shape) : NULL;
         if (!out) {
-            const char *msg = nb_last_error();
-            if (strncmp(msg, "view:", 5) == 0) nbt_error("reshape", "%s", msg + 6);
+            /* Rename the op in the message; copy it first, nbt_error writes the same buffer. */
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", nb_last_error());
+            if (strncmp(msg, "view: ", 6) == 0) nbt_error("reshape", "%s", msg + 6);
             return NULL;
         }
     }
@@ -144,8 +150,18 @@ static void concat_backward(nb_node *n, const nb_tensor *gout) {
     }
 }
 
+/* Normalises dim for an ndim-dim result built from t; -1 with an error naming t's shape. */
+static int join_dim(const char *op, int dim, int ndim, const nb_tensor *t) {
+    int d = dim < 0 ? dim + ndim : dim;
+    if (d >= 0 && d < ndim) return d;
+    nbt_error(op, "dim %d is out of range for tensors of shape %s (expected %d to %d)", dim,
+              nbt_shape(t), -ndim, ndim - 1);
+    return -1;
+}
+
 static bool check_join(const char *op, int n, nb_tensor *const *ts) {
-    if (n <= 0 || !ts) return nbt_error(op, "expected at least one tensor, got %d", n), false;
+    if (n <= 0) return nbt_error(op, "expected at least one tensor, got %d", n), false;
+    if (!ts) return nbt_error(op, "the array of %d tensors is NULL", n), false;
     if (!nba_check_inputs(op, n, (const nb_tensor *const *)ts)) return false;
     for (int k = 1; k < n; k++)
         if (ts[k]->dtype != ts[0]->dtype)
@@ -156,7 +172,7 @@ static bool check_join(const char *op, int n, nb_tensor *const *ts) {
 
 nb_tensor *nb_concat(int n, nb_tensor *const *ts, int dim) {
     if (!check_join("concat", n, ts)) return NULL;
-    int d = nbt_dim("concat", dim, ts[0]->ndim);
+    int d = join_dim("concat", dim, ts[0]->ndim, ts[0]);
     if (d < 0) return NULL;
     int64_t shape[NB_MAX_DIMS];
     memcpy(shape, ts[0]->shape, sizeof shape);
@@ -193,7 +209,7 @@ nb_tensor *nb_stack(int n, nb_tensor *const *ts, int dim) {
     if (ts[0]->ndim >= NB_MAX_DIMS)
         return nbt_error("stack", "tensors of shape %s already have %d dims", nbt_shape(ts[0]),
                          NB_MAX_DIMS);
-    int d = nbt_dim("stack", dim, ts[0]->ndim + 1);
+    int d = join_dim("stack", dim, ts[0]->ndim + 1, ts[0]);
     if (d < 0) return NULL;
     for (int k = 1; k < n; k++)
         if (!nb_same_shape(ts[k], ts[0]))
@@ -214,13 +230,14 @@ nb_tensor *nb_stack(int n, nb_tensor *const *ts, int dim) {
 
 int nb_split(const nb_tensor *t, int64_t split_size, int dim, nb_tensor **out, int max_out) {
     if (!nba_check_inputs("split", 1, &t)) return -1;
-    int d = nbt_dim("split", dim, t->ndim);
+    int d = join_dim("split", dim, t->ndim, t);
     if (d < 0) return -1;
+    if (!out) return nbt_error("split", "out is NULL for a split of shape %s", nbt_shape(t)), -1;
     if (split_size <= 0) return nbt_error("split", "split_size must be positive, got %lld",
                                           (long long)split_size), -1;
     int64_t size = t->shape[d];
-    int64_t chunks = size == 0 ? 1 : (size + split_size - 1) / split_size;
-    if (!out || chunks > max_out)
+    int64_t chunks = size == 0 ? 1 : size / split_size + (size % split_size != 0);
+    if (chunks > max_out)
         return nbt_error("split", "dim %d of shape %s makes %lld chunks of %lld, but out has room "
                          "for %d", dim, nbt_shape(t), (long long)chunks, (long long)split_size,
                          max_out), -1;

@@ -28,11 +28,27 @@ nb_tensor *nb_ones(nb_dtype dt, int ndim, const int64_t *shape) {
 
 nb_tensor *nb_scalar(nb_dtype dt, double value) { return nb_full(dt, 0, NULL, value); }
 
+/* double -> int64 as x86 does it (and so PyTorch there): truncation, and INT64_MIN for NaN or
+ * values out of range, where a plain C cast would be undefined behaviour. */
+static int64_t to_int64(double v) {
+    return v >= -0x1p63 && v < 0x1p63 ? (int64_t)v : INT64_MIN;
+}
+
+/* Records "op: input is NULL" unless an earlier failure in a chain already explains it. */
+static void *null_input(const char *op) {
+    if (!nb_last_error()[0]) nbt_error(op, "input is NULL");
+    return NULL;
+}
+
 nb_tensor *nb_arange(nb_dtype dt, double start, double end, double step) {
-    if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step) ||
-        (end - start) / step < 0)
+    double count = (end - start) / step;
+    if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step) || !(count >= 0))
         return nbt_error("arange", "cannot go from %g to %g in steps of %g", start, end, step);
-    int64_t n = (int64_t)ceil((end - start) / step);
+    /* Checked before the cast: converting a double beyond int64 is undefined. */
+    if (ceil(count) > (double)(INT64_MAX / 64))
+        return nbt_error("arange", "%g to %g in steps of %g makes too many elements", start, end,
+                         step);
+    int64_t n = (int64_t)ceil(count);
     nb_tensor *t = nbt_new("arange", dt, 1, &n);
     if (!t) return NULL;
     for (int64_t i = 0; i < n; i++) nb_set(t, &i, start + (double)i * step);
@@ -52,13 +68,14 @@ nb_tensor *nb_from_array(nb_dtype dt, int ndim, const int64_t *shape, const void
 }
 
 nb_tensor *nb_eye(nb_dtype dt, int64_t n) {
+    if (!nbt_check_shape("eye", 2, (int64_t[]){n, n}, dt)) return NULL;
     nb_tensor *t = nb_zeros(dt, 2, (int64_t[]){n, n});
     for (int64_t i = 0; t && i < n; i++) nb_set(t, (int64_t[]){i, i}, 1.0);
     return t;
 }
 
 static nb_tensor *band(const char *op, const nb_tensor *t, int64_t k, bool lower) {
-    if (!t) return NULL;
+    if (!t) return null_input(op);
     if (t->ndim < 2)
         return nbt_error(op, "expected a tensor with at least 2 dims, got shape %s", nbt_shape(t));
     nb_tensor *out = nbt_contiguous_as(t, t->dtype);
@@ -80,23 +97,27 @@ nb_tensor *nb_tril(const nb_tensor *t, int64_t k) { return band("tril", t, k, tr
 nb_tensor *nb_triu(const nb_tensor *t, int64_t k) { return band("triu", t, k, false); }
 
 nb_tensor *nb_clone(const nb_tensor *t) {
-    if (!t) return NULL;
+    if (!t) return null_input("clone");
     return nbt_contiguous_as(t, t->dtype);
 }
 
 nb_tensor *nb_to_dtype(const nb_tensor *t, nb_dtype dt) {
-    if (!t) return NULL;
+    if (!t) return null_input("to_dtype");
     if ((unsigned)dt > NB_BOOL) return nbt_error("to_dtype", "unknown dtype %d", (int)dt);
     return nbt_contiguous_as(t, dt);
 }
 
 nb_tensor *nb_detach(const nb_tensor *t) {
-    if (!t) return NULL;
+    if (!t) return null_input("detach");
     return nbt_alias(t, t->ndim, t->shape, t->strides, t->offset);
 }
 
 /* Element offset of idx in t, or -1 with an error. */
 static int64_t element_offset(const char *op, const nb_tensor *t, const int64_t *idx) {
+    if (t->ndim > 0 && !idx) {
+        nbt_error(op, "index is NULL for a tensor of shape %s", nbt_shape(t));
+        return -1;
+    }
     int64_t off = t->offset;
     for (int i = 0; i < t->ndim; i++) {
         int64_t k = idx[i] < 0 ? idx[i] + t->shape[i] : idx[i];
@@ -132,7 +153,7 @@ bool nb_set(nb_tensor *t, const int64_t *idx, double v) {
     switch (t->dtype) {
     case NB_F32: *(float *)p = (float)v; break;
     case NB_F64: *(double *)p = v; break;
-    case NB_I64: *(int64_t *)p = (int64_t)v; break;
+    case NB_I64: *(int64_t *)p = to_int64(v); break;
     case NB_BOOL: *(uint8_t *)p = v != 0; break;
     }
     return true;
@@ -161,7 +182,7 @@ static void fill_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
         switch (c->dt) {
         case NB_F32: *(float *)q = (float)c->value; break;
         case NB_F64: *(double *)q = c->value; break;
-        case NB_I64: *(int64_t *)q = (int64_t)c->value; break;
+        case NB_I64: *(int64_t *)q = to_int64(c->value); break;
         case NB_BOOL: *(uint8_t *)q = c->value != 0; break;
         }
     }

@@ -54,6 +54,12 @@ void nbt_iterate(int ndim, const int64_t *shape, const nbt_operands *ops, nbt_in
     }
 }
 
+/* double -> int64 as x86 does it (and so PyTorch there): truncation, and INT64_MIN for NaN or
+ * values out of range, where a plain C cast would be undefined behaviour. */
+static int64_t to_int64(double v) {
+    return v >= -0x1p63 && v < 0x1p63 ? (int64_t)v : INT64_MIN;
+}
+
 static double load(const char *p, nb_dtype dt) {
     switch (dt) {
     case NB_F32: return *(const float *)p;
@@ -68,7 +74,7 @@ static void store(char *p, nb_dtype dt, double v) {
     switch (dt) {
     case NB_F32: *(float *)p = (float)v; break;
     case NB_F64: *(double *)p = v; break;
-    case NB_I64: *(int64_t *)p = (int64_t)v; break;
+    case NB_I64: *(int64_t *)p = to_int64(v); break;
     case NB_BOOL: *(uint8_t *)p = v != 0; break;
     }
 }

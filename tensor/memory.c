@@ -43,10 +43,10 @@ static int size_class(size_t n, size_t *rounded) {
         return 0;
     }
     int k = 63 - __builtin_clzll((unsigned long long)(n - 1)); /* 2^k <= n-1 < 2^(k+1) */
-    size_t step = (size_t)1 << (k >= 2 ? k - 1 : 0);           /* quarters of 2^(k+1) */
-    size_t r = (n + step - 1) / step * step;
+    size_t step = (size_t)1 << (k - 2); /* quarters of 2^k: at most 25% waste (k >= 6 here) */
+    size_t r = (n + step - 1) / step * step; /* in (2^k, 2^(k+1)], so r / step in 5..8 */
     *rounded = r;
-    int cls = 4 * k + (int)(r / step) - 2;
+    int cls = 4 * k + (int)(r / step) - 5;
     return cls < NUM_CLASSES ? cls : NUM_CLASSES - 1;
 }
 
@@ -148,7 +148,7 @@ nb_tensor *nbt_new_in(nb_scope *s, const char *op, nb_dtype dt, int ndim, const 
     }
     t->dtype = dt;
     t->ndim = ndim;
-    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim); /* 0-d: shape NULL */
     nbt_contiguous_strides(ndim, shape, t->strides);
     t->storage = st;
     return t;
@@ -227,15 +227,25 @@ void nb_scope_push(nb_scope *s) {
     current = s;
 }
 
+static void pop_current(void) {
+    nb_scope *s = current;
+    current = s->parent;
+    s->on_stack = false;
+    s->parent = NULL;
+}
+
 void nb_scope_pop(void) {
     if (current == &root_scope) {
         nbt_error("nb_scope_pop", "no scope to pop (only the root scope is current)");
         return;
     }
-    nb_scope *s = current;
-    current = s->parent;
-    s->on_stack = false;
-    s->parent = NULL;
+    /* Popping a begun scope would lose it (nobody could end or destroy it afterwards). */
+    if (current->from_begin) {
+        nbt_error("nb_scope_pop", "the current scope was opened by nb_scope_begin; close it "
+                                  "with nb_scope_end");
+        return;
+    }
+    pop_current();
 }
 
 void nb_scope_begin(void) {
@@ -251,7 +261,7 @@ void nb_scope_end(void) {
         nbt_error("nb_scope_end", "the current scope was not opened by nb_scope_begin");
         return;
     }
-    nb_scope_pop();
+    pop_current();
     nb_scope_destroy(s);
 }
 
@@ -261,6 +271,11 @@ nb_tensor *nb_keep(nb_tensor *t) {
     if (s != current || !s->parent) return t; /* already outside the current scope */
     unlink_tensor(t);
     link_tensor(s->parent, t);
+    /* A leaf's gradient lives in the leaf's scope, so it moves too. */
+    if (t->grad && t->grad->scope == s) {
+        unlink_tensor(t->grad);
+        link_tensor(s->parent, t->grad);
+    }
     return t;
 }
 
@@ -269,7 +284,7 @@ int64_t nb_scope_tensor_count(void) { return current->count; }
 void nb_shutdown(void) {
     while (current != &root_scope) {
         nb_scope *s = current;
-        nb_scope_pop();
+        pop_current();
         if (s->from_begin) nb_scope_destroy(s);
     }
     clear_scope(&root_scope);

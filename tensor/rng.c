@@ -44,10 +44,18 @@ static nb_tensor *fill_random(const char *op, nb_rng *rng, nb_dtype dt, int ndim
     nb_tensor *t = nbt_new(op, dt, ndim, shape);
     if (!t) return NULL;
     int64_t n = nb_numel(t);
+    /* a + (b - a) * u can round up to b (in float32 even for [0, 1)); such draws become the
+     * largest value below b, so the range stays half-open without changing other draws. */
+    float top32 = b > a ? nextafterf((float)b, (float)a) : (float)a;
+    double top64 = b > a ? nextafter(b, a) : a;
     for (int64_t i = 0; i < n; i++) {
         double v = normal ? nb_rng_normal(rng) : a + (b - a) * nb_rng_uniform(rng);
-        if (dt == NB_F32) ((float *)t->storage->data)[i] = (float)v;
-        else ((double *)t->storage->data)[i] = v;
+        if (dt == NB_F32) {
+            float f = (float)v;
+            ((float *)t->storage->data)[i] = !normal && f >= (float)b ? top32 : f;
+        } else {
+            ((double *)t->storage->data)[i] = !normal && v >= b ? top64 : v;
+        }
     }
     return t;
 }
@@ -72,14 +80,18 @@ nb_tensor *nb_randint(nb_rng *rng, int64_t low, int64_t high, int ndim, const in
         return nbt_error("randint", "empty range [%lld, %lld)", (long long)low, (long long)high);
     nb_tensor *t = nbt_new("randint", NB_I64, ndim, shape);
     if (!t) return NULL;
-    uint64_t span = (uint64_t)(high - low), n = (uint64_t)nb_numel(t);
+    /* Unsigned arithmetic: high - low and low + offset may not fit in int64. */
+    uint64_t span = (uint64_t)high - (uint64_t)low, n = (uint64_t)nb_numel(t);
     /* Rejection sampling keeps every value equally likely. */
     uint64_t limit = UINT64_MAX - UINT64_MAX % span;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t r;
         do r = nb_rng_next(rng);
         while (r >= limit);
-        ((int64_t *)t->storage->data)[i] = low + (int64_t)(r % span);
+        uint64_t v = (uint64_t)low + r % span; /* wraps mod 2^64 to the right value */
+        ((int64_t *)t->storage->data)[i] = v <= (uint64_t)INT64_MAX
+                                               ? (int64_t)v
+                                               : -(int64_t)(UINT64_MAX - v) - 1;
     }
     return t;
 }

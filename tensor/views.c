@@ -3,6 +3,19 @@
 
 #include <string.h>
 
+/* Normalises dim for an ndim-dim result of an op on t (ndim is t->ndim, or one more for
+ * unsqueeze); -1 with an error naming op, dim and t's shape. */
+static int dim_of(const char *op, int dim, int ndim, const nb_tensor *t) {
+    int d = dim < 0 ? dim + ndim : dim;
+    if (d >= 0 && d < ndim) return d;
+    if (ndim == 0)
+        nbt_error(op, "dim %d is out of range for a 0-d tensor (shape [])", dim);
+    else
+        nbt_error(op, "dim %d is out of range for a tensor of shape %s (expected %d to %d)", dim,
+                  nbt_shape(t), -ndim, ndim - 1);
+    return -1;
+}
+
 /* Resolves one -1 in a requested shape against numel; checks the element count. */
 static bool infer_shape(const char *op, const nb_tensor *t, int ndim, const int64_t *req,
                         int64_t *shape) {
@@ -10,8 +23,14 @@ static bool infer_shape(const char *op, const nb_tensor *t, int ndim, const int6
         nbt_error(op, "ndim %d is out of range (0 to %d)", ndim, NB_MAX_DIMS);
         return false;
     }
+    if (ndim > 0 && !req) {
+        nbt_error(op, "shape is NULL for a view of %d dims of a tensor of shape %s", ndim,
+                  nbt_shape(t));
+        return false;
+    }
     int infer = -1;
     int64_t known = 1, numel = nb_numel(t);
+    bool overflow = false;
     for (int i = 0; i < ndim; i++) {
         if (req[i] == -1) {
             if (infer >= 0) {
@@ -22,10 +41,15 @@ static bool infer_shape(const char *op, const nb_tensor *t, int ndim, const int6
         } else if (req[i] < 0) {
             nbt_error(op, "invalid size %lld in shape %s", (long long)req[i], nbt_dims(ndim, req));
             return false;
-        } else {
-            known *= req[i];
+        } else if (__builtin_mul_overflow(known, req[i], &known)) {
+            overflow = true;
         }
         shape[i] = req[i];
+    }
+    if (overflow) {
+        nbt_error(op, "shape %s is invalid for input of size %lld (shape %s): too many elements",
+                  nbt_dims(ndim, req), (long long)numel, nbt_shape(t));
+        return false;
     }
     if (infer >= 0) {
         if (known == 0 || numel % known != 0) {
@@ -83,7 +107,7 @@ nb_tensor *nbt_view(const nb_tensor *t, int ndim, const int64_t *req) {
 }
 
 nb_tensor *nbt_transpose(const nb_tensor *t, int d0, int d1) {
-    int a = nbt_dim("transpose", d0, t->ndim), b = a < 0 ? -1 : nbt_dim("transpose", d1, t->ndim);
+    int a = dim_of("transpose", d0, t->ndim, t), b = a < 0 ? -1 : dim_of("transpose", d1, t->ndim, t);
     if (a < 0 || b < 0) return NULL;
     int64_t shape[NB_MAX_DIMS], strides[NB_MAX_DIMS];
     memcpy(shape, t->shape, sizeof shape);
@@ -97,7 +121,7 @@ nb_tensor *nbt_permute(const nb_tensor *t, const int *dims) {
     int64_t shape[NB_MAX_DIMS], strides[NB_MAX_DIMS];
     bool seen[NB_MAX_DIMS] = {false};
     for (int i = 0; i < t->ndim; i++) {
-        int d = nbt_dim("permute", dims[i], t->ndim);
+        int d = dim_of("permute", dims[i], t->ndim, t);
         if (d < 0) return NULL;
         if (seen[d])
             return nbt_error("permute", "dim %d appears twice in the permutation of a tensor of "
@@ -113,7 +137,7 @@ nb_tensor *nbt_unsqueeze(const nb_tensor *t, int dim) {
     if (t->ndim >= NB_MAX_DIMS)
         return nbt_error("unsqueeze", "tensor of shape %s already has the maximum of %d dims",
                          nbt_shape(t), NB_MAX_DIMS);
-    int d = nbt_dim("unsqueeze", dim, t->ndim + 1);
+    int d = dim_of("unsqueeze", dim, t->ndim + 1, t);
     if (d < 0) return NULL;
     int64_t shape[NB_MAX_DIMS], strides[NB_MAX_DIMS];
     for (int i = 0, j = 0; i <= t->ndim; i++) {
@@ -132,7 +156,7 @@ nb_tensor *nbt_squeeze(const nb_tensor *t, int dim) {
     int64_t shape[NB_MAX_DIMS], strides[NB_MAX_DIMS];
     int n = 0, d = -1;
     if (dim != NBT_ALL_DIMS) {
-        d = nbt_dim("squeeze", dim, t->ndim);
+        d = dim_of("squeeze", dim, t->ndim, t);
         if (d < 0) return NULL;
     }
     for (int i = 0; i < t->ndim; i++) {
@@ -147,7 +171,9 @@ nb_tensor *nbt_squeeze(const nb_tensor *t, int dim) {
 
 nb_tensor *nbt_expand(const nb_tensor *t, int ndim, const int64_t *req) {
     if (ndim < t->ndim || ndim > NB_MAX_DIMS)
-        return nbt_error("expand", "cannot expand shape %s to %d dims", nbt_shape(t), ndim);
+        return nbt_error("expand", "cannot expand shape %s to %s: expected %d to %d dims",
+                         nbt_shape(t), ndim >= 0 && ndim <= 64 ? nbt_dims(ndim, req) : "?",
+                         t->ndim, NB_MAX_DIMS);
     int64_t shape[NB_MAX_DIMS], strides[NB_MAX_DIMS];
     for (int i = 0; i < ndim; i++) {
         int ti = i - (ndim - t->ndim);
@@ -160,16 +186,23 @@ nb_tensor *nbt_expand(const nb_tensor *t, int ndim, const int64_t *req) {
         shape[i] = want;
         strides[i] = (ti >= 0 && have == want) ? t->strides[ti] : 0;
     }
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++)
+        if (__builtin_mul_overflow(numel, shape[i], &numel))
+            return nbt_error("expand", "cannot expand shape %s to %s: too many elements",
+                             nbt_shape(t), nbt_dims(ndim, shape));
     return nbt_alias(t, ndim, shape, strides, t->offset);
 }
 
 nb_tensor *nbt_narrow(const nb_tensor *t, int dim, int64_t start, int64_t length) {
-    int d = nbt_dim("narrow", dim, t->ndim);
+    int d = dim_of("narrow", dim, t->ndim, t);
     if (d < 0) return NULL;
-    if (start < 0) start += t->shape[d];
-    if (start < 0 || length < 0 || start + length > t->shape[d])
-        return nbt_error("narrow", "range [%lld, %lld) is out of bounds for dim %d of shape %s",
-                         (long long)start, (long long)(start + length), dim, nbt_shape(t));
+    int64_t first = start < 0 ? start + t->shape[d] : start;
+    /* length > size - first rather than first + length > size: no overflow */
+    if (first < 0 || first > t->shape[d] || length < 0 || length > t->shape[d] - first)
+        return nbt_error("narrow", "start %lld and length %lld are out of bounds for dim %d of "
+                         "shape %s", (long long)start, (long long)length, dim, nbt_shape(t));
+    start = first;
     int64_t shape[NB_MAX_DIMS];
     memcpy(shape, t->shape, sizeof shape);
     shape[d] = length;
@@ -177,7 +210,7 @@ nb_tensor *nbt_narrow(const nb_tensor *t, int dim, int64_t start, int64_t length
 }
 
 nb_tensor *nbt_select(const nb_tensor *t, int dim, int64_t index) {
-    int d = nbt_dim("select", dim, t->ndim);
+    int d = dim_of("select", dim, t->ndim, t);
     if (d < 0) return NULL;
     int64_t i = index < 0 ? index + t->shape[d] : index;
     if (i < 0 || i >= t->shape[d])

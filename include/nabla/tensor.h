@@ -111,7 +111,7 @@ nb_tensor *nb_tril(const nb_tensor *t, int64_t k);
 nb_tensor *nb_triu(const nb_tensor *t, int64_t k);
 /* Contiguous copy with its own storage; no autograd history. */
 nb_tensor *nb_clone(const nb_tensor *t);
-/* Contiguous copy converted to dt (the same tensor if already dt... never: always a copy). */
+/* Contiguous copy converted to dt (always a copy, even when t already has dtype dt). */
 nb_tensor *nb_to_dtype(const nb_tensor *t, nb_dtype dt);
 /* Same storage, no autograd history, requires_grad false. */
 nb_tensor *nb_detach(const nb_tensor *t);
