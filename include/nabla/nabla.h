@@ -6,6 +6,8 @@
 #include "nabla/tensor.h"
 #include "nabla/autograd.h"
 #include "nabla/ops.h"
+#include "nabla/checkpoint.h"
 #include "nabla/nn.h"
+#include "nabla/optim.h"
 
 #endif

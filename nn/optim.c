@@ -1,0 +1,185 @@
+/* What every optimizer shares: parameter validation, state tensors in a private scope, the
+ * checked step loop, zero_grad, the learning rate and the named view of the state. */
+#include "optim_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+bool nbo_check_nonneg(const char *op, const char *what, double x) {
+    if (isfinite(x) && x >= 0) return true;
+    nbt_error(op, "%s is %g, expected a finite value >= 0", what, x);
+    return false;
+}
+
+bool nbo_check_beta(const char *op, const char *what, double x) {
+    if (x >= 0 && x < 1) return true;
+    nbt_error(op, "%s is %g, expected a value in [0, 1)", what, x);
+    return false;
+}
+
+static bool check_params(const char *op, nb_tensor *const *params, int n) {
+    if (!params) return nbt_error(op, "params is NULL"), false;
+    if (n < 1) return nbt_error(op, "got an empty parameter list (n = %d)", n), false;
+    for (int i = 0; i < n; i++) {
+        const nb_tensor *p = params[i];
+        if (!p) return nbt_error(op, "parameter %d is NULL", i), false;
+        if (p->node)
+            return nbt_error(op,
+                             "parameter %d (shape %s) is not a leaf: it was computed by an op; "
+                             "optimize the leaves it came from",
+                             i, nbt_shape(p)),
+                   false;
+        if (!nb_is_float(p))
+            return nbt_error(op, "parameter %d (shape %s) is %s, expected float32 or float64", i,
+                             nbt_shape(p), nb_dtype_name(p->dtype)),
+                   false;
+        if (!p->requires_grad)
+            return nbt_error(op, "parameter %d (shape %s) does not require grad", i, nbt_shape(p)),
+                   false;
+        if (p->dtype != params[0]->dtype)
+            return nbt_error(op,
+                             "parameter %d (shape %s) is %s but parameter 0 (shape %s) is %s: "
+                             "all parameters must share one dtype",
+                             i, nbt_shape(p), nb_dtype_name(p->dtype), nbt_shape(params[0]),
+                             nb_dtype_name(params[0]->dtype)),
+                   false;
+        for (int d = 0; d < p->ndim; d++)
+            if (p->shape[d] > 1 && p->strides[d] == 0)
+                return nbt_error(op,
+                                 "parameter %d (shape %s) is an expanded view; updating it in "
+                                 "place would hit shared elements",
+                                 i, nbt_shape(p)),
+                       false;
+        for (int j = 0; j < i; j++)
+            if (params[j] == p)
+                return nbt_error(op, "parameter %d is the same tensor as parameter %d", i, j),
+                       false;
+    }
+    return true;
+}
+
+nb_optimizer *nbo_create(const char *op, nb_tensor *const *params, int n, double lr, int nstate,
+                         const nbo_state_kind *kinds, nbo_update_fn update) {
+    if (!check_params(op, params, n) || !nbo_check_nonneg(op, "lr", lr)) return NULL;
+    nb_optimizer *o = nbt_malloc(sizeof *o);
+    if (!o) return nbt_error(op, "out of memory");
+    memset(o, 0, sizeof *o);
+    o->op = op;
+    o->update = update;
+    o->lr = lr;
+    o->n = n;
+    o->nstate = nstate;
+    memcpy(o->kinds, kinds, sizeof *kinds * (size_t)nstate);
+    o->params = nbt_malloc(sizeof *o->params * (size_t)n);
+    o->state = nbt_malloc(sizeof *o->state * (size_t)(n * nstate + 1));
+    o->scope = nb_scope_create();
+    if (!o->params || !o->state || !o->scope) {
+        nb_optimizer_free(o);
+        return nbt_error(op, "out of memory");
+    }
+    memcpy(o->params, params, sizeof *params * (size_t)n);
+    bool ok = true;
+    nb_scope_push(o->scope);
+    for (int i = 0; ok && i < n; i++)
+        for (int k = 0; ok && k < nstate; k++) {
+            const nb_tensor *p = params[i];
+            /* A non-NULL shape even for 0 dims: nbt_new memcpy's from it. */
+            static const int64_t no_dims[1] = {0};
+            nb_tensor *s = kinds[k].is_step ? nb_zeros(NB_I64, 0, no_dims)
+                                            : nb_zeros(p->dtype, p->ndim, p->shape);
+            o->state[i * nstate + k] = s;
+            ok = s != NULL;
+        }
+    nb_scope_pop();
+    if (!ok) {
+        nb_optimizer_free(o);
+        return NULL;
+    }
+    return o;
+}
+
+void nb_optimizer_free(nb_optimizer *o) {
+    if (!o) return;
+    if (o->scope) nb_scope_destroy(o->scope);
+    nbt_free(o->params);
+    nbt_free(o->state);
+    nbt_free(o->named);
+    nbt_free(o);
+}
+
+bool nb_optimizer_step(nb_optimizer *o) {
+    if (!o) return nbt_error("nb_optimizer_step", "optimizer is NULL"), false;
+    /* Check every gradient first so a bad one leaves all parameters untouched. */
+    for (int i = 0; i < o->n; i++) {
+        const nb_tensor *p = o->params[i], *g = p->grad;
+        if (g && (g->dtype != p->dtype || !nb_same_shape(g, p)))
+            return nbt_error("nb_optimizer_step",
+                             "parameter %d has shape %s (%s) but its gradient has shape %s (%s)", i,
+                             nbt_shape(p), nb_dtype_name(p->dtype), nbt_shape(g),
+                             nb_dtype_name(g->dtype)),
+                   false;
+    }
+    for (int i = 0; i < o->n; i++)
+        if (o->params[i]->grad) o->update(o, i);
+    return true;
+}
+
+void nb_optimizer_zero_grad(nb_optimizer *o) {
+    if (!o) return;
+    for (int i = 0; i < o->n; i++) nb_zero_grad(o->params[i]);
+}
+
+double nb_optimizer_lr(const nb_optimizer *o) {
+    if (!o) return nbt_error("nb_optimizer_lr", "optimizer is NULL"), NAN;
+    return o->lr;
+}
+
+bool nb_optimizer_set_lr(nb_optimizer *o, double lr) {
+    if (!o) return nbt_error("nb_optimizer_set_lr", "optimizer is NULL"), false;
+    if (!nbo_check_nonneg("nb_optimizer_set_lr", "lr", lr)) return false;
+    o->lr = lr;
+    return true;
+}
+
+void nbo_run(nb_tensor *param, const nb_tensor *grad, int nstate, nb_tensor *const *states,
+             nbt_inner_fn fn, void *ctx) {
+    size_t es = nb_dtype_size(param->dtype);
+    nbt_operands ops = {.nops = 2 + nstate, .base = {nbt_ptr(param), nbt_ptr(grad)}};
+    const nb_tensor *all[NBT_ITER_MAX] = {param, grad};
+    for (int k = 0; k < nstate; k++) {
+        all[2 + k] = states[k];
+        ops.base[2 + k] = nbt_ptr(states[k]);
+    }
+    for (int k = 0; k < ops.nops; k++) {
+        ops.elem[k] = es;
+        memcpy(ops.strides[k], all[k]->strides, sizeof(int64_t) * (size_t)param->ndim);
+    }
+    nbt_iterate(param->ndim, param->shape, &ops, fn, ctx);
+}
+
+int nb_optimizer_state(nb_optimizer *o, const char *prefix, const nb_named_tensor **out) {
+    if (!o || !out)
+        return nbt_error("nb_optimizer_state", "%s is NULL", o ? "out" : "optimizer"), -1;
+    if (!prefix) prefix = "";
+    int count = o->n * o->nstate;
+    /* Longest name: prefix, the kind, '.', up to 11 digits and the terminator. */
+    size_t longest = 0;
+    for (int k = 0; k < o->nstate; k++)
+        if (strlen(o->kinds[k].name) > longest) longest = strlen(o->kinds[k].name);
+    size_t name_cap = strlen(prefix) + longest + 13;
+    nb_named_tensor *named =
+        nbt_malloc(sizeof *named * (size_t)(count + 1) + name_cap * (size_t)count);
+    if (!named) return nbt_error("nb_optimizer_state", "out of memory"), -1;
+    char *names = (char *)(named + count + 1);
+    for (int i = 0; i < o->n; i++)
+        for (int k = 0; k < o->nstate; k++) {
+            char *name = names + name_cap * (size_t)(i * o->nstate + k);
+            snprintf(name, name_cap, "%s%s.%d", prefix, o->kinds[k].name, i);
+            named[i * o->nstate + k] = (nb_named_tensor){name, nbo_state(o, i, k)};
+        }
+    nbt_free(o->named);
+    o->named = named;
+    *out = named;
+    return count;
+}

@@ -1,0 +1,103 @@
+/* Adam (L2 weight decay added to the gradient) and AdamW (decoupled weight decay), step for
+ * step as torch.optim.Adam / AdamW (single-tensor path, amsgrad off). */
+#include "optim_impl.h"
+
+#include <math.h>
+
+enum { EXP_AVG = 0, EXP_AVG_SQ = 1, STEP = 2 };
+
+typedef struct {
+    double beta1, beta2, eps;
+    double l2;        /* Adam: weight_decay, added to the gradient */
+    double decay;     /* AdamW: 1 - lr * weight_decay, multiplied into the parameter */
+    double step_size; /* lr / (1 - beta1^t) */
+    double bc2_sqrt;  /* sqrt(1 - beta2^t) */
+} adam_consts;
+
+/* One element, written as torch's sequence of tensor ops so the roundings match. */
+#define ADAM_ELEMENT(T, SQRT, p, g, m, v)                                                          \
+    do {                                                                                           \
+        T grad = (g);                                                                              \
+        if (l2 != 0) grad = grad + l2 * (p);                                                       \
+        (p) = (p)*decay;                                                                           \
+        (m) = (m)*beta1 + one_minus_beta1 * grad;                                                  \
+        (v) = (v)*beta2 + one_minus_beta2 * grad * grad;                                           \
+        T denom = SQRT((v)) / bc2_sqrt + eps;                                                      \
+        (p) = (p) + neg_step_size * (m) / denom;                                                   \
+    } while (0)
+
+/* Kernels over one run of nbt_iterate: ptr = {param, grad, exp_avg, exp_avg_sq}. */
+#define ADAM_KERNEL(NAME, T, SQRT)                                                                 \
+    static void NAME(int64_t n, char **ptr, const int64_t *bs, void *vctx) {                       \
+        const adam_consts *c = vctx;                                                               \
+        const T beta1 = (T)c->beta1, beta2 = (T)c->beta2, eps = (T)c->eps, l2 = (T)c->l2,          \
+                decay = (T)c->decay, one_minus_beta1 = (T)(1 - c->beta1),                          \
+                one_minus_beta2 = (T)(1 - c->beta2), neg_step_size = (T)-c->step_size,             \
+                bc2_sqrt = (T)c->bc2_sqrt;                                                         \
+        if (bs[0] == sizeof(T) && bs[1] == sizeof(T) && bs[2] == sizeof(T) &&                      \
+            bs[3] == sizeof(T)) {                                                                  \
+            T *p = (T *)ptr[0], *m = (T *)ptr[2], *v = (T *)ptr[3];                                \
+            const T *g = (const T *)ptr[1];                                                        \
+            for (int64_t i = 0; i < n; i++) ADAM_ELEMENT(T, SQRT, p[i], g[i], m[i], v[i]);         \
+            return;                                                                                \
+        }                                                                                          \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            ADAM_ELEMENT(T, SQRT, *(T *)(ptr[0] + i * bs[0]), *(const T *)(ptr[1] + i * bs[1]),    \
+                         *(T *)(ptr[2] + i * bs[2]), *(T *)(ptr[3] + i * bs[3]));                  \
+    }
+
+ADAM_KERNEL(adam_f32, float, sqrtf)
+ADAM_KERNEL(adam_f64, double, sqrt)
+
+static void adam_update(nb_optimizer *o, int i) {
+    nb_tensor *p = o->params[i];
+    int64_t *step = (int64_t *)nbt_ptr(nbo_state(o, i, STEP));
+    ++*step;
+    const nb_adam_opts *a = &o->adam;
+    double t = (double)*step;
+    adam_consts c = {
+        .beta1 = a->beta1,
+        .beta2 = a->beta2,
+        .eps = a->eps,
+        .l2 = o->decoupled ? 0 : a->weight_decay,
+        .decay = o->decoupled ? 1 - o->lr * a->weight_decay : 1,
+        .step_size = o->lr / (1 - pow(a->beta1, t)),
+        .bc2_sqrt = sqrt(1 - pow(a->beta2, t)),
+    };
+    nb_tensor *states[2] = {nbo_state(o, i, EXP_AVG), nbo_state(o, i, EXP_AVG_SQ)};
+    nbo_run(p, p->grad, 2, states, p->dtype == NB_F32 ? adam_f32 : adam_f64, &c);
+}
+
+nb_adam_opts nb_adam_defaults(double lr) {
+    return (nb_adam_opts){.lr = lr, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0};
+}
+
+nb_adam_opts nb_adamw_defaults(double lr) {
+    nb_adam_opts o = nb_adam_defaults(lr);
+    o.weight_decay = 0.01;
+    return o;
+}
+
+static nb_optimizer *create(const char *op, nb_tensor *const *params, int n, nb_adam_opts opts,
+                            bool decoupled) {
+    if (!nbo_check_beta(op, "beta1", opts.beta1) || !nbo_check_beta(op, "beta2", opts.beta2) ||
+        !nbo_check_nonneg(op, "eps", opts.eps) ||
+        !nbo_check_nonneg(op, "weight_decay", opts.weight_decay))
+        return NULL;
+    static const nbo_state_kind kinds[] = {
+        {"exp_avg", false}, {"exp_avg_sq", false}, {"step", true}};
+    nb_optimizer *o = nbo_create(op, params, n, opts.lr, 3, kinds, adam_update);
+    if (o) {
+        o->adam = opts;
+        o->decoupled = decoupled;
+    }
+    return o;
+}
+
+nb_optimizer *nb_adam_new(nb_tensor *const *params, int n, nb_adam_opts opts) {
+    return create("nb_adam_new", params, n, opts, false);
+}
+
+nb_optimizer *nb_adamw_new(nb_tensor *const *params, int n, nb_adam_opts opts) {
+    return create("nb_adamw_new", params, n, opts, true);
+}

@@ -1,0 +1,55 @@
+/* Internal: the optimizer object shared by the SGD and Adam/AdamW update rules. */
+#ifndef NABLA_OPTIM_IMPL_H
+#define NABLA_OPTIM_IMPL_H
+
+#include "nabla/optim.h"
+#include "nabla/autograd.h"
+#include "tensor/nbt.h"
+
+#define NBO_MAX_STATE 3
+
+typedef struct {
+    const char *name; /* "momentum_buffer", "exp_avg", "exp_avg_sq" or "step" */
+    bool is_step;     /* a 0-d I64 count; otherwise a tensor like the parameter */
+} nbo_state_kind;
+
+/* Applies one update to parameter i, whose gradient has been checked. */
+typedef void (*nbo_update_fn)(nb_optimizer *opt, int i);
+
+struct nb_optimizer {
+    const char *op; /* the constructor's name, for messages */
+    nbo_update_fn update;
+    double lr;
+    nb_sgd_opts sgd;   /* SGD only */
+    nb_adam_opts adam; /* Adam and AdamW only */
+    bool decoupled;    /* AdamW */
+    int n;
+    nb_tensor **params; /* borrowed */
+    int nstate;
+    nbo_state_kind kinds[NBO_MAX_STATE];
+    nb_tensor **state; /* state[i * nstate + k]: kind k of parameter i, in scope */
+    nb_scope *scope;
+    nb_named_tensor *named; /* the last nb_optimizer_state answer, names after the entries */
+};
+
+/* Validates the parameters and creates an optimizer with zeroed state of the given kinds.
+ * NULL with an error naming op on bad input. */
+nb_optimizer *nbo_create(const char *op, nb_tensor *const *params, int n, double lr, int nstate,
+                         const nbo_state_kind *kinds, nbo_update_fn update);
+
+/* True if x is finite and >= 0; otherwise records "op: <what> is <x>, expected ...". */
+bool nbo_check_nonneg(const char *op, const char *what, double x);
+/* True if x is in [0, 1); otherwise an error. */
+bool nbo_check_beta(const char *op, const char *what, double x);
+
+/* State kind k of parameter i. */
+static inline nb_tensor *nbo_state(const nb_optimizer *o, int i, int k) {
+    return o->state[i * o->nstate + k];
+}
+
+/* Runs fn over (param, grad, state tensors...) with nbt_iterate: one call per contiguous run,
+ * byte strides in the order param, grad, then the nstate given states. */
+void nbo_run(nb_tensor *param, const nb_tensor *grad, int nstate, nb_tensor *const *states,
+             nbt_inner_fn fn, void *ctx);
+
+#endif

@@ -1,0 +1,374 @@
+/* Reading a safetensors file defensively: every number in the header is checked against the
+ * file before it is used, so a truncated, corrupted or hostile file is an error, never an
+ * out-of-bounds read or a crash. */
+#include "safetensors_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors data is little-endian; nabla's checkpoints assume a little-endian host"
+#endif
+
+/* Every message starts "op: path: ". */
+#define FILE_ERROR(f, fmt, ...) nbt_error((f)->op, "%s: " fmt, (f)->path, __VA_ARGS__)
+
+const char *nbst_dtype_name(nb_dtype dt) {
+    switch (dt) {
+    case NB_F32:
+        return "F32";
+    case NB_F64:
+        return "F64";
+    case NB_I64:
+        return "I64";
+    case NB_BOOL:
+        return "BOOL";
+    }
+    return "?";
+}
+
+static bool dtype_from_name(const char *s, nb_dtype *dt) {
+    static const nb_dtype all[] = {NB_F32, NB_F64, NB_I64, NB_BOOL};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(s, nbst_dtype_name(all[i])) == 0) {
+            *dt = all[i];
+            return true;
+        }
+    return false;
+}
+
+uint64_t nbst_nbytes(const nb_tensor *t) {
+    return (uint64_t)nb_numel(t) * nb_dtype_size(t->dtype);
+}
+
+/* ---- bitwise strided copies ---- */
+static void copy_elements(int64_t n, char **p, const int64_t *s, void *ctx) {
+    size_t es = *(const size_t *)ctx;
+    if (s[0] == (int64_t)es && s[1] == (int64_t)es) {
+        memcpy(p[0], p[1], (size_t)n * es);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) memcpy(p[0] + i * s[0], p[1] + i * s[1], es);
+}
+
+/* Copies t->shape elements from src to dst, each side with its own element strides. */
+static void copy_bytes(const nb_tensor *t, char *dst, const int64_t *dst_strides, const char *src,
+                       const int64_t *src_strides) {
+    size_t es = nb_dtype_size(t->dtype);
+    nbt_operands ops = {.nops = 2, .base = {dst, (char *)src}, .elem = {es, es}};
+    memcpy(ops.strides[0], dst_strides, sizeof(int64_t) * (size_t)t->ndim);
+    memcpy(ops.strides[1], src_strides, sizeof(int64_t) * (size_t)t->ndim);
+    nbt_iterate(t->ndim, t->shape, &ops, copy_elements, &es);
+}
+
+void nbst_gather(void *dst, const nb_tensor *t) {
+    int64_t packed[NB_MAX_DIMS];
+    nbt_contiguous_strides(t->ndim, t->shape, packed);
+    copy_bytes(t, dst, packed, nbt_ptr(t), t->strides);
+}
+
+void nbst_scatter(nb_tensor *t, const void *src) {
+    int64_t packed[NB_MAX_DIMS];
+    nbt_contiguous_strides(t->ndim, t->shape, packed);
+    copy_bytes(t, nbt_ptr(t), t->strides, src, packed);
+}
+
+/* ---- file reading ---- */
+/* Reads exactly len bytes at offset; false on a short read (the file changed) or an error. */
+static bool read_at(nbst_file *f, void *buf, uint64_t len, uint64_t offset) {
+    char *p = buf;
+    while (len > 0) {
+        size_t chunk = len > ((size_t)1 << 30) ? (size_t)1 << 30 : (size_t)len;
+        ssize_t r = pread(f->fd, p, chunk, (off_t)offset);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            FILE_ERROR(f, "read failed: %s", strerror(errno));
+            return false;
+        }
+        if (r == 0) {
+            FILE_ERROR(f, "the file ended early (at byte %llu); was it changed while reading?",
+                       (unsigned long long)offset);
+            return false;
+        }
+        p += r;
+        len -= (uint64_t)r;
+        offset += (uint64_t)r;
+    }
+    return true;
+}
+
+/* A JSON integer in [0, INT64_MAX]. */
+static bool get_count(const json_t *v, uint64_t *out) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0) return false;
+    *out = (uint64_t)json_integer_value(v);
+    return true;
+}
+
+static bool check_metadata(nbst_file *f, const json_t *meta) {
+    if (!json_is_object(meta)) {
+        FILE_ERROR(f, "%s", "__metadata__ is not a JSON object");
+        return false;
+    }
+    const char *key;
+    const json_t *value;
+    json_object_foreach((json_t *)meta, key, value) {
+        if (!json_is_string(value)) {
+            FILE_ERROR(f, "__metadata__ entry '%s' is not a string", key);
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool parse_entry(nbst_file *f, const char *name, const json_t *desc, nbst_entry *e) {
+    e->name = name;
+    if (!json_is_object(desc)) {
+        FILE_ERROR(f, "tensor '%s': its description is not a JSON object", name);
+        return false;
+    }
+    const char *key;
+    const json_t *value;
+    json_object_foreach((json_t *)desc, key, value) {
+        if (strcmp(key, "dtype") != 0 && strcmp(key, "shape") != 0 &&
+            strcmp(key, "data_offsets") != 0) {
+            FILE_ERROR(f, "tensor '%s': unknown field '%s'", name, key);
+            return false;
+        }
+    }
+    const json_t *dtype = json_object_get(desc, "dtype");
+    if (!json_is_string(dtype)) {
+        FILE_ERROR(f, "tensor '%s': dtype is missing or not a string", name);
+        return false;
+    }
+    if (!dtype_from_name(json_string_value(dtype), &e->dtype)) {
+        FILE_ERROR(f, "tensor '%s': dtype %s is not supported (nabla reads F32, F64, I64, BOOL)",
+                   name, json_string_value(dtype));
+        return false;
+    }
+    const json_t *shape = json_object_get(desc, "shape");
+    if (!json_is_array(shape)) {
+        FILE_ERROR(f, "tensor '%s': shape is missing or not an array", name);
+        return false;
+    }
+    if (json_array_size(shape) > NB_MAX_DIMS) {
+        FILE_ERROR(f, "tensor '%s': shape has %zu dims, nabla allows at most %d", name,
+                   json_array_size(shape), NB_MAX_DIMS);
+        return false;
+    }
+    e->ndim = (int)json_array_size(shape);
+    uint64_t nbytes = nb_dtype_size(e->dtype);
+    for (int i = 0; i < e->ndim; i++) {
+        uint64_t dim;
+        if (!get_count(json_array_get(shape, (size_t)i), &dim)) {
+            FILE_ERROR(f, "tensor '%s': shape entry %d is not a non-negative integer", name, i);
+            return false;
+        }
+        if (__builtin_mul_overflow(nbytes, dim, &nbytes) || nbytes > (uint64_t)INT64_MAX) {
+            FILE_ERROR(f, "tensor '%s': shape is too large", name);
+            return false;
+        }
+        e->shape[i] = (int64_t)dim;
+    }
+    const json_t *offsets = json_object_get(desc, "data_offsets");
+    if (!json_is_array(offsets) || json_array_size(offsets) != 2 ||
+        !get_count(json_array_get(offsets, 0), &e->begin) ||
+        !get_count(json_array_get(offsets, 1), &e->end)) {
+        FILE_ERROR(f, "tensor '%s': data_offsets is not a pair of non-negative integers", name);
+        return false;
+    }
+    if (e->begin > e->end) {
+        FILE_ERROR(f, "tensor '%s': data_offsets [%llu, %llu] end before they begin", name,
+                   (unsigned long long)e->begin, (unsigned long long)e->end);
+        return false;
+    }
+    if (e->end > f->data_len) {
+        FILE_ERROR(f,
+                   "tensor '%s': data_offsets [%llu, %llu] reach past the data section of %llu "
+                   "bytes",
+                   name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                   (unsigned long long)f->data_len);
+        return false;
+    }
+    if (e->end - e->begin != nbytes) {
+        FILE_ERROR(f,
+                   "tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, but %s %s needs "
+                   "%llu",
+                   name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                   (unsigned long long)(e->end - e->begin), nbst_dtype_name(e->dtype),
+                   nbt_dims(e->ndim, e->shape), (unsigned long long)nbytes);
+        return false;
+    }
+    return true;
+}
+
+static int by_offsets(const void *a, const void *b) {
+    const nbst_entry *x = *(const nbst_entry *const *)a, *y = *(const nbst_entry *const *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+/* The ranges, in offset order, must tile [0, data_len): no gap, no overlap, nothing left. */
+static bool check_coverage(nbst_file *f) {
+    const nbst_entry **sorted = nbt_malloc(sizeof *sorted * (size_t)(f->count ? f->count : 1));
+    if (!sorted) {
+        FILE_ERROR(f, "%s", "out of memory");
+        return false;
+    }
+    for (int i = 0; i < f->count; i++) sorted[i] = &f->entries[i];
+    qsort(sorted, (size_t)f->count, sizeof *sorted, by_offsets);
+    uint64_t pos = 0;
+    const nbst_entry *prev = NULL;
+    bool ok = true;
+    for (int i = 0; ok && i < f->count; i++) {
+        const nbst_entry *e = sorted[i];
+        if (e->begin < pos) {
+            FILE_ERROR(f, "tensor '%s': data_offsets [%llu, %llu] overlap those of tensor '%s'",
+                       e->name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                       prev->name);
+            ok = false;
+        } else if (e->begin > pos) {
+            FILE_ERROR(f, "the data section has a gap: bytes [%llu, %llu) belong to no tensor",
+                       (unsigned long long)pos, (unsigned long long)e->begin);
+            ok = false;
+        }
+        pos = e->end;
+        prev = e;
+    }
+    if (ok && pos != f->data_len) {
+        FILE_ERROR(f, "the data section has %llu bytes but the tensors cover only %llu",
+                   (unsigned long long)f->data_len, (unsigned long long)pos);
+        ok = false;
+    }
+    nbt_free(sorted);
+    return ok;
+}
+
+static bool parse_header(nbst_file *f, const char *text) {
+    json_error_t jerr;
+    f->header = json_loadb(text, (size_t)f->header_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!f->header) {
+        FILE_ERROR(f, "the header is not valid JSON (line %d, column %d: %s)", jerr.line,
+                   jerr.column, jerr.text);
+        return false;
+    }
+    if (!json_is_object(f->header)) {
+        FILE_ERROR(f, "%s", "the header is not a JSON object");
+        return false;
+    }
+    size_t n = json_object_size(f->header);
+    if (n > (size_t)INT32_MAX) {
+        FILE_ERROR(f, "the header lists %zu entries, too many", n);
+        return false;
+    }
+    f->entries = nbt_malloc(sizeof *f->entries * (n ? n : 1));
+    if (!f->entries) {
+        FILE_ERROR(f, "%s", "out of memory");
+        return false;
+    }
+    const char *key;
+    json_t *value;
+    json_object_foreach(f->header, key, value) {
+        if (strcmp(key, "__metadata__") == 0) {
+            if (!check_metadata(f, value)) return false;
+            continue;
+        }
+        if (!parse_entry(f, key, value, &f->entries[f->count])) return false;
+        f->count++;
+    }
+    return check_coverage(f);
+}
+
+bool nbst_open(nbst_file *f, const char *op, const char *path) {
+    memset(f, 0, sizeof *f);
+    f->op = op;
+    f->path = path ? path : "(null)";
+    f->fd = -1;
+    if (!path) {
+        nbt_error(op, "path is NULL");
+        return false;
+    }
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0) {
+        FILE_ERROR(f, "cannot open: %s", strerror(errno));
+        return false;
+    }
+    struct stat st;
+    if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        FILE_ERROR(f, "%s", "not a regular file");
+        nbst_close(f);
+        return false;
+    }
+    f->file_size = (uint64_t)st.st_size;
+    unsigned char len_bytes[8];
+    if (f->file_size < 8) {
+        FILE_ERROR(f, "the file has %llu bytes, too few for the 8-byte header length",
+                   (unsigned long long)f->file_size);
+        nbst_close(f);
+        return false;
+    }
+    if (!read_at(f, len_bytes, 8, 0)) {
+        nbst_close(f);
+        return false;
+    }
+    for (int i = 7; i >= 0; i--) f->header_len = f->header_len << 8 | len_bytes[i];
+    if (f->header_len > f->file_size - 8) {
+        FILE_ERROR(f, "the header length %llu is larger than the %llu bytes after it",
+                   (unsigned long long)f->header_len, (unsigned long long)(f->file_size - 8));
+        nbst_close(f);
+        return false;
+    }
+    if (f->header_len > NBST_MAX_HEADER) {
+        FILE_ERROR(f, "the header length %llu is over the %llu-byte limit",
+                   (unsigned long long)f->header_len, (unsigned long long)NBST_MAX_HEADER);
+        nbst_close(f);
+        return false;
+    }
+    f->data_len = f->file_size - 8 - f->header_len;
+    char *text = nbt_malloc((size_t)f->header_len + 1);
+    if (!text) {
+        FILE_ERROR(f, "%s", "out of memory for the header");
+        nbst_close(f);
+        return false;
+    }
+    bool ok = read_at(f, text, f->header_len, 8) && parse_header(f, text);
+    nbt_free(text);
+    if (!ok) nbst_close(f);
+    return ok;
+}
+
+bool nbst_read_data(nbst_file *f) {
+    f->data = nbt_malloc((size_t)(f->data_len ? f->data_len : 1));
+    if (!f->data) {
+        FILE_ERROR(f, "out of memory for %llu bytes of data", (unsigned long long)f->data_len);
+        return false;
+    }
+    if (!read_at(f, f->data, f->data_len, 8 + f->header_len)) return false;
+    for (int i = 0; i < f->count; i++) {
+        const nbst_entry *e = &f->entries[i];
+        if (e->dtype != NB_BOOL) continue;
+        for (uint64_t k = e->begin; k < e->end; k++)
+            if (f->data[k] > 1) {
+                FILE_ERROR(f, "tensor '%s': BOOL element %llu is %u, not 0 or 1", e->name,
+                           (unsigned long long)(k - e->begin), f->data[k]);
+                return false;
+            }
+    }
+    return true;
+}
+
+void nbst_close(nbst_file *f) {
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+    if (f->header) json_decref(f->header);
+    f->header = NULL;
+    nbt_free(f->entries);
+    f->entries = NULL;
+    f->count = 0;
+    nbt_free(f->data);
+    f->data = NULL;
+}

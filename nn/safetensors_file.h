@@ -1,0 +1,50 @@
+/* Internal: reading and validating safetensors files (shared by load and read), dtype names,
+ * and the bitwise strided copies both directions use. */
+#ifndef NABLA_SAFETENSORS_FILE_H
+#define NABLA_SAFETENSORS_FILE_H
+
+#include "nabla/checkpoint.h"
+#include "tensor/nbt.h"
+
+#include <jansson.h>
+
+/* Larger headers are refused before allocating (the reference implementation's limit). */
+#define NBST_MAX_HEADER ((uint64_t)100 << 20)
+
+typedef struct {
+    const char *name; /* points into the parsed header: valid until nbst_close */
+    nb_dtype dtype;
+    int ndim;
+    int64_t shape[NB_MAX_DIMS];
+    uint64_t begin, end; /* byte range in the data section */
+} nbst_entry;
+
+typedef struct {
+    const char *op, *path; /* for error messages; borrowed */
+    int fd;
+    uint64_t file_size, header_len, data_len; /* data section = file_size - 8 - header_len */
+    json_t *header;
+    nbst_entry *entries; /* in header order */
+    int count;
+    unsigned char *data; /* the data section, once nbst_read_data has run */
+} nbst_file;
+
+/* Opens path and validates its header: length against the file size, JSON, each entry's
+ * dtype, shape and offsets, and that the entries cover the data section exactly once.
+ * Errors name op and path. On failure everything is already released. */
+bool nbst_open(nbst_file *f, const char *op, const char *path);
+/* Reads the whole data section into f->data and checks that bool tensors hold only 0 and 1. */
+bool nbst_read_data(nbst_file *f);
+/* Releases what nbst_open and nbst_read_data acquired. Safe to call twice. */
+void nbst_close(nbst_file *f);
+
+/* "F32", "F64", "I64", "BOOL". */
+const char *nbst_dtype_name(nb_dtype dt);
+/* Size in bytes of t's data (numel * element size). */
+uint64_t nbst_nbytes(const nb_tensor *t);
+/* Copies t's elements bytewise in row-major order into dst (nbst_nbytes(t) bytes). */
+void nbst_gather(void *dst, const nb_tensor *t);
+/* Copies row-major bytes from src bytewise into t's elements, whatever t's strides. */
+void nbst_scatter(nb_tensor *t, const void *src);
+
+#endif
