@@ -164,8 +164,8 @@ nb_tensor *nbt_alias(const nb_tensor *src, int ndim, const int64_t *shape, const
     if (!t) return NULL;
     t->dtype = src->dtype;
     t->ndim = ndim;
-    memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
-    memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
+    if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    if (ndim > 0) memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
     t->offset = offset;
     t->storage = src->storage;
     nbt_storage_retain(t->storage);

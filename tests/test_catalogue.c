@@ -8,6 +8,8 @@
 #include <stdlib.h>
 
 NBCAT_FAMILY(views)
+NBCAT_FAMILY(elementwise)
+NBCAT_FAMILY(reduce)
 
 typedef struct {
     const nbcat_entry *entries;
@@ -16,6 +18,8 @@ typedef struct {
 
 static const family families[] = {
     {nbcat_views, &nbcat_views_count},
+    {nbcat_elementwise, &nbcat_elementwise_count},
+    {nbcat_reduce, &nbcat_reduce_count},
 };
 
 static const char *const all_ops[] = {

@@ -1,0 +1,408 @@
+/* Unary elementwise kernels and their derivatives.
+ *
+ * Every kernel works on contiguous arrays: a contiguous tensor is handed over in one call,
+ * and the runs nbt_iterate produces for a strided one are gathered into chunk buffers
+ * first. That keeps exp, log, tanh and erf on SLEEF's vector loops for every layout.
+ * Formulas and their operation order follow PyTorch's CPU kernels, so float results agree
+ * to rounding. */
+#include "elementwise_kernels.h"
+#include "simd.h"
+#include "vecmath.h"
+
+#include <math.h>
+#include <string.h>
+
+#define CHUNK 256
+
+const char *nbt_unary_name(nbt_unary_op op) {
+    switch (op) {
+    case NBT_NEG:
+        return "neg";
+    case NBT_ADD_SCALAR:
+        return "add_scalar";
+    case NBT_MUL_SCALAR:
+        return "mul_scalar";
+    case NBT_POW_SCALAR:
+        return "pow_scalar";
+    case NBT_EXP:
+        return "exp";
+    case NBT_LOG:
+        return "log";
+    case NBT_SQRT:
+        return "sqrt";
+    case NBT_TANH:
+        return "tanh";
+    case NBT_SIGMOID:
+        return "sigmoid";
+    case NBT_RELU:
+        return "relu";
+    case NBT_GELU:
+        return "gelu";
+    case NBT_GELU_TANH:
+        return "gelu_tanh";
+    }
+    return "unary";
+}
+
+/* sqrt(2 / pi) and the cubic coefficient of the tanh approximation of gelu. */
+#define GELU_BETA 0.7978845608028654
+#define GELU_KAPPA 0.044715
+/* 1 / sqrt(2 pi), the standard normal density at 0. */
+#define INV_SQRT_2PI 0.3989422804014327
+
+/* ---- forward kernels: y[i] = f(x[i]) on contiguous arrays; y may alias x ---------------- */
+/* S: dtype suffix; T: element type; FN(name): the libm function for T. V(S, p) loads a
+ * vector, ST(S, p, v) stores one, SPLAT(S, x) broadcasts a scalar. */
+#define V(S, p) nbt_vload_##S(p)
+#define ST(S, p, v) nbt_vstore_##S(p, v)
+#define SPLAT(S, x) nbt_vsplat_##S(x)
+#define FORWARD_KERNELS(S, T, FN)                                                                  \
+    static void neg_##S(int64_t n, T *y, const T *x, T p) {                                        \
+        (void)p;                                                                                   \
+        NBT_VFOR(S, i, n, ST(S, y + i, -V(S, x + i)), y[i] = -x[i]);                               \
+    }                                                                                              \
+    static void add_scalar_##S(int64_t n, T *y, const T *x, T p) {                                 \
+        const nbt_v##S vp = SPLAT(S, p);                                                           \
+        NBT_VFOR(S, i, n, ST(S, y + i, V(S, x + i) + vp), y[i] = x[i] + p);                        \
+    }                                                                                              \
+    static void mul_scalar_##S(int64_t n, T *y, const T *x, T p) {                                 \
+        const nbt_v##S vp = SPLAT(S, p);                                                           \
+        NBT_VFOR(S, i, n, ST(S, y + i, V(S, x + i) * vp), y[i] = x[i] * p);                        \
+    }                                                                                              \
+    static void pow_scalar_##S(int64_t n, T *y, const T *x, T p) {                                 \
+        if (p == 2) { /* squares are common and x * x is exactly rounded */                        \
+            NBT_VFOR(S, i, n, ST(S, y + i, V(S, x + i) * V(S, x + i)), y[i] = x[i] * x[i]);        \
+            return;                                                                                \
+        }                                                                                          \
+        for (int64_t i = 0; i < n; i++) y[i] = FN(pow)(x[i], p);                                   \
+    }                                                                                              \
+    static void exp_##S(int64_t n, T *y, const T *x, T p) {                                        \
+        (void)p;                                                                                   \
+        nbt_vexp_##S(y, x, n);                                                                     \
+    }                                                                                              \
+    static void log_##S(int64_t n, T *y, const T *x, T p) {                                        \
+        (void)p;                                                                                   \
+        nbt_vlog_##S(y, x, n);                                                                     \
+    }                                                                                              \
+    static void sqrt_##S(int64_t n, T *y, const T *x, T p) {                                       \
+        (void)p;                                                                                   \
+        for (int64_t i = 0; i < n; i++) y[i] = FN(sqrt)(x[i]);                                     \
+    }                                                                                              \
+    static void tanh_##S(int64_t n, T *y, const T *x, T p) {                                       \
+        (void)p;                                                                                   \
+        nbt_vtanh_##S(y, x, n);                                                                    \
+    }                                                                                              \
+    /* 1 / (1 + exp(-x)): exp overflows to inf for very negative x, giving exactly 0. */           \
+    static void sigmoid_##S(int64_t n, T *y, const T *x, T p) {                                    \
+        (void)p;                                                                                   \
+        NBT_VFOR(S, i, n, ST(S, y + i, -V(S, x + i)), y[i] = -x[i]);                               \
+        nbt_vexp_##S(y, y, n);                                                                     \
+        NBT_VFOR(S, i, n, ST(S, y + i, 1 / (1 + V(S, y + i))), y[i] = 1 / (1 + y[i]));             \
+    }                                                                                              \
+    /* Keeps x unless x < 0, so NaN and -0 pass through. */                                        \
+    static void relu_##S(int64_t n, T *y, const T *x, T p) {                                       \
+        (void)p;                                                                                   \
+        NBT_VFOR(S, i, n, nbt_v##S v = V(S, x + i);                                                \
+                 ST(S, y + i, nbt_vselect_##S(~(nbt_vmask_##S)(v < 0), v)),                        \
+                 y[i] = x[i] < 0 ? 0 : x[i]);                                                      \
+    }                                                                                              \
+    /* x / 2 * (1 + erf(x / sqrt 2)); t holds erf's argument so y may alias x. */                  \
+    static void gelu_##S(int64_t n, T *y, const T *x, T p) {                                       \
+        (void)p;                                                                                   \
+        T t[CHUNK];                                                                                \
+        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
+            int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
+            const T *xc = x + i0;                                                                  \
+            T *yc = y + i0;                                                                        \
+            NBT_VFOR(S, i, m, ST(S, t + i, V(S, xc + i) * (T)M_SQRT1_2),                           \
+                     t[i] = xc[i] * (T)M_SQRT1_2);                                                 \
+            nbt_verf_##S(t, t, m);                                                                 \
+            NBT_VFOR(S, i, m, ST(S, yc + i, V(S, xc + i) * (T)0.5 * (1 + V(S, t + i))),            \
+                     yc[i] = xc[i] * (T)0.5 * (1 + t[i]));                                         \
+        }                                                                                          \
+    }                                                                                              \
+    static void gelu_tanh_##S(int64_t n, T *y, const T *x, T p) {                                  \
+        (void)p;                                                                                   \
+        T t[CHUNK];                                                                                \
+        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
+            int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
+            const T *xc = x + i0;                                                                  \
+            T *yc = y + i0;                                                                        \
+            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i);                                           \
+                     ST(S, t + i, (T)GELU_BETA * (v + (T)GELU_KAPPA * (v * v * v))),               \
+                     t[i] = (T)GELU_BETA * (xc[i] + (T)GELU_KAPPA * (xc[i] * xc[i] * xc[i])));     \
+            nbt_vtanh_##S(t, t, m);                                                                \
+            NBT_VFOR(S, i, m, ST(S, yc + i, (T)0.5 * V(S, xc + i) * (1 + V(S, t + i))),            \
+                     yc[i] = (T)0.5 * xc[i] * (1 + t[i]));                                         \
+        }                                                                                          \
+    }
+
+#define FN_F32(name) name##f
+#define FN_F64(name) name
+FORWARD_KERNELS(f32, float, FN_F32)
+FORWARD_KERNELS(f64, double, FN_F64)
+
+/* ---- derivative kernels: gx[i] = g[i] * f'(v[i]), v being x or y = f(x) ---------------- */
+#define GRAD_KERNELS(S, T, FN)                                                                     \
+    static void neg_grad_##S(int64_t n, T *gx, const T *g, const T *v, T p) {                      \
+        (void)v, (void)p;                                                                          \
+        NBT_VFOR(S, i, n, ST(S, gx + i, -V(S, g + i)), gx[i] = -g[i]);                             \
+    }                                                                                              \
+    static void add_scalar_grad_##S(int64_t n, T *gx, const T *g, const T *v, T p) {               \
+        (void)v, (void)p;                                                                          \
+        memmove(gx, g, sizeof(T) * (size_t)n);                                                     \
+    }                                                                                              \
+    static void mul_scalar_grad_##S(int64_t n, T *gx, const T *g, const T *v, T p) {               \
+        (void)v;                                                                                   \
+        const nbt_v##S vp = SPLAT(S, p);                                                           \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * vp), gx[i] = g[i] * p);                      \
+    }                                                                                              \
+    /* p x^(p-1); PyTorch makes the gradient of x^0 zero everywhere, even at x = 0. */             \
+    static void pow_scalar_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {               \
+        if (p == 0) {                                                                              \
+            for (int64_t i = 0; i < n; i++) gx[i] = 0;                                             \
+            return;                                                                                \
+        }                                                                                          \
+        if (p == 2) {                                                                              \
+            NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * (2 * V(S, x + i))),                      \
+                     gx[i] = g[i] * (2 * x[i]));                                                   \
+            return;                                                                                \
+        }                                                                                          \
+        for (int64_t i = 0; i < n; i++) gx[i] = g[i] * (p * FN(pow)(x[i], p - 1));                 \
+    }                                                                                              \
+    static void exp_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                      \
+        (void)p;                                                                                   \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * V(S, y + i)), gx[i] = g[i] * y[i]);          \
+    }                                                                                              \
+    static void log_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {                      \
+        (void)p;                                                                                   \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) / V(S, x + i)), gx[i] = g[i] / x[i]);          \
+    }                                                                                              \
+    static void sqrt_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                     \
+        (void)p;                                                                                   \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) / (2 * V(S, y + i))),                          \
+                 gx[i] = g[i] / (2 * y[i]));                                                       \
+    }                                                                                              \
+    static void tanh_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                     \
+        (void)p;                                                                                   \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * (1 - V(S, y + i) * V(S, y + i))),            \
+                 gx[i] = g[i] * (1 - y[i] * y[i]));                                                \
+    }                                                                                              \
+    static void sigmoid_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                  \
+        (void)p;                                                                                   \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * (1 - V(S, y + i)) * V(S, y + i)),            \
+                 gx[i] = g[i] * (1 - y[i]) * y[i]);                                                \
+    }                                                                                              \
+    /* Passes the gradient where y > 0 (and where y is NaN, as PyTorch does). */                   \
+    static void relu_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                     \
+        (void)p;                                                                                   \
+        NBT_VFOR(S, i, n,                                                                          \
+                 ST(S, gx + i, nbt_vselect_##S(~(nbt_vmask_##S)(V(S, y + i) <= 0), V(S, g + i))),  \
+                 gx[i] = y[i] <= 0 ? 0 : g[i]);                                                    \
+    }                                                                                              \
+    /* Phi(x) + x phi(x), Phi the normal CDF and phi its density. */                               \
+    static void gelu_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {                     \
+        (void)p;                                                                                   \
+        T cdf[CHUNK], pdf[CHUNK];                                                                  \
+        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
+            int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
+            const T *xc = x + i0, *gc = g + i0;                                                    \
+            T *gxc = gx + i0;                                                                      \
+            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i); ST(S, cdf + i, v * (T)M_SQRT1_2);         \
+                     ST(S, pdf + i, v * v * (T)-0.5), cdf[i] = xc[i] * (T)M_SQRT1_2;               \
+                     pdf[i] = xc[i] * xc[i] * (T)-0.5);                                            \
+            nbt_verf_##S(cdf, cdf, m);                                                             \
+            nbt_vexp_##S(pdf, pdf, m);                                                             \
+            NBT_VFOR(S, i, m, nbt_v##S c = (T)0.5 * (1 + V(S, cdf + i));                           \
+                     nbt_v##S d = (T)INV_SQRT_2PI * V(S, pdf + i);                                 \
+                     ST(S, gxc + i, V(S, gc + i) * (c + V(S, xc + i) * d)),                        \
+                     T c = (T)0.5 * (1 + cdf[i]);                                                  \
+                     T d = (T)INV_SQRT_2PI * pdf[i]; gxc[i] = gc[i] * (c + xc[i] * d));            \
+        }                                                                                          \
+    }                                                                                              \
+    /* d/dx of x/2 (1 + tanh(u)), u = beta (x + kappa x^3), in PyTorch's operation order. */       \
+    static void gelu_tanh_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {                \
+        (void)p;                                                                                   \
+        T t[CHUNK];                                                                                \
+        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
+            int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
+            const T *xc = x + i0, *gc = g + i0;                                                    \
+            T *gxc = gx + i0;                                                                      \
+            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i);                                           \
+                     ST(S, t + i, (T)GELU_BETA * (v + (T)GELU_KAPPA * (v * v * v))),               \
+                     t[i] = (T)GELU_BETA * (xc[i] + (T)GELU_KAPPA * (xc[i] * xc[i] * xc[i])));     \
+            nbt_vtanh_##S(t, t, m);                                                                \
+            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i); nbt_v##S th = V(S, t + i);                \
+                     nbt_v##S dright = (T)0.5 * v * (1 - th * th) * (T)GELU_BETA *                 \
+                                       (1 + 3 * (T)GELU_KAPPA * v * v);                            \
+                     ST(S, gxc + i, V(S, gc + i) * ((T)0.5 * (1 + th) + dright)), T v = xc[i];     \
+                     T th = t[i]; T dright = (T)0.5 * v * (1 - th * th) * (T)GELU_BETA *           \
+                                             (1 + 3 * (T)GELU_KAPPA * v * v);                      \
+                     gxc[i] = gc[i] * ((T)0.5 * (1 + th) + dright));                               \
+        }                                                                                          \
+    }
+
+GRAD_KERNELS(f32, float, FN_F32)
+GRAD_KERNELS(f64, double, FN_F64)
+
+/* ---- tables, indexed by nbt_unary_op ---- */
+typedef void (*fwd_f32)(int64_t, float *, const float *, float);
+typedef void (*fwd_f64)(int64_t, double *, const double *, double);
+typedef void (*grad_f32)(int64_t, float *, const float *, const float *, float);
+typedef void (*grad_f64)(int64_t, double *, const double *, const double *, double);
+
+#define TABLE(S, SUFFIX)                                                                           \
+    {                                                                                              \
+        neg##SUFFIX##S, add_scalar##SUFFIX##S, mul_scalar##SUFFIX##S, pow_scalar##SUFFIX##S,       \
+            exp##SUFFIX##S, log##SUFFIX##S, sqrt##SUFFIX##S, tanh##SUFFIX##S, sigmoid##SUFFIX##S,  \
+            relu##SUFFIX##S, gelu##SUFFIX##S, gelu_tanh##SUFFIX##S                                 \
+    }
+static const fwd_f32 forward_f32[] = TABLE(f32, _);
+static const fwd_f64 forward_f64[] = TABLE(f64, _);
+static const grad_f32 backward_f32[] = TABLE(f32, _grad_);
+static const grad_f64 backward_f64[] = TABLE(f64, _grad_);
+
+bool nbt_unary_grad_uses_output(nbt_unary_op op) {
+    return op == NBT_EXP || op == NBT_SQRT || op == NBT_TANH || op == NBT_SIGMOID || op == NBT_RELU;
+}
+
+/* ---- driver: out = kernel(in0[, in1]) over any layout ---- */
+typedef struct {
+    nb_dtype dtype;
+    nbt_unary_op op;
+    bool grad; /* backward kernel with inputs (g, v); else forward with input x */
+    double param;
+} map_ctx;
+
+/* Runs the kernel on m contiguous elements. */
+static void apply(const map_ctx *c, int64_t m, char *out, const char *in0, const char *in1) {
+    if (c->dtype == NB_F32) {
+        float p = (float)c->param;
+        if (c->grad)
+            backward_f32[c->op](m, (float *)out, (const float *)in0, (const float *)in1, p);
+        else
+            forward_f32[c->op](m, (float *)out, (const float *)in0, p);
+    } else {
+        if (c->grad)
+            backward_f64[c->op](m, (double *)out, (const double *)in0, (const double *)in1,
+                                c->param);
+        else
+            forward_f64[c->op](m, (double *)out, (const double *)in0, c->param);
+    }
+}
+
+/* Copies m elements of size es from a strided run into a contiguous buffer, or back. */
+static void gather(char *dst, const char *src, int64_t stride, int64_t m, size_t es) {
+    if (es == 4)
+        for (int64_t i = 0; i < m; i++) ((float *)dst)[i] = *(const float *)(src + i * stride);
+    else
+        for (int64_t i = 0; i < m; i++) ((double *)dst)[i] = *(const double *)(src + i * stride);
+}
+
+static void scatter(char *dst, int64_t stride, const char *src, int64_t m, size_t es) {
+    if (es == 4)
+        for (int64_t i = 0; i < m; i++) *(float *)(dst + i * stride) = ((const float *)src)[i];
+    else
+        for (int64_t i = 0; i < m; i++) *(double *)(dst + i * stride) = ((const double *)src)[i];
+}
+
+/* One run from nbt_iterate: p[0] is the output, p[1] (and p[2] for grads) the inputs. */
+static void map_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
+    const map_ctx *c = vctx;
+    size_t es = nb_dtype_size(c->dtype);
+    int nin = c->grad ? 2 : 1;
+    bool unit = true;
+    for (int k = 0; k <= nin; k++) unit = unit && s[k] == (int64_t)es;
+    if (unit) {
+        apply(c, n, p[0], p[1], nin > 1 ? p[2] : NULL);
+        return;
+    }
+    _Alignas(64) double buf[3][CHUNK]; /* room for CHUNK doubles or floats per operand */
+    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
+        int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
+        const char *in[2] = {NULL, NULL};
+        for (int k = 1; k <= nin; k++) {
+            const char *src = p[k] + i0 * s[k];
+            if (s[k] == (int64_t)es)
+                in[k - 1] = src;
+            else {
+                gather((char *)buf[k], src, s[k], m, es);
+                in[k - 1] = (const char *)buf[k];
+            }
+        }
+        char *dst = p[0] + i0 * s[0];
+        bool direct = s[0] == (int64_t)es;
+        apply(c, m, direct ? dst : (char *)buf[0], in[0], in[1]);
+        if (!direct) scatter(dst, s[0], (const char *)buf[0], m, es);
+    }
+}
+
+/* out = f(ins) with each input broadcast to out's shape (already checked). */
+static void map(nb_tensor *out, int nin, const nb_tensor *const *ins, const map_ctx *c) {
+    int64_t n = nb_numel(out);
+    if (n == 0) return;
+    bool flat = nb_is_contiguous(out);
+    for (int k = 0; k < nin; k++) flat = flat && nb_is_contiguous(ins[k]) && nb_numel(ins[k]) == n;
+    if (flat) {
+        apply(c, n, nbt_ptr(out), nbt_ptr(ins[0]), nin > 1 ? nbt_ptr(ins[1]) : NULL);
+        return;
+    }
+    size_t es = nb_dtype_size(out->dtype);
+    nbt_operands ops = {.nops = nin + 1, .base = {nbt_ptr(out)}, .elem = {es, es, es}};
+    memcpy(ops.strides[0], out->strides, sizeof(int64_t) * (size_t)out->ndim);
+    for (int k = 0; k < nin; k++) {
+        ops.base[k + 1] = nbt_ptr(ins[k]);
+        nbt_broadcast_strides(ins[k], out->ndim, out->shape, ops.strides[k + 1]);
+    }
+    nbt_iterate(out->ndim, out->shape, &ops, map_inner, (void *)c);
+}
+
+/* Checks t is a float tensor of out's dtype whose shape broadcasts to out's. */
+static bool check_input(const char *name, const nb_tensor *t, const nb_tensor *out) {
+    if (!t) return nbt_error(name, "NULL input"), false;
+    if (!nb_is_float(t))
+        return nbt_error(name, "expected a float32 or float64 tensor, got %s of shape %s",
+                         nb_dtype_name(t->dtype), nbt_shape(t)),
+               false;
+    if (!out) return true;
+    if (t->dtype != out->dtype)
+        return nbt_error(name, "dtype mismatch: %s %s and %s %s", nbt_shape(t),
+                         nb_dtype_name(t->dtype), nbt_shape(out), nb_dtype_name(out->dtype)),
+               false;
+    int64_t shape[NB_MAX_DIMS];
+    int nd;
+    if (!nbt_broadcast_shape(name, out->ndim, out->shape, t->ndim, t->shape, &nd, shape) ||
+        nd != out->ndim || memcmp(shape, out->shape, sizeof(int64_t) * (size_t)nd) != 0)
+        return nbt_error(name, "shape %s does not broadcast to %s", nbt_shape(t), nbt_shape(out)),
+               false;
+    return true;
+}
+
+bool nbt_unary_into(nb_tensor *out, nbt_unary_op op, const nb_tensor *a, double param) {
+    const char *name = nbt_unary_name(op);
+    if (!out) return nbt_error(name, "NULL output"), false;
+    if (!check_input(name, a, out)) return false;
+    map_ctx c = {out->dtype, op, false, param};
+    map(out, 1, &a, &c);
+    return true;
+}
+
+nb_tensor *nbt_unary(nbt_unary_op op, const nb_tensor *a, double param) {
+    const char *name = nbt_unary_name(op);
+    if (!check_input(name, a, NULL)) return NULL;
+    nb_tensor *out = nbt_new(name, a->dtype, a->ndim, a->shape);
+    if (!out || !nbt_unary_into(out, op, a, param)) return NULL;
+    return out;
+}
+
+nb_tensor *nbt_unary_grad(nbt_unary_op op, const nb_tensor *gout, const nb_tensor *x,
+                          const nb_tensor *y, double param) {
+    const char *name = nbt_unary_name(op);
+    const nb_tensor *v = nbt_unary_grad_uses_output(op) ? y : x;
+    if (!check_input(name, gout, NULL)) return NULL;
+    nb_tensor *gx = nbt_new(name, gout->dtype, gout->ndim, gout->shape);
+    if (!gx || !check_input(name, v, gx)) return NULL;
+    map_ctx c = {gx->dtype, op, true, param};
+    map(gx, 2, (const nb_tensor *[]){gout, v}, &c);
+    return gx;
+}
