@@ -35,3 +35,15 @@ NB_OP(gelu_tanh)
 NB_OP(sum)
 NB_OP(mean)
 NB_OP(max_dim)
+/* softmax.c */
+NB_OP(softmax)
+NB_OP(log_softmax)
+NB_OP(masked_fill)
+NB_OP(masked_softmax)
+/* loss.c */
+NB_OP(cross_entropy)
+NB_OP(mse_loss)
+/* layer_norm.c, embedding.c, dropout.c */
+NB_OP(layer_norm)
+NB_OP(embedding)
+NB_OP(dropout)

@@ -10,6 +10,8 @@
 NBCAT_FAMILY(views)
 NBCAT_FAMILY(elementwise)
 NBCAT_FAMILY(reduce)
+NBCAT_FAMILY(softmax)
+NBCAT_FAMILY(layers)
 
 typedef struct {
     const nbcat_entry *entries;
@@ -20,6 +22,8 @@ static const family families[] = {
     {nbcat_views, &nbcat_views_count},
     {nbcat_elementwise, &nbcat_elementwise_count},
     {nbcat_reduce, &nbcat_reduce_count},
+    {nbcat_softmax, &nbcat_softmax_count},
+    {nbcat_layers, &nbcat_layers_count},
 };
 
 static const char *const all_ops[] = {

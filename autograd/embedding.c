@@ -1,0 +1,84 @@
+/* Embedding lookup: out[..., :] = weight[indices[...], :]. The backward scatter-adds each
+ * output row's gradient into the weight row it came from, so repeated indices accumulate. */
+#include "node.h"
+
+#include <string.h>
+
+#define DEFINE_SCATTER_ADD(T, SUF)                                                                 \
+    /* gw[idx[k], :] += g[k, :] for each of the n indices; rows of D contiguous elements. */       \
+    static void scatter_add_rows_##SUF(int64_t n, int64_t D, const int64_t *idx, const T *g,       \
+                                       T *gw) {                                                    \
+        for (int64_t k = 0; k < n; k++, g += D) {                                                  \
+            T *row = gw + idx[k] * D;                                                              \
+            for (int64_t j = 0; j < D; j++) row[j] += g[j];                                        \
+        }                                                                                          \
+    }
+
+DEFINE_SCATTER_ADD(float, f32)
+DEFINE_SCATTER_ADD(double, f64)
+
+/* saved[0]: the contiguous indices. */
+static void embedding_backward(nb_node *n, const nb_tensor *gout) {
+    const nb_tensor *w = n->inputs[0], *idx = n->saved[0];
+    nb_tensor *g = nbt_contiguous(gout);
+    nb_tensor *gw = nb_zeros(w->dtype, 2, w->shape);
+    if (!g || !gw) return;
+    int64_t count = nb_numel(idx), D = w->shape[1];
+    if (w->dtype == NB_F32)
+        scatter_add_rows_f32(count, D, (const int64_t *)nbt_ptr(idx), (const float *)nbt_ptr(g),
+                             (float *)nbt_ptr(gw));
+    else
+        scatter_add_rows_f64(count, D, (const int64_t *)nbt_ptr(idx), (const double *)nbt_ptr(g),
+                             (double *)nbt_ptr(gw));
+    nba_accumulate(n, 0, gw);
+}
+
+nb_tensor *nb_embedding(const nb_tensor *weight, const nb_tensor *indices) {
+    const char *op = "embedding";
+    if (!nba_check_inputs(op, 2, (const nb_tensor *[]){weight, indices})) return NULL;
+    if (!nba_check_float(op, weight)) return NULL;
+    if (weight->ndim != 2)
+        return nbt_error(op, "weight must be [V, D], got shape %s", nbt_shape(weight));
+    if (indices->dtype != NB_I64)
+        return nbt_error(op, "indices must be int64, got %s of shape %s",
+                         nb_dtype_name(indices->dtype), nbt_shape(indices));
+    if (indices->ndim >= NB_MAX_DIMS)
+        return nbt_error(op, "indices of shape %s leave no room for the embedding dim",
+                         nbt_shape(indices));
+    nb_tensor *idx = nbt_contiguous(indices);
+    if (!idx) return NULL;
+    const int64_t *iv = (const int64_t *)nbt_ptr(idx);
+    int64_t count = nb_numel(idx), V = weight->shape[0], D = weight->shape[1];
+    for (int64_t k = 0; k < count; k++) {
+        if (iv[k] >= 0 && iv[k] < V) continue;
+        int64_t pos[NB_MAX_DIMS], rest = k;
+        for (int i = idx->ndim - 1; i >= 0; i--) {
+            pos[i] = rest % idx->shape[i];
+            rest /= idx->shape[i];
+        }
+        return nbt_error(op, "index %lld at position %s is out of range for V = %lld (weight %s)",
+                         (long long)iv[k], nbt_dims(idx->ndim, pos), (long long)V,
+                         nbt_shape(weight));
+    }
+    int64_t shape[NB_MAX_DIMS];
+    memcpy(shape, indices->shape, sizeof(int64_t) * (size_t)indices->ndim);
+    shape[indices->ndim] = D;
+    nb_tensor *out = nbt_new(op, weight->dtype, indices->ndim + 1, shape);
+    if (!out) return NULL;
+    size_t es = nb_dtype_size(weight->dtype);
+    const char *base = nbt_ptr(weight);
+    char *dst = nbt_ptr(out);
+    int64_t row_stride = weight->strides[0] * (int64_t)es, col_stride = weight->strides[1];
+    for (int64_t k = 0; k < count; k++, dst += D * (int64_t)es) {
+        const char *src = base + iv[k] * row_stride;
+        if (col_stride == 1) {
+            memcpy(dst, src, (size_t)D * es);
+        } else {
+            for (int64_t j = 0; j < D; j++)
+                memcpy(dst + j * (int64_t)es, src + j * col_stride * (int64_t)es, es);
+        }
+    }
+    nb_node *n = nba_record(op, out, 1, &weight, embedding_backward);
+    if (n) n->saved[0] = idx;
+    return out;
+}

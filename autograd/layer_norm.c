@@ -1,0 +1,129 @@
+/* Layer normalisation over the trailing dims, one row at a time: the forward keeps each row's
+ * mean and 1/sqrt(var + eps) so the backward can rebuild the normalised row instead of
+ * storing it. Statistics and reductions accumulate in double. */
+#include "node.h"
+#include "rows.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Row kernels for one float type; rows of D contiguous elements, w and b may be NULL. */
+#define DEFINE_LAYER_NORM_KERNELS(T, SUF)                                                          \
+    static void layer_norm_rows_##SUF(int64_t rows, int64_t D, const T *x, const T *w, const T *b, \
+                                      double eps, T *y, T *mean, T *rstd) {                        \
+        for (int64_t r = 0; r < rows; r++, x += D, y += D) {                                       \
+            const double mu = nba_row_sum_##SUF(x, D) / (double)D;                                 \
+            double sq = 0;                                                                         \
+            for (int64_t j = 0; j < D; j++) sq += ((double)x[j] - mu) * ((double)x[j] - mu);       \
+            const double rs = 1.0 / sqrt(sq / (double)D + eps);                                    \
+            const T m = (T)mu, q = (T)rs;                                                          \
+            mean[r] = m, rstd[r] = q;                                                              \
+            for (int64_t j = 0; j < D; j++) {                                                      \
+                T v = (x[j] - m) * q;                                                              \
+                if (w) v *= w[j];                                                                  \
+                if (b) v += b[j];                                                                  \
+                y[j] = v;                                                                          \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    /* With xh the normalised row and gh = g * w: dx = rstd * (gh - mean(gh) - xh *                \
+     * mean(gh * xh)), dw += g * xh, db += g. Any of dx, dw, db may be NULL. */                    \
+    static void layer_norm_backward_rows_##SUF(int64_t rows, int64_t D, const T *x, const T *w,    \
+                                               const T *mean, const T *rstd, const T *g, T *dx,    \
+                                               double *dw, double *db) {                           \
+        for (int64_t r = 0; r < rows; r++, x += D, g += D) {                                       \
+            const T m = mean[r], q = rstd[r];                                                      \
+            double sum_gh = 0, sum_ghxh = 0;                                                       \
+            for (int64_t j = 0; j < D; j++) {                                                      \
+                const T xh = (x[j] - m) * q;                                                       \
+                const T gh = w ? g[j] * w[j] : g[j];                                               \
+                sum_gh += gh;                                                                      \
+                sum_ghxh += (double)gh * (double)xh;                                               \
+                if (dw) dw[j] += (double)g[j] * (double)xh;                                        \
+                if (db) db[j] += g[j];                                                             \
+            }                                                                                      \
+            if (!dx) continue;                                                                     \
+            const T a = (T)(sum_gh / (double)D), c = (T)(sum_ghxh / (double)D);                    \
+            for (int64_t j = 0; j < D; j++) {                                                      \
+                const T xh = (x[j] - m) * q;                                                       \
+                const T gh = w ? g[j] * w[j] : g[j];                                               \
+                dx[j] = q * (gh - a - xh * c);                                                     \
+            }                                                                                      \
+            dx += D;                                                                               \
+        }                                                                                          \
+    }
+
+DEFINE_LAYER_NORM_KERNELS(float, f32)
+DEFINE_LAYER_NORM_KERNELS(double, f64)
+
+#define F32(t) ((t) ? (float *)nbt_ptr(t) : NULL)
+#define F64(t) ((t) ? (double *)nbt_ptr(t) : NULL)
+
+/* A zeroed float64 accumulator of t's shape, or NULL when t needs no gradient. */
+static nb_tensor *accumulator(const nb_node *n, int i) {
+    if (!nba_input_needs_grad(n, i)) return NULL;
+    const nb_tensor *t = n->inputs[i];
+    return nb_zeros(NB_F64, t->ndim, t->shape);
+}
+
+/* inputs: x, weight, bias (either may be NULL). saved: [0] contiguous x, [1] contiguous
+ * weight or NULL, [2] per-row mean, [3] per-row rstd. */
+static void layer_norm_backward(nb_node *n, const nb_tensor *gout) {
+    const nb_tensor *x = n->saved[0], *w = n->saved[1], *mean = n->saved[2], *rstd = n->saved[3];
+    nb_tensor *g = nbt_contiguous(gout);
+    nb_tensor *dx =
+        nba_input_needs_grad(n, 0) ? nbt_new("backward", x->dtype, x->ndim, x->shape) : NULL;
+    nb_tensor *dw = accumulator(n, 1), *db = accumulator(n, 2);
+    if (!g || (nba_input_needs_grad(n, 0) && !dx) || (nba_input_needs_grad(n, 1) && !dw) ||
+        (nba_input_needs_grad(n, 2) && !db))
+        return;
+    int64_t rows = nb_numel(mean), D = rows ? nb_numel(x) / rows : 0;
+    if (x->dtype == NB_F32)
+        layer_norm_backward_rows_f32(rows, D, F32(x), F32(w), F32(mean), F32(rstd), F32(g), F32(dx),
+                                     F64(dw), F64(db));
+    else
+        layer_norm_backward_rows_f64(rows, D, F64(x), F64(w), F64(mean), F64(rstd), F64(g), F64(dx),
+                                     F64(dw), F64(db));
+    if (dx) nba_accumulate(n, 0, dx);
+    if (dw) nba_accumulate(n, 1, x->dtype == NB_F64 ? dw : nbt_contiguous_as(dw, x->dtype));
+    if (db) nba_accumulate(n, 2, x->dtype == NB_F64 ? db : nbt_contiguous_as(db, x->dtype));
+}
+
+/* Checks an optional affine parameter: x's dtype and exactly the normalised shape. */
+static bool check_param(const char *name, const nb_tensor *p, const nb_tensor *x, int k) {
+    if (!p) return true;
+    if (!nba_check_same_float("layer_norm", x, p)) return false;
+    if (p->ndim == k && memcmp(p->shape, x->shape + x->ndim - k, sizeof(int64_t) * (size_t)k) == 0)
+        return true;
+    nbt_error("layer_norm", "%s of shape %s does not match the normalised shape %s of input %s",
+              name, nbt_shape(p), nbt_dims(k, x->shape + x->ndim - k), nbt_shape(x));
+    return false;
+}
+
+nb_tensor *nb_layer_norm(const nb_tensor *x, const nb_tensor *weight, const nb_tensor *bias,
+                         double eps) {
+    const char *op = "layer_norm";
+    if (!nba_check_inputs(op, 1, &x) || !nba_check_float(op, x)) return NULL;
+    int k = weight ? weight->ndim : 1;
+    if (k < 1 || x->ndim < k)
+        return nbt_error(op, "cannot normalise the last %d dims of input %s (weight %s)", k,
+                         nbt_shape(x), weight ? nbt_shape(weight) : "NULL");
+    if (!check_param("weight", weight, x, k) || !check_param("bias", bias, x, k)) return NULL;
+    if (!(eps >= 0)) return nbt_error(op, "eps must be >= 0, got %g", eps);
+    int64_t D = 1;
+    for (int i = x->ndim - k; i < x->ndim; i++) D *= x->shape[i];
+    int64_t rows = D ? nb_numel(x) / D : 0;
+    nb_tensor *xc = nbt_contiguous(x);
+    nb_tensor *w = weight ? nbt_contiguous(weight) : NULL;
+    nb_tensor *b = bias ? nbt_contiguous(bias) : NULL;
+    nb_tensor *y = nbt_new(op, x->dtype, x->ndim, x->shape);
+    nb_tensor *mean = nbt_new(op, x->dtype, 1, &rows), *rstd = nbt_new(op, x->dtype, 1, &rows);
+    if (!xc || (weight && !w) || (bias && !b) || !y || !mean || !rstd) return NULL;
+    if (x->dtype == NB_F32)
+        layer_norm_rows_f32(rows, D, F32(xc), F32(w), F32(b), eps, F32(y), F32(mean), F32(rstd));
+    else
+        layer_norm_rows_f64(rows, D, F64(xc), F64(w), F64(b), eps, F64(y), F64(mean), F64(rstd));
+    nb_node *n = nba_record(op, y, 3, (const nb_tensor *[]){x, weight, bias}, layer_norm_backward);
+    if (n) n->saved[0] = xc, n->saved[1] = w, n->saved[2] = mean, n->saved[3] = rstd;
+    return y;
+}

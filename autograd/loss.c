@@ -1,0 +1,258 @@
+/* Losses: cross entropy on class indices (through a row-wise log-sum-exp, so large logits
+ * never overflow) and mean squared error.
+ *
+ * Cross entropy with every target equal to ignore_index and NB_REDUCE_MEAN gives 0 with a
+ * zero gradient; PyTorch divides 0 by 0 there and gives NaN. Ignored entries of an
+ * NB_REDUCE_NONE result are 0, as in PyTorch. */
+#include "node.h"
+#include "../tensor/vecmath.h"
+#include "rows.h"
+
+#include <math.h>
+#include <string.h>
+
+/* A 0-d tensor holding v, for the reduced losses. */
+static nb_tensor *scalar(const char *op, nb_dtype dt, double v) {
+    static const int64_t no_dims[1] = {0}; /* nbt_new copies ndim (0) entries from here */
+    nb_tensor *t = nbt_new(op, dt, 0, no_dims);
+    if (t && dt == NB_F32)
+        *(float *)nbt_ptr(t) = (float)v;
+    else if (t)
+        *(double *)nbt_ptr(t) = v;
+    return t;
+}
+
+static bool check_reduction(const char *op, nb_reduction r) {
+    if (r == NB_REDUCE_MEAN || r == NB_REDUCE_SUM || r == NB_REDUCE_NONE) return true;
+    nbt_error(op, "unknown reduction %d (expected NB_REDUCE_MEAN, NB_REDUCE_SUM or NB_REDUCE_NONE)",
+              (int)r);
+    return false;
+}
+
+/* ---- cross entropy ---- */
+
+/* Row kernels for one float type; rows of C logits, t holds one class index per row. */
+#define DEFINE_CE_KERNELS(T, SUF)                                                                  \
+    /* lse[r] = log(sum(exp(x[r]))), loss[r] = lse[r] - x[r, t[r]] (0 where ignored). Returns      \
+     * the sum of the losses. e is scratch for one row. */                                         \
+    static double ce_rows_##SUF(int64_t rows, int64_t C, const T *x, const int64_t *t,             \
+                                int64_t ignore, T *lse, T *loss, T *e) {                           \
+        double total = 0;                                                                          \
+        for (int64_t r = 0; r < rows; r++, x += C) {                                               \
+            if (t[r] == ignore) {                                                                  \
+                lse[r] = loss[r] = 0;                                                              \
+                continue;                                                                          \
+            }                                                                                      \
+            const T max = nba_row_max_##SUF(x, C);                                                 \
+            nba_row_shift_##SUF(e, x, -max, C);                                                    \
+            nbt_vexp_##SUF(e, e, C);                                                               \
+            const double l = (double)max + log(nba_row_sum_##SUF(e, C));                           \
+            lse[r] = (T)l;                                                                         \
+            loss[r] = (T)(l - (double)x[t[r]]);                                                    \
+            total += l - (double)x[t[r]];                                                          \
+        }                                                                                          \
+        return total;                                                                              \
+    }                                                                                              \
+    /* dx[r] = w_r * (softmax(x[r]) - onehot(t[r])) with w_r = g[r * gstep] * factor; ignored      \
+     * rows get 0. */                                                                              \
+    static void ce_backward_rows_##SUF(int64_t rows, int64_t C, const T *x, const int64_t *t,      \
+                                       int64_t ignore, const T *lse, const T *g, int64_t gstep,    \
+                                       double factor, T *dx) {                                     \
+        for (int64_t r = 0; r < rows; r++, x += C, dx += C) {                                      \
+            if (t[r] == ignore) {                                                                  \
+                memset(dx, 0, sizeof(T) * (size_t)C);                                              \
+                continue;                                                                          \
+            }                                                                                      \
+            const T w = (T)((double)g[r * gstep] * factor);                                        \
+            nba_row_shift_##SUF(dx, x, -lse[r], C);                                                \
+            nbt_vexp_##SUF(dx, dx, C);                                                             \
+            nba_row_scale_##SUF(dx, dx, w, C);                                                     \
+            dx[t[r]] -= w;                                                                         \
+        }                                                                                          \
+    }
+
+DEFINE_CE_KERNELS(float, f32)
+DEFINE_CE_KERNELS(double, f64)
+
+/* Checks every target is a class in [0, C) or ignore_index; the error names the first bad
+ * value and its position. */
+static bool check_targets(const nb_tensor *logits, const nb_tensor *t, int64_t ignore) {
+    const int64_t *v = (const int64_t *)nbt_ptr(t);
+    int64_t C = logits->shape[logits->ndim - 1], n = nb_numel(t);
+    for (int64_t k = 0; k < n; k++) {
+        if (v[k] == ignore || (v[k] >= 0 && v[k] < C)) continue;
+        int64_t idx[NB_MAX_DIMS], rest = k;
+        for (int i = t->ndim - 1; i >= 0; i--) {
+            idx[i] = rest % t->shape[i];
+            rest /= t->shape[i];
+        }
+        nbt_error("cross_entropy",
+                  "target %lld at position %s is outside [0, %lld) and is not ignore_index "
+                  "%lld (logits %s, target %s)",
+                  (long long)v[k], nbt_dims(t->ndim, idx), (long long)C, (long long)ignore,
+                  nbt_shape(logits), nbt_shape(t));
+        return false;
+    }
+    return true;
+}
+
+/* saved: [0] contiguous logits, [1] contiguous target, [2] per-row log-sum-exp;
+ * i[0] ignore_index, i[1] reduction; f[0] the factor applied to the output gradient. */
+static void cross_entropy_backward(nb_node *n, const nb_tensor *gout) {
+    const nb_tensor *x = n->saved[0], *t = n->saved[1], *lse = n->saved[2];
+    nb_tensor *g = nbt_contiguous(gout);
+    nb_tensor *dx = nbt_new("backward", x->dtype, x->ndim, x->shape);
+    if (!g || !dx) return;
+    int64_t C = x->shape[x->ndim - 1], rows = nb_numel(t);
+    int64_t gstep = n->i[1] == NB_REDUCE_NONE ? 1 : 0;
+    if (x->dtype == NB_F32)
+        ce_backward_rows_f32(rows, C, (const float *)nbt_ptr(x), (const int64_t *)nbt_ptr(t),
+                             n->i[0], (const float *)nbt_ptr(lse), (const float *)nbt_ptr(g), gstep,
+                             n->f[0], (float *)nbt_ptr(dx));
+    else
+        ce_backward_rows_f64(rows, C, (const double *)nbt_ptr(x), (const int64_t *)nbt_ptr(t),
+                             n->i[0], (const double *)nbt_ptr(lse), (const double *)nbt_ptr(g),
+                             gstep, n->f[0], (double *)nbt_ptr(dx));
+    nba_accumulate(n, 0, dx);
+}
+
+nb_tensor *nb_cross_entropy(const nb_tensor *logits, const nb_tensor *target, int64_t ignore_index,
+                            nb_reduction reduction) {
+    const char *op = "cross_entropy";
+    if (!nba_check_inputs(op, 2, (const nb_tensor *[]){logits, target})) return NULL;
+    if (!nba_check_float(op, logits) || !check_reduction(op, reduction)) return NULL;
+    if (logits->ndim == 0)
+        return nbt_error(op, "logits must have a class dim [..., C], got a 0-d tensor");
+    if (target->dtype != NB_I64)
+        return nbt_error(op, "target must hold int64 class indices, got %s of shape %s",
+                         nb_dtype_name(target->dtype), nbt_shape(target));
+    if (target->ndim != logits->ndim - 1 ||
+        memcmp(target->shape, logits->shape, sizeof(int64_t) * (size_t)target->ndim) != 0)
+        return nbt_error(op, "target of shape %s does not match logits of shape %s (expected %s)",
+                         nbt_shape(target), nbt_shape(logits),
+                         nbt_dims(logits->ndim - 1, logits->shape));
+    nb_tensor *x = nbt_contiguous(logits), *t = nbt_contiguous(target);
+    if (!x || !t || !check_targets(logits, t, ignore_index)) return NULL;
+    int64_t C = logits->shape[logits->ndim - 1], rows = nb_numel(t);
+    nb_tensor *lse = nbt_new(op, x->dtype, t->ndim, t->shape);
+    nb_tensor *loss = nbt_new(op, x->dtype, t->ndim, t->shape);
+    nb_tensor *scratch = nbt_new(op, x->dtype, 1, &C);
+    if (!lse || !loss || !scratch) return NULL;
+    double total;
+    if (x->dtype == NB_F32)
+        total = ce_rows_f32(rows, C, (const float *)nbt_ptr(x), (const int64_t *)nbt_ptr(t),
+                            ignore_index, (float *)nbt_ptr(lse), (float *)nbt_ptr(loss),
+                            (float *)nbt_ptr(scratch));
+    else
+        total = ce_rows_f64(rows, C, (const double *)nbt_ptr(x), (const int64_t *)nbt_ptr(t),
+                            ignore_index, (double *)nbt_ptr(lse), (double *)nbt_ptr(loss),
+                            (double *)nbt_ptr(scratch));
+    const int64_t *tv = (const int64_t *)nbt_ptr(t);
+    int64_t counted = 0;
+    for (int64_t r = 0; r < rows; r++) counted += tv[r] != ignore_index;
+    double factor = 1.0;
+    nb_tensor *out = loss;
+    if (reduction != NB_REDUCE_NONE) {
+        if (reduction == NB_REDUCE_MEAN) factor = counted ? 1.0 / (double)counted : 0.0;
+        out = scalar(op, x->dtype, total * factor);
+    }
+    nb_node *node = nba_record(op, out, 1, &logits, cross_entropy_backward);
+    if (node) {
+        node->saved[0] = x, node->saved[1] = t, node->saved[2] = lse;
+        node->i[0] = ignore_index, node->i[1] = reduction;
+        node->f[0] = factor;
+    }
+    return out;
+}
+
+/* ---- mean squared error ---- */
+
+/* operands: out, a, b: out = a - b */
+static void sub_f32(int64_t n, char **p, const int64_t *s, void *ctx) {
+    (void)ctx;
+    for (int64_t i = 0; i < n; i++)
+        *(float *)(p[0] + i * s[0]) =
+            *(const float *)(p[1] + i * s[1]) - *(const float *)(p[2] + i * s[2]);
+}
+
+static void sub_f64(int64_t n, char **p, const int64_t *s, void *ctx) {
+    (void)ctx;
+    for (int64_t i = 0; i < n; i++)
+        *(double *)(p[0] + i * s[0]) =
+            *(const double *)(p[1] + i * s[1]) - *(const double *)(p[2] + i * s[2]);
+}
+
+/* dst = k * g * diff over contiguous arrays; g is one value (gstep 0) or one per element. */
+#define DEFINE_MSE_KERNELS(T, SUF)                                                                 \
+    static void scaled_product_##SUF(int64_t n, const T *diff, const T *g, int64_t gstep,          \
+                                     double k, T *dst) {                                           \
+        const T kk = (T)k;                                                                         \
+        for (int64_t i = 0; i < n; i++) dst[i] = kk * g[i * gstep] * diff[i];                      \
+    }                                                                                              \
+    static double sum_squares_##SUF(int64_t n, const T *diff, T *sq) {                             \
+        double total = 0;                                                                          \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            sq[i] = diff[i] * diff[i];                                                             \
+            total += (double)diff[i] * (double)diff[i];                                            \
+        }                                                                                          \
+        return total;                                                                              \
+    }
+
+DEFINE_MSE_KERNELS(float, f32)
+DEFINE_MSE_KERNELS(double, f64)
+
+/* d/da = 2 w (a - b) and d/db = -2 w (a - b), w the output gradient times f[0].
+ * saved[0]: a - b (contiguous, a's shape); i[0]: reduction. */
+static void mse_loss_backward(nb_node *n, const nb_tensor *gout) {
+    const nb_tensor *diff = n->saved[0];
+    nb_tensor *g = nbt_contiguous(gout);
+    if (!g) return;
+    int64_t gstep = n->i[0] == NB_REDUCE_NONE ? 1 : 0, count = nb_numel(diff);
+    for (int k = 0; k < 2; k++) {
+        if (!nba_input_needs_grad(n, k)) continue;
+        nb_tensor *d = nbt_new("backward", diff->dtype, diff->ndim, diff->shape);
+        if (!d) return;
+        double factor = (k == 0 ? 2.0 : -2.0) * n->f[0];
+        if (diff->dtype == NB_F32)
+            scaled_product_f32(count, (const float *)nbt_ptr(diff), (const float *)nbt_ptr(g),
+                               gstep, factor, (float *)nbt_ptr(d));
+        else
+            scaled_product_f64(count, (const double *)nbt_ptr(diff), (const double *)nbt_ptr(g),
+                               gstep, factor, (double *)nbt_ptr(d));
+        nba_accumulate(n, k, d); /* sums over the dims where b was broadcast */
+    }
+}
+
+nb_tensor *nb_mse_loss(const nb_tensor *a, const nb_tensor *b, nb_reduction reduction) {
+    const char *op = "mse_loss";
+    if (!nba_check_same_float(op, a, b) || !check_reduction(op, reduction)) return NULL;
+    int64_t shape[NB_MAX_DIMS];
+    int nd;
+    if (b->ndim > a->ndim ||
+        !nbt_broadcast_shape(op, a->ndim, a->shape, b->ndim, b->shape, &nd, shape) ||
+        nd != a->ndim || memcmp(shape, a->shape, sizeof(int64_t) * (size_t)nd) != 0)
+        return nbt_error(op, "target of shape %s does not broadcast to the input's shape %s",
+                         nbt_shape(b), nbt_shape(a));
+    nb_tensor *diff = nbt_new(op, a->dtype, a->ndim, a->shape);
+    nb_tensor *sq = nbt_new(op, a->dtype, a->ndim, a->shape);
+    if (!diff || !sq) return NULL;
+    nbt_operands ops = {
+        .nops = 3,
+        .base = {nbt_ptr(diff), nbt_ptr(a), nbt_ptr(b)},
+        .elem = {nb_dtype_size(a->dtype), nb_dtype_size(a->dtype), nb_dtype_size(a->dtype)}};
+    memcpy(ops.strides[0], diff->strides, sizeof(int64_t) * (size_t)a->ndim);
+    memcpy(ops.strides[1], a->strides, sizeof(int64_t) * (size_t)a->ndim);
+    nbt_broadcast_strides(b, a->ndim, a->shape, ops.strides[2]);
+    nbt_iterate(a->ndim, a->shape, &ops, a->dtype == NB_F32 ? sub_f32 : sub_f64, NULL);
+    int64_t count = nb_numel(a);
+    double total =
+        a->dtype == NB_F32
+            ? sum_squares_f32(count, (const float *)nbt_ptr(diff), (float *)nbt_ptr(sq))
+            : sum_squares_f64(count, (const double *)nbt_ptr(diff), (double *)nbt_ptr(sq));
+    /* The mean of no elements is NaN, as in PyTorch. */
+    double factor = reduction != NB_REDUCE_MEAN ? 1.0 : count ? 1.0 / (double)count : NAN;
+    nb_tensor *out = reduction == NB_REDUCE_NONE ? sq : scalar(op, a->dtype, total * factor);
+    nb_node *node = nba_record(op, out, 2, (const nb_tensor *[]){a, b}, mse_loss_backward);
+    if (node) node->saved[0] = diff, node->i[0] = reduction, node->f[0] = factor;
+    return out;
+}

@@ -1,0 +1,350 @@
+/* Softmax family: softmax and log_softmax over any dim, masked_fill, and the fused masked
+ * softmax at the heart of attention. Forward and backward run on contiguous rows: the
+ * reduced dim is swapped to the last place and made contiguous (free when it already is,
+ * the attention case), exp runs through SLEEF on whole rows, sums accumulate in double.
+ *
+ * Fully blocked rows. nb_masked_softmax gives zeros and zero gradient for a row whose
+ * entries are all blocked (by the mask, the causal rule, or by being -inf already), where
+ * PyTorch's softmax over a row of -inf gives NaN: a padded query then contributes nothing
+ * instead of poisoning the whole batch. nb_softmax and nb_log_softmax keep PyTorch's result
+ * (NaN) for an all -inf row, so they match it exactly; use nb_masked_softmax when rows may be
+ * fully blocked. */
+#include "node.h"
+#include "../tensor/vecmath.h"
+#include "rows.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- rows ---- */
+
+/* t with dim d swapped into the last place, as contiguous rows (t itself when it already is). */
+static nb_tensor *to_rows(const nb_tensor *t, int d) {
+    if (d == t->ndim - 1) return nbt_contiguous(t);
+    nb_tensor *swapped = nbt_transpose(t, d, -1);
+    return swapped ? nbt_contiguous(swapped) : NULL;
+}
+
+/* Inverse of to_rows: the rows back in t's original dim order, contiguous. */
+static nb_tensor *from_rows(nb_tensor *rows, int d) {
+    if (d == rows->ndim - 1) return rows;
+    nb_tensor *swapped = nbt_transpose(rows, d, -1);
+    return swapped ? nbt_contiguous(swapped) : NULL;
+}
+
+static int64_t last_size(const nb_tensor *t) {
+    return t->ndim ? t->shape[t->ndim - 1] : 1;
+}
+
+/* Visits the rows of a shape (every dim but the last) in row-major order, tracking where
+ * each row starts in a mask whose strides broadcast it to that shape. */
+typedef struct {
+    int nd;
+    int64_t shape[NB_MAX_DIMS], stride[NB_MAX_DIMS], idx[NB_MAX_DIMS];
+    int64_t offset;
+} row_cursor;
+
+static void cursor_next(row_cursor *c) {
+    for (int d = c->nd - 1; d >= 0; d--) {
+        c->offset += c->stride[d];
+        if (++c->idx[d] < c->shape[d]) return;
+        c->offset -= c->stride[d] * c->shape[d];
+        c->idx[d] = 0;
+    }
+}
+
+/* What the softmax row kernel needs besides the data. */
+typedef struct {
+    int64_t rows, n;     /* rows of n contiguous elements */
+    double scale;        /* softmax(scale * x) */
+    bool causal;         /* block j > i, i = row index within the second-to-last dim */
+    int64_t queries;     /* size of the second-to-last dim (causal only) */
+    const uint8_t *mask; /* NULL, or the mask's first element; true = blocked */
+    int64_t mask_step;   /* mask stride along the row (0 when broadcast) */
+    row_cursor mask_rows;
+    bool zero_blocked_rows; /* a row with nothing unblocked gives zeros (else NaN, as PyTorch) */
+} softmax_plan;
+
+/* Row kernels for one float type. Blocked entries become -inf before the exp, so they come
+ * out exactly 0; entries past the causal limit are never touched by the exp. */
+#define DEFINE_SOFTMAX_KERNELS(T, SUF)                                                             \
+    /* An all-NaN row has max -inf too, but it must stay NaN rather than pass as blocked. */       \
+    static bool any_nan_##SUF(const T *y, int64_t n) {                                             \
+        for (int64_t j = 0; j < n; j++)                                                            \
+            if (isnan(y[j])) return true;                                                          \
+        return false;                                                                              \
+    }                                                                                              \
+    static void softmax_rows_##SUF(const softmax_plan *p, const T *x, T *y) {                      \
+        row_cursor mask_rows = p->mask_rows;                                                       \
+        const T scale = (T)p->scale;                                                               \
+        for (int64_t r = 0; r < p->rows; r++, x += p->n, y += p->n) {                              \
+            int64_t limit = p->n;                                                                  \
+            if (p->causal && r % p->queries + 1 < limit) limit = r % p->queries + 1;               \
+            if (p->mask) {                                                                         \
+                const uint8_t *m = p->mask + mask_rows.offset;                                     \
+                const int64_t step = p->mask_step;                                                 \
+                cursor_next(&mask_rows);                                                           \
+                for (int64_t j = 0; j < limit; j++)                                                \
+                    y[j] = m[j * step] ? (T)-INFINITY : scale * x[j];                              \
+            } else {                                                                               \
+                nba_row_scale_##SUF(y, x, scale, limit);                                           \
+            }                                                                                      \
+            const T max = nba_row_max_##SUF(y, limit);                                             \
+            if (max == -INFINITY && p->zero_blocked_rows && !any_nan_##SUF(y, limit)) {            \
+                memset(y, 0, sizeof(T) * (size_t)p->n);                                            \
+                continue;                                                                          \
+            }                                                                                      \
+            nba_row_shift_##SUF(y, y, -max, limit);                                                \
+            nbt_vexp_##SUF(y, y, limit);                                                           \
+            const T inv = (T)(1.0 / nba_row_sum_##SUF(y, limit));                                  \
+            nba_row_scale_##SUF(y, y, inv, limit);                                                 \
+            for (int64_t j = limit; j < p->n; j++) y[j] = 0;                                       \
+        }                                                                                          \
+    }                                                                                              \
+    /* dx = scale * y * (g - sum(g * y)); blocked entries have y = 0, so their dx is 0. */         \
+    static void softmax_backward_rows_##SUF(int64_t rows, int64_t n, double scale, const T *y,     \
+                                            const T *g, T *dx) {                                   \
+        const T s = (T)scale;                                                                      \
+        for (int64_t r = 0; r < rows; r++, y += n, g += n, dx += n) {                              \
+            const T d = (T)nba_row_dot_##SUF(g, y, n);                                             \
+            int64_t j = 0;                                                                         \
+            for (; j + NBA_ROW_LANES <= n; j += NBA_ROW_LANES) {                                   \
+                T yv[NBA_ROW_LANES], gv[NBA_ROW_LANES];                                            \
+                for (int l = 0; l < NBA_ROW_LANES; l++) yv[l] = y[j + l], gv[l] = g[j + l];        \
+                for (int l = 0; l < NBA_ROW_LANES; l++) dx[j + l] = s * yv[l] * (gv[l] - d);       \
+            }                                                                                      \
+            for (; j < n; j++) dx[j] = s * y[j] * (g[j] - d);                                      \
+        }                                                                                          \
+    }                                                                                              \
+    /* y = x - max - log(sum(exp(x - max))); e is scratch for one row. */                          \
+    static void log_softmax_rows_##SUF(int64_t rows, int64_t n, const T *x, T *y, T *e) {          \
+        for (int64_t r = 0; r < rows; r++, x += n, y += n) {                                       \
+            const T max = nba_row_max_##SUF(x, n);                                                 \
+            nba_row_shift_##SUF(y, x, -max, n);                                                    \
+            nbt_vexp_##SUF(e, y, n);                                                               \
+            const T lse = (T)log(nba_row_sum_##SUF(e, n));                                         \
+            nba_row_shift_##SUF(y, y, -lse, n);                                                    \
+        }                                                                                          \
+    }                                                                                              \
+    /* dx = g - exp(y) * sum(g). */                                                                \
+    static void log_softmax_backward_rows_##SUF(int64_t rows, int64_t n, const T *y, const T *g,   \
+                                                T *dx, T *e) {                                     \
+        for (int64_t r = 0; r < rows; r++, y += n, g += n, dx += n) {                              \
+            const T s = (T)nba_row_sum_##SUF(g, n);                                                \
+            nbt_vexp_##SUF(e, y, n);                                                               \
+            for (int64_t j = 0; j < n; j++) dx[j] = g[j] - e[j] * s;                               \
+        }                                                                                          \
+    }
+
+DEFINE_SOFTMAX_KERNELS(float, f32)
+DEFINE_SOFTMAX_KERNELS(double, f64)
+
+static void run_softmax(const softmax_plan *p, const nb_tensor *x, nb_tensor *y) {
+    if (x->dtype == NB_F32)
+        softmax_rows_f32(p, (const float *)nbt_ptr(x), (float *)nbt_ptr(y));
+    else
+        softmax_rows_f64(p, (const double *)nbt_ptr(x), (double *)nbt_ptr(y));
+}
+
+/* dx (new, contiguous, y's layout) of a softmax whose output rows are y, for gradient g. */
+static nb_tensor *softmax_backward_raw(const nb_tensor *y, const nb_tensor *gout, double scale) {
+    nb_tensor *g = nbt_contiguous(gout);
+    nb_tensor *dx = nbt_new("backward", y->dtype, y->ndim, y->shape);
+    if (!g || !dx) return NULL;
+    int64_t n = last_size(y), rows = n ? nb_numel(y) / n : 0;
+    if (y->dtype == NB_F32)
+        softmax_backward_rows_f32(rows, n, scale, (const float *)nbt_ptr(y),
+                                  (const float *)nbt_ptr(g), (float *)nbt_ptr(dx));
+    else
+        softmax_backward_rows_f64(rows, n, scale, (const double *)nbt_ptr(y),
+                                  (const double *)nbt_ptr(g), (double *)nbt_ptr(dx));
+    return dx;
+}
+
+/* Checks a float tensor with at least one dim and normalises dim; -1 with an error if not. */
+static int row_dim(const char *op, const nb_tensor *a, int dim) {
+    if (!nba_check_float(op, a)) return -1;
+    if (a->ndim == 0) {
+        nbt_error(op, "expected a tensor with at least 1 dim, got a 0-d tensor");
+        return -1;
+    }
+    int d = nbt_dim(op, dim, a->ndim);
+    if (d < 0) nbt_error(op, "dim %d is out of range for a tensor of shape %s", dim, nbt_shape(a));
+    return d;
+}
+
+/* ---- softmax ---- */
+
+/* saved[0]: the output as rows (dim i[0] last). */
+static void softmax_backward(nb_node *n, const nb_tensor *gout) {
+    int d = (int)n->i[0];
+    nb_tensor *g = to_rows(gout, d);
+    nb_tensor *dx = g ? softmax_backward_raw(n->saved[0], g, 1.0) : NULL;
+    if (dx) nba_accumulate(n, 0, from_rows(dx, d));
+}
+
+nb_tensor *nb_softmax(const nb_tensor *a, int dim) {
+    int d = row_dim("softmax", a, dim);
+    if (d < 0) return NULL;
+    nb_tensor *x = to_rows(a, d);
+    nb_tensor *y = x ? nbt_new("softmax", a->dtype, x->ndim, x->shape) : NULL;
+    if (!y) return NULL;
+    int64_t n = last_size(x);
+    softmax_plan plan = {.rows = n ? nb_numel(x) / n : 0, .n = n, .scale = 1.0};
+    run_softmax(&plan, x, y);
+    nb_tensor *out = from_rows(y, d);
+    nb_node *node = nba_record("softmax", out, 1, &a, softmax_backward);
+    if (node) node->saved[0] = y, node->i[0] = d;
+    return out;
+}
+
+/* ---- log_softmax ---- */
+
+/* saved[0]: the output as rows (dim i[0] last). */
+static void log_softmax_backward(nb_node *n, const nb_tensor *gout) {
+    int d = (int)n->i[0];
+    const nb_tensor *y = n->saved[0];
+    nb_tensor *g = to_rows(gout, d);
+    nb_tensor *dx = nbt_new("backward", y->dtype, y->ndim, y->shape);
+    int64_t len = last_size(y), rows = len ? nb_numel(y) / len : 0;
+    nb_tensor *scratch = nbt_new("backward", y->dtype, 1, &len);
+    if (!g || !dx || !scratch) return;
+    if (y->dtype == NB_F32)
+        log_softmax_backward_rows_f32(rows, len, (const float *)nbt_ptr(y),
+                                      (const float *)nbt_ptr(g), (float *)nbt_ptr(dx),
+                                      (float *)nbt_ptr(scratch));
+    else
+        log_softmax_backward_rows_f64(rows, len, (const double *)nbt_ptr(y),
+                                      (const double *)nbt_ptr(g), (double *)nbt_ptr(dx),
+                                      (double *)nbt_ptr(scratch));
+    nba_accumulate(n, 0, from_rows(dx, d));
+}
+
+nb_tensor *nb_log_softmax(const nb_tensor *a, int dim) {
+    int d = row_dim("log_softmax", a, dim);
+    if (d < 0) return NULL;
+    nb_tensor *x = to_rows(a, d);
+    nb_tensor *y = x ? nbt_new("log_softmax", a->dtype, x->ndim, x->shape) : NULL;
+    if (!y) return NULL;
+    int64_t n = last_size(x), rows = n ? nb_numel(x) / n : 0;
+    nb_tensor *scratch = nbt_new("log_softmax", a->dtype, 1, &n);
+    if (!scratch) return NULL;
+    if (a->dtype == NB_F32)
+        log_softmax_rows_f32(rows, n, (const float *)nbt_ptr(x), (float *)nbt_ptr(y),
+                             (float *)nbt_ptr(scratch));
+    else
+        log_softmax_rows_f64(rows, n, (const double *)nbt_ptr(x), (double *)nbt_ptr(y),
+                             (double *)nbt_ptr(scratch));
+    nb_tensor *out = from_rows(y, d);
+    nb_node *node = nba_record("log_softmax", out, 1, &a, log_softmax_backward);
+    if (node) node->saved[0] = y, node->i[0] = d;
+    return out;
+}
+
+/* ---- masked_fill ---- */
+
+typedef struct {
+    double value;
+} fill_ctx;
+
+/* operands: out, a, mask */
+static void fill_f32(int64_t n, char **p, const int64_t *s, void *ctx) {
+    const float v = (float)((const fill_ctx *)ctx)->value;
+    for (int64_t i = 0; i < n; i++)
+        *(float *)(p[0] + i * s[0]) =
+            *(const uint8_t *)(p[2] + i * s[2]) ? v : *(const float *)(p[1] + i * s[1]);
+}
+
+static void fill_f64(int64_t n, char **p, const int64_t *s, void *ctx) {
+    const double v = ((const fill_ctx *)ctx)->value;
+    for (int64_t i = 0; i < n; i++)
+        *(double *)(p[0] + i * s[0]) =
+            *(const uint8_t *)(p[2] + i * s[2]) ? v : *(const double *)(p[1] + i * s[1]);
+}
+
+/* A new contiguous tensor: a where mask is false, value where it is true. */
+static nb_tensor *masked_fill_raw(const char *op, const nb_tensor *a, const nb_tensor *mask,
+                                  double value) {
+    nb_tensor *out = nbt_new(op, a->dtype, a->ndim, a->shape);
+    if (!out) return NULL;
+    nbt_operands ops = {.nops = 3,
+                        .base = {nbt_ptr(out), nbt_ptr(a), nbt_ptr(mask)},
+                        .elem = {nb_dtype_size(a->dtype), nb_dtype_size(a->dtype), 1}};
+    memcpy(ops.strides[0], out->strides, sizeof(int64_t) * (size_t)a->ndim);
+    memcpy(ops.strides[1], a->strides, sizeof(int64_t) * (size_t)a->ndim);
+    nbt_broadcast_strides(mask, a->ndim, a->shape, ops.strides[2]);
+    fill_ctx ctx = {value};
+    nbt_iterate(a->ndim, a->shape, &ops, a->dtype == NB_F32 ? fill_f32 : fill_f64, &ctx);
+    return out;
+}
+
+/* Checks mask is NB_BOOL and broadcasts to a's shape (not the other way round). */
+static bool check_mask(const char *op, const nb_tensor *a, const nb_tensor *mask) {
+    if (mask->dtype != NB_BOOL) {
+        nbt_error(op, "mask must be bool, got %s of shape %s (input %s)",
+                  nb_dtype_name(mask->dtype), nbt_shape(mask), nbt_shape(a));
+        return false;
+    }
+    int64_t shape[NB_MAX_DIMS];
+    int nd;
+    bool ok = mask->ndim <= a->ndim &&
+              nbt_broadcast_shape(op, a->ndim, a->shape, mask->ndim, mask->shape, &nd, shape) &&
+              nd == a->ndim && memcmp(shape, a->shape, sizeof(int64_t) * (size_t)nd) == 0;
+    if (!ok)
+        nbt_error(op, "mask of shape %s does not broadcast to the input's shape %s",
+                  nbt_shape(mask), nbt_shape(a));
+    return ok;
+}
+
+/* saved[0]: the mask; the gradient passes only where nothing was filled. */
+static void masked_fill_backward(nb_node *n, const nb_tensor *gout) {
+    nba_accumulate(n, 0, masked_fill_raw("backward", gout, n->saved[0], 0.0));
+}
+
+nb_tensor *nb_masked_fill(const nb_tensor *a, const nb_tensor *mask, double value) {
+    if (!nba_check_inputs("masked_fill", 2, (const nb_tensor *[]){a, mask})) return NULL;
+    if (!nba_check_float("masked_fill", a) || !check_mask("masked_fill", a, mask)) return NULL;
+    nb_tensor *out = masked_fill_raw("masked_fill", a, mask, value);
+    nb_node *node = nba_record("masked_fill", out, 1, &a, masked_fill_backward);
+    if (node) node->saved[0] = (nb_tensor *)mask;
+    return out;
+}
+
+/* ---- masked_softmax ---- */
+
+/* saved[0]: the output (contiguous, a's shape); f[0]: the scale. */
+static void masked_softmax_backward(nb_node *n, const nb_tensor *gout) {
+    nba_accumulate(n, 0, softmax_backward_raw(n->saved[0], gout, n->f[0]));
+}
+
+nb_tensor *nb_masked_softmax(const nb_tensor *a, const nb_tensor *mask, bool causal, double scale) {
+    const char *op = "masked_softmax";
+    if (!nba_check_inputs(op, 1, &a) || row_dim(op, a, -1) < 0) return NULL;
+    if (mask && !check_mask(op, a, mask)) return NULL;
+    if (causal && a->ndim < 2)
+        return nbt_error(op, "causal masking needs a [..., queries, keys] tensor, got shape %s",
+                         nbt_shape(a));
+    nb_tensor *x = nbt_contiguous(a);
+    nb_tensor *y = x ? nbt_new(op, a->dtype, a->ndim, a->shape) : NULL;
+    if (!y) return NULL;
+    int64_t n = last_size(a);
+    softmax_plan plan = {.rows = n ? nb_numel(a) / n : 0,
+                         .n = n,
+                         .scale = scale,
+                         .causal = causal,
+                         .queries = causal ? a->shape[a->ndim - 2] : 1,
+                         .zero_blocked_rows = true};
+    if (mask) {
+        int64_t strides[NB_MAX_DIMS];
+        nbt_broadcast_strides(mask, a->ndim, a->shape, strides);
+        plan.mask = (const uint8_t *)nbt_ptr(mask);
+        plan.mask_step = strides[a->ndim - 1];
+        plan.mask_rows.nd = a->ndim - 1;
+        memcpy(plan.mask_rows.shape, a->shape, sizeof(int64_t) * (size_t)(a->ndim - 1));
+        memcpy(plan.mask_rows.stride, strides, sizeof(int64_t) * (size_t)(a->ndim - 1));
+    }
+    run_softmax(&plan, x, y);
+    nb_node *node = nba_record(op, y, 1, &a, masked_softmax_backward);
+    if (node) node->saved[0] = y, node->f[0] = scale;
+    return y;
+}
