@@ -47,3 +47,5 @@ NB_OP(mse_loss)
 NB_OP(layer_norm)
 NB_OP(embedding)
 NB_OP(dropout)
+/* matmul.c */
+NB_OP(matmul)

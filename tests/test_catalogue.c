@@ -12,6 +12,7 @@ NBCAT_FAMILY(elementwise)
 NBCAT_FAMILY(reduce)
 NBCAT_FAMILY(softmax)
 NBCAT_FAMILY(layers)
+NBCAT_FAMILY(matmul)
 
 typedef struct {
     const nbcat_entry *entries;
@@ -24,6 +25,7 @@ static const family families[] = {
     {nbcat_reduce, &nbcat_reduce_count},
     {nbcat_softmax, &nbcat_softmax_count},
     {nbcat_layers, &nbcat_layers_count},
+    {nbcat_matmul, &nbcat_matmul_count},
 };
 
 static const char *const all_ops[] = {

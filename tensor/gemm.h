@@ -1,0 +1,52 @@
+/* nabla's own GEMM: C = alpha * op(A) * op(B) + beta * C on row-major matrices, in float32
+ * and float64, with packed panels and microkernels for AVX-512, AVX2+FMA and plain C chosen
+ * once at run time (valgrind hides AVX-512, so the AVX2 kernel runs under it).
+ *
+ * Layout: C is M x N with C[i*ldc + j]. op(A) is M x K: A[i*lda + k], or with trans_a the
+ * stored matrix is K x M and op(A)[i][k] = A[k*lda + i]. op(B) is K x N: B[k*ldb + j], or with
+ * trans_b B[j*ldb + k]. A transposed view therefore goes in as a flag and a leading dimension,
+ * never as a copy. lda and ldb may be anything (0 reads one row again and again); ldc must
+ * be at least N when M > 1. beta == 0 never reads C, so C may hold garbage or NaN.
+ *
+ * Every function returns false only when its pack buffers could not be allocated (C is then
+ * unchanged). The buffers are allocated once per process, at their largest size, and
+ * reused, so calls after the first never allocate. Calls are not yet safe from several
+ * threads at once. */
+#ifndef NABLA_GEMM_H
+#define NABLA_GEMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+bool nbt_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+               int64_t ldc);
+bool nbt_dgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+               const double *A, int64_t lda, const double *B, int64_t ldb, double beta, double *C,
+               int64_t ldc);
+
+/* batch products in one call: matrix b of each operand starts stride_x elements after
+ * matrix b-1. A stride of 0 for A or B broadcasts one matrix to every product. A stride of 0
+ * for C sums the products into one C: beta applies to the first product and later products
+ * add to it (fixed order, so the result does not depend on how the work is split). */
+bool nbt_sgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                       const float *A, int64_t lda, int64_t stride_a, const float *B, int64_t ldb,
+                       int64_t stride_b, float beta, float *C, int64_t ldc, int64_t stride_c,
+                       int64_t batch);
+bool nbt_dgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+                       const double *A, int64_t lda, int64_t stride_a, const double *B, int64_t ldb,
+                       int64_t stride_b, double beta, double *C, int64_t ldc, int64_t stride_c,
+                       int64_t batch);
+
+/* ---- kernel choice (tests and benchmarks) ---- */
+typedef enum { NBT_GEMM_GENERIC = 0, NBT_GEMM_AVX2 = 1, NBT_GEMM_AVX512 = 2 } nbt_gemm_isa;
+/* The instruction set the kernels use now (the best the CPU offers unless forced). */
+nbt_gemm_isa nbt_gemm_current_isa(void);
+/* True if this CPU (as the OS or valgrind reports it) can run kernels for isa. */
+bool nbt_gemm_isa_supported(nbt_gemm_isa isa);
+/* Uses isa's kernels from now on; false (nothing changed) if the CPU cannot run them. */
+bool nbt_gemm_force_isa(nbt_gemm_isa isa);
+/* "avx512f", "avx2" or "generic". */
+const char *nbt_gemm_isa_name(nbt_gemm_isa isa);
+
+#endif

@@ -1,0 +1,319 @@
+/* GEMM microkernels for one instruction set: compiled three times (GK_AVX512, GK_AVX2, or
+ * neither for plain C) with the matching -m flags, like vecmath_isa.c. Each build exports
+ * one nbt_gemm_kernels_<isa> function that describes its kernels. */
+#include "gemm_kernels.h"
+
+#include <stddef.h>
+
+/* Rows as (row, group of three, offset in the group). */
+#define ROWS_6(X) X(0, 0, 0) X(1, 0, 1) X(2, 0, 2) X(3, 1, 0) X(4, 1, 1) X(5, 1, 2)
+#define ROWS_12(X) ROWS_6(X) X(6, 2, 0) X(7, 2, 1) X(8, 2, 2) X(9, 3, 0) X(10, 3, 1) X(11, 3, 2)
+#define ROWS_16(X) ROWS_12(X) X(12, 4, 0) X(13, 4, 1) X(14, 4, 2) X(15, 5, 0)
+#define GROUPS_6(X) X(0) X(1)
+#define GROUPS_12(X) GROUPS_6(X) X(2) X(3)
+#define GROUPS_16(X) GROUPS_12(X) X(4) X(5)
+
+static inline int clamp(int x, int lo, int hi) {
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+#if GK_AVX512 || GK_AVX2
+#include <immintrin.h>
+
+#if GK_AVX512
+/* Wide: 12 rows x 2 vectors, 24 accumulators: enough independent FMAs to cover two FMA
+ * ports' latency, with registers left for two B vectors. Narrow: 16 rows x 1 vector, so a
+ * 16 x 16 attention product is one tile. */
+#define MR_WIDE 12
+#define ROWS_WIDE ROWS_12
+#define GROUPS_WIDE GROUPS_12
+#define MR_NARROW 16
+#define ROWS_NARROW ROWS_16
+#define GROUPS_NARROW GROUPS_16
+#define ISA_FN nbt_gemm_kernels_avx512f
+#define VF32 __m512
+#define VF64 __m512d
+#define WF32 16
+#define WF64 8
+#define LDF32 _mm512_loadu_ps
+#define STF32 _mm512_storeu_ps
+#define SETF32 _mm512_set1_ps
+#define FMAF32 _mm512_fmadd_ps
+#define MULF32 _mm512_mul_ps
+#define ZF32 _mm512_setzero_ps
+#define LDF64 _mm512_loadu_pd
+#define STF64 _mm512_storeu_pd
+#define SETF64 _mm512_set1_pd
+#define FMAF64 _mm512_fmadd_pd
+#define MULF64 _mm512_mul_pd
+#define ZF64 _mm512_setzero_pd
+static inline __mmask16 mask16(int lo, int hi) {
+    lo = clamp(lo, 0, 16), hi = clamp(hi, 0, 16);
+    return hi <= lo ? 0 : (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+static inline __mmask8 mask8(int lo, int hi) {
+    return (__mmask8)mask16(clamp(lo, 0, 8), clamp(hi, 0, 8));
+}
+#define MASKF32 __mmask16
+#define MAKE_MASKF32 mask16
+#define MLOADF32(p, m) _mm512_maskz_loadu_ps(m, p)
+#define MSTOREF32(p, m, v) _mm512_mask_storeu_ps(p, m, v)
+#define MASKF64 __mmask8
+#define MAKE_MASKF64 mask8
+#define MLOADF64(p, m) _mm512_maskz_loadu_pd(m, p)
+#define MSTOREF64(p, m, v) _mm512_mask_storeu_pd(p, m, v)
+#else
+/* Wide: 6 rows x 2 vectors, 12 accumulators of the 16 ymm registers. Narrow: 12 rows x 1
+ * vector, as many accumulators. */
+#define MR_WIDE 6
+#define ROWS_WIDE ROWS_6
+#define GROUPS_WIDE GROUPS_6
+#define MR_NARROW 12
+#define ROWS_NARROW ROWS_12
+#define GROUPS_NARROW GROUPS_12
+#define ISA_FN nbt_gemm_kernels_avx2
+#define VF32 __m256
+#define VF64 __m256d
+#define WF32 8
+#define WF64 4
+#define LDF32 _mm256_loadu_ps
+#define STF32 _mm256_storeu_ps
+#define SETF32 _mm256_set1_ps
+#define FMAF32 _mm256_fmadd_ps
+#define MULF32 _mm256_mul_ps
+#define ZF32 _mm256_setzero_ps
+#define LDF64 _mm256_loadu_pd
+#define STF64 _mm256_storeu_pd
+#define SETF64 _mm256_set1_pd
+#define FMAF64 _mm256_fmadd_pd
+#define MULF64 _mm256_mul_pd
+#define ZF64 _mm256_setzero_pd
+/* Lanes lo <= l < hi as an all-ones integer lane. */
+static inline __m256i mask8x32(int lo, int hi) {
+    __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_and_si256(_mm256_cmpgt_epi32(lane, _mm256_set1_epi32(lo - 1)),
+                            _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), lane));
+}
+static inline __m256i mask4x64(int lo, int hi) {
+    __m256i lane = _mm256_setr_epi64x(0, 1, 2, 3);
+    return _mm256_and_si256(_mm256_cmpgt_epi64(lane, _mm256_set1_epi64x(lo - 1)),
+                            _mm256_cmpgt_epi64(_mm256_set1_epi64x(hi), lane));
+}
+#define MASKF32 __m256i
+#define MAKE_MASKF32(lo, hi) mask8x32(clamp(lo, -1, 8), clamp(hi, 0, 8))
+#define MLOADF32(p, m) _mm256_maskload_ps(p, m)
+#define MSTOREF32(p, m, v) _mm256_maskstore_ps(p, m, v)
+#define MASKF64 __m256i
+#define MAKE_MASKF64(lo, hi) mask4x64(clamp(lo, -1, 4), clamp(hi, 0, 4))
+#define MLOADF64(p, m) _mm256_maskload_pd(p, m)
+#define MSTOREF64(p, m, v) _mm256_maskstore_pd(p, m, v)
+#endif
+
+#define T float
+#define V VF32
+#define W WF32
+#define VLOAD LDF32
+#define VSTORE STF32
+#define VSET1 SETF32
+#define VFMA FMAF32
+#define VMUL MULF32
+#define VZERO ZF32
+#define MASK MASKF32
+#define MAKE_MASK MAKE_MASKF32
+#define MLOAD MLOADF32
+#define MSTORE MSTOREF32
+#define NV 2
+#define MR MR_WIDE
+#define ROWS ROWS_WIDE
+#define GROUPS GROUPS_WIDE
+#define KNAME ukr_f32_wide
+#include "gemm_ukr.h"
+#undef NV
+#undef MR
+#undef ROWS
+#undef GROUPS
+#undef KNAME
+#define NV 1
+#define MR MR_NARROW
+#define ROWS ROWS_NARROW
+#define GROUPS GROUPS_NARROW
+#define KNAME ukr_f32_narrow
+#include "gemm_ukr.h"
+#undef NV
+#undef MR
+#undef ROWS
+#undef GROUPS
+#undef KNAME
+#undef T
+#undef V
+#undef W
+#undef VLOAD
+#undef VSTORE
+#undef VSET1
+#undef VFMA
+#undef VMUL
+#undef VZERO
+#undef MASK
+#undef MAKE_MASK
+#undef MLOAD
+#undef MSTORE
+
+#define T double
+#define V VF64
+#define W WF64
+#define VLOAD LDF64
+#define VSTORE STF64
+#define VSET1 SETF64
+#define VFMA FMAF64
+#define VMUL MULF64
+#define VZERO ZF64
+#define MASK MASKF64
+#define MAKE_MASK MAKE_MASKF64
+#define MLOAD MLOADF64
+#define MSTORE MSTOREF64
+#define NV 2
+#define MR MR_WIDE
+#define ROWS ROWS_WIDE
+#define GROUPS GROUPS_WIDE
+#define KNAME ukr_f64_wide
+#include "gemm_ukr.h"
+#undef NV
+#undef MR
+#undef ROWS
+#undef GROUPS
+#undef KNAME
+#define NV 1
+#define MR MR_NARROW
+#define ROWS ROWS_NARROW
+#define GROUPS GROUPS_NARROW
+#define KNAME ukr_f64_narrow
+#include "gemm_ukr.h"
+
+/* ---- transposing B into panels: square blocks of W x W floats transposed in registers ---- */
+#if GK_AVX512
+/* r[j] holds row j of a 16 x 16 block; afterwards r[k] holds column k. */
+static inline __attribute__((always_inline)) void transpose16(__m512 r[16]) {
+    __m512 t[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* s[4g + q], 128-bit lane L: rows 4g..4g+3 of column 4L + q */
+    __m512 s[16];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) {
+        __m512d lo = _mm512_castps_pd(t[4 * g]), lo2 = _mm512_castps_pd(t[4 * g + 2]);
+        __m512d hi = _mm512_castps_pd(t[4 * g + 1]), hi2 = _mm512_castps_pd(t[4 * g + 3]);
+        s[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, lo2));
+        s[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, lo2));
+        s[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(hi, hi2));
+        s[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(hi, hi2));
+    }
+    /* column 4L + q gathers lane L of s[q], s[4 + q], s[8 + q], s[12 + q] */
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        __m512 u01_02 = _mm512_shuffle_f32x4(s[q], s[4 + q], 0x88);
+        __m512 u01_13 = _mm512_shuffle_f32x4(s[q], s[4 + q], 0xdd);
+        __m512 u23_02 = _mm512_shuffle_f32x4(s[8 + q], s[12 + q], 0x88);
+        __m512 u23_13 = _mm512_shuffle_f32x4(s[8 + q], s[12 + q], 0xdd);
+        r[q] = _mm512_shuffle_f32x4(u01_02, u23_02, 0x88);
+        r[8 + q] = _mm512_shuffle_f32x4(u01_02, u23_02, 0xdd);
+        r[4 + q] = _mm512_shuffle_f32x4(u01_13, u23_13, 0x88);
+        r[12 + q] = _mm512_shuffle_f32x4(u01_13, u23_13, 0xdd);
+    }
+}
+
+static void pack_bt_f32(const float *B, int64_t ldb, int64_t kc, int n, int nr, float *dst) {
+    for (int j0 = 0; j0 < nr; j0 += 16) {
+        for (int64_t k0 = 0; k0 < kc; k0 += 16) {
+            int kk = kc - k0 < 16 ? (int)(kc - k0) : 16;
+            __mmask16 km = mask16(0, kk);
+            __m512 r[16];
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++)
+                r[j] = j0 + j < n ? _mm512_maskz_loadu_ps(km, B + (j0 + j) * ldb + k0)
+                                  : _mm512_setzero_ps();
+            transpose16(r);
+#pragma GCC unroll 16
+            for (int q = 0; q < 16; q++)
+                if (q < kk) _mm512_storeu_ps(dst + (k0 + q) * nr + j0, r[q]);
+        }
+    }
+}
+#else
+/* r[j] holds row j of an 8 x 8 block; afterwards r[k] holds column k. */
+static inline __attribute__((always_inline)) void transpose8(__m256 r[8]) {
+    __m256 t[8], s[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* s[4h + q], 128-bit lane L: rows 4h..4h+3 of column 4L + q */
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        s[4 * h + 0] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0x44);
+        s[4 * h + 1] = _mm256_shuffle_ps(t[4 * h], t[4 * h + 2], 0xee);
+        s[4 * h + 2] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0x44);
+        s[4 * h + 3] = _mm256_shuffle_ps(t[4 * h + 1], t[4 * h + 3], 0xee);
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        r[q] = _mm256_permute2f128_ps(s[q], s[4 + q], 0x20);
+        r[4 + q] = _mm256_permute2f128_ps(s[q], s[4 + q], 0x31);
+    }
+}
+
+static void pack_bt_f32(const float *B, int64_t ldb, int64_t kc, int n, int nr, float *dst) {
+    for (int j0 = 0; j0 < nr; j0 += 8) {
+        for (int64_t k0 = 0; k0 < kc; k0 += 8) {
+            int kk = kc - k0 < 8 ? (int)(kc - k0) : 8;
+            __m256i km = mask8x32(0, kk);
+            __m256 r[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++)
+                r[j] = j0 + j < n ? _mm256_maskload_ps(B + (j0 + j) * ldb + k0, km)
+                                  : _mm256_setzero_ps();
+            transpose8(r);
+#pragma GCC unroll 8
+            for (int q = 0; q < 8; q++)
+                if (q < kk) _mm256_storeu_ps(dst + (k0 + q) * nr + j0, r[q]);
+        }
+    }
+}
+#endif
+
+void ISA_FN(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64) {
+    *f32 = (nbt_gemm_kernels_f32){MR_WIDE, 2 * WF32,       ukr_f32_wide, MR_NARROW,
+                                  WF32,    ukr_f32_narrow, pack_bt_f32};
+    *f64 = (nbt_gemm_kernels_f64){MR_WIDE, 2 * WF64,       ukr_f64_wide, MR_NARROW,
+                                  WF64,    ukr_f64_narrow, NULL};
+}
+
+#else
+/* Plain C for CPUs without AVX2: small tiles the compiler can keep in SSE registers. */
+#define GENERIC_KERNEL(name, T, MR_, NR_)                                                          \
+    static void name(int64_t kc, const T *a, int64_t a_rs, int64_t a_cs, const T *b, int64_t b_rs, \
+                     T *c, int64_t ldc, T alpha, T beta, const nbt_gemm_rect *rect) {              \
+        T acc[MR_][NR_] = {{0}};                                                                   \
+        for (int64_t k = 0; k < kc; k++, a += a_cs, b += b_rs)                                     \
+            for (int i = 0; i < MR_; i++) {                                                        \
+                T ai = a[i * a_rs];                                                                \
+                for (int j = 0; j < NR_; j++) acc[i][j] += ai * b[j];                              \
+            }                                                                                      \
+        nbt_gemm_rect all = {0, MR_, 0, NR_};                                                      \
+        if (!rect) rect = &all;                                                                    \
+        for (int i = rect->r0; i < rect->r1; i++)                                                  \
+            for (int j = clamp(rect->c0, 0, NR_); j < clamp(rect->c1, 0, NR_); j++)                \
+                c[i * ldc + j] =                                                                   \
+                    beta == 0 ? alpha * acc[i][j] : alpha * acc[i][j] + beta * c[i * ldc + j];     \
+    }
+GENERIC_KERNEL(ukr_f32, float, 4, 8)
+GENERIC_KERNEL(ukr_f64, double, 4, 4)
+
+void nbt_gemm_kernels_generic(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64) {
+    *f32 = (nbt_gemm_kernels_f32){4, 8, ukr_f32, 0, 0, NULL, NULL};
+    *f64 = (nbt_gemm_kernels_f64){4, 4, ukr_f64, 0, 0, NULL, NULL};
+}
+#endif

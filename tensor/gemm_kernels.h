@@ -1,0 +1,59 @@
+/* The microkernel contract shared by gemm.c (the blocked driver) and gemm_kernels.c (one
+ * build per instruction set). Internal to tensor/. */
+#ifndef NABLA_GEMM_KERNELS_H
+#define NABLA_GEMM_KERNELS_H
+
+#include <stdint.h>
+
+/* The part of a tile to store: rows [r0, r1) and columns [c0, c1). */
+typedef struct {
+    int r0, r1, c0, c1;
+} nbt_gemm_rect;
+
+/* Computes one mr x nr tile of alpha * A * B and stores it into C (row i at c + i*ldc):
+ *   C[i][j] = alpha * sum_k a[i*a_rs + k*a_cs] * b[k*b_rs + j] + beta * C[i][j]
+ * for k < kc. rect NULL stores the whole tile; otherwise only rect's part of C is read or
+ * written (the kernel still reads all mr rows of a and nr columns of b, so they must be
+ * readable). A packed A panel has a_rs = 1, a_cs = mr; a packed B panel has b_rs = nr.
+ * beta == 0 never reads C. */
+typedef void (*nbt_gemm_ukr_f32)(int64_t kc, const float *a, int64_t a_rs, int64_t a_cs,
+                                 const float *b, int64_t b_rs, float *c, int64_t ldc, float alpha,
+                                 float beta, const nbt_gemm_rect *rect);
+typedef void (*nbt_gemm_ukr_f64)(int64_t kc, const double *a, int64_t a_rs, int64_t a_cs,
+                                 const double *b, int64_t b_rs, double *c, int64_t ldc,
+                                 double alpha, double beta, const nbt_gemm_rect *rect);
+
+/* Packs one panel of a transposed B: dst[k*nr + j] = B[j*ldb + k] for k < kc and j < n,
+ * and 0 for n <= j < nr. */
+typedef void (*nbt_gemm_pack_bt_f32)(const float *B, int64_t ldb, int64_t kc, int n, int nr,
+                                     float *dst);
+typedef void (*nbt_gemm_pack_bt_f64)(const double *B, int64_t ldb, int64_t kc, int n, int nr,
+                                     double *dst);
+
+/* One instruction set's kernels: a wide one (mr x nr tiles), and a narrow one for matrices
+ * with few columns (narrow_mr x narrow_nr; NULL when there is none). pack_bt NULL means the
+ * driver's plain C loop. */
+typedef struct {
+    int mr, nr;
+    nbt_gemm_ukr_f32 wide;
+    int narrow_mr, narrow_nr;
+    nbt_gemm_ukr_f32 narrow;
+    nbt_gemm_pack_bt_f32 pack_bt;
+} nbt_gemm_kernels_f32;
+typedef struct {
+    int mr, nr;
+    nbt_gemm_ukr_f64 wide;
+    int narrow_mr, narrow_nr;
+    nbt_gemm_ukr_f64 narrow;
+    nbt_gemm_pack_bt_f64 pack_bt;
+} nbt_gemm_kernels_f64;
+
+/* Tile sizes never exceed these. */
+#define NBT_GEMM_MAX_MR 16
+#define NBT_GEMM_MAX_NR 32
+
+void nbt_gemm_kernels_avx512f(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64);
+void nbt_gemm_kernels_avx2(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64);
+void nbt_gemm_kernels_generic(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64);
+
+#endif

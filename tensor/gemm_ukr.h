@@ -1,0 +1,117 @@
+/* One SIMD microkernel, instantiated by gemm_kernels.c for each element type, vector width
+ * and tile shape. Expects: T (element), V (vector), W (lanes), NV (1 or 2 vectors per row),
+ * MR, ROWS(X) (X(i, g, o) for each row i = 3g + o < MR) and GROUPS(X) (X(g) for each group
+ * of three rows), VLOAD, VSTORE, VSET1, VFMA(a, b, c) = a*b + c, VMUL,
+ * VZERO, MASK (a lane mask type), MAKE_MASK(lo, hi) (lanes lo <= l < hi; any ints),
+ * MLOAD(p, m), MSTORE(p, m, v), and KNAME (the function to define). No include guard: it is
+ * included once per kernel. */
+
+#define GK_CAT2(a, b) a##b
+#define GK_CAT(a, b) GK_CAT2(a, b)
+#define KBODY GK_CAT(KNAME, _body)
+
+#if NV == 2
+#define GK_DECL(i, g, o) V c##i##_0 = VZERO(), c##i##_1 = VZERO();
+#define GK_STEP(i, g, o)                                                                           \
+    {                                                                                              \
+        V ai = VSET1(a##g[(o)*a_rs]);                                                              \
+        c##i##_0 = VFMA(ai, b0, c##i##_0);                                                         \
+        c##i##_1 = VFMA(ai, b1, c##i##_1);                                                         \
+    }
+#define GK_LOAD_B V b0 = VLOAD(b), b1 = VLOAD(b + W);
+/* Whole rows: beta 0 (C not read), beta 1, any beta. */
+#define GK_STORE0(i, g, o)                                                                         \
+    VSTORE(c + (i)*ldc, VMUL(va, c##i##_0));                                                       \
+    VSTORE(c + (i)*ldc + W, VMUL(va, c##i##_1));
+#define GK_STORE1(i, g, o)                                                                         \
+    VSTORE(c + (i)*ldc, VFMA(va, c##i##_0, VLOAD(c + (i)*ldc)));                                   \
+    VSTORE(c + (i)*ldc + W, VFMA(va, c##i##_1, VLOAD(c + (i)*ldc + W)));
+#define GK_STOREB(i, g, o)                                                                         \
+    VSTORE(c + (i)*ldc, VFMA(vb, VLOAD(c + (i)*ldc), VMUL(va, c##i##_0)));                         \
+    VSTORE(c + (i)*ldc + W, VFMA(vb, VLOAD(c + (i)*ldc + W), VMUL(va, c##i##_1)));
+/* Part of a tile: rows outside [r0, r1) untouched, lanes outside the masks untouched. */
+#define GK_STOREM(i, g, o)                                                                         \
+    if ((i) >= r0 && (i) < r1) {                                                                   \
+        T *ci = c + (i)*ldc;                                                                       \
+        V v0 = VMUL(va, c##i##_0), v1 = VMUL(va, c##i##_1);                                        \
+        if (beta != 0) {                                                                           \
+            v0 = VFMA(vb, MLOAD(ci, m0), v0);                                                      \
+            v1 = VFMA(vb, MLOAD(ci + W, m1), v1);                                                  \
+        }                                                                                          \
+        MSTORE(ci, m0, v0);                                                                        \
+        MSTORE(ci + W, m1, v1);                                                                    \
+    }
+#else
+#define GK_DECL(i, g, o) V c##i##_0 = VZERO();
+#define GK_STEP(i, g, o)                                                                           \
+    {                                                                                              \
+        V ai = VSET1(a##g[(o)*a_rs]);                                                              \
+        c##i##_0 = VFMA(ai, b0, c##i##_0);                                                         \
+    }
+#define GK_LOAD_B V b0 = VLOAD(b);
+#define GK_STORE0(i, g, o) VSTORE(c + (i)*ldc, VMUL(va, c##i##_0));
+#define GK_STORE1(i, g, o) VSTORE(c + (i)*ldc, VFMA(va, c##i##_0, VLOAD(c + (i)*ldc)));
+#define GK_STOREB(i, g, o) VSTORE(c + (i)*ldc, VFMA(vb, VLOAD(c + (i)*ldc), VMUL(va, c##i##_0)));
+#define GK_STOREM(i, g, o)                                                                         \
+    if ((i) >= r0 && (i) < r1) {                                                                   \
+        T *ci = c + (i)*ldc;                                                                       \
+        V v0 = VMUL(va, c##i##_0);                                                                 \
+        if (beta != 0) v0 = VFMA(vb, MLOAD(ci, m0), v0);                                           \
+        MSTORE(ci, m0, v0);                                                                        \
+    }
+#endif
+
+/* Inlined twice below: once with the packed strides as constants (every broadcast is then a
+ * fixed offset from one pointer) and once with run-time strides for operands read in place. */
+static inline __attribute__((always_inline)) void
+KBODY(int64_t kc, const T *restrict a, int64_t a_rs, int64_t a_cs, const T *restrict b,
+      int64_t b_rs, T *restrict c, int64_t ldc, T alpha, T beta, const nbt_gemm_rect *rect) {
+    ROWS(GK_DECL)
+    /* A row pointer per group of three rows, the others at 1 and 2 row strides from it: x86
+     * addressing reaches all three without spilling addresses when A is read in place. */
+#define GK_BASE(g) const T *a##g = a + 3 * (g)*a_rs;
+#define GK_NEXT(g) a##g += a_cs;
+    GROUPS(GK_BASE)
+    for (int64_t k = 0; k < kc; k++) {
+        GK_LOAD_B
+        ROWS(GK_STEP)
+        GROUPS(GK_NEXT)
+        b += b_rs;
+    }
+    V va = VSET1(alpha), vb = VSET1(beta);
+    if (rect) {
+        int r0 = rect->r0, r1 = rect->r1;
+        MASK m0 = MAKE_MASK(rect->c0, rect->c1);
+#if NV == 2
+        MASK m1 = MAKE_MASK(rect->c0 - W, rect->c1 - W);
+#endif
+        ROWS(GK_STOREM)
+    } else if (beta == 0) {
+        ROWS(GK_STORE0)
+    } else if (beta == 1) {
+        ROWS(GK_STORE1)
+    } else {
+        ROWS(GK_STOREB)
+    }
+}
+
+static void KNAME(int64_t kc, const T *a, int64_t a_rs, int64_t a_cs, const T *b, int64_t b_rs,
+                  T *c, int64_t ldc, T alpha, T beta, const nbt_gemm_rect *rect) {
+    if (a_rs == 1 && a_cs == MR && b_rs == NV * W)
+        KBODY(kc, a, 1, MR, b, NV * W, c, ldc, alpha, beta, rect);
+    else
+        KBODY(kc, a, a_rs, a_cs, b, b_rs, c, ldc, alpha, beta, rect);
+}
+
+#undef GK_DECL
+#undef GK_BASE
+#undef GK_NEXT
+#undef GK_STEP
+#undef GK_STORE0
+#undef GK_STORE1
+#undef GK_STOREB
+#undef GK_STOREM
+#undef GK_LOAD_B
+#undef KBODY
+#undef GK_CAT
+#undef GK_CAT2

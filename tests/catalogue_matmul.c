@@ -1,0 +1,95 @@
+/* Catalogue entries for matmul: every torch.matmul shape case, transposed and sliced
+ * operands, broadcast batches, and a non-contiguous output gradient. */
+#include "catalogue.h"
+
+#define IN(...)                                                                                    \
+    {                                                                                              \
+        .ndim = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), .shape = {              \
+            __VA_ARGS__                                                                            \
+        }                                                                                          \
+    }
+#define IN_T(...)                                                                                  \
+    {                                                                                              \
+        .ndim = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), .shape = {__VA_ARGS__}, \
+        .layout = NBCAT_TRANSPOSED                                                                 \
+    }
+#define IN_S(...)                                                                                  \
+    {                                                                                              \
+        .ndim = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), .shape = {__VA_ARGS__}, \
+        .layout = NBCAT_SLICED                                                                     \
+    }
+#define IN_C(...)                                                                                  \
+    {                                                                                              \
+        .ndim = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), .shape = {__VA_ARGS__}, \
+        .constant = true                                                                           \
+    }
+
+static nb_tensor *f_matmul(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_matmul(in[0], in[1]);
+}
+/* The right operand read through a transpose view: a flag for the kernel, not a copy. */
+static nb_tensor *f_matmul_bt(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_matmul(in[0], nb_transpose(in[1], -1, -2));
+}
+/* The output transposed afterwards: its gradient arrives transposed. */
+static nb_tensor *f_matmul_then_t(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_transpose(nb_matmul(in[0], in[1]), -1, -2);
+}
+/* A batch made by expand: batch stride 0, gradient summed over it. */
+static nb_tensor *f_matmul_expanded(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_matmul(nb_expand(in[0], NB_SHAPE(3, -1, -1)), in[1]);
+}
+/* Attention's pattern: scores = q k^T, then scores v, all batched over heads. */
+static nb_tensor *f_attention_products(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_matmul(nb_matmul(in[0], nb_transpose(in[1], -1, -2)), in[2]);
+}
+
+const nbcat_entry nbcat_matmul[] = {
+    {"matmul 1-D . 1-D [5] [5]", f_matmul, 2, {IN(5), IN(5)}, NULL},
+    {"matmul 1-D . 1-D sliced [4] [4]", f_matmul, 2, {IN_S(4), IN_S(4)}, NULL},
+    {"matmul 2-D [3,4] @ [4,5]", f_matmul, 2, {IN(3, 4), IN(4, 5)}, NULL},
+    {"matmul 2-D transposed [3,4] @ [4,5]", f_matmul, 2, {IN_T(3, 4), IN_T(4, 5)}, NULL},
+    {"matmul 2-D sliced (copied) [3,4] @ [4,2]", f_matmul, 2, {IN_S(3, 4), IN_S(4, 2)}, NULL},
+    {"matmul 2-D [4,3] @ transpose([5,3])", f_matmul_bt, 2, {IN(4, 3), IN(5, 3)}, NULL},
+    {"matmul 1-D @ 2-D [4] @ [4,3]", f_matmul, 2, {IN(4), IN_T(4, 3)}, NULL},
+    {"matmul 2-D @ 1-D [3,4] @ [4]", f_matmul, 2, {IN_T(3, 4), IN_S(4)}, NULL},
+    {"matmul 1-D @ 3-D [4] @ [2,4,3]", f_matmul, 2, {IN(4), IN(2, 4, 3)}, NULL},
+    {"matmul 3-D @ 1-D [2,3,4] @ [4]", f_matmul, 2, {IN_S(2, 3, 4), IN(4)}, NULL},
+    {"matmul batched [2,3,4] @ [2,4,5]", f_matmul, 2, {IN(2, 3, 4), IN_T(2, 4, 5)}, NULL},
+    {"matmul batched transposed [2,3,4] @ [2,4,5]",
+     f_matmul,
+     2,
+     {IN_T(2, 3, 4), IN_T(2, 4, 5)},
+     NULL},
+    {"matmul broadcast [2,1,3,4] @ [5,4,6]", f_matmul, 2, {IN(2, 1, 3, 4), IN(5, 4, 6)}, NULL},
+    {"matmul broadcast weights [2,3,4] @ [4,5]", f_matmul, 2, {IN(2, 3, 4), IN(4, 5)}, NULL},
+    {"matmul broadcast left [3,4] @ [2,4,5]", f_matmul, 2, {IN_T(3, 4), IN(2, 4, 5)}, NULL},
+    {"matmul broadcast [1,3,4] @ [2,1,4,2] sliced",
+     f_matmul,
+     2,
+     {IN(1, 3, 4), IN_S(2, 1, 4, 2)},
+     NULL},
+    {"matmul expanded batch [3,4] -> [3,3,4] @ [3,4,2]",
+     f_matmul_expanded,
+     2,
+     {IN(3, 4), IN(3, 4, 2)},
+     NULL},
+    {"matmul constant left [3,4] @ [4,2]", f_matmul, 2, {IN_C(3, 4), IN(4, 2)}, NULL},
+    {"matmul constant right [2,3,4] @ [4,2]", f_matmul, 2, {IN(2, 3, 4), IN_C(4, 2)}, NULL},
+    {"matmul then transpose [2,3,4] @ [2,4,5]",
+     f_matmul_then_t,
+     2,
+     {IN(2, 3, 4), IN(2, 4, 5)},
+     NULL},
+    {"matmul attention q k^T v [2,2,3,4]",
+     f_attention_products,
+     3,
+     {IN(2, 2, 3, 4), IN_T(2, 2, 3, 4), IN_S(2, 2, 3, 2)},
+     NULL},
+};
+const int nbcat_matmul_count = sizeof nbcat_matmul / sizeof nbcat_matmul[0];

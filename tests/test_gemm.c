@@ -1,0 +1,328 @@
+/* nabla's GEMM kernels against a naive triple loop written here, for every kernel this CPU
+ * can run (AVX-512, AVX2, plain C), float32 and float64, over shapes that straddle the tile
+ * and block edges, all four transpose combinations, alpha/beta variations and padded
+ * leading dimensions. Padding is filled with NaN, so a kernel that reads past a row shows
+ * up as NaN in C; C's own padding must come back untouched; and beta == 0 runs on a C full
+ * of NaN, which must not leak into the result. */
+#include "harness.h"
+#include "tensor/gemm.h"
+
+#include <float.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static uint64_t lcg = 88172645463325252ull;
+static double rnd(void) { /* uniform in [-1, 1) */
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(lcg >> 11) / 4503599627370496.0 - 1.0;
+}
+
+#define C_PAD_SENTINEL 777.0
+
+typedef struct {
+    bool ta, tb;
+    int64_t M, N, K;
+    double alpha, beta;
+    int64_t pad_a, pad_b, pad_c; /* extra leading-dimension elements */
+} gemm_case;
+
+static int failures; /* cases that failed in the current test */
+
+/* One instantiation per element type: fills operands, runs the kernel, compares. */
+#define DEFINE_CHECKS(T, SUF, GEMM, BATCHED, EPS)                                                  \
+    /* op(X)[r][c] of a stored matrix with leading dimension ld */                                 \
+    static double at_##SUF(const T *X, bool trans, int64_t ld, int64_t r, int64_t c) {             \
+        return trans ? (double)X[c * ld + r] : (double)X[r * ld + c];                              \
+    }                                                                                              \
+    /* A stored rows x cols with leading dimension ld >= cols: NaN in the padding. */              \
+    static T *matrix_##SUF(int64_t rows, int64_t cols, int64_t ld) {                               \
+        size_t n = (size_t)(rows * ld > 0 ? rows * ld : 1);                                        \
+        T *X = malloc(n * sizeof(T));                                                              \
+        for (int64_t r = 0; r < rows; r++)                                                         \
+            for (int64_t c = 0; c < ld; c++) X[r * ld + c] = c < cols ? (T)rnd() : (T)NAN;         \
+        return X;                                                                                  \
+    }                                                                                              \
+    /* Checks C (M x N, ldc) against alpha * sum of op(A_b) op(B_b) + beta * C0 over the nb        \
+     * products given; error bound grows with the length of each dot product. */                   \
+    static bool compare_##SUF(const gemm_case *gc, int nb, const T *const *As, int64_t lda,        \
+                              const T *const *Bs, int64_t ldb, const T *C0, const T *C,            \
+                              int64_t ldc, const char *what) {                                     \
+        for (int64_t i = 0; i < gc->M; i++)                                                        \
+            for (int64_t j = 0; j < ldc; j++) {                                                    \
+                double got = (double)C[i * ldc + j];                                               \
+                if (j >= gc->N) {                                                                  \
+                    if (got != C_PAD_SENTINEL) {                                                   \
+                        printf("  %s: C padding [%lld][%lld] overwritten with %g\n", what,         \
+                               (long long)i, (long long)j, got);                                   \
+                        return false;                                                              \
+                    }                                                                              \
+                    continue;                                                                      \
+                }                                                                                  \
+                double sum = 0, mag = 0;                                                           \
+                for (int b = 0; b < nb; b++)                                                       \
+                    for (int64_t k = 0; k < gc->K; k++) {                                          \
+                        double p = at_##SUF(As[b], gc->ta, lda, i, k) *                            \
+                                   at_##SUF(Bs[b], gc->tb, ldb, k, j);                             \
+                        sum += p, mag += fabs(p);                                                  \
+                    }                                                                              \
+                double c0 = gc->beta == 0 ? 0 : (double)C0[i * ldc + j];                           \
+                double want = gc->alpha * sum + gc->beta * c0;                                     \
+                double bound = fabs(gc->alpha) * mag + fabs(gc->beta * c0);                        \
+                double tol = 2.0 * (double)(nb * gc->K + 2) * EPS * bound + 1e-300;                \
+                if (!(fabs(got - want) <= tol)) {                                                  \
+                    printf("  %s: C[%lld][%lld] = %.9g, expected %.9g (tol %.3g)\n", what,         \
+                           (long long)i, (long long)j, got, want, tol);                            \
+                    return false;                                                                  \
+                }                                                                                  \
+            }                                                                                      \
+        return true;                                                                               \
+    }                                                                                              \
+    static T *c_matrix_##SUF(const gemm_case *gc, int64_t rows, int64_t ldc) {                     \
+        T *C = matrix_##SUF(rows, gc->N, ldc);                                                     \
+        for (int64_t i = 0; i < rows; i++)                                                         \
+            for (int64_t j = 0; j < ldc; j++)                                                      \
+                if (j >= gc->N)                                                                    \
+                    C[i * ldc + j] = (T)C_PAD_SENTINEL;                                            \
+                else if (gc->beta == 0)                                                            \
+                    C[i * ldc + j] = (T)NAN;                                                       \
+        return C;                                                                                  \
+    }                                                                                              \
+    static T *copy_##SUF(const T *X, int64_t n) {                                                  \
+        T *Y = malloc((size_t)(n > 0 ? n : 1) * sizeof(T));                                        \
+        for (int64_t i = 0; i < n; i++) Y[i] = X[i];                                               \
+        return Y;                                                                                  \
+    }                                                                                              \
+    static bool run_##SUF(const gemm_case *gc) {                                                   \
+        int64_t ar = gc->ta ? gc->K : gc->M, ac = gc->ta ? gc->M : gc->K;                          \
+        int64_t br = gc->tb ? gc->N : gc->K, bc = gc->tb ? gc->K : gc->N;                          \
+        int64_t lda = ac + gc->pad_a, ldb = bc + gc->pad_b, ldc = gc->N + gc->pad_c;               \
+        T *A = matrix_##SUF(ar, ac, lda), *B = matrix_##SUF(br, bc, ldb);                          \
+        T *C = c_matrix_##SUF(gc, gc->M, ldc), *C0 = copy_##SUF(C, gc->M * ldc);                   \
+        bool ok = GEMM(gc->ta, gc->tb, gc->M, gc->N, gc->K, (T)gc->alpha, A, lda, B, ldb,          \
+                       (T)gc->beta, C, ldc);                                                       \
+        char what[160];                                                                            \
+        snprintf(what, sizeof what,                                                                \
+                 #SUF " %s%s M=%lld N=%lld K=%lld alpha=%g beta=%g pads=%lld,"                     \
+                      "%lld,%lld",                                                                 \
+                 gc->ta ? "T" : "N", gc->tb ? "T" : "N", (long long)gc->M, (long long)gc->N,       \
+                 (long long)gc->K, gc->alpha, gc->beta, (long long)gc->pad_a,                      \
+                 (long long)gc->pad_b, (long long)gc->pad_c);                                      \
+        ok = ok && compare_##SUF(gc, 1, (const T *const[]){A}, lda, (const T *const[]){B}, ldb,    \
+                                 C0, C, ldc, what);                                                \
+        if (!ok) printf("  FAILED %s\n", what);                                                    \
+        free(A), free(B), free(C), free(C0);                                                       \
+        return ok;                                                                                 \
+    }                                                                                              \
+    /* batch products with strides; sa/sb/sc given as "0 = broadcast/sum" or "gap" (elements       \
+     * between the end of one matrix and the start of the next, -1 meaning back to back). */       \
+    static bool run_batched_##SUF(const gemm_case *gc, int nb, bool share_a, bool share_b,         \
+                                  bool sum_c, int64_t gap) {                                       \
+        int64_t ar = gc->ta ? gc->K : gc->M, ac = gc->ta ? gc->M : gc->K;                          \
+        int64_t br = gc->tb ? gc->N : gc->K, bc = gc->tb ? gc->K : gc->N;                          \
+        int64_t lda = ac + gc->pad_a, ldb = bc + gc->pad_b, ldc = gc->N + gc->pad_c;               \
+        int64_t sa = share_a ? 0 : ar * lda + gap, sb = share_b ? 0 : br * ldb + gap;              \
+        int64_t sc = sum_c ? 0 : gc->M * ldc + gap;                                                \
+        int64_t na = share_a ? 1 : nb, nbm = share_b ? 1 : nb, nc = sum_c ? 1 : nb;                \
+        /* every operand's matrices in one allocation, NaN between them */                         \
+        T *A = matrix_##SUF(1, (na - 1) * sa + ar * lda, (na - 1) * sa + ar * lda);                \
+        T *B = matrix_##SUF(1, (nbm - 1) * sb + br * ldb, (nbm - 1) * sb + br * ldb);              \
+        int64_t clen = (nc - 1) * sc + gc->M * ldc;                                                \
+        T *C = malloc((size_t)(clen > 0 ? clen : 1) * sizeof(T));                                  \
+        for (int64_t i = 0; i < clen; i++) C[i] = (T)C_PAD_SENTINEL;                               \
+        for (int64_t b = 0; b < nc; b++) {                                                         \
+            T *Cb = c_matrix_##SUF(gc, gc->M, ldc);                                                \
+            for (int64_t i = 0; i < gc->M * ldc; i++) C[b * sc + i] = Cb[i];                       \
+            free(Cb);                                                                              \
+        }                                                                                          \
+        for (int64_t b = 0; b < na; b++)                                                           \
+            for (int64_t r = 0; r < ar; r++)                                                       \
+                for (int64_t c = ac; c < lda; c++) A[b * sa + r * lda + c] = (T)NAN;               \
+        for (int64_t b = 0; b < nbm; b++)                                                          \
+            for (int64_t r = 0; r < br; r++)                                                       \
+                for (int64_t c = bc; c < ldb; c++) B[b * sb + r * ldb + c] = (T)NAN;               \
+        T *C0 = copy_##SUF(C, clen);                                                               \
+        bool ok = BATCHED(gc->ta, gc->tb, gc->M, gc->N, gc->K, (T)gc->alpha, A, lda, sa, B, ldb,   \
+                          sb, (T)gc->beta, C, ldc, sc, nb);                                        \
+        char what[200];                                                                            \
+        snprintf(what, sizeof what,                                                                \
+                 #SUF " batched x%d %s%s M=%lld N=%lld K=%lld alpha=%g "                           \
+                      "beta=%g share_a=%d share_b=%d sum_c=%d gap=%lld",                           \
+                 nb, gc->ta ? "T" : "N", gc->tb ? "T" : "N", (long long)gc->M, (long long)gc->N,   \
+                 (long long)gc->K, gc->alpha, gc->beta, share_a, share_b, sum_c, (long long)gap);  \
+        const T *As[64], *Bs[64];                                                                  \
+        for (int b = 0; b < nb; b++) As[b] = A + b * sa, Bs[b] = B + b * sb;                       \
+        if (sum_c) {                                                                               \
+            ok = ok && compare_##SUF(gc, nb, As, lda, Bs, ldb, C0, C, ldc, what);                  \
+        } else {                                                                                   \
+            for (int b = 0; ok && b < nb; b++)                                                     \
+                ok = compare_##SUF(gc, 1, As + b, lda, Bs + b, ldb, C0 + b * sc, C + b * sc, ldc,  \
+                                   what);                                                          \
+            /* the gaps between C matrices are untouched */                                        \
+            for (int64_t b = 0; ok && b + 1 < nc; b++)                                             \
+                for (int64_t i = gc->M * ldc; ok && i < sc; i++)                                   \
+                    if ((double)C[b * sc + i] != C_PAD_SENTINEL) {                                 \
+                        printf("  %s: gap after C %lld overwritten\n", what, (long long)b);        \
+                        ok = false;                                                                \
+                    }                                                                              \
+        }                                                                                          \
+        if (!ok) printf("  FAILED %s\n", what);                                                    \
+        free(A), free(B), free(C), free(C0);                                                       \
+        return ok;                                                                                 \
+    }
+
+DEFINE_CHECKS(float, f32, nbt_sgemm, nbt_sgemm_batched, FLT_EPSILON)
+DEFINE_CHECKS(double, f64, nbt_dgemm, nbt_dgemm_batched, DBL_EPSILON)
+
+/* Runs fn once per kernel this CPU can run, then goes back to the default choice. */
+static void for_each_isa(void (*fn)(void)) {
+    nbt_gemm_isa best = nbt_gemm_current_isa();
+    int ran = 0;
+    for (int isa = NBT_GEMM_AVX512; isa >= NBT_GEMM_GENERIC; isa--) {
+        if (!nbt_gemm_isa_supported((nbt_gemm_isa)isa)) {
+            printf("  (%s kernels: this CPU cannot run them)\n", nbt_gemm_isa_name(isa));
+            continue;
+        }
+        CU_ASSERT_TRUE(nbt_gemm_force_isa((nbt_gemm_isa)isa));
+        CU_ASSERT_EQUAL(nbt_gemm_current_isa(), (nbt_gemm_isa)isa);
+        failures = 0;
+        fn();
+        printf("  %s kernels: %d failures\n", nbt_gemm_isa_name(isa), failures);
+        CU_ASSERT_EQUAL(failures, 0);
+        ran++;
+    }
+    CU_ASSERT(ran >= 1);
+    nbt_gemm_force_isa(best);
+}
+
+static void check_both(const gemm_case *gc) {
+    failures += !run_f32(gc);
+    failures += !run_f64(gc);
+}
+
+/* Every shape in all four transpose combinations, with a few alpha/beta pairs and pads. */
+static void shapes_all_transposes(const int64_t (*shapes)[3], int n) {
+    static const double ab[][2] = {{1, 0}, {1, 1}, {-0.5, 2}, {2, 0}, {0.75, -1}};
+    for (int s = 0; s < n; s++)
+        for (int t = 0; t < 4; t++) {
+            const double *p = ab[(s + t) % 5];
+            gemm_case gc = {t & 1, t >> 1, shapes[s][0], shapes[s][1],    shapes[s][2],
+                            p[0],  p[1],   (s + t) % 3,  (s + 2 * t) % 4, s % 2};
+            check_both(&gc);
+        }
+}
+
+static void small_shapes(void) {
+    /* 1x1x1, primes, and sizes around every tile height (4, 6, 12, 16) and width (4, 8, 16,
+     * 32) the kernels use */
+    static const int64_t shapes[][3] = {
+        {1, 1, 1},    {7, 13, 5},   {2, 3, 1},    {1, 17, 3},   {19, 1, 4},   {3, 3, 3},
+        {4, 8, 2},    {5, 9, 7},    {6, 16, 16},  {11, 15, 9},  {12, 16, 16}, {13, 17, 10},
+        {16, 16, 16}, {17, 31, 8},  {23, 32, 12}, {24, 33, 5},  {25, 48, 33}, {15, 64, 1},
+        {40, 7, 29},  {29, 100, 3}, {64, 64, 64}, {33, 65, 31}, {97, 41, 61}, {12, 8, 5},
+        {24, 8, 6},   {32, 16, 3},  {48, 32, 9},  {36, 64, 2},  {12, 4, 7},
+    };
+    shapes_all_transposes(shapes, sizeof shapes / sizeof shapes[0]);
+}
+
+static void block_edges(void) {
+    /* K around the K blocks (256 for f64, 384 for f32), N around the N blocks (256, 512),
+     * M above the M block (768 for f64, 1536 for f32), and a big prime-ish product */
+    static const int64_t shapes[][3] = {
+        {13, 17, 255},  {14, 18, 256}, {15, 33, 257}, {9, 20, 383},    {13, 35, 384},
+        {26, 31, 385},  {5, 255, 20},  {7, 257, 9},   {11, 511, 6},    {13, 513, 7},
+        {30, 530, 400}, {769, 5, 3},   {1537, 9, 4},  {257, 129, 300},
+    };
+    shapes_all_transposes(shapes, sizeof shapes / sizeof shapes[0]);
+}
+
+static void zero_sizes(void) {
+    /* M or N of 0 leaves C alone; K of 0 (or alpha 0) leaves beta * C */
+    static const int64_t shapes[][3] = {{0, 5, 3}, {4, 0, 3}, {4, 5, 0}, {0, 0, 0}, {33, 40, 0}};
+    shapes_all_transposes(shapes, sizeof shapes / sizeof shapes[0]);
+    for (int t = 0; t < 4; t++) {
+        gemm_case gc = {t & 1, t >> 1, 9, 21, 14, 0, 0.5, 1, 2, 3}; /* alpha 0 */
+        check_both(&gc);
+    }
+}
+
+static void batched_cases(void) {
+    for (int t = 0; t < 4; t++) {
+        bool ta = t & 1, tb = t >> 1;
+        gemm_case small = {ta, tb, 7, 13, 5, 1, 0, 1, 0, 2};
+        gemm_case attention = {ta, tb, 16, 16, 16, 0.25, 0, 0, 0, 0};
+        gemm_case edges = {ta, tb, 19, 35, 21, -1, 0.5, 0, 3, 0};
+        gemm_case big = {ta, tb, 40, 530, 30, 1, 1, 2, 0, 1}; /* N over the f32 block: blocked */
+        gemm_case longk = {ta, tb, 9, 14, 400, 1, 0, 0, 0, 0};
+        const gemm_case *all[] = {&small, &attention, &edges, &big, &longk};
+        for (int c = 0; c < 5; c++) {
+            const gemm_case *gc = all[c];
+            int nb = c == 1 ? 24 : 3;
+            for (int mode = 0; mode < 4; mode++) {
+                /* independent (back to back or with gaps), B shared, A shared */
+                bool share_a = mode == 3, share_b = mode == 2;
+                int64_t gap = mode == 1 ? 5 : 0;
+                failures += !run_batched_f32(gc, nb, share_a, share_b, false, gap);
+                failures += !run_batched_f64(gc, nb, share_a, share_b, false, gap);
+            }
+            /* summed into one C, back to back (stacks along K when ta && !tb) or with gaps */
+            failures += !run_batched_f32(gc, nb, false, false, true, 0);
+            failures += !run_batched_f64(gc, nb, false, false, true, 3);
+            failures += !run_batched_f32(gc, nb, false, true, true, 0);
+        }
+        /* batch of zero leaves C alone, batch of one is a plain product */
+        failures += !run_batched_f32(&small, 1, false, false, false, 2);
+        failures += !run_batched_f64(&small, 1, true, false, false, 0);
+    }
+    /* no products: C must come back untouched */
+    float c = 3.0f, a = 1.0f, b = 1.0f;
+    CU_ASSERT_TRUE(
+        nbt_sgemm_batched(false, false, 1, 1, 1, 1.0f, &a, 1, 1, &b, 1, 1, 0.0f, &c, 1, 1, 0));
+    CU_ASSERT_EQUAL(c, 3.0f);
+}
+
+static void test_small_shapes(void) {
+    for_each_isa(small_shapes);
+}
+static void test_block_edges(void) {
+    for_each_isa(block_edges);
+}
+static void test_zero_sizes(void) {
+    for_each_isa(zero_sizes);
+}
+static void test_batched(void) {
+    for_each_isa(batched_cases);
+}
+
+/* A hand-computed product, so the reference loop above is itself checked once. */
+static void test_hand_computed(void) {
+    const float A[] = {1, 2, 3, 4, 5, 6};    /* 2 x 3 */
+    const float B[] = {7, 8, 9, 10, 11, 12}; /* 3 x 2 */
+    float C[4] = {1, 1, 1, 1};
+    CU_ASSERT_TRUE(nbt_sgemm(false, false, 2, 2, 3, 1.0f, A, 3, B, 2, 2.0f, C, 2));
+    /* [1 2 3; 4 5 6] [7 8; 9 10; 11 12] = [58 64; 139 154], plus 2 */
+    CU_ASSERT_EQUAL(C[0], 60.0f);
+    CU_ASSERT_EQUAL(C[1], 66.0f);
+    CU_ASSERT_EQUAL(C[2], 141.0f);
+    CU_ASSERT_EQUAL(C[3], 156.0f);
+    double D[4];
+    /* A^T (3 x 2 stored as A) times A (2 x 3) restricted: A^T A is 3 x 3; take M=N=2 corner */
+    CU_ASSERT_TRUE(nbt_dgemm(true, false, 2, 2, 2, 1.0, (const double[]){1, 2, 3, 4}, 2,
+                             (const double[]){1, 2, 3, 4}, 2, 0.0, D, 2));
+    /* [1 3; 2 4] [1 2; 3 4] = [10 14; 14 20] */
+    CU_ASSERT_EQUAL(D[0], 10.0);
+    CU_ASSERT_EQUAL(D[1], 14.0);
+    CU_ASSERT_EQUAL(D[2], 14.0);
+    CU_ASSERT_EQUAL(D[3], 20.0);
+}
+
+int main(void) {
+    const nbtest_case cases[] = {
+        {"hand-computed products", test_hand_computed},
+        {"small shapes, all transposes, every kernel", test_small_shapes},
+        {"block edges and large shapes, every kernel", test_block_edges},
+        {"zero sizes and alpha 0, every kernel", test_zero_sizes},
+        {"strided batches: broadcast, summed, gaps, every kernel", test_batched},
+    };
+    return nbtest_run("gemm", cases, sizeof cases / sizeof cases[0]);
+}
