@@ -93,10 +93,10 @@ static void lm_step(workload *w) {
 }
 
 static workload workloads[] = {
-    {"seed", "B1 T3 D6 H2", 1, 3, 6, 2, 0, 0, mha_setup, mha_step},
-    {"toy", "B32 T16 D64 H4", 32, 16, 64, 4, 0, 0, mha_setup, mha_step},
-    {"mid", "B8 T128 D256 H8", 8, 128, 256, 8, 0, 0, mha_setup, mha_step},
-    {"lm", "V65 B16 T64 D128 H4 L2", 16, 64, 128, 4, 65, 2, lm_setup, lm_step},
+    {.name = "seed", .shape = "B1 T3 D6 H2", .B = 1, .T = 3, .D = 6, .H = 2, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
+    {.name = "toy", .shape = "B32 T16 D64 H4", .B = 32, .T = 16, .D = 64, .H = 4, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
+    {.name = "mid", .shape = "B8 T128 D256 H8", .B = 8, .T = 128, .D = 256, .H = 8, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
+    {.name = "lm", .shape = "V65 B16 T64 D128 H4 L2", .B = 16, .T = 64, .D = 128, .H = 4, .V = 65, .L = 2, .setup = lm_setup, .step = lm_step},
 };
 #define NUM_WORKLOADS (int)(sizeof workloads / sizeof workloads[0])
 
