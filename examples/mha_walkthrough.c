@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 static void stage(const char *title, const nb_tensor *t) {
-    printf("\n== %s\n", title);
+    printf("\n--- %s\n", title);
     if (!t) {
         printf("error: %s\n", nb_last_error());
         return;
@@ -100,7 +100,7 @@ int main(void) {
         worst_loop = fmax(worst_loop, fabs(a[i] - b[i]));
         worst_module = fmax(worst_module, fabs(a[i] - c[i]));
     }
-    printf("\n== checks\nbatched vs per-head loop: max difference %.3g\n", worst_loop);
+    printf("\n--- checks\nbatched vs per-head loop: max difference %.3g\n", worst_loop);
     printf("step by step vs nb_mha_forward (fused masked softmax): max difference %.3g\n",
            worst_module);
 

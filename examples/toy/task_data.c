@@ -79,11 +79,11 @@ static const toy_task reverse = {"reverse", "output the input reversed (bidirect
                                  digit_label};
 static const toy_task sort = {"sort", "output the input digits sorted (bidirectional, 2 layers)",
                               "heads that look up the digits of each rank",
-                              10, 8, false, 2, 64, 4, 2000, 2e-3, 64, make_sort, digit_label};
+                              10, 8, false, 2, 64, 4, 1000, 2e-3, 64, make_sort, digit_label};
 static const toy_task recall = {"recall",
                                 "key-value associative recall (causal, 2 layers)",
                                 "an induction pattern: the query finds the value after its key",
-                                18, 2 * RECALL_PAIRS + 1, true, 2, 64, 4, 2000, 2e-3, 64,
+                                18, 2 * RECALL_PAIRS + 1, true, 2, 64, 4, 1000, 2e-3, 64,
                                 make_recall, recall_label};
 
 const toy_task *const toy_tasks[] = {&shift, &reverse, &sort, &recall, NULL};
