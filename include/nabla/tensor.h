@@ -74,6 +74,10 @@ void nb_shutdown(void);
 /* Number of heap allocations nabla has made so far (the bench counts these per step). */
 uint64_t nb_alloc_count(void);
 
+/* Threads nabla's kernels may use (default: all cores, from OpenMP). n < 1 means the default. */
+void nb_set_num_threads(int n);
+int nb_get_num_threads(void);
+
 /* ---- Metadata ----------------------------------------------------------------------------- */
 const char *nb_dtype_name(nb_dtype dt);
 size_t nb_dtype_size(nb_dtype dt);
@@ -148,6 +152,9 @@ void *nb_data(const nb_tensor *t);
 bool nb_fill_(nb_tensor *t, double value);
 /* Copies src into dst in place (broadcasting src, converting dtype; no autograd). */
 bool nb_copy_(nb_tensor *dst, const nb_tensor *src);
+
+/* Elementwise a | b of two NB_BOOL masks, broadcast. New tensor in the current scope. */
+nb_tensor *nb_logical_or(const nb_tensor *a, const nb_tensor *b);
 
 /* ---- Printing --------------------------------------------------------------------------- */
 /* PyTorch style: tensor([[1., 2.], [3., 4.]]) followed by shape and dtype. */

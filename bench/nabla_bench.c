@@ -1,0 +1,163 @@
+/* nabla's side of bench/compare: the four workloads of bench/torch_bench.py, same shapes and
+ * model definitions, timed as median microseconds per step after warm-up.
+ *
+ *   nabla_bench [--threads N] [--min-time SECONDS] [workload...]
+ *
+ * Each workload runs in a child process so its peak RSS is its own. Printed per line:
+ * name, threads, us/step, GFLOP/s (model FLOPs: 2*m*n*k per matmul, forward + backward),
+ * peak RSS, and mallocs per step after the first. */
+#define _POSIX_C_SOURCE 200809L
+#include <nabla/nabla.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct workload workload;
+struct workload {
+    const char *name, *shape;
+    int64_t B, T, D, H, V, L;
+    void (*setup)(workload *w);
+    void (*step)(workload *w);
+    double flops; /* per step */
+    nb_module *model;
+    nb_mha *mha;
+    nb_transformer_lm *lm;
+    nb_optimizer *opt;
+    nb_tensor *x, *idx, *tgt;
+    nb_tensor *params[256];
+    int nparams;
+};
+
+/* ---- MHA forward + backward (torch_bench.py mha_step) ---- */
+static void mha_setup(workload *w) {
+    w->model = nb_model_new(NB_F32, 0);
+    w->mha = nb_mha_new(w->model, "mha", w->D, w->D, w->H, false, 0.0);
+    nb_rng rng;
+    nb_rng_seed(&rng, 0);
+    nb_scope_push(w->model->scope);
+    w->x = nb_randn(&rng, NB_F32, NB_SHAPE(w->B, w->T, w->D));
+    nb_scope_pop();
+    double B = (double)w->B, T = (double)w->T, D = (double)w->D;
+    double fwd = 2 * B * T * D * D * 4 + 2 * 2 * B * T * T * D;
+    w->flops = 3 * fwd;
+}
+
+static void mha_step(workload *w) {
+    nb_scope_begin();
+    nb_module_zero_grad(w->model);
+    nb_tensor *y = nb_mha_forward(w->mha, w->x, &(nb_mha_opts){.causal = true});
+    nb_backward(nb_sum(y), NULL);
+    nb_scope_end();
+}
+
+/* ---- LM training step (torch_bench.py lm_step) ---- */
+static void lm_setup(workload *w) {
+    w->model = nb_model_new(NB_F32, 0);
+    w->lm = nb_transformer_lm_new(w->model, "", w->V, w->T, w->D, w->H, (int)w->L, 0.0);
+    nb_param p[256];
+    w->nparams = nb_module_params(w->model, p, 256);
+    for (int i = 0; i < w->nparams; i++) w->params[i] = p[i].tensor;
+    w->opt = nb_adamw_new(w->params, w->nparams, nb_adamw_defaults(1e-3));
+    nb_rng rng;
+    nb_rng_seed(&rng, 0);
+    nb_scope_push(w->model->scope);
+    w->idx = nb_randint(&rng, 0, w->V, NB_SHAPE(w->B, w->T));
+    w->tgt = nb_randint(&rng, 0, w->V, NB_SHAPE(w->B * w->T));
+    nb_scope_pop();
+    double tokens = (double)(w->B * w->T), D = (double)w->D, T = (double)w->T;
+    double per_layer = 2 * tokens * (4 * D * D + 8 * D * D) + 2 * 2 * tokens * T * D;
+    double fwd = (double)w->L * per_layer + 2 * tokens * D * (double)w->V;
+    w->flops = 3 * fwd;
+}
+
+static void lm_step(workload *w) {
+    nb_scope_begin();
+    nb_optimizer_zero_grad(w->opt);
+    nb_tensor *logits = nb_transformer_lm_forward(w->lm, w->idx, true, NULL, NULL);
+    nb_tensor *loss = nb_cross_entropy(nb_view(logits, NB_SHAPE(-1, w->V)), w->tgt, -100,
+                                       NB_REDUCE_MEAN);
+    nb_backward(loss, NULL);
+    nb_optimizer_step(w->opt);
+    nb_scope_end();
+}
+
+static workload workloads[] = {
+    {.name = "seed", .shape = "B1 T3 D6 H2", .B = 1, .T = 3, .D = 6, .H = 2, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
+    {.name = "toy", .shape = "B32 T16 D64 H4", .B = 32, .T = 16, .D = 64, .H = 4, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
+    {.name = "mid", .shape = "B8 T128 D256 H8", .B = 8, .T = 128, .D = 256, .H = 8, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
+    {.name = "lm", .shape = "V65 B16 T64 D128 H4 L2", .B = 16, .T = 64, .D = 128, .H = 4, .V = 65, .L = 2, .setup = lm_setup, .step = lm_step},
+};
+#define NUM_WORKLOADS (int)(sizeof workloads / sizeof workloads[0])
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Runs in the child: warm up, then time single steps until min_time has passed. */
+static void run(workload *w, double min_time) {
+    w->setup(w);
+    for (int i = 0; i < 5; i++) w->step(w);
+    uint64_t allocs_before = nb_alloc_count();
+    w->step(w);
+    uint64_t allocs_per_step = nb_alloc_count() - allocs_before;
+    enum { MAX_SAMPLES = 100000 };
+    double *samples = malloc(sizeof(double) * MAX_SAMPLES);
+    int n = 0;
+    double start = now();
+    while ((now() - start < min_time || n < 5) && n < MAX_SAMPLES) {
+        double t0 = now();
+        w->step(w);
+        samples[n++] = now() - t0;
+    }
+    qsort(samples, (size_t)n, sizeof(double), cmp_double);
+    double median = samples[n / 2];
+    free(samples);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("%-5s %-24s threads %d  %12.1f us/step  %8.2f GFLOP/s  peak RSS %7.1f MB  "
+           "mallocs/step %llu\n",
+           w->name, w->shape, nb_get_num_threads(), median * 1e6, w->flops / median * 1e-9,
+           (double)ru.ru_maxrss / 1024.0, (unsigned long long)allocs_per_step);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    int threads = 0;
+    double min_time = 1.0;
+    const char *only[NUM_WORKLOADS];
+    int nonly = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--min-time") == 0 && i + 1 < argc) min_time = atof(argv[++i]);
+        else if (nonly < NUM_WORKLOADS) only[nonly++] = argv[i];
+    }
+    if (threads > 0) nb_set_num_threads(threads);
+    for (int k = 0; k < NUM_WORKLOADS; k++) {
+        bool wanted = nonly == 0;
+        for (int j = 0; j < nonly; j++) wanted |= strcmp(only[j], workloads[k].name) == 0;
+        if (!wanted) continue;
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            run(&workloads[k], min_time);
+            _exit(0);
+        }
+        int status;
+        waitpid(pid, &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            fprintf(stderr, "nabla_bench: workload %s failed\n", workloads[k].name);
+    }
+    return 0;
+}

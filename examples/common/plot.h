@@ -1,0 +1,19 @@
+/* PNG plots through gnuplot (pngcairo): training curves and attention heatmaps. When gnuplot
+ * is missing, the functions return false and say once that plots are skipped. */
+#ifndef NABLA_EXAMPLES_PLOT_H
+#define NABLA_EXAMPLES_PLOT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* True if gnuplot can be run (prints a note the first time it cannot). */
+bool plot_available(void);
+/* Loss (left axis) and accuracy (right axis) against step from a CSV with header
+ * "step,loss,accuracy". */
+bool plot_curve(const char *csv_path, const char *png_path, const char *title);
+/* A rows x cols heatmap of weights (row-major), with token labels on the axes like the
+ * tutorials' imshow plots: queries down the side, keys along the top. */
+bool plot_heatmap(const char *png_path, const char *title, const double *weights, int64_t rows,
+                  int64_t cols, const char *const *row_labels, const char *const *col_labels);
+
+#endif

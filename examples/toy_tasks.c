@@ -1,0 +1,248 @@
+/* Trains a small transformer on a toy task and shows what its attention heads learned.
+ *
+ *   toy_tasks --task shift|reverse|sort|recall [--steps N] [--seed S] [--threads N]
+ *             [--out DIR] [--eval CHECKPOINT]
+ *
+ * Writes into DIR: train.csv (step, loss, accuracy), curve.png, one heatmap per layer and
+ * head for a held-out example (attn_L<layer>_H<head>.png), and model.safetensors, which
+ * --eval reloads to report the same held-out accuracy. */
+#define _POSIX_C_SOURCE 200809L
+#include "common/plot.h"
+#include "common/progress.h"
+#include "toy/tasks.h"
+
+#include <errno.h>
+#include <nabla/nabla.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define HELDOUT 1024
+#define HELDOUT_SEED_MIX 0x9e3779b97f4a7c15ULL /* held-out data never shares the training stream */
+
+typedef struct {
+    const toy_task *task;
+    int64_t steps;
+    uint64_t seed;
+    int threads;
+    const char *out, *eval;
+    bool quiet;
+} options;
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: toy_tasks --task NAME [--steps N] [--seed S] [--threads N] [--out DIR] "
+               "[--eval CHECKPOINT] [--quiet]\ntasks:\n");
+    for (int i = 0; toy_tasks[i]; i++)
+        fprintf(f, "  %-8s %s; %lld steps by default\n", toy_tasks[i]->name, toy_tasks[i]->what,
+                (long long)toy_tasks[i]->steps);
+}
+
+static bool parse(int argc, char **argv, options *o) {
+    *o = (options){.seed = 1, .threads = 0, .out = NULL, .steps = -1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return usage(stdout), exit(0), false;
+        if (strcmp(a, "--quiet") == 0) {
+            o->quiet = true;
+            continue;
+        }
+        if (!v) return fprintf(stderr, "toy_tasks: %s needs a value\n", a), false;
+        if (strcmp(a, "--task") == 0) {
+            if (!(o->task = toy_task_find(v)))
+                return fprintf(stderr, "toy_tasks: unknown task '%s'\n", v), usage(stderr), false;
+        } else if (strcmp(a, "--steps") == 0) o->steps = atoll(v);
+        else if (strcmp(a, "--seed") == 0) o->seed = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--threads") == 0) o->threads = atoi(v);
+        else if (strcmp(a, "--out") == 0) o->out = v;
+        else if (strcmp(a, "--eval") == 0) o->eval = v;
+        else return fprintf(stderr, "toy_tasks: unknown option %s\n", a), usage(stderr), false;
+        i++;
+    }
+    if (!o->task) return fprintf(stderr, "toy_tasks: --task is required\n"), usage(stderr), false;
+    if (o->steps < 0) o->steps = o->task->steps;
+    if (!o->out) o->out = "out";
+    return true;
+}
+
+/* Correct predictions and scored positions of logits [n, V] against targets [n]. */
+static void count_correct(const nb_tensor *logits2d, const int64_t *targets, int64_t n,
+                          int64_t *correct, int64_t *scored) {
+    nb_tensor *pred;
+    nb_max_dim(logits2d, -1, false, &pred);
+    const int64_t *p = nb_data(pred);
+    for (int64_t i = 0; i < n; i++) {
+        if (targets[i] == TOY_IGNORE) continue;
+        (*scored)++;
+        *correct += p[i] == targets[i];
+    }
+}
+
+static nb_tensor *tokens_tensor(const int64_t *data, int64_t n, int64_t T) {
+    return nb_from_array(NB_I64, NB_SHAPE(n, T), data);
+}
+
+/* Held-out token accuracy, in eval mode with no graph recorded. */
+static double evaluate(nb_transformer_lm *lm, const toy_task *task, uint64_t seed) {
+    nb_rng rng;
+    nb_rng_seed(&rng, seed ^ HELDOUT_SEED_MIX);
+    int64_t T = task->seq_len, correct = 0, scored = 0;
+    int64_t *x = malloc(sizeof *x * HELDOUT * (size_t)T), *y = malloc(sizeof *y * HELDOUT * (size_t)T);
+    task->make(&rng, HELDOUT, x, y);
+    bool prev = nb_set_grad_enabled(false);
+    nb_module_train(&lm->base, false);
+    for (int64_t b = 0; b < HELDOUT; b += 256) {
+        nb_scope_begin();
+        nb_tensor *logits = nb_transformer_lm_forward(lm, tokens_tensor(x + b * T, 256, T),
+                                                      task->causal, NULL, NULL);
+        count_correct(nb_view(logits, NB_SHAPE(-1, task->vocab)), y + b * T, 256 * T, &correct,
+                      &scored);
+        nb_scope_end();
+    }
+    nb_module_train(&lm->base, true);
+    nb_set_grad_enabled(prev);
+    free(x);
+    free(y);
+    return scored ? (double)correct / (double)scored : 0;
+}
+
+/* One heatmap per layer and head for held-out example 0. */
+static void plot_heads(nb_transformer_lm *lm, const toy_task *task, uint64_t seed,
+                       const char *dir) {
+    if (!plot_available()) return;
+    nb_rng rng;
+    nb_rng_seed(&rng, seed ^ HELDOUT_SEED_MIX);
+    int64_t T = task->seq_len, x[64], y[64];
+    task->make(&rng, 1, x, y);
+    nb_scope_begin();
+    bool prev = nb_set_grad_enabled(false);
+    nb_module_train(&lm->base, false);
+    nb_tensor *weights[16];
+    nb_transformer_lm_forward(lm, tokens_tensor(x, 1, T), task->causal, NULL, weights);
+    char labels[64][16], outs[64][16];
+    const char *rows[64], *cols[64];
+    for (int64_t t = 0; t < T; t++) {
+        task->label(x[t], labels[t], sizeof labels[t]);
+        char ans[8] = "-";
+        if (y[t] != TOY_IGNORE) task->label(y[t], ans, sizeof ans);
+        snprintf(outs[t], sizeof outs[t], "%s→%s", labels[t], ans);
+        cols[t] = labels[t];
+        rows[t] = outs[t];
+    }
+    double w[64 * 64];
+    for (int l = 0; l < lm->num_layers; l++)
+        for (int64_t h = 0; h < lm->num_heads; h++) {
+            nb_tensor *head = nb_select(nb_select(weights[l], 0, 0), 0, h);
+            nb_to_doubles(head, w);
+            char path[512], title[256];
+            snprintf(path, sizeof path, "%s/attn_L%d_H%lld.png", dir, l, (long long)h);
+            snprintf(title, sizeof title, "%s: layer %d head %lld (rows: token→answer)",
+                     task->name, l, (long long)h);
+            plot_heatmap(path, title, w, T, T, rows, cols);
+        }
+    nb_module_train(&lm->base, true);
+    nb_set_grad_enabled(prev);
+    nb_scope_end();
+    printf("heatmaps: %s/attn_L*_H*.png (%s)\n", dir, task->shows);
+}
+
+static int fail(const char *what) {
+    fprintf(stderr, "toy_tasks: %s: %s\n", what, nb_last_error());
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    if (!parse(argc, argv, &o)) return 2;
+    const toy_task *task = o.task;
+    if (o.threads > 0) nb_set_num_threads(o.threads);
+    nb_module *model = nb_model_new(NB_F32, o.seed);
+    nb_transformer_lm *lm = nb_transformer_lm_new(model, "", task->vocab, task->seq_len,
+                                                  task->dim, task->heads, task->layers, 0.0);
+    if (!lm) return fail("building the model");
+
+    if (o.eval) {
+        if (!nb_module_load(model, o.eval)) {
+            nb_module_free(model);
+            return fail("loading the checkpoint");
+        }
+        double acc = evaluate(lm, task, o.seed);
+        printf("%s: held-out token accuracy %.2f%% (%d sequences, checkpoint %s)\n", task->name,
+               100 * acc, HELDOUT, o.eval);
+        nb_module_free(model);
+        nb_shutdown();
+        return 0;
+    }
+
+    if (mkdir(o.out, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "toy_tasks: cannot create %s: %s\n", o.out, strerror(errno));
+        return 1;
+    }
+    char csv_path[512], png_path[512], ckpt_path[512];
+    snprintf(csv_path, sizeof csv_path, "%s/train.csv", o.out);
+    snprintf(png_path, sizeof png_path, "%s/curve.png", o.out);
+    snprintf(ckpt_path, sizeof ckpt_path, "%s/model.safetensors", o.out);
+    FILE *csv = fopen(csv_path, "w");
+    if (!csv) return fprintf(stderr, "toy_tasks: cannot write %s\n", csv_path), 1;
+    fprintf(csv, "step,loss,accuracy\n");
+
+    int nparams = nb_module_param_count(model);
+    nb_param params[256];
+    nb_module_params(model, params, 256);
+    nb_tensor *ptensors[256];
+    for (int i = 0; i < nparams; i++) ptensors[i] = params[i].tensor;
+    nb_optimizer *opt = nb_adamw_new(ptensors, nparams, nb_adamw_defaults(task->lr));
+    if (!opt) return fail("creating the optimizer");
+
+    if (!o.quiet)
+        printf("%s: %s\nmodel: %lld parameters, %d layer(s), %lld heads, d %lld; %lld steps of "
+               "batch %lld\n",
+               task->name, task->what, (long long)nb_module_numel(model), task->layers,
+               (long long)task->heads, (long long)task->dim, (long long)o.steps,
+               (long long)task->batch);
+    nb_rng data_rng;
+    nb_rng_seed(&data_rng, o.seed);
+    int64_t B = task->batch, T = task->seq_len;
+    int64_t *x = malloc(sizeof *x * (size_t)(B * T)), *y = malloc(sizeof *y * (size_t)(B * T));
+    progress prog;
+    progress_start(&prog, o.steps);
+    int64_t warmup = o.steps / 20;
+    double loss_avg = 0, acc_avg = 0;
+    for (int64_t step = 0; step < o.steps; step++) {
+        nb_scope_begin();
+        task->make(&data_rng, B, x, y);
+        nb_tensor *logits = nb_view(
+            nb_transformer_lm_forward(lm, tokens_tensor(x, B, T), task->causal, NULL, NULL),
+            NB_SHAPE(B * T, task->vocab));
+        nb_tensor *loss = nb_cross_entropy(logits, nb_from_array(NB_I64, NB_SHAPE(B * T), y),
+                                           TOY_IGNORE, NB_REDUCE_MEAN);
+        nb_optimizer_zero_grad(opt);
+        if (!loss || !nb_backward(loss, NULL)) return fail("training step");
+        nb_clip_grad_norm(ptensors, nparams, 1.0);
+        nb_optimizer_set_lr(opt, nb_lr_warmup_cosine(step, warmup, o.steps, task->lr, task->lr / 20));
+        nb_optimizer_step(opt);
+        int64_t correct = 0, scored = 0;
+        count_correct(logits, y, B * T, &correct, &scored);
+        double l = nb_item(loss), acc = (double)correct / (double)scored;
+        loss_avg = step ? 0.9 * loss_avg + 0.1 * l : l;
+        acc_avg = step ? 0.9 * acc_avg + 0.1 * acc : acc;
+        fprintf(csv, "%lld,%.6f,%.4f\n", (long long)step + 1, l, acc);
+        if (!o.quiet) progress_update(&prog, step + 1, loss_avg, acc_avg);
+        nb_scope_end();
+    }
+    fclose(csv);
+    free(x);
+    free(y);
+    if (!o.quiet) progress_finish(&prog, "trained");
+
+    double acc = evaluate(lm, task, o.seed);
+    printf("%s: held-out token accuracy %.2f%% (%d sequences)\n", task->name, 100 * acc, HELDOUT);
+    if (!nb_module_save(model, ckpt_path)) return fail("saving the checkpoint");
+    printf("checkpoint: %s (reload with --eval)\nlog: %s\n", ckpt_path, csv_path);
+    if (plot_curve(csv_path, png_path, task->name)) printf("curve: %s\n", png_path);
+    plot_heads(lm, task, o.seed, o.out);
+    nb_optimizer_free(opt);
+    nb_module_free(model);
+    nb_shutdown();
+    return 0;
+}

@@ -1,0 +1,62 @@
+/* LayerNorm, Embedding, Dropout and the GELU feed-forward block. */
+#include "module.h"
+
+nb_layernorm *nb_layernorm_new(nb_module *parent, const char *name, int64_t dim) {
+    if (dim <= 0) return nbt_error("LayerNorm", "dim must be positive, got %lld", (long long)dim);
+    nb_layernorm *m = nbn_module_new(parent, name, "LayerNorm", sizeof *m);
+    if (!m) return NULL;
+    m->eps = 1e-5;
+    m->weight = nbn_param_fill(&m->base, "weight", NB_SHAPE(dim), 1.0);
+    m->bias = nbn_param_fill(&m->base, "bias", NB_SHAPE(dim), 0.0);
+    return m->weight && m->bias ? m : NULL;
+}
+
+nb_tensor *nb_layernorm_forward(nb_layernorm *m, const nb_tensor *x) {
+    if (!m) return nbt_error("LayerNorm", "NULL module");
+    return nb_layer_norm(x, m->weight, m->bias, m->eps);
+}
+
+nb_embedding_layer *nb_embedding_new(nb_module *parent, const char *name, int64_t num,
+                                     int64_t dim) {
+    if (num <= 0 || dim <= 0)
+        return nbt_error("Embedding", "sizes must be positive, got %lld x %lld", (long long)num,
+                         (long long)dim);
+    nb_embedding_layer *m = nbn_module_new(parent, name, "Embedding", sizeof *m);
+    if (!m) return NULL;
+    m->weight = nbn_param_normal(&m->base, "weight", NB_SHAPE(num, dim));
+    return m->weight ? m : NULL;
+}
+
+nb_tensor *nb_embedding_forward(nb_embedding_layer *m, const nb_tensor *indices) {
+    if (!m) return nbt_error("Embedding", "NULL module");
+    return nb_embedding(m->weight, indices);
+}
+
+nb_dropout_layer *nb_dropout_new(nb_module *parent, const char *name, double p) {
+    if (!(p >= 0 && p < 1)) return nbt_error("Dropout", "p must be in [0, 1), got %g", p);
+    nb_dropout_layer *m = nbn_module_new(parent, name, "Dropout", sizeof *m);
+    if (!m) return NULL;
+    m->p = p;
+    nb_rng_seed(&m->rng, nb_rng_next(&m->base.root->rng));
+    return m;
+}
+
+nb_tensor *nb_dropout_forward(nb_dropout_layer *m, const nb_tensor *x) {
+    if (!m) return nbt_error("Dropout", "NULL module");
+    if (!m->base.training || m->p == 0) return (nb_tensor *)x;
+    return nb_dropout(x, m->p, true, &m->rng);
+}
+
+nb_feedforward *nb_feedforward_new(nb_module *parent, const char *name, int64_t dim,
+                                   int64_t hidden) {
+    nb_feedforward *m = nbn_module_new(parent, name, "FeedForward", sizeof *m);
+    if (!m) return NULL;
+    m->fc1 = nb_linear_new(&m->base, "fc1", dim, hidden, true);
+    m->fc2 = m->fc1 ? nb_linear_new(&m->base, "fc2", hidden, dim, true) : NULL;
+    return m->fc2 ? m : NULL;
+}
+
+nb_tensor *nb_feedforward_forward(nb_feedforward *m, const nb_tensor *x) {
+    if (!m) return nbt_error("FeedForward", "NULL module");
+    return nb_linear_forward(m->fc2, nb_gelu(nb_linear_forward(m->fc1, x)));
+}
