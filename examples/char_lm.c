@@ -6,16 +6,15 @@
  * Trains on FILE, or by default on sentences it generates from a small grammar, reports the
  * loss as it goes, saves DIR/char_lm.safetensors and prints text sampled with temperature. */
 #define _POSIX_C_SOURCE 200809L
+#include "common/files.h"
 #include "common/plot.h"
 #include "common/progress.h"
 
-#include <errno.h>
 #include <math.h>
 #include <nabla/nabla.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define CONTEXT 64
 #define DIM 96
@@ -170,8 +169,7 @@ int main(int argc, char **argv) {
         free(text);
         return 0;
     }
-    if (mkdir("out", 0755) != 0 && errno != EEXIST) return perror("out"), 1;
-    if (mkdir(out, 0755) != 0 && errno != EEXIST) return perror(out), 1;
+    if (!make_dirs(out)) return perror(out), 1;
     printf("model: %lld parameters; %lld steps of %d x %d characters\n",
            (long long)nb_module_numel(model), (long long)steps, BATCH, CONTEXT);
 

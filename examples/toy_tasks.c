@@ -7,6 +7,7 @@
  * head for a held-out example (attn_L<layer>_H<head>.png), and model.safetensors, which
  * --eval reloads to report the same held-out accuracy. */
 #define _POSIX_C_SOURCE 200809L
+#include "common/files.h"
 #include "common/plot.h"
 #include "common/progress.h"
 #include "toy/tasks.h"
@@ -16,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define HELDOUT 1024
 #define HELDOUT_SEED_MIX 0x9e3779b97f4a7c15ULL /* held-out data never shares the training stream */
@@ -174,7 +174,7 @@ int main(int argc, char **argv) {
         return 0;
     }
 
-    if (mkdir(o.out, 0755) != 0 && errno != EEXIST) {
+    if (!make_dirs(o.out)) {
         fprintf(stderr, "toy_tasks: cannot create %s: %s\n", o.out, strerror(errno));
         return 1;
     }
