@@ -1,0 +1,104 @@
+/* The engine: fan-out, accumulation, grad mode, detach, errors, deep graphs. Values by hand. */
+#include "harness.h"
+
+static nb_tensor *leaf(const double *v, int64_t n) {
+    return nb_requires_grad_(nb_from_array(NB_F64, 1, &n, v), true);
+}
+
+static void test_fan_out_sums(void) {
+    /* y = sum(x * x + 3x): dy/dx = 2x + 3, x used three times */
+    nb_tensor *x = leaf((double[]){1, -2, 0.5}, 3);
+    nb_tensor *y = nb_sum(nb_add(nb_mul(x, x), nb_mul_scalar(x, 3)));
+    CU_ASSERT_TRUE(nb_backward(y, NULL));
+    NBT_ASSERT_VALUES(nb_grad(x), 1e-15, 5, -1, 4);
+}
+
+static void test_diamond(void) {
+    /* a = 2x; b = a + 1; c = a * b; d/dx (2x (2x + 1)) = 8x + 2 */
+    nb_tensor *x = leaf((double[]){3}, 1);
+    nb_tensor *a = nb_mul_scalar(x, 2);
+    nb_tensor *c = nb_sum(nb_mul(a, nb_add_scalar(a, 1)));
+    CU_ASSERT_TRUE(nb_backward(c, NULL));
+    NBT_ASSERT_VALUES(nb_grad(x), 1e-15, 26);
+}
+
+static void test_accumulates_until_zero_grad(void) {
+    nb_tensor *x = leaf((double[]){1, 2}, 2);
+    for (int i = 0; i < 3; i++) CU_ASSERT_TRUE(nb_backward(nb_sum(nb_mul_scalar(x, 5)), NULL));
+    NBT_ASSERT_VALUES(nb_grad(x), 0, 15, 15);
+    nb_zero_grad(x);
+    NBT_ASSERT_VALUES(nb_grad(x), 0, 0, 0);
+    CU_ASSERT_TRUE(nb_backward(nb_sum(nb_mul_scalar(x, 5)), NULL));
+    NBT_ASSERT_VALUES(nb_grad(x), 0, 5, 5);
+}
+
+static void test_non_scalar_needs_grad_output(void) {
+    nb_tensor *x = leaf((double[]){1, 2}, 2);
+    nb_tensor *y = nb_mul_scalar(x, 2);
+    CU_ASSERT_FALSE(nb_backward(y, NULL));
+    NBT_ASSERT_ERROR("pass grad_output");
+    NBT_ASSERT_ERROR("[2]");
+    CU_ASSERT_FALSE(nb_backward(y, nb_ones(NB_F64, NB_SHAPE(3))));
+    NBT_ASSERT_ERROR("grad_output has shape [3]");
+    CU_ASSERT_FALSE(nb_backward(y, nb_ones(NB_F32, NB_SHAPE(2))));
+    NBT_ASSERT_ERROR("float32");
+    CU_ASSERT_TRUE(nb_backward(y, nb_from_array(NB_F64, NB_SHAPE(2), (double[]){1, 10})));
+    NBT_ASSERT_VALUES(nb_grad(x), 0, 2, 20);
+}
+
+static void test_errors(void) {
+    nb_tensor *c = nb_ones(NB_F64, NB_SHAPE(2));
+    CU_ASSERT_FALSE(nb_backward(nb_sum(c), NULL));
+    NBT_ASSERT_ERROR("does not require grad");
+    CU_ASSERT_FALSE(nb_backward(NULL, NULL));
+    CU_ASSERT_PTR_NULL(nb_requires_grad_(nb_zeros(NB_I64, NB_SHAPE(2)), true));
+    NBT_ASSERT_ERROR("only float tensors");
+    nb_tensor *x = leaf((double[]){1}, 1);
+    CU_ASSERT_PTR_NULL(nb_requires_grad_(nb_mul_scalar(x, 2), true));
+    NBT_ASSERT_ERROR("not a leaf");
+}
+
+static void test_no_grad_and_detach(void) {
+    nb_tensor *x = leaf((double[]){1, 2}, 2);
+    bool prev = nb_set_grad_enabled(false);
+    CU_ASSERT_FALSE(nb_is_grad_enabled());
+    nb_tensor *y = nb_mul(x, x);
+    nb_set_grad_enabled(prev);
+    CU_ASSERT_FALSE(y->requires_grad);
+    CU_ASSERT_PTR_NULL(y->node);
+    NBT_ASSERT_VALUES(y, 0, 1, 4);
+    /* detach: same storage, no history; the gradient flows only through the other path */
+    nb_tensor *d = nb_detach(x);
+    CU_ASSERT_FALSE(d->requires_grad);
+    CU_ASSERT_PTR_EQUAL(d->storage, x->storage);
+    CU_ASSERT_TRUE(nb_backward(nb_sum(nb_mul(x, d)), NULL));
+    NBT_ASSERT_VALUES(nb_grad(x), 0, 1, 2);
+    /* requires_grad propagates through ops; constants do not */
+    CU_ASSERT_TRUE(nb_add(x, nb_ones(NB_F64, NB_SHAPE(2)))->requires_grad);
+    CU_ASSERT_FALSE(nb_add(d, nb_ones(NB_F64, NB_SHAPE(2)))->requires_grad);
+}
+
+static void test_leaf_backward_and_deep_chain(void) {
+    nb_tensor *x = leaf((double[]){4}, 1);
+    CU_ASSERT_TRUE(nb_backward(x, NULL)); /* a leaf's own gradient is 1 */
+    NBT_ASSERT_VALUES(nb_grad(x), 0, 1);
+    /* 20000 chained ops: the traversal is iterative, so no stack overflow */
+    nb_tensor *y = leaf((double[]){1}, 1);
+    nb_tensor *h = y;
+    for (int i = 0; i < 20000; i++) h = nb_add_scalar(h, 1e-3);
+    CU_ASSERT_TRUE(nb_backward(nb_sum(nb_mul_scalar(h, 2)), NULL));
+    NBT_ASSERT_VALUES(nb_grad(y), 0, 2);
+}
+
+int main(void) {
+    const nbtest_case cases[] = {
+        {"fan-out sums gradients", test_fan_out_sums},
+        {"diamond graph", test_diamond},
+        {"grads accumulate until zero_grad", test_accumulates_until_zero_grad},
+        {"non-scalar backward needs grad_output", test_non_scalar_needs_grad_output},
+        {"errors", test_errors},
+        {"no_grad, detach, requires_grad propagation", test_no_grad_and_detach},
+        {"leaf backward and a deep chain", test_leaf_backward_and_deep_chain},
+    };
+    return nbtest_run("autograd", cases, sizeof cases / sizeof cases[0]);
+}
