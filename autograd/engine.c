@@ -109,6 +109,10 @@ void nba_accumulate(nb_node *n, int i, const nb_tensor *g) {
     if (!x->grad) {
         x->grad = nbt_new_in(x->scope, "backward", x->dtype, x->ndim, x->shape);
         if (!x->grad) return;
+        if (nb_same_shape(g, x)) { /* the first contribution is copied, not added to zeros */
+            nbt_copy(x->grad, g);
+            return;
+        }
         nb_fill_(x->grad, 0.0);
     }
     nba_add_into(x->grad, g);

@@ -37,6 +37,8 @@ NB_OP(mean)
 NB_OP(max_dim)
 /* matmul.c */
 NB_OP(matmul)
+/* linear.c */
+NB_OP(linear)
 /* softmax.c */
 NB_OP(softmax)
 NB_OP(log_softmax)

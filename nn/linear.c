@@ -24,7 +24,6 @@ nb_tensor *nb_linear_forward(nb_linear *m, const nb_tensor *x) {
     if (x->ndim < 1 || x->shape[x->ndim - 1] != m->in_features)
         return nbt_error("Linear", "'%s' expects inputs [..., %lld], got %s", m->base.path,
                          (long long)m->in_features, nbt_shape(x));
-    /* W^T is a transposed view: the GEMM reads it through a flag, no copy. */
-    nb_tensor *y = nb_matmul(x, nb_transpose(m->weight, 0, 1));
-    return m->bias ? nb_add(y, m->bias) : y;
+    /* One fused op: W is read through a transpose flag and the bias added in place. */
+    return nb_f_linear(x, m->weight, m->bias);
 }

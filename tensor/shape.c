@@ -75,7 +75,8 @@ bool nbt_check_shape(const char *op, int ndim, const int64_t *shape, nb_dtype dt
                       nbt_dims(ndim, shape));
             return false;
         }
-        if (shape[i] > 0 && n > limit / shape[i]) {
+        int64_t product; /* no division: this check runs for every tensor made */
+        if (__builtin_mul_overflow(n, shape[i], &product) || product > limit) {
             nbt_error(op, "shape %s overflows: too many elements of %s", nbt_dims(ndim, shape),
                       nb_dtype_name(dt));
             return false;

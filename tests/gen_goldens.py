@@ -244,6 +244,13 @@ for sa, sb in (([4], [4]), ([3, 4], [4, 5]), ([4], [4, 5]), ([3, 4], [4]), ([1, 
 case("matmul", "matmul", "[3,4] [4,5] b constant",
      [Float("a", [3, 4]), Float("b", [4, 5], grad=False)], lambda x, p: torch.matmul(x[0], x[1]))
 
+# F.linear: x [..., in], weight [out, in], bias [out] or none.
+for sx, sw, bias in (([3, 4], [5, 4], True), ([2, 3, 4], [2, 4], True), ([4], [3, 4], True),
+                     ([2, 3], [4, 3], False)):
+    ins = [Float("x", sx), Float("weight", sw)] + ([Float("bias", [sw[0]])] if bias else [])
+    case("matmul", "f_linear", shape_label(sx, sw) + (" bias" if bias else " no bias"), ins,
+         lambda x, p: F.linear(x[0], x[1], x[2] if len(x) > 2 else None))
+
 # ---- softmax, masks ------------------------------------------------------------------------
 
 for op, f in (("softmax", F.softmax), ("log_softmax", F.log_softmax)):

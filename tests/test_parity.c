@@ -103,6 +103,10 @@ BINARY(mul)
 BINARY(div)
 BINARY(matmul)
 UNARY(neg)
+static int run_f_linear(op_args *a, nb_tensor **out) {
+    out[0] = nb_f_linear(need(a, "x"), need(a, "weight"), arg(a, "bias"));
+    return 1;
+}
 UNARY(exp)
 UNARY(log)
 UNARY(sqrt)
@@ -277,6 +281,7 @@ static const op_entry table[] = {
     {"mean_dims", run_mean_dims, false},
     {"max_dim", run_max_dim, false},
     {"matmul", run_matmul, false},
+    {"f_linear", run_f_linear, false},
     {"softmax", run_softmax, false},
     {"log_softmax", run_log_softmax, false},
     {"masked_fill", run_masked_fill, false},

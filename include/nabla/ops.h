@@ -75,6 +75,10 @@ nb_tensor *nb_max_dim(const nb_tensor *a, int dim, bool keepdim, nb_tensor **ind
 /* torch.matmul: 1-D x 1-D dot, 2-D matrix product, batched with broadcast leading dims. */
 nb_tensor *nb_matmul(const nb_tensor *a, const nb_tensor *b);
 
+/* PyTorch's F.linear: x [..., in] W^T + b with weight [out, in] and bias [out] (may be
+ * NULL), as one op: the GEMM reads W through a transpose flag and adds the bias in place. */
+nb_tensor *nb_f_linear(const nb_tensor *x, const nb_tensor *weight, const nb_tensor *bias);
+
 /* ---- Softmax and masks ------------------------------------------------------------------ */
 nb_tensor *nb_softmax(const nb_tensor *a, int dim);
 nb_tensor *nb_log_softmax(const nb_tensor *a, int dim);
