@@ -213,14 +213,15 @@ static void shapes_all_transposes(const int64_t (*shapes)[3], int n) {
 }
 
 static void small_shapes(void) {
-    /* 1x1x1, primes, and sizes around every tile height (4, 6, 12, 16) and width (4, 8, 16,
-     * 32) the kernels use */
+    /* 1x1x1, primes, sizes around every tile height (4, 6, 12, 16) and width (4, 8, 16, 32)
+     * the kernels use, and around the tiny-product limit (128 multiply-adds) */
     static const int64_t shapes[][3] = {
         {1, 1, 1},    {7, 13, 5},   {2, 3, 1},    {1, 17, 3},   {19, 1, 4},   {3, 3, 3},
         {4, 8, 2},    {5, 9, 7},    {6, 16, 16},  {11, 15, 9},  {12, 16, 16}, {13, 17, 10},
         {16, 16, 16}, {17, 31, 8},  {23, 32, 12}, {24, 33, 5},  {25, 48, 33}, {15, 64, 1},
         {40, 7, 29},  {29, 100, 3}, {64, 64, 64}, {33, 65, 31}, {97, 41, 61}, {12, 8, 5},
-        {24, 8, 6},   {32, 16, 3},  {48, 32, 9},  {36, 64, 2},  {12, 4, 7},
+        {24, 8, 6},   {32, 16, 3},  {48, 32, 9},  {36, 64, 2},  {12, 4, 7},   {3, 5, 11},
+        {2, 70, 1},   {1, 1, 200},  {3, 3, 64},   {16, 1, 64},  {2, 2, 33},
     };
     shapes_all_transposes(shapes, sizeof shapes / sizeof shapes[0]);
 }
