@@ -10,7 +10,8 @@
  * A threaded version splits ir across threads: each owns its tiles of C.
  *
  * Small products (K <= KC, N <= NB) skip packing where it costs more than it saves: A and
- * an untransposed B are read where they lie, and only a transposed B is packed. */
+ * an untransposed B are read where they lie, and only a transposed B is packed. Tiny ones
+ * (at most TINY multiply-adds) are plain dot products. */
 
 /* Type-suffixed names for this instantiation (undefined again at the end). */
 #define a_at FN(a_at)
@@ -27,6 +28,7 @@
 #define buffers_t FN(buffers_t)
 #define get_buffers FN(get_buffers)
 #define fits_small FN(fits_small)
+#define is_tiny FN(is_tiny)
 #define gemm FN(gemm)
 #define gemm_batched FN(gemm_batched)
 
@@ -204,6 +206,10 @@ static bool fits_small(int64_t N, int64_t K) {
     return K <= KC && N <= NB;
 }
 
+static bool is_tiny(int64_t M, int64_t N, int64_t K) { /* without overflowing M * N * K */
+    return M <= TINY && N <= TINY && K <= TINY && M * N * K <= TINY;
+}
+
 static bool gemm(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha,
                  const T *A, int64_t lda, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {
     if (M <= 0 || N <= 0) return true;
@@ -211,7 +217,7 @@ static bool gemm(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, int64_t
         scale_c(M, N, beta, C, ldc);
         return true;
     }
-    if (M * N * K <= TINY) {
+    if (is_tiny(M, N, K)) {
         gemm_tiny(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return true;
     }
@@ -246,7 +252,7 @@ static bool gemm_batched(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N,
         for (int64_t b = 0; b < (sc == 0 ? 1 : batch); b++) scale_c(M, N, beta, C + b * sc, ldc);
         return true;
     }
-    if (M * N * K <= TINY) {
+    if (is_tiny(M, N, K)) {
         for (int64_t b = 0; b < batch; b++)
             gemm_tiny(ta, tb, M, N, K, alpha, A + b * sa, lda, B + b * sb, ldb,
                       sc == 0 && b > 0 ? 1 : beta, C + b * sc, ldc);
@@ -291,5 +297,6 @@ static bool gemm_batched(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N,
 #undef buffers_t
 #undef get_buffers
 #undef fits_small
+#undef is_tiny
 #undef gemm
 #undef gemm_batched
