@@ -227,12 +227,12 @@ static void small_shapes(void) {
 }
 
 static void block_edges(void) {
-    /* K around the K blocks (256 for f64, 384 for f32), N around the N blocks (256, 512),
+    /* K around the K blocks (256 for f64, 512 for f32), N around the N blocks (256, 512),
      * M above the M block (768 for f64, 1536 for f32), and a big prime-ish product */
     static const int64_t shapes[][3] = {
-        {13, 17, 255},  {14, 18, 256}, {15, 33, 257}, {9, 20, 383},    {13, 35, 384},
-        {26, 31, 385},  {5, 255, 20},  {7, 257, 9},   {11, 511, 6},    {13, 513, 7},
-        {30, 530, 400}, {769, 5, 3},   {1537, 9, 4},  {257, 129, 300},
+        {13, 17, 255},  {14, 18, 256}, {15, 33, 257}, {9, 20, 511},    {13, 35, 512},
+        {26, 31, 513},  {5, 255, 20},  {7, 257, 9},   {11, 511, 6},    {13, 513, 7},
+        {30, 530, 600}, {769, 5, 3},   {1537, 9, 4},  {257, 129, 300},
     };
     shapes_all_transposes(shapes, sizeof shapes / sizeof shapes[0]);
 }
@@ -253,8 +253,8 @@ static void batched_cases(void) {
         gemm_case small = {ta, tb, 7, 13, 5, 1, 0, 1, 0, 2};
         gemm_case attention = {ta, tb, 16, 16, 16, 0.25, 0, 0, 0, 0};
         gemm_case edges = {ta, tb, 19, 35, 21, -1, 0.5, 0, 3, 0};
-        gemm_case big = {ta, tb, 40, 530, 30, 1, 1, 2, 0, 1}; /* N over the f32 block: blocked */
-        gemm_case longk = {ta, tb, 9, 14, 400, 1, 0, 0, 0, 0};
+        gemm_case big = {ta, tb, 40, 530, 30, 1, 1, 2, 0, 1};  /* N over the f32 block: blocked */
+        gemm_case longk = {ta, tb, 9, 14, 530, 1, 0, 0, 0, 0}; /* K over the f32 block */
         const gemm_case *all[] = {&small, &attention, &edges, &big, &longk};
         for (int c = 0; c < 5; c++) {
             const gemm_case *gc = all[c];
