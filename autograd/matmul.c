@@ -130,18 +130,6 @@ static bool run_gemm(nb_dtype dt, const operand *A, bool ta, const operand *B, b
     }
 }
 
-/* Batch strides of a contiguous tensor whose last two dims are a matrix (or that is a 1-D
- * operand's promoted matrix), aligned to bs; 0 where t is broadcast. */
-static void contiguous_batch_strides(const nb_tensor *t, promotion p, const batch_shape *bs,
-                                     int64_t *out) {
-    int64_t shape[NB_MAX_DIMS], strides[NB_MAX_DIMS];
-    int nd = promoted(t, p, shape, strides);
-    for (int i = 0; i < bs->ndim; i++) {
-        int ti = nd - 2 - bs->ndim + i;
-        out[i] = ti >= 0 && shape[ti] != 1 ? strides[ti] : 0;
-    }
-}
-
 /* True when some of C's matrices receive several products (stride 0 over a batch dim) or
  * none at all (an empty batch): C must start from zero. */
 static bool needs_zeroing(const batch_shape *bs, const int64_t *strides) {
@@ -179,12 +167,11 @@ static void input_grad(nb_node *n, int which, const nb_tensor *input, promotion 
                        bool tx, const operand *Y, bool ty, const batch_shape *bs) {
     int64_t shape[NB_MAX_DIMS], strides[NB_MAX_DIMS];
     int nd = promoted(input, p, shape, strides);
-    nb_tensor *g = nbt_new("matmul", input->dtype, nd, shape);
-    if (!g) return;
-    int64_t gs[NB_MAX_DIMS];
-    contiguous_batch_strides(g, AS_IS, bs, gs);
-    if (needs_zeroing(bs, gs)) nb_fill_(g, 0.0);
-    if (run_gemm(input->dtype, X, tx, Y, ty, nbt_ptr(g), shape[nd - 1], gs, bs))
+    const nb_tensor *g = nbt_new("matmul", input->dtype, nd, shape);
+    operand G; /* contiguous: its batch strides are what the kernel writes to */
+    if (!g || !make_operand(&g, AS_IS, bs, &G)) return;
+    if (needs_zeroing(bs, G.batch_strides)) nb_fill_((nb_tensor *)g, 0.0);
+    if (run_gemm(input->dtype, X, tx, Y, ty, G.base, shape[nd - 1], G.batch_strides, bs))
         nba_accumulate(n, which, nbt_view(g, input->ndim, input->shape));
 }
 
@@ -207,9 +194,7 @@ static void matmul_backward(nb_node *n, const nb_tensor *gout) {
 static bool check_operands(const nb_tensor *a, const nb_tensor *b) {
     if (!nba_check_inputs("matmul", 2, (const nb_tensor *[]){a, b})) return false;
     if (a->ndim == 0 || b->ndim == 0)
-        return nbt_error("matmul",
-                         "both arguments need at least 1 dimension, got shapes %s and "
-                         "%s",
+        return nbt_error("matmul", "both arguments need at least 1 dimension, got shapes %s and %s",
                          nbt_shape(a), nbt_shape(b)),
                false;
     if (!nb_is_float(a) || !nb_is_float(b))

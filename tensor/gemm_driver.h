@@ -10,7 +10,8 @@
  * A threaded version splits ir across threads: each owns its tiles of C.
  *
  * Small products (K <= KC, N <= NB) skip packing where it costs more than it saves: A and
- * an untransposed B are read where they lie, and only a transposed B is packed. */
+ * an untransposed B are read where they lie, and only a transposed B is packed. Tiny ones
+ * (at most TINY multiply-adds) are plain dot products. */
 
 /* Type-suffixed names for this instantiation (undefined again at the end). */
 #define a_at FN(a_at)
@@ -23,9 +24,11 @@
 #define pack_b FN(pack_b)
 #define gemm_blocked FN(gemm_blocked)
 #define gemm_small FN(gemm_small)
+#define gemm_tiny FN(gemm_tiny)
 #define buffers_t FN(buffers_t)
 #define get_buffers FN(get_buffers)
 #define fits_small FN(fits_small)
+#define is_tiny FN(is_tiny)
 #define gemm FN(gemm)
 #define gemm_batched FN(gemm_batched)
 
@@ -98,11 +101,13 @@ static void pack_b(const KSET *ks, bool tb, const T *B, int64_t ldb, int64_t kc,
             }
             for (int64_t k = 0; k < kc; k++)
                 for (int j = n; j < nr; j++) dst[k * nr + j] = 0;
+        } else if (ks->pack_n) {
+            ks->pack_n(B + q, ldb, kc, n, nr, dst);
         } else {
             for (int64_t k = 0; k < kc; k++) {
                 const T *src = B + k * ldb + q;
                 T *d = dst + k * nr;
-                memcpy(d, src, sizeof(T) * (size_t)n);
+                for (int j = 0; j < n; j++) d[j] = src[j];
                 for (int j = n; j < nr; j++) d[j] = 0;
             }
         }
@@ -171,6 +176,19 @@ static void gemm_small(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_t 
     }
 }
 
+/* Products so small that setting up tiles costs more than the arithmetic: dot products
+ * read in place. */
+static void gemm_tiny(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A,
+                      int64_t lda, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {
+    int64_t a_rs = ta ? 1 : lda, a_cs = ta ? lda : 1, b_rs = tb ? 1 : ldb, b_cs = tb ? ldb : 1;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            T sum = 0;
+            for (int64_t k = 0; k < K; k++) sum += A[i * a_rs + k * a_cs] * B[k * b_rs + j * b_cs];
+            C[i * ldc + j] = beta == 0 ? alpha * sum : alpha * sum + beta * C[i * ldc + j];
+        }
+}
+
 /* Buffers for one call: packed A block, packed B block, and a strip of A. */
 typedef struct {
     T *apack, *bpack, *aedge;
@@ -188,11 +206,19 @@ static bool fits_small(int64_t N, int64_t K) {
     return K <= KC && N <= NB;
 }
 
+static bool is_tiny(int64_t M, int64_t N, int64_t K) { /* without overflowing M * N * K */
+    return M <= TINY && N <= TINY && K <= TINY && M * N * K <= TINY;
+}
+
 static bool gemm(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha,
                  const T *A, int64_t lda, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {
     if (M <= 0 || N <= 0) return true;
     if (K <= 0 || alpha == 0) {
         scale_c(M, N, beta, C, ldc);
+        return true;
+    }
+    if (is_tiny(M, N, K)) {
+        gemm_tiny(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return true;
     }
     buffers_t buf;
@@ -224,6 +250,12 @@ static bool gemm_batched(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N,
         return gemm(ks, ta, tb, M, N, K * batch, alpha, A, lda, B, ldb, beta, C, ldc);
     if (K <= 0 || alpha == 0) {
         for (int64_t b = 0; b < (sc == 0 ? 1 : batch); b++) scale_c(M, N, beta, C + b * sc, ldc);
+        return true;
+    }
+    if (is_tiny(M, N, K)) {
+        for (int64_t b = 0; b < batch; b++)
+            gemm_tiny(ta, tb, M, N, K, alpha, A + b * sa, lda, B + b * sb, ldb,
+                      sc == 0 && b > 0 ? 1 : beta, C + b * sc, ldc);
         return true;
     }
     if (!fits_small(N, K)) {
@@ -261,8 +293,10 @@ static bool gemm_batched(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N,
 #undef pack_b
 #undef gemm_blocked
 #undef gemm_small
+#undef gemm_tiny
 #undef buffers_t
 #undef get_buffers
 #undef fits_small
+#undef is_tiny
 #undef gemm
 #undef gemm_batched

@@ -290,11 +290,22 @@ static void pack_t_f32(const float *X, int64_t ldx, int64_t kc, int n, int width
 }
 #endif
 
+/* Rows copied with masked loads, which also write the zero padding: no per-row library
+ * call, which costs more than the copy for the narrow panels of small products. */
+#define DEFINE_PACK_N(name, T, W, MAKE_MASK, MLOAD, VSTORE)                                        \
+    static void name(const T *X, int64_t ldx, int64_t kc, int n, int width, T *dst) {              \
+        for (int64_t k = 0; k < kc; k++)                                                           \
+            for (int j0 = 0; j0 < width; j0 += W)                                                  \
+                VSTORE(dst + k * width + j0, MLOAD(X + k * ldx + j0, MAKE_MASK(0, n - j0)));       \
+    }
+DEFINE_PACK_N(pack_n_f32, float, WF32, MAKE_MASKF32, MLOADF32, STF32)
+DEFINE_PACK_N(pack_n_f64, double, WF64, MAKE_MASKF64, MLOADF64, STF64)
+
 void ISA_FN(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64) {
     *f32 = (nbt_gemm_kernels_f32){MR_WIDE, 2 * WF32,       ukr_f32_wide, MR_NARROW,
-                                  WF32,    ukr_f32_narrow, pack_t_f32};
+                                  WF32,    ukr_f32_narrow, pack_t_f32,   pack_n_f32};
     *f64 = (nbt_gemm_kernels_f64){MR_WIDE, 2 * WF64,       ukr_f64_wide, MR_NARROW,
-                                  WF64,    ukr_f64_narrow, NULL};
+                                  WF64,    ukr_f64_narrow, NULL,         pack_n_f64};
 }
 
 #else
@@ -319,7 +330,7 @@ GENERIC_KERNEL(ukr_f32, float, 4, 8)
 GENERIC_KERNEL(ukr_f64, double, 4, 4)
 
 void nbt_gemm_kernels_generic(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64) {
-    *f32 = (nbt_gemm_kernels_f32){4, 8, ukr_f32, 0, 0, NULL, NULL};
-    *f64 = (nbt_gemm_kernels_f64){4, 4, ukr_f64, 0, 0, NULL, NULL};
+    *f32 = (nbt_gemm_kernels_f32){4, 8, ukr_f32, 0, 0, NULL, NULL, NULL};
+    *f64 = (nbt_gemm_kernels_f64){4, 4, ukr_f64, 0, 0, NULL, NULL, NULL};
 }
 #endif

@@ -31,15 +31,23 @@ typedef void (*nbt_gemm_pack_t_f32)(const float *X, int64_t ldx, int64_t kc, int
 typedef void (*nbt_gemm_pack_t_f64)(const double *X, int64_t ldx, int64_t kc, int n, int width,
                                     double *dst);
 
+/* Packs one panel from a matrix read along its rows: dst[k*width + j] = X[k*ldx + j] for
+ * k < kc and j < n, and 0 for n <= j < width (an untransposed B's panel). */
+typedef void (*nbt_gemm_pack_n_f32)(const float *X, int64_t ldx, int64_t kc, int n, int width,
+                                    float *dst);
+typedef void (*nbt_gemm_pack_n_f64)(const double *X, int64_t ldx, int64_t kc, int n, int width,
+                                    double *dst);
+
 /* One instruction set's kernels: a wide one (mr x nr tiles), and a narrow one for matrices
- * with few columns (narrow_mr x narrow_nr; NULL when there is none). pack_t NULL means the
- * driver's plain C loop. */
+ * with few columns (narrow_mr x narrow_nr; NULL when there is none). pack_t and pack_n NULL mean
+ * the driver's plain C loops. */
 typedef struct {
     int mr, nr;
     nbt_gemm_ukr_f32 wide;
     int narrow_mr, narrow_nr;
     nbt_gemm_ukr_f32 narrow;
     nbt_gemm_pack_t_f32 pack_t;
+    nbt_gemm_pack_n_f32 pack_n;
 } nbt_gemm_kernels_f32;
 typedef struct {
     int mr, nr;
@@ -47,6 +55,7 @@ typedef struct {
     int narrow_mr, narrow_nr;
     nbt_gemm_ukr_f64 narrow;
     nbt_gemm_pack_t_f64 pack_t;
+    nbt_gemm_pack_n_f64 pack_n;
 } nbt_gemm_kernels_f64;
 
 /* Tile sizes never exceed these. */

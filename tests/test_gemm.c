@@ -213,25 +213,26 @@ static void shapes_all_transposes(const int64_t (*shapes)[3], int n) {
 }
 
 static void small_shapes(void) {
-    /* 1x1x1, primes, and sizes around every tile height (4, 6, 12, 16) and width (4, 8, 16,
-     * 32) the kernels use */
+    /* 1x1x1, primes, sizes around every tile height (4, 6, 12, 16) and width (4, 8, 16, 32)
+     * the kernels use, and around the tiny-product limit (128 multiply-adds) */
     static const int64_t shapes[][3] = {
         {1, 1, 1},    {7, 13, 5},   {2, 3, 1},    {1, 17, 3},   {19, 1, 4},   {3, 3, 3},
         {4, 8, 2},    {5, 9, 7},    {6, 16, 16},  {11, 15, 9},  {12, 16, 16}, {13, 17, 10},
         {16, 16, 16}, {17, 31, 8},  {23, 32, 12}, {24, 33, 5},  {25, 48, 33}, {15, 64, 1},
         {40, 7, 29},  {29, 100, 3}, {64, 64, 64}, {33, 65, 31}, {97, 41, 61}, {12, 8, 5},
-        {24, 8, 6},   {32, 16, 3},  {48, 32, 9},  {36, 64, 2},  {12, 4, 7},
+        {24, 8, 6},   {32, 16, 3},  {48, 32, 9},  {36, 64, 2},  {12, 4, 7},   {3, 5, 11},
+        {2, 70, 1},   {1, 1, 200},  {3, 3, 64},   {16, 1, 64},  {2, 2, 33},
     };
     shapes_all_transposes(shapes, sizeof shapes / sizeof shapes[0]);
 }
 
 static void block_edges(void) {
-    /* K around the K blocks (256 for f64, 384 for f32), N around the N blocks (256, 512),
+    /* K around the K blocks (256 for f64, 512 for f32), N around the N blocks (256, 512),
      * M above the M block (768 for f64, 1536 for f32), and a big prime-ish product */
     static const int64_t shapes[][3] = {
-        {13, 17, 255},  {14, 18, 256}, {15, 33, 257}, {9, 20, 383},    {13, 35, 384},
-        {26, 31, 385},  {5, 255, 20},  {7, 257, 9},   {11, 511, 6},    {13, 513, 7},
-        {30, 530, 400}, {769, 5, 3},   {1537, 9, 4},  {257, 129, 300},
+        {13, 17, 255},  {14, 18, 256}, {15, 33, 257}, {9, 20, 511},    {13, 35, 512},
+        {26, 31, 513},  {5, 255, 20},  {7, 257, 9},   {11, 511, 6},    {13, 513, 7},
+        {30, 530, 600}, {769, 5, 3},   {1537, 9, 4},  {257, 129, 300},
     };
     shapes_all_transposes(shapes, sizeof shapes / sizeof shapes[0]);
 }
@@ -252,8 +253,8 @@ static void batched_cases(void) {
         gemm_case small = {ta, tb, 7, 13, 5, 1, 0, 1, 0, 2};
         gemm_case attention = {ta, tb, 16, 16, 16, 0.25, 0, 0, 0, 0};
         gemm_case edges = {ta, tb, 19, 35, 21, -1, 0.5, 0, 3, 0};
-        gemm_case big = {ta, tb, 40, 530, 30, 1, 1, 2, 0, 1}; /* N over the f32 block: blocked */
-        gemm_case longk = {ta, tb, 9, 14, 400, 1, 0, 0, 0, 0};
+        gemm_case big = {ta, tb, 40, 530, 30, 1, 1, 2, 0, 1};  /* N over the f32 block: blocked */
+        gemm_case longk = {ta, tb, 9, 14, 530, 1, 0, 0, 0, 0}; /* K over the f32 block */
         const gemm_case *all[] = {&small, &attention, &edges, &big, &longk};
         for (int c = 0; c < 5; c++) {
             const gemm_case *gc = all[c];

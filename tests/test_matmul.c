@@ -101,25 +101,30 @@ static void test_broadcast_batches(void) {
         ASSERT_SHAPE(c, 2, 3, 1, 1);
         NBT_ASSERT_VALUES(c, 0, 1, 2, 3, 3, 4, 7);
     }
-    /* torch.matmul's documented example shape, checked against a loop over the batches */
+    /* torch.matmul's documented example shape, and one big enough for the tiled kernels,
+     * checked against a loop over the batches written here */
     nb_rng rng;
     nb_rng_seed(&rng, 5);
-    nb_tensor *a = nb_randn(&rng, NB_F64, NB_SHAPE(2, 1, 3, 4));
-    nb_tensor *b = nb_randn(&rng, NB_F64, NB_SHAPE(5, 4, 6));
-    nb_tensor *c = nb_matmul(a, b);
-    ASSERT_SHAPE(c, 2, 5, 3, 6);
-    double worst = 0;
-    for (int64_t i = 0; i < 2; i++)
-        for (int64_t j = 0; j < 5; j++)
-            for (int64_t r = 0; r < 3; r++)
-                for (int64_t s = 0; s < 6; s++) {
-                    double want = 0;
-                    for (int64_t k = 0; k < 4; k++)
-                        want += nb_get(a, NB_IDX(i, 0, r, k)) * nb_get(b, NB_IDX(j, k, s));
-                    double got = nb_get(c, NB_IDX(i, j, r, s));
-                    worst = fmax(worst, fabs(got - want));
-                }
-    CU_ASSERT(worst < 1e-12);
+    const int64_t dims[2][4] = {{3, 4, 6, 5}, {13, 20, 17, 3}}; /* M, K, N, batch of b */
+    for (int s = 0; s < 2; s++)
+        for (int d = 0; d < 2; d++) {
+            int64_t M = dims[s][0], K = dims[s][1], N = dims[s][2], J = dims[s][3];
+            nb_tensor *a = nb_randn(&rng, dtypes[d], NB_SHAPE(2, 1, M, K));
+            nb_tensor *b = nb_randn(&rng, dtypes[d], NB_SHAPE(J, K, N));
+            nb_tensor *c = nb_matmul(a, b);
+            CU_ASSERT_FATAL(has_shape(c, NB_SHAPE(2, J, M, N)));
+            double worst = 0;
+            for (int64_t i = 0; i < 2; i++)
+                for (int64_t j = 0; j < J; j++)
+                    for (int64_t r = 0; r < M; r++)
+                        for (int64_t q = 0; q < N; q++) {
+                            double want = 0;
+                            for (int64_t k = 0; k < K; k++)
+                                want += nb_get(a, NB_IDX(i, 0, r, k)) * nb_get(b, NB_IDX(j, k, q));
+                            worst = fmax(worst, fabs(nb_get(c, NB_IDX(i, j, r, q)) - want));
+                        }
+            CU_ASSERT(worst < (dtypes[d] == NB_F32 ? 1e-4 : 1e-12));
+        }
 }
 
 static void test_noncontiguous(void) {
@@ -216,7 +221,9 @@ static void test_backward_by_hand(void) {
 
 /* A 0-d tensor made by squeezing (nb_scalar passes a NULL shape to memcpy, which UBSan
  * reports; that belongs to the tensor core). */
-static nb_tensor *zero_d(void) { return nb_squeeze_all(nb_full(NB_F32, NB_SHAPE(1), 2)); }
+static nb_tensor *zero_d(void) {
+    return nb_squeeze_all(nb_full(NB_F32, NB_SHAPE(1), 2));
+}
 
 static void test_errors(void) {
     nb_tensor *a = nb_ones(NB_F32, NB_SHAPE(2, 3)), *b = nb_ones(NB_F32, NB_SHAPE(4, 5));
