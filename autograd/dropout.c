@@ -37,7 +37,7 @@ static nb_tensor *apply_mask(const char *op, const nb_tensor *in, const nb_tenso
     if (!out) return NULL;
     nbt_operands ops = {.nops = 3,
                         .base = {nbt_ptr(out), nbt_ptr(in), nbt_ptr(keep)},
-                        .elem = {nb_dtype_size(in->dtype), nb_dtype_size(in->dtype), 1}};
+                        .elem = {nbt_esize(in->dtype), nbt_esize(in->dtype), 1}};
     memcpy(ops.strides[0], out->strides, sizeof(int64_t) * (size_t)in->ndim);
     memcpy(ops.strides[1], in->strides, sizeof(int64_t) * (size_t)in->ndim);
     memcpy(ops.strides[2], keep->strides, sizeof(int64_t) * (size_t)in->ndim);

@@ -65,7 +65,7 @@ nb_tensor *nb_embedding(const nb_tensor *weight, const nb_tensor *indices) {
     shape[indices->ndim] = D;
     nb_tensor *out = nbt_new(op, weight->dtype, indices->ndim + 1, shape);
     if (!out) return NULL;
-    size_t es = nb_dtype_size(weight->dtype);
+    size_t es = nbt_esize(weight->dtype);
     const char *base = nbt_ptr(weight);
     char *dst = nbt_ptr(out);
     int64_t row_stride = weight->strides[0] * (int64_t)es, col_stride = weight->strides[1];

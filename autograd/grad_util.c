@@ -30,7 +30,7 @@ static void accumulate_f64(int64_t n, char **p, const int64_t *s, void *ctx) {
 static void accumulate(nb_tensor *dst, const int64_t *dst_strides, const nb_tensor *src,
                        int ndim, const int64_t *shape) {
     nbt_operands ops = {.nops = 2, .base = {nbt_ptr(dst), nbt_ptr(src)},
-                        .elem = {nb_dtype_size(dst->dtype), nb_dtype_size(src->dtype)}};
+                        .elem = {nbt_esize(dst->dtype), nbt_esize(src->dtype)}};
     memcpy(ops.strides[0], dst_strides, sizeof(int64_t) * (size_t)ndim);
     nbt_broadcast_strides(src, ndim, shape, ops.strides[1]);
     nbt_iterate(ndim, shape, &ops, dst->dtype == NB_F32 ? accumulate_f32 : accumulate_f64, NULL);

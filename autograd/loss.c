@@ -239,7 +239,7 @@ nb_tensor *nb_mse_loss(const nb_tensor *a, const nb_tensor *b, nb_reduction redu
     nbt_operands ops = {
         .nops = 3,
         .base = {nbt_ptr(diff), nbt_ptr(a), nbt_ptr(b)},
-        .elem = {nb_dtype_size(a->dtype), nb_dtype_size(a->dtype), nb_dtype_size(a->dtype)}};
+        .elem = {nbt_esize(a->dtype), nbt_esize(a->dtype), nbt_esize(a->dtype)}};
     memcpy(ops.strides[0], diff->strides, sizeof(int64_t) * (size_t)a->ndim);
     memcpy(ops.strides[1], a->strides, sizeof(int64_t) * (size_t)a->ndim);
     nbt_broadcast_strides(b, a->ndim, a->shape, ops.strides[2]);

@@ -105,7 +105,7 @@ static bool run_gemm(nb_dtype dt, const operand *A, bool ta, const operand *B, b
         size[nd] = s, sa[nd] = a, sb[nd] = b, sc[nd] = c;
         nd++;
     }
-    size_t es = nb_dtype_size(dt);
+    size_t es = nbt_esize(dt);
     int64_t inner = nd > 0 ? size[0] : 1, idx[NB_MAX_DIMS] = {0};
     bool ab = A->trans != ta, bb = B->trans != tb; /* the stored layout decides the flag */
     /* A C that receives several products was zeroed by the caller: every product adds. */

@@ -269,7 +269,7 @@ static nb_tensor *masked_fill_raw(const char *op, const nb_tensor *a, const nb_t
     if (!out) return NULL;
     nbt_operands ops = {.nops = 3,
                         .base = {nbt_ptr(out), nbt_ptr(a), nbt_ptr(mask)},
-                        .elem = {nb_dtype_size(a->dtype), nb_dtype_size(a->dtype), 1}};
+                        .elem = {nbt_esize(a->dtype), nbt_esize(a->dtype), 1}};
     memcpy(ops.strides[0], out->strides, sizeof(int64_t) * (size_t)a->ndim);
     memcpy(ops.strides[1], a->strides, sizeof(int64_t) * (size_t)a->ndim);
     nbt_broadcast_strides(mask, a->ndim, a->shape, ops.strides[2]);

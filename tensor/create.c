@@ -16,7 +16,7 @@ nb_tensor *nb_full(nb_dtype dt, int ndim, const int64_t *shape, double value) {
 
 nb_tensor *nb_zeros(nb_dtype dt, int ndim, const int64_t *shape) {
     nb_tensor *t = nbt_new("zeros", dt, ndim, shape);
-    if (t) memset(t->storage->data, 0, (size_t)nb_numel(t) * nb_dtype_size(dt));
+    if (t) memset(t->storage->data, 0, (size_t)nb_numel(t) * nbt_esize(dt));
     return t;
 }
 
@@ -63,7 +63,7 @@ nb_tensor *nb_from_array(nb_dtype dt, int ndim, const int64_t *shape, const void
         if (n > 0) return nbt_error("from_array", "data is NULL for shape %s", nbt_dims(ndim, shape));
     }
     nb_tensor *t = nbt_new("from_array", dt, ndim, shape);
-    if (t && data) memcpy(t->storage->data, data, (size_t)nb_numel(t) * nb_dtype_size(dt));
+    if (t && data) memcpy(t->storage->data, data, (size_t)nb_numel(t) * nbt_esize(dt));
     return t;
 }
 
@@ -82,7 +82,7 @@ static nb_tensor *band(const char *op, const nb_tensor *t, int64_t k, bool lower
     if (!out) return NULL;
     int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
     int64_t area = rows * cols, mats = area > 0 ? nb_numel(t) / area : 0;
-    size_t es = nb_dtype_size(t->dtype);
+    size_t es = nbt_esize(t->dtype);
     char *base = out->storage->data;
     for (int64_t m = 0; m < mats; m++)
         for (int64_t i = 0; i < rows; i++)
@@ -135,7 +135,7 @@ double nb_get(const nb_tensor *t, const int64_t *idx) {
     if (!t) return (nbt_error("get", "NULL tensor"), NAN);
     int64_t off = element_offset("get", t, idx);
     if (off < 0) return NAN;
-    const char *p = (const char *)t->storage->data + off * (int64_t)nb_dtype_size(t->dtype);
+    const char *p = (const char *)t->storage->data + off * (int64_t)nbt_esize(t->dtype);
     switch (t->dtype) {
     case NB_F32: return *(const float *)p;
     case NB_F64: return *(const double *)p;
@@ -149,7 +149,7 @@ bool nb_set(nb_tensor *t, const int64_t *idx, double v) {
     if (!t) return nbt_error("set", "NULL tensor"), false;
     int64_t off = element_offset("set", t, idx);
     if (off < 0) return false;
-    char *p = (char *)t->storage->data + off * (int64_t)nb_dtype_size(t->dtype);
+    char *p = (char *)t->storage->data + off * (int64_t)nbt_esize(t->dtype);
     switch (t->dtype) {
     case NB_F32: *(float *)p = (float)v; break;
     case NB_F64: *(double *)p = v; break;
@@ -190,7 +190,12 @@ static void fill_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
 
 bool nb_fill_(nb_tensor *t, double value) {
     if (!t) return nbt_error("fill_", "NULL tensor"), false;
-    nbt_operands ops = {.nops = 1, .base = {nbt_ptr(t)}, .elem = {nb_dtype_size(t->dtype)}};
+    if (value == 0 && !signbit(value) && nb_is_contiguous(t)) {
+        /* zero_grad's case: all-zero bytes are 0 in every dtype */
+        memset(nbt_ptr(t), 0, (size_t)nb_numel(t) * nbt_esize(t->dtype));
+        return true;
+    }
+    nbt_operands ops = {.nops = 1, .base = {nbt_ptr(t)}, .elem = {nbt_esize(t->dtype)}};
     for (int i = 0; i < t->ndim; i++) ops.strides[0][i] = t->strides[i];
     fill_ctx c = {t->dtype, value};
     nbt_iterate(t->ndim, t->shape, &ops, fill_inner, &c);

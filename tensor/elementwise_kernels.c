@@ -88,7 +88,7 @@ static void run(const binary_ctx *c, int64_t n, char *o, int64_t so, const char 
 
 static void binary_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
     const binary_ctx *c = vctx;
-    int64_t es = (int64_t)nb_dtype_size(c->dtype);
+    int64_t es = (int64_t)nbt_esize(c->dtype);
     run(c, n, p[0], s[0] / es, p[1], s[1] / es, p[2], s[2] / es);
 }
 
@@ -120,7 +120,7 @@ static bool is_trailing_block(const nb_tensor *t, const nb_tensor *out) {
 /* out = full op block, where block repeats every m elements (or block op full if swapped). */
 static void rows(const binary_ctx *c, int64_t n, char *o, const char *full, const char *block,
                  int64_t m, bool swapped) {
-    int64_t bytes = m * (int64_t)nb_dtype_size(c->dtype);
+    int64_t bytes = m * (int64_t)nbt_esize(c->dtype);
     for (int64_t k = 0; k < n; k += m, o += bytes, full += bytes) {
         if (swapped)
             run(c, m, o, 1, block, 1, full, 1);
@@ -171,7 +171,7 @@ bool nbt_binary_into(nb_tensor *out, nbt_binary_op op, const nb_tensor *a, const
             return true;
         }
     }
-    size_t es = nb_dtype_size(out->dtype);
+    size_t es = nbt_esize(out->dtype);
     nbt_operands ops = {
         .nops = 3, .base = {nbt_ptr(out), nbt_ptr(a), nbt_ptr(b)}, .elem = {es, es, es}};
     memcpy(ops.strides[0], out->strides, sizeof(int64_t) * (size_t)out->ndim);

@@ -86,7 +86,7 @@ typedef struct {
 static void copy_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
     const copy_ctx *c = vctx;
     char *d = p[0], *x = p[1];
-    size_t es = nb_dtype_size(c->dst);
+    size_t es = nbt_esize(c->dst);
     if (c->dst == c->src && s[0] == (int64_t)es && s[1] == (int64_t)es) {
         memcpy(d, x, (size_t)n * es);
         return;
@@ -115,7 +115,7 @@ bool nbt_copy(nb_tensor *dst, const nb_tensor *src) {
             return false;
         }
     nbt_operands ops = {.nops = 2, .base = {nbt_ptr(dst), nbt_ptr(src)},
-                        .elem = {nb_dtype_size(dst->dtype), nb_dtype_size(src->dtype)}};
+                        .elem = {nbt_esize(dst->dtype), nbt_esize(src->dtype)}};
     memcpy(ops.strides[0], dst->strides, sizeof(int64_t) * (size_t)dst->ndim);
     nbt_broadcast_strides(src, dst->ndim, dst->shape, ops.strides[1]);
     copy_ctx c = {dst->dtype, src->dtype};
@@ -129,7 +129,7 @@ double nbt_get_linear(const nb_tensor *t, int64_t k) {
         off += (k % t->shape[i]) * t->strides[i];
         k /= t->shape[i];
     }
-    return load((const char *)t->storage->data + off * (int64_t)nb_dtype_size(t->dtype), t->dtype);
+    return load((const char *)t->storage->data + off * (int64_t)nbt_esize(t->dtype), t->dtype);
 }
 
 bool nb_copy_(nb_tensor *dst, const nb_tensor *src) {

@@ -139,7 +139,7 @@ nb_tensor *nbt_new_in(nb_scope *s, const char *op, nb_dtype dt, int ndim, const 
     if (!nbt_check_shape(op, ndim, shape, dt)) return NULL;
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) n *= shape[i];
-    nb_storage *st = nbt_storage_new((size_t)n * nb_dtype_size(dt));
+    nb_storage *st = nbt_storage_new((size_t)n * nbt_esize(dt));
     if (!st) return NULL;
     nb_tensor *t = tensor_struct(s);
     if (!t) {

@@ -43,9 +43,20 @@ bool nbt_check_shape(const char *op, int ndim, const int64_t *shape, nb_dtype dt
 int nbt_dim(const char *op, int dim, int ndim);
 nb_scope *nbt_current_scope(void);
 
+/* Inline twins of nb_dtype_size and nb_numel for hot paths (every op calls them). */
+static inline size_t nbt_esize(nb_dtype dt) {
+    static const size_t sizes[] = {4, 8, 8, 1};
+    return (unsigned)dt < 4 ? sizes[dt] : 0;
+}
+static inline int64_t nbt_numel(const nb_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
 /* Element pointer at the first element of t. */
 static inline char *nbt_ptr(const nb_tensor *t) {
-    return (char *)t->storage->data + t->offset * (int64_t)nb_dtype_size(t->dtype);
+    return (char *)t->storage->data + t->offset * (int64_t)nbt_esize(t->dtype);
 }
 
 /* ---- raw views (no autograd): the differentiable nb_view & co wrap these ---- */

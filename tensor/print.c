@@ -29,7 +29,7 @@ typedef struct {
 
 /* Element at the storage offset off, as double. */
 static double value_at(const nb_tensor *t, int64_t off) {
-    const char *p = (const char *)t->storage->data + off * (int64_t)nb_dtype_size(t->dtype);
+    const char *p = (const char *)t->storage->data + off * (int64_t)nbt_esize(t->dtype);
     switch (t->dtype) {
     case NB_F32:
         return *(const float *)p;

@@ -121,7 +121,7 @@ static int64_t count(const odometer *o) {
 
 static void sum_rows(const nb_tensor *a, odometer *kept, int64_t R, char *out, double scale) {
     int64_t K = count(kept);
-    size_t es = nb_dtype_size(a->dtype);
+    size_t es = nbt_esize(a->dtype);
     const char *base = nbt_ptr(a);
     for (int64_t k = 0; k < K; k++, odo_next(kept))
         store(a->dtype, out, k, row_sum(a->dtype, base + kept->off * (int64_t)es, R) * scale);
@@ -134,7 +134,7 @@ static bool sum_columns(const nb_tensor *a, odometer *red, int64_t K, char *out,
     nb_tensor *acc_t = nb_zeros(NB_F64, 2, (int64_t[]){lanes, K});
     if (!acc_t) return false;
     double *acc = nb_data(acc_t);
-    size_t es = nb_dtype_size(a->dtype);
+    size_t es = nbt_esize(a->dtype);
     const char *base = nbt_ptr(a);
     for (int64_t r = 0; r < R; r++, odo_next(red)) {
         const char *row = base + red->off * (int64_t)es;
@@ -245,7 +245,7 @@ bool nbt_max_dim(const nb_tensor *a, int dim, bool keepdim, nb_tensor **values,
     odometer kept, red;
     split_dims(a, reduce, &kept, &red);
     int64_t K = nb_numel(*values), n = a->shape[dim], stride = a->strides[dim];
-    size_t es = nb_dtype_size(a->dtype);
+    size_t es = nbt_esize(a->dtype);
     const char *base = nbt_ptr(a);
     int64_t *idx = nb_data(*indices);
     for (int64_t k = 0; k < K; k++, odo_next(&kept)) {
@@ -305,7 +305,7 @@ bool nbt_scatter_add_dim(nb_tensor *dst, int dim, const nb_tensor *index, const 
                              nbt_shape(dst)),
                    false;
     }
-    size_t es = nb_dtype_size(dst->dtype);
+    size_t es = nbt_esize(dst->dtype);
     nbt_operands ops = {.nops = 3,
                         .base = {nbt_ptr(dst), nbt_ptr(index), nbt_ptr(src)},
                         .elem = {es, sizeof(int64_t), es}};

@@ -309,7 +309,7 @@ static void scatter(char *dst, int64_t stride, const char *src, int64_t m, size_
 /* One run from nbt_iterate: p[0] is the output, p[1] (and p[2] for grads) the inputs. */
 static void map_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
     const map_ctx *c = vctx;
-    size_t es = nb_dtype_size(c->dtype);
+    size_t es = nbt_esize(c->dtype);
     int nin = c->grad ? 2 : 1;
     bool unit = true;
     for (int k = 0; k <= nin; k++) unit = unit && s[k] == (int64_t)es;
@@ -347,7 +347,7 @@ static void map(nb_tensor *out, int nin, const nb_tensor *const *ins, const map_
         apply(c, n, nbt_ptr(out), nbt_ptr(ins[0]), nin > 1 ? nbt_ptr(ins[1]) : NULL);
         return;
     }
-    size_t es = nb_dtype_size(out->dtype);
+    size_t es = nbt_esize(out->dtype);
     nbt_operands ops = {.nops = nin + 1, .base = {nbt_ptr(out)}, .elem = {es, es, es}};
     memcpy(ops.strides[0], out->strides, sizeof(int64_t) * (size_t)out->ndim);
     for (int k = 0; k < nin; k++) {
