@@ -5,7 +5,8 @@
  *
  * Each workload runs in a child process so its peak RSS is its own. Printed per line:
  * name, threads, us/step, GFLOP/s (model FLOPs: 2*m*n*k per matmul, forward + backward),
- * peak RSS, and mallocs per step after the first. */
+ * peak RSS, mallocs per step after the first, and the share of the step that the causal
+ * softmax and the GELU take (forward + backward, timed alone at the step's shapes). */
 #define _POSIX_C_SOURCE 200809L
 #include <nabla/nabla.h>
 
@@ -100,6 +101,41 @@ static workload workloads[] = {
 };
 #define NUM_WORKLOADS (int)(sizeof workloads / sizeof workloads[0])
 
+/* Softmax and GELU alone, at the shapes and counts one step of w uses (forward + backward),
+ * timed separately: their share of the step shows what fusing them buys. */
+static double time_op(nb_tensor *(*op)(const nb_tensor *), const nb_tensor *x, int times) {
+    double best = 1e30;
+    for (int rep = 0; rep < 20; rep++) {
+        double t0 = now();
+        for (int i = 0; i < times; i++) {
+            nb_scope_begin();
+            nb_tensor *y = op(x);
+            nb_backward(y, y);
+            nb_scope_end();
+        }
+        double t = now() - t0;
+        if (t < best) best = t;
+    }
+    return best;
+}
+
+static nb_tensor *causal_softmax(const nb_tensor *x) { return nb_masked_softmax(x, NULL, true, 0.125); }
+
+static void op_shares(const workload *w, double step, double *softmax, double *gelu) {
+    nb_rng rng;
+    nb_rng_seed(&rng, 1);
+    int layers = w->L ? (int)w->L : 1;
+    nb_scope_begin();
+    nb_tensor *scores = nb_requires_grad_(nb_randn(&rng, NB_F32, NB_SHAPE(w->B, w->H, w->T, w->T)), true);
+    *softmax = time_op(causal_softmax, scores, layers) / step;
+    *gelu = 0;
+    if (w->L) {
+        nb_tensor *h = nb_requires_grad_(nb_randn(&rng, NB_F32, NB_SHAPE(w->B, w->T, 4 * w->D)), true);
+        *gelu = time_op(nb_gelu, h, layers) / step;
+    }
+    nb_scope_end();
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -125,11 +161,14 @@ static void run(workload *w, double min_time) {
     double median = samples[n / 2];
     free(samples);
     struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    printf("%-5s %-24s threads %d  %12.1f us/step  %8.2f GFLOP/s  peak RSS %7.1f MB  "
-           "mallocs/step %llu\n",
+    getrusage(RUSAGE_SELF, &ru); /* before the share measurements allocate anything */
+    double softmax, gelu;
+    op_shares(w, median, &softmax, &gelu);
+    printf("%-5s %-24s threads %d  %10.1f us/step  %7.2f GFLOP/s  peak RSS %6.1f MB  "
+           "mallocs/step %llu  softmax %4.1f%%  gelu %4.1f%%\n",
            w->name, w->shape, nb_get_num_threads(), median * 1e6, w->flops / median * 1e-9,
-           (double)ru.ru_maxrss / 1024.0, (unsigned long long)allocs_per_step);
+           (double)ru.ru_maxrss / 1024.0, (unsigned long long)allocs_per_step, 100 * softmax,
+           100 * gelu);
     fflush(stdout);
 }
 

@@ -74,6 +74,11 @@ nb_tensor *nbt_contiguous_as(const nb_tensor *t, nb_dtype dt);
 /* Returns t itself if contiguous, else a contiguous copy. */
 nb_tensor *nbt_contiguous(const nb_tensor *t);
 
+/* ---- threads ---- */
+/* How many threads to use for `work` units when each thread should get at least
+ * min_work_per_thread of them (1 inside a parallel region). Use in OpenMP num_threads(). */
+int nbt_threads_for(int64_t work, int64_t min_work_per_thread);
+
 /* ---- broadcasting ---- */
 /* Broadcast shape of a and b (NumPy rules) into out/out_ndim; error naming op on mismatch. */
 bool nbt_broadcast_shape(const char *op, int andim, const int64_t *ashape, int bndim,
