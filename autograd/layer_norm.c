@@ -59,6 +59,24 @@ DEFINE_LAYER_NORM_KERNELS(double, f64)
 #define F32(t) ((t) ? (float *)nbt_ptr(t) : NULL)
 #define F64(t) ((t) ? (double *)nbt_ptr(t) : NULL)
 
+/* Rows are independent in the forward, so slices of them run on separate threads. */
+typedef struct {
+    int64_t D;
+    double eps;
+    const nb_tensor *x, *w, *b, *y, *mean, *rstd;
+} layer_norm_job;
+
+static void layer_norm_slice(int64_t begin, int64_t end, void *vjob) {
+    const layer_norm_job *j = vjob;
+    int64_t at = begin * j->D;
+    if (j->x->dtype == NB_F32)
+        layer_norm_rows_f32(end - begin, j->D, F32(j->x) + at, F32(j->w), F32(j->b), j->eps,
+                            F32(j->y) + at, F32(j->mean) + begin, F32(j->rstd) + begin);
+    else
+        layer_norm_rows_f64(end - begin, j->D, F64(j->x) + at, F64(j->w), F64(j->b), j->eps,
+                            F64(j->y) + at, F64(j->mean) + begin, F64(j->rstd) + begin);
+}
+
 /* A zeroed float64 accumulator of t's shape, or NULL when t needs no gradient. */
 static nb_tensor *accumulator(const nb_node *n, int i) {
     if (!nba_input_needs_grad(n, i)) return NULL;
@@ -119,10 +137,8 @@ nb_tensor *nb_layer_norm(const nb_tensor *x, const nb_tensor *weight, const nb_t
     nb_tensor *y = nbt_new(op, x->dtype, x->ndim, x->shape);
     nb_tensor *mean = nbt_new(op, x->dtype, 1, &rows), *rstd = nbt_new(op, x->dtype, 1, &rows);
     if (!xc || (weight && !w) || (bias && !b) || !y || !mean || !rstd) return NULL;
-    if (x->dtype == NB_F32)
-        layer_norm_rows_f32(rows, D, F32(xc), F32(w), F32(b), eps, F32(y), F32(mean), F32(rstd));
-    else
-        layer_norm_rows_f64(rows, D, F64(xc), F64(w), F64(b), eps, F64(y), F64(mean), F64(rstd));
+    layer_norm_job job = {D, eps, xc, w, b, y, mean, rstd};
+    nbt_parallel_ranges(rows, 16384 / (D > 0 ? D : 1) + 1, layer_norm_slice, &job);
     nb_node *n = nba_record(op, y, 3, (const nb_tensor *[]){x, weight, bias}, layer_norm_backward);
     if (n) n->saved[0] = xc, n->saved[1] = w, n->saved[2] = mean, n->saved[3] = rstd;
     return y;

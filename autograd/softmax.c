@@ -63,6 +63,7 @@ typedef struct {
     int64_t mask_step;   /* mask stride along the row (0 when broadcast) */
     row_cursor mask_rows;
     bool zero_blocked_rows; /* a row with nothing unblocked gives zeros (else NaN, as PyTorch) */
+    int64_t row0;           /* index of the first row (when a thread does a slice of rows) */
 } softmax_plan;
 
 /* Row kernels for one float type. Blocked entries become -inf before the exp, so they come
@@ -79,7 +80,8 @@ typedef struct {
         const T scale = (T)p->scale;                                                               \
         for (int64_t r = 0; r < p->rows; r++, x += p->n, y += p->n) {                              \
             int64_t limit = p->n;                                                                  \
-            if (p->causal && r % p->queries + 1 < limit) limit = r % p->queries + 1;               \
+            const int64_t q = (r + p->row0) % p->queries;                                          \
+            if (p->causal && q + 1 < limit) limit = q + 1;                                         \
             if (p->mask) {                                                                         \
                 const uint8_t *m = p->mask + mask_rows.offset;                                     \
                 const int64_t step = p->mask_step;                                                 \
@@ -139,11 +141,51 @@ typedef struct {
 DEFINE_SOFTMAX_KERNELS(float, f32)
 DEFINE_SOFTMAX_KERNELS(double, f64)
 
+/* Rows are independent, so slices of them run on separate threads with identical results.
+ * A mask is read through a cursor that walks the rows in order, so masked plans stay on one
+ * thread (the causal limit only needs the row index). */
+#define ROW_GRAIN(n) (16384 / ((n) > 0 ? (n) : 1) + 1)
+
+typedef struct {
+    const softmax_plan *p;
+    const char *x;
+    char *y;
+    nb_dtype dtype;
+} softmax_job;
+
+static void softmax_slice(int64_t begin, int64_t end, void *vjob) {
+    const softmax_job *j = vjob;
+    softmax_plan p = *j->p;
+    p.rows = end - begin;
+    p.row0 = j->p->row0 + begin;
+    int64_t off = begin * p.n * (int64_t)nbt_esize(j->dtype);
+    if (j->dtype == NB_F32) softmax_rows_f32(&p, (const float *)(j->x + off), (float *)(j->y + off));
+    else softmax_rows_f64(&p, (const double *)(j->x + off), (double *)(j->y + off));
+}
+
 static void run_softmax(const softmax_plan *p, const nb_tensor *x, nb_tensor *y) {
-    if (x->dtype == NB_F32)
-        softmax_rows_f32(p, (const float *)nbt_ptr(x), (float *)nbt_ptr(y));
+    softmax_job job = {p, nbt_ptr(x), nbt_ptr(y), x->dtype};
+    if (p->mask) softmax_slice(0, p->rows, &job);
+    else nbt_parallel_ranges(p->rows, ROW_GRAIN(p->n), softmax_slice, &job);
+}
+
+typedef struct {
+    int64_t n;
+    double scale;
+    const char *y, *g;
+    char *dx;
+    nb_dtype dtype;
+} softmax_backward_job;
+
+static void softmax_backward_slice(int64_t begin, int64_t end, void *vjob) {
+    const softmax_backward_job *j = vjob;
+    int64_t off = begin * j->n * (int64_t)nbt_esize(j->dtype);
+    if (j->dtype == NB_F32)
+        softmax_backward_rows_f32(end - begin, j->n, j->scale, (const float *)(j->y + off),
+                                  (const float *)(j->g + off), (float *)(j->dx + off));
     else
-        softmax_rows_f64(p, (const double *)nbt_ptr(x), (double *)nbt_ptr(y));
+        softmax_backward_rows_f64(end - begin, j->n, j->scale, (const double *)(j->y + off),
+                                  (const double *)(j->g + off), (double *)(j->dx + off));
 }
 
 /* dx (new, contiguous, y's layout) of a softmax whose output rows are y, for gradient g. */
@@ -152,12 +194,8 @@ static nb_tensor *softmax_backward_raw(const nb_tensor *y, const nb_tensor *gout
     nb_tensor *dx = nbt_new("backward", y->dtype, y->ndim, y->shape);
     if (!g || !dx) return NULL;
     int64_t n = last_size(y), rows = n ? nb_numel(y) / n : 0;
-    if (y->dtype == NB_F32)
-        softmax_backward_rows_f32(rows, n, scale, (const float *)nbt_ptr(y),
-                                  (const float *)nbt_ptr(g), (float *)nbt_ptr(dx));
-    else
-        softmax_backward_rows_f64(rows, n, scale, (const double *)nbt_ptr(y),
-                                  (const double *)nbt_ptr(g), (double *)nbt_ptr(dx));
+    softmax_backward_job job = {n, scale, nbt_ptr(y), nbt_ptr(g), nbt_ptr(dx), y->dtype};
+    nbt_parallel_ranges(rows, ROW_GRAIN(n), softmax_backward_slice, &job);
     return dx;
 }
 

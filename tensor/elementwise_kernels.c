@@ -86,6 +86,27 @@ static void run(const binary_ctx *c, int64_t n, char *o, int64_t so, const char 
         runs_f64[c->op](n, (double *)o, so, (const double *)a, sa, (const double *)b, sb);
 }
 
+/* Flat contiguous operands (stride 1, or 0 for a single element) split across threads. */
+typedef struct {
+    const binary_ctx *c;
+    char *o;
+    const char *a, *b;
+    int64_t sa, sb;
+} flat_ctx;
+
+static void flat_range(int64_t begin, int64_t end, void *vctx) {
+    const flat_ctx *f = vctx;
+    int64_t es = (int64_t)nbt_esize(f->c->dtype);
+    run(f->c, end - begin, f->o + begin * es, 1, f->a + begin * es * f->sa, f->sa,
+        f->b + begin * es * f->sb, f->sb);
+}
+
+static void flat(const binary_ctx *c, int64_t n, char *o, const char *a, int64_t sa,
+                 const char *b, int64_t sb) {
+    flat_ctx f = {c, o, a, b, sa, sb};
+    nbt_parallel_ranges(n, 32768, flat_range, &f);
+}
+
 static void binary_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
     const binary_ctx *c = vctx;
     int64_t es = (int64_t)nbt_esize(c->dtype);
@@ -151,15 +172,15 @@ bool nbt_binary_into(nb_tensor *out, nbt_binary_op op, const nb_tensor *a, const
     if (nb_is_contiguous(out) && nb_is_contiguous(a) && nb_is_contiguous(b)) {
         int64_t na = nb_numel(a), nbn = nb_numel(b);
         if (na == n && nbn == n) {
-            run(&c, n, nbt_ptr(out), 1, nbt_ptr(a), 1, nbt_ptr(b), 1);
+            flat(&c, n, nbt_ptr(out), nbt_ptr(a), 1, nbt_ptr(b), 1);
             return true;
         }
         if (na == n && nbn == 1) {
-            run(&c, n, nbt_ptr(out), 1, nbt_ptr(a), 1, nbt_ptr(b), 0);
+            flat(&c, n, nbt_ptr(out), nbt_ptr(a), 1, nbt_ptr(b), 0);
             return true;
         }
         if (nbn == n && na == 1) {
-            run(&c, n, nbt_ptr(out), 1, nbt_ptr(a), 0, nbt_ptr(b), 1);
+            flat(&c, n, nbt_ptr(out), nbt_ptr(a), 0, nbt_ptr(b), 1);
             return true;
         }
         if (na == n && is_trailing_block(b, out)) {

@@ -78,6 +78,11 @@ nb_tensor *nbt_contiguous(const nb_tensor *t);
 /* How many threads to use for `work` units when each thread should get at least
  * min_work_per_thread of them (1 inside a parallel region). Use in OpenMP num_threads(). */
 int nbt_threads_for(int64_t work, int64_t min_work_per_thread);
+/* Calls fn on disjoint [begin, end) slices covering [0, n), in parallel when n is at least two
+ * grains. Each index is handled by exactly one call, so per-index results are the same for
+ * any thread count. */
+typedef void (*nbt_range_fn)(int64_t begin, int64_t end, void *ctx);
+void nbt_parallel_ranges(int64_t n, int64_t grain, nbt_range_fn fn, void *ctx);
 
 /* ---- broadcasting ---- */
 /* Broadcast shape of a and b (NumPy rules) into out/out_ndim; error naming op on mismatch. */

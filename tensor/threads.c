@@ -15,3 +15,18 @@ int nbt_threads_for(int64_t work, int64_t min_work_per_thread) {
     if (by_work < 1) return 1;
     return by_work < max ? (int)by_work : max;
 }
+
+void nbt_parallel_ranges(int64_t n, int64_t grain, nbt_range_fn fn, void *ctx) {
+    int nt = nbt_threads_for(n, grain);
+    if (nt <= 1) {
+        if (n > 0) fn(0, n, ctx);
+        return;
+    }
+    /* Equal slices rounded to 16 elements so that no two threads share a cache line of floats. */
+    int64_t slice = ((n + nt - 1) / nt + 15) / 16 * 16;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < nt; t++) {
+        int64_t begin = (int64_t)t * slice, end = begin + slice < n ? begin + slice : n;
+        if (begin < end) fn(begin, end, ctx);
+    }
+}

@@ -291,6 +291,22 @@ static void apply(const map_ctx *c, int64_t m, char *out, const char *in0, const
     }
 }
 
+/* Contiguous runs this long are split across threads (each element is independent). */
+#define PARALLEL_GRAIN 16384
+
+typedef struct {
+    const map_ctx *c;
+    char *out;
+    const char *in0, *in1;
+    size_t es;
+} apply_ctx;
+
+static void apply_range(int64_t begin, int64_t end, void *vctx) {
+    const apply_ctx *a = vctx;
+    int64_t off = begin * (int64_t)a->es;
+    apply(a->c, end - begin, a->out + off, a->in0 + off, a->in1 ? a->in1 + off : NULL);
+}
+
 /* Copies m elements of size es from a strided run into a contiguous buffer, or back. */
 static void gather(char *dst, const char *src, int64_t stride, int64_t m, size_t es) {
     if (es == 4)
@@ -314,7 +330,8 @@ static void map_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
     bool unit = true;
     for (int k = 0; k <= nin; k++) unit = unit && s[k] == (int64_t)es;
     if (unit) {
-        apply(c, n, p[0], p[1], nin > 1 ? p[2] : NULL);
+        apply_ctx ac = {c, p[0], p[1], nin > 1 ? p[2] : NULL, es};
+        nbt_parallel_ranges(n, PARALLEL_GRAIN, apply_range, &ac);
         return;
     }
     _Alignas(64) double buf[3][CHUNK]; /* room for CHUNK doubles or floats per operand */
@@ -344,7 +361,9 @@ static void map(nb_tensor *out, int nin, const nb_tensor *const *ins, const map_
     bool flat = nb_is_contiguous(out);
     for (int k = 0; k < nin; k++) flat = flat && nb_is_contiguous(ins[k]) && nb_numel(ins[k]) == n;
     if (flat) {
-        apply(c, n, nbt_ptr(out), nbt_ptr(ins[0]), nin > 1 ? nbt_ptr(ins[1]) : NULL);
+        apply_ctx ac = {c, nbt_ptr(out), nbt_ptr(ins[0]), nin > 1 ? nbt_ptr(ins[1]) : NULL,
+                        nbt_esize(out->dtype)};
+        nbt_parallel_ranges(n, PARALLEL_GRAIN, apply_range, &ac);
         return;
     }
     size_t es = nbt_esize(out->dtype);
