@@ -80,8 +80,8 @@ typedef struct {
         const T scale = (T)p->scale;                                                               \
         for (int64_t r = 0; r < p->rows; r++, x += p->n, y += p->n) {                              \
             int64_t limit = p->n;                                                                  \
-            const int64_t q = (r + p->row0) % p->queries;                                          \
-            if (p->causal && q + 1 < limit) limit = q + 1;                                         \
+            if (p->causal && (r + p->row0) % p->queries + 1 < limit)                               \
+                limit = (r + p->row0) % p->queries + 1;                                            \
             if (p->mask) {                                                                         \
                 const uint8_t *m = p->mask + mask_rows.offset;                                     \
                 const int64_t step = p->mask_step;                                                 \
