@@ -9,6 +9,17 @@ The JSON is committed; the C tests read it with jansson (tests/golden.c:
 golden_find_case, golden_named_tensors, golden_named_spec) and need no Python. Rerun it only
 when a case or a reference module below changes, and commit the JSON with the script.
 
+A second file, tests/goldens/modules_masks.json (same format), holds the cases where masks
+combine: key padding with an attention mask, in self- and cross-attention, and a
+TransformerBlock over a fully padded sequence. They are kept apart because modules.json is
+pinned at its 26 cases by tests/test_module_goldens.c; tests/test_module_parity.c reads both.
+
+It also writes tests/goldens/torch_block.safetensors: the state_dict of the float32
+TransformerBlock of the case "TransformerBlock causal, perturbed layer norms" (the very
+parameters of that case), so tests/test_module_parity.c can load a checkpoint written from
+PyTorch module weights and reproduce the case's output. Debian's torch 1.13 has no
+safetensors package; the file is written by hand as tests/gen_safetensors_golden.py does.
+
 The modules below are written the way the multi-head attention tutorials write them, with
 the parameter names nabla's modules must use. Each is built in float32 right after
 torch.manual_seed(seed), with PyTorch's own initialisation, so its state_dict is what a
@@ -40,18 +51,23 @@ nabla conventions computed here by hand (look for "nabla:"):
   * Dropout is off (p = 0 / eval): its random masks cannot match PyTorch's generator.
 """
 import copy
+import json
 import math
 import os
+import struct
 import zlib
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from gen_safetensors_golden import DTYPES, raw_bytes
 from golden_json import tensor_json, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "goldens", "modules.json")
+MASK_OUT = os.path.join(HERE, "goldens", "modules_masks.json")
+BLOCK_OUT = os.path.join(HERE, "goldens", "torch_block.safetensors")
 
 
 class MultiHeadAttention(nn.Module):
@@ -113,8 +129,9 @@ class TransformerBlock(nn.Module):
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
         self.ff = FeedForward(d_model)
 
-    def forward(self, x, causal=True):
-        x = x + self.attn(self.norm1(x), causal=causal)
+    def forward(self, x, causal=True, key_padding_mask=None, attn_mask=None):
+        x = x + self.attn(self.norm1(x), causal=causal, key_padding_mask=key_padding_mask,
+                          attn_mask=attn_mask)
         return x + self.ff(self.norm2(x))
 
 
@@ -136,13 +153,17 @@ class Fixed:
         self.keyword = keyword
 
 
-CASES = []
+CASES = []        # -> modules.json
+MASK_CASES = []   # -> modules_masks.json
 
 
-def module_case(module_name, label, seed, make, config, inputs, forward=None, perturb=None):
+def module_case(module_name, label, seed, make, config, inputs, forward=None, perturb=None,
+                into=CASES):
     """make() builds the module (float32) right after torch.manual_seed(seed); perturb(module,
     generator), if given, then replaces some parameters (documented per case). inputs are
-    Float/Fixed specs in the order forward takes them, as keyword arguments by name."""
+    Float/Fixed specs in the order forward takes them, as keyword arguments by name. The f32
+    and f64 cases are appended to into. Returns the float32 module whose parameters the cases
+    hold."""
     forward = forward or {}
     torch.manual_seed(seed)
     base = make()
@@ -199,7 +220,8 @@ def module_case(module_name, label, seed, make, config, inputs, forward=None, pe
         }
         if isinstance(m, MultiHeadAttention):
             entry["extra_outputs"].append(dict(name="attn_weights", **tensor_json(m.last_attn)))
-        CASES.append(entry)
+        into.append(entry)
+    return base
 
 
 def perturb_layer_norms(module, g):
@@ -210,6 +232,26 @@ def perturb_layer_norms(module, g):
             if isinstance(m, nn.LayerNorm):
                 m.weight.copy_(1 + 0.3 * torch.randn(m.weight.shape, generator=g))
                 m.bias.copy_(0.3 * torch.randn(m.bias.shape, generator=g))
+
+
+def write_safetensors(path, tensors):
+    """tensors (name -> tensor) as a safetensors file, laid out as the reference implementation
+    lays it out (see tests/gen_safetensors_golden.py): 8-byte little-endian header length,
+    compact JSON header with "__metadata__" first, padded with spaces to a multiple of 8, then
+    the row-major little-endian data ordered by decreasing element size, then name."""
+    order = sorted(tensors, key=lambda k: (-tensors[k].element_size(), k))
+    header = {"__metadata__": {"format": "pt", "generator": "tests/gen_module_goldens.py"}}
+    data = b""
+    for name in order:
+        b = raw_bytes(tensors[name].detach())
+        header[name] = {"dtype": DTYPES[tensors[name].dtype],
+                        "shape": list(tensors[name].shape),
+                        "data_offsets": [len(data), len(data) + len(b)]}
+        data += b
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data)
 
 
 def main():
@@ -268,13 +310,48 @@ def main():
                  "dropout": 0.0}
     module_case("TransformerBlock", "causal", 11, lambda: TransformerBlock(8, 2), block_cfg,
                 [Float("x", [2, 4, 8])], {"causal": True})
-    module_case("TransformerBlock", "causal, perturbed layer norms", 12,
-                lambda: TransformerBlock(8, 2), block_cfg, [Float("x", [2, 4, 8])],
-                {"causal": True}, perturb=perturb_layer_norms)
+    block = module_case("TransformerBlock", "causal, perturbed layer norms", 12,
+                        lambda: TransformerBlock(8, 2), block_cfg, [Float("x", [2, 4, 8])],
+                        {"causal": True}, perturb=perturb_layer_norms)
 
     write_json(OUT, {"generator": "tests/gen_module_goldens.py", "torch": str(torch.__version__),
                      "cases": CASES})
     print(f"{os.path.relpath(OUT)}: {len(CASES)} cases")
+
+    # Masks that combine. Sequence 1 keeps only key 0 and the attention mask blocks key 0 for
+    # query 2: that row is empty only through both masks together.
+    make, cfg = mha(6, 6, 2, False)
+    module_case("MultiHeadAttention", "key padding and attention mask", 13, make, cfg,
+                [Float("x", [2, 4, 6]),
+                 Fixed("key_padding_mask", torch.bool,
+                       [[False, False, False, True], [False, True, True, True]]),
+                 Fixed("attn_mask", torch.bool,
+                       [[False, True, False, False], [False, False, True, False],
+                        [True, False, False, False], [False, False, False, False]])],
+                {"causal": False}, into=MASK_CASES)
+    # Cross-attention (T_q 3, T_k 5) with both masks; sequence 1 is fully padded.
+    make, cfg = mha(6, 6, 2, True)
+    module_case("MultiHeadAttention", "cross-attention, both masks, one sequence fully padded",
+                14, make, cfg,
+                [Float("x_q", [2, 3, 6]), Float("x_kv", [2, 5, 6]),
+                 Fixed("key_padding_mask", torch.bool,
+                       [[False, False, False, True, True], [True, True, True, True, True]]),
+                 Fixed("attn_mask", torch.bool,
+                       [[False, True, False, False, False], [False, False, False, False, False],
+                        [True, False, True, False, False]])],
+                {"causal": False}, into=MASK_CASES)
+    module_case("TransformerBlock", "causal, key padding, one sequence fully padded", 15,
+                lambda: TransformerBlock(8, 2), block_cfg,
+                [Float("x", [2, 4, 8]),
+                 Fixed("key_padding_mask", torch.bool,
+                       [[False, False, False, True], [True, True, True, True]])],
+                {"causal": True}, perturb=perturb_layer_norms, into=MASK_CASES)
+    write_json(MASK_OUT, {"generator": "tests/gen_module_goldens.py",
+                          "torch": str(torch.__version__), "cases": MASK_CASES})
+    print(f"{os.path.relpath(MASK_OUT)}: {len(MASK_CASES)} cases")
+    state = block.state_dict()  # nabla's parameter names: norm1.weight, attn.W_query.weight, ...
+    write_safetensors(BLOCK_OUT, state)
+    print(f"{os.path.relpath(BLOCK_OUT)}: {len(state)} tensors")
 
 
 if __name__ == "__main__":
