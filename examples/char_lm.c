@@ -125,8 +125,8 @@ int main(int argc, char **argv) {
     uint64_t seed = 1;
     int threads = 0, nsample = 300;
     double temperature = 0.8;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+    for (int i = 1; i < argc;) {
+        const char *a = argv[i++], *val = i < argc ? argv[i] : NULL;
         if (strcmp(a, "--help") == 0) {
             printf("usage: char_lm [--text FILE] [--steps N] [--seed S] [--threads N] "
                    "[--out DIR] [--temperature T] [--sample N] [--eval CHECKPOINT]\n");

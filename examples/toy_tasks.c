@@ -40,8 +40,8 @@ static void usage(FILE *f) {
 
 static bool parse(int argc, char **argv, options *o) {
     *o = (options){.seed = 1, .threads = 0, .out = NULL, .steps = -1};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    for (int i = 1; i < argc;) {
+        const char *a = argv[i++], *v = i < argc ? argv[i] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return usage(stdout), exit(0), false;
         if (strcmp(a, "--quiet") == 0) {
             o->quiet = true;
