@@ -71,7 +71,7 @@ nb_tensor *nb_dropout(const nb_tensor *x, double p, bool train, nb_rng *rng) {
     nb_tensor *keep = nbt_new(op, NB_BOOL, x->ndim, x->shape);
     if (!keep) return NULL;
     uint8_t *kv = (uint8_t *)nbt_ptr(keep);
-    int64_t count = nb_numel(x);
+    int64_t count = nbt_numel(x);
     if (p == 1)
         memset(kv, 0, (size_t)count);
     else

@@ -23,7 +23,7 @@ static void embedding_backward(nb_node *n, const nb_tensor *gout) {
     nb_tensor *g = nbt_contiguous(gout);
     nb_tensor *gw = nb_zeros(w->dtype, 2, w->shape);
     if (!g || !gw) return;
-    int64_t count = nb_numel(idx), D = w->shape[1];
+    int64_t count = nbt_numel(idx), D = w->shape[1];
     if (w->dtype == NB_F32)
         scatter_add_rows_f32(count, D, (const int64_t *)nbt_ptr(idx), (const float *)nbt_ptr(g),
                              (float *)nbt_ptr(gw));
@@ -48,7 +48,7 @@ nb_tensor *nb_embedding(const nb_tensor *weight, const nb_tensor *indices) {
     nb_tensor *idx = nbt_contiguous(indices);
     if (!idx) return NULL;
     const int64_t *iv = (const int64_t *)nbt_ptr(idx);
-    int64_t count = nb_numel(idx), V = weight->shape[0], D = weight->shape[1];
+    int64_t count = nbt_numel(idx), V = weight->shape[0], D = weight->shape[1];
     for (int64_t k = 0; k < count; k++) {
         if (iv[k] >= 0 && iv[k] < V) continue;
         int64_t pos[NB_MAX_DIMS], rest = k;

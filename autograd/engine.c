@@ -195,7 +195,7 @@ bool nb_backward(nb_tensor *out, const nb_tensor *grad_output) {
             return nbt_error("backward", "grad_output has shape %s (%s), expected %s (%s)",
                              nbt_shape(grad_output), nb_dtype_name(grad_output->dtype),
                              nbt_shape(out), nb_dtype_name(out->dtype)), false;
-    } else if (nb_numel(out) != 1) {
+    } else if (nbt_numel(out) != 1) {
         return nbt_error("backward", "grad can be implicitly created only for outputs with one "
                          "element, got shape %s; pass grad_output", nbt_shape(out)), false;
     }

@@ -7,7 +7,7 @@
 /* sum(r * out) in double, for the numeric side. */
 static double projected(const nb_tensor *out, const nb_tensor *r) {
     double acc = 0;
-    int64_t n = nb_numel(out);
+    int64_t n = nbt_numel(out);
     for (int64_t k = 0; k < n; k++) acc += nbt_get_linear(out, k) * nbt_get_linear(r, k);
     return acc;
 }
@@ -89,7 +89,7 @@ bool nb_gradcheck(nb_grad_fn fn, int ninputs, nb_tensor *const *inputs, void *ct
     for (int i = 0; i < ninputs && ok; i++) {
         nb_tensor *x = inputs[i];
         if (!x->requires_grad) continue;
-        int64_t n = nb_numel(x);
+        int64_t n = nbt_numel(x);
         for (int64_t k = 0; k < n; k++) {
             double x0 = poke(x, k, 0);
             poke(x, k, x0 + o.eps);

@@ -95,7 +95,7 @@ static void layer_norm_backward(nb_node *n, const nb_tensor *gout) {
     if (!g || (nba_input_needs_grad(n, 0) && !dx) || (nba_input_needs_grad(n, 1) && !dw) ||
         (nba_input_needs_grad(n, 2) && !db))
         return;
-    int64_t rows = nb_numel(mean), D = rows ? nb_numel(x) / rows : 0;
+    int64_t rows = nbt_numel(mean), D = rows ? nbt_numel(x) / rows : 0;
     if (x->dtype == NB_F32)
         layer_norm_backward_rows_f32(rows, D, F32(x), F32(w), F32(mean), F32(rstd), F32(g), F32(dx),
                                      F64(dw), F64(db));
@@ -130,7 +130,7 @@ nb_tensor *nb_layer_norm(const nb_tensor *x, const nb_tensor *weight, const nb_t
     if (!(eps >= 0)) return nbt_error(op, "eps must be >= 0, got %g", eps);
     int64_t D = 1;
     for (int i = x->ndim - k; i < x->ndim; i++) D *= x->shape[i];
-    int64_t rows = D ? nb_numel(x) / D : 0;
+    int64_t rows = D ? nbt_numel(x) / D : 0;
     nb_tensor *xc = nbt_contiguous(x);
     nb_tensor *w = weight ? nbt_contiguous(weight) : NULL;
     nb_tensor *b = bias ? nbt_contiguous(bias) : NULL;

@@ -52,12 +52,12 @@ static bool gemm(const nb_tensor *a, bool ta, const nb_tensor *b, bool tb, nb_te
 /* x [..., in] as rows [M, in] (a view when the layout allows, else a copy). */
 static nb_tensor *rows_of(const nb_tensor *x) {
     int64_t shape[2] = {-1, x->shape[x->ndim - 1]};
-    nb_tensor *r = nb_numel(x) ? nbt_view(x, 2, shape) : NULL;
+    nb_tensor *r = nbt_numel(x) ? nbt_view(x, 2, shape) : NULL;
     if (r) return r;
     nb_clear_error();
     nb_tensor *c = nbt_contiguous_as(x, x->dtype);
     if (!c) return NULL;
-    shape[0] = nb_numel(c) / (shape[1] ? shape[1] : 1);
+    shape[0] = nbt_numel(c) / (shape[1] ? shape[1] : 1);
     return nbt_view(c, 2, shape);
 }
 

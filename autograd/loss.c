@@ -78,7 +78,7 @@ DEFINE_CE_KERNELS(double, f64)
  * value and its position. */
 static bool check_targets(const nb_tensor *logits, const nb_tensor *t, int64_t ignore) {
     const int64_t *v = (const int64_t *)nbt_ptr(t);
-    int64_t C = logits->shape[logits->ndim - 1], n = nb_numel(t);
+    int64_t C = logits->shape[logits->ndim - 1], n = nbt_numel(t);
     for (int64_t k = 0; k < n; k++) {
         if (v[k] == ignore || (v[k] >= 0 && v[k] < C)) continue;
         int64_t idx[NB_MAX_DIMS], rest = k;
@@ -103,7 +103,7 @@ static void cross_entropy_backward(nb_node *n, const nb_tensor *gout) {
     nb_tensor *g = nbt_contiguous(gout);
     nb_tensor *dx = nbt_new("backward", x->dtype, x->ndim, x->shape);
     if (!g || !dx) return;
-    int64_t C = x->shape[x->ndim - 1], rows = nb_numel(t);
+    int64_t C = x->shape[x->ndim - 1], rows = nbt_numel(t);
     int64_t gstep = n->i[1] == NB_REDUCE_NONE ? 1 : 0;
     if (x->dtype == NB_F32)
         ce_backward_rows_f32(rows, C, (const float *)nbt_ptr(x), (const int64_t *)nbt_ptr(t),
@@ -133,7 +133,7 @@ nb_tensor *nb_cross_entropy(const nb_tensor *logits, const nb_tensor *target, in
                          nbt_dims(logits->ndim - 1, logits->shape));
     nb_tensor *x = nbt_contiguous(logits), *t = nbt_contiguous(target);
     if (!x || !t || !check_targets(logits, t, ignore_index)) return NULL;
-    int64_t C = logits->shape[logits->ndim - 1], rows = nb_numel(t);
+    int64_t C = logits->shape[logits->ndim - 1], rows = nbt_numel(t);
     nb_tensor *lse = nbt_new(op, x->dtype, t->ndim, t->shape);
     nb_tensor *loss = nbt_new(op, x->dtype, t->ndim, t->shape);
     nb_tensor *scratch = nbt_new(op, x->dtype, 1, &C);
@@ -207,7 +207,7 @@ static void mse_loss_backward(nb_node *n, const nb_tensor *gout) {
     const nb_tensor *diff = n->saved[0];
     nb_tensor *g = nbt_contiguous(gout);
     if (!g) return;
-    int64_t gstep = n->i[0] == NB_REDUCE_NONE ? 1 : 0, count = nb_numel(diff);
+    int64_t gstep = n->i[0] == NB_REDUCE_NONE ? 1 : 0, count = nbt_numel(diff);
     for (int k = 0; k < 2; k++) {
         if (!nba_input_needs_grad(n, k)) continue;
         nb_tensor *d = nbt_new("backward", diff->dtype, diff->ndim, diff->shape);
@@ -244,7 +244,7 @@ nb_tensor *nb_mse_loss(const nb_tensor *a, const nb_tensor *b, nb_reduction redu
     memcpy(ops.strides[1], a->strides, sizeof(int64_t) * (size_t)a->ndim);
     nbt_broadcast_strides(b, a->ndim, a->shape, ops.strides[2]);
     nbt_iterate(a->ndim, a->shape, &ops, a->dtype == NB_F32 ? sub_f32 : sub_f64, NULL);
-    int64_t count = nb_numel(a);
+    int64_t count = nbt_numel(a);
     double total =
         a->dtype == NB_F32
             ? sum_squares_f32(count, (const float *)nbt_ptr(diff), (float *)nbt_ptr(sq))

@@ -193,7 +193,7 @@ static nb_tensor *softmax_backward_raw(const nb_tensor *y, const nb_tensor *gout
     nb_tensor *g = nbt_contiguous(gout);
     nb_tensor *dx = nbt_new("backward", y->dtype, y->ndim, y->shape);
     if (!g || !dx) return NULL;
-    int64_t n = last_size(y), rows = n ? nb_numel(y) / n : 0;
+    int64_t n = last_size(y), rows = n ? nbt_numel(y) / n : 0;
     softmax_backward_job job = {n, scale, nbt_ptr(y), nbt_ptr(g), nbt_ptr(dx), y->dtype};
     nbt_parallel_ranges(rows, ROW_GRAIN(n), softmax_backward_slice, &job);
     return dx;
@@ -228,7 +228,7 @@ nb_tensor *nb_softmax(const nb_tensor *a, int dim) {
     nb_tensor *y = x ? nbt_new("softmax", a->dtype, x->ndim, x->shape) : NULL;
     if (!y) return NULL;
     int64_t n = last_size(x);
-    softmax_plan plan = {.rows = n ? nb_numel(x) / n : 0, .n = n, .scale = 1.0};
+    softmax_plan plan = {.rows = n ? nbt_numel(x) / n : 0, .n = n, .scale = 1.0};
     run_softmax(&plan, x, y);
     nb_tensor *out = from_rows(y, d);
     nb_node *node = nba_record("softmax", out, 1, &a, softmax_backward);
@@ -244,7 +244,7 @@ static void log_softmax_backward(nb_node *n, const nb_tensor *gout) {
     const nb_tensor *y = n->saved[0];
     nb_tensor *g = to_rows(gout, d);
     nb_tensor *dx = nbt_new("backward", y->dtype, y->ndim, y->shape);
-    int64_t len = last_size(y), rows = len ? nb_numel(y) / len : 0;
+    int64_t len = last_size(y), rows = len ? nbt_numel(y) / len : 0;
     nb_tensor *scratch = nbt_new("backward", y->dtype, 1, &len);
     if (!g || !dx || !scratch) return;
     if (y->dtype == NB_F32)
@@ -264,7 +264,7 @@ nb_tensor *nb_log_softmax(const nb_tensor *a, int dim) {
     nb_tensor *x = to_rows(a, d);
     nb_tensor *y = x ? nbt_new("log_softmax", a->dtype, x->ndim, x->shape) : NULL;
     if (!y) return NULL;
-    int64_t n = last_size(x), rows = n ? nb_numel(x) / n : 0;
+    int64_t n = last_size(x), rows = n ? nbt_numel(x) / n : 0;
     nb_tensor *scratch = nbt_new("log_softmax", a->dtype, 1, &n);
     if (!scratch) return NULL;
     if (a->dtype == NB_F32)
@@ -366,7 +366,7 @@ nb_tensor *nb_masked_softmax(const nb_tensor *a, const nb_tensor *mask, bool cau
     nb_tensor *y = x ? nbt_new(op, a->dtype, a->ndim, a->shape) : NULL;
     if (!y) return NULL;
     int64_t n = last_size(a);
-    softmax_plan plan = {.rows = n ? nb_numel(a) / n : 0,
+    softmax_plan plan = {.rows = n ? nbt_numel(a) / n : 0,
                          .n = n,
                          .scale = scale,
                          .causal = causal,

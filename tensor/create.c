@@ -16,7 +16,7 @@ nb_tensor *nb_full(nb_dtype dt, int ndim, const int64_t *shape, double value) {
 
 nb_tensor *nb_zeros(nb_dtype dt, int ndim, const int64_t *shape) {
     nb_tensor *t = nbt_new("zeros", dt, ndim, shape);
-    if (t) memset(t->storage->data, 0, (size_t)nb_numel(t) * nbt_esize(dt));
+    if (t) memset(t->storage->data, 0, (size_t)nbt_numel(t) * nbt_esize(dt));
     return t;
 }
 
@@ -63,7 +63,7 @@ nb_tensor *nb_from_array(nb_dtype dt, int ndim, const int64_t *shape, const void
         if (n > 0) return nbt_error("from_array", "data is NULL for shape %s", nbt_dims(ndim, shape));
     }
     nb_tensor *t = nbt_new("from_array", dt, ndim, shape);
-    if (t && data) memcpy(t->storage->data, data, (size_t)nb_numel(t) * nbt_esize(dt));
+    if (t && data) memcpy(t->storage->data, data, (size_t)nbt_numel(t) * nbt_esize(dt));
     return t;
 }
 
@@ -81,7 +81,7 @@ static nb_tensor *band(const char *op, const nb_tensor *t, int64_t k, bool lower
     nb_tensor *out = nbt_contiguous_as(t, t->dtype);
     if (!out) return NULL;
     int64_t rows = t->shape[t->ndim - 2], cols = t->shape[t->ndim - 1];
-    int64_t area = rows * cols, mats = area > 0 ? nb_numel(t) / area : 0;
+    int64_t area = rows * cols, mats = area > 0 ? nbt_numel(t) / area : 0;
     size_t es = nbt_esize(t->dtype);
     char *base = out->storage->data;
     for (int64_t m = 0; m < mats; m++)
@@ -161,7 +161,7 @@ bool nb_set(nb_tensor *t, const int64_t *idx, double v) {
 
 double nb_item(const nb_tensor *t) {
     if (!t) return (nbt_error("item", "NULL tensor"), NAN);
-    if (nb_numel(t) != 1)
+    if (nbt_numel(t) != 1)
         return (nbt_error("item", "expected a tensor with one element, got shape %s",
                           nbt_shape(t)),
                 NAN);
@@ -192,7 +192,7 @@ bool nb_fill_(nb_tensor *t, double value) {
     if (!t) return nbt_error("fill_", "NULL tensor"), false;
     if (value == 0 && !signbit(value) && nb_is_contiguous(t)) {
         /* zero_grad's case: all-zero bytes are 0 in every dtype */
-        memset(nbt_ptr(t), 0, (size_t)nb_numel(t) * nbt_esize(t->dtype));
+        memset(nbt_ptr(t), 0, (size_t)nbt_numel(t) * nbt_esize(t->dtype));
         return true;
     }
     nbt_operands ops = {.nops = 1, .base = {nbt_ptr(t)}, .elem = {nbt_esize(t->dtype)}};

@@ -166,11 +166,11 @@ bool nbt_binary_into(nb_tensor *out, nbt_binary_op op, const nb_tensor *a, const
         return nbt_error(name, "%s and %s do not broadcast to the output shape %s", nbt_shape(a),
                          nbt_shape(b), nbt_shape(out)),
                false;
-    int64_t n = nb_numel(out);
+    int64_t n = nbt_numel(out);
     if (n == 0) return true;
     binary_ctx c = {op, out->dtype};
     if (nb_is_contiguous(out) && nb_is_contiguous(a) && nb_is_contiguous(b)) {
-        int64_t na = nb_numel(a), nbn = nb_numel(b);
+        int64_t na = nbt_numel(a), nbn = nbt_numel(b);
         if (na == n && nbn == n) {
             flat(&c, n, nbt_ptr(out), nbt_ptr(a), 1, nbt_ptr(b), 1);
             return true;

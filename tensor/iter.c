@@ -104,6 +104,11 @@ static void copy_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
 }
 
 bool nbt_copy(nb_tensor *dst, const nb_tensor *src) {
+    if (dst->dtype == src->dtype && nb_same_shape(dst, src) && nb_is_contiguous(dst) &&
+        nb_is_contiguous(src)) { /* the common case, without the iterator's set-up */
+        memmove(nbt_ptr(dst), nbt_ptr(src), (size_t)nbt_numel(dst) * nbt_esize(dst->dtype));
+        return true;
+    }
     int64_t bshape[NB_MAX_DIMS];
     int bnd;
     if (!nbt_broadcast_shape("copy_", dst->ndim, dst->shape, src->ndim, src->shape, &bnd, bshape))
@@ -145,7 +150,7 @@ bool nb_to_doubles(const nb_tensor *t, double *out) {
         nbt_error("to_doubles", "NULL argument");
         return false;
     }
-    int64_t n = nb_numel(t);
+    int64_t n = nbt_numel(t);
     for (int64_t k = 0; k < n; k++) out[k] = nbt_get_linear(t, k);
     return true;
 }

@@ -193,10 +193,10 @@ void nb_fprint(FILE *f, const nb_tensor *t) {
     }
     printer p = {.f = f, .t = t};
     fputs("tensor(", f);
-    if (nb_numel(t) == 0) {
+    if (nbt_numel(t) == 0) {
         fputs("[]", f);
     } else {
-        p.summarize = nb_numel(t) > SUMMARY_AT;
+        p.summarize = nbt_numel(t) > SUMMARY_AT;
         choose_format(&p);
         if (t->ndim == 0) {
             char buf[64];

@@ -167,7 +167,7 @@ nb_tensor *nbt_sum_dims(const nb_tensor *a, const bool *reduce, bool keepdim, do
     }
     nb_tensor *out = nbt_new("sum", a->dtype, ond, oshape);
     if (!out) return NULL;
-    int64_t K = nb_numel(out), R = 1;
+    int64_t K = nbt_numel(out), R = 1;
     for (int i = 0; i < a->ndim; i++)
         if (reduce[i]) R *= a->shape[i];
     if (K == 0) return out;
@@ -244,7 +244,7 @@ bool nbt_max_dim(const nb_tensor *a, int dim, bool keepdim, nb_tensor **values,
     if (!*indices) return false;
     odometer kept, red;
     split_dims(a, reduce, &kept, &red);
-    int64_t K = nb_numel(*values), n = a->shape[dim], stride = a->strides[dim];
+    int64_t K = nbt_numel(*values), n = a->shape[dim], stride = a->strides[dim];
     size_t es = nbt_esize(a->dtype);
     const char *base = nbt_ptr(a);
     int64_t *idx = nb_data(*indices);
@@ -297,7 +297,7 @@ bool nbt_scatter_add_dim(nb_tensor *dst, int dim, const nb_tensor *index, const 
             return nbt_error(op, "index %s is larger than dst %s outside dim %d", nbt_shape(index),
                              nbt_shape(dst), dim),
                    false;
-    int64_t n = nb_numel(index);
+    int64_t n = nbt_numel(index);
     for (int64_t k = 0; k < n; k++) {
         double j = nbt_get_linear(index, k);
         if (j < 0 || j >= (double)dst->shape[dim])

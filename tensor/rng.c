@@ -43,7 +43,7 @@ static nb_tensor *fill_random(const char *op, nb_rng *rng, nb_dtype dt, int ndim
         return nbt_error(op, "expected dtype float32 or float64, got %s", nb_dtype_name(dt));
     nb_tensor *t = nbt_new(op, dt, ndim, shape);
     if (!t) return NULL;
-    int64_t n = nb_numel(t);
+    int64_t n = nbt_numel(t);
     /* a + (b - a) * u can round up to b (in float32 even for [0, 1)); such draws become the
      * largest value below b, so the range stays half-open without changing other draws. */
     float top32 = b > a ? nextafterf((float)b, (float)a) : (float)a;
@@ -81,7 +81,7 @@ nb_tensor *nb_randint(nb_rng *rng, int64_t low, int64_t high, int ndim, const in
     nb_tensor *t = nbt_new("randint", NB_I64, ndim, shape);
     if (!t) return NULL;
     /* Unsigned arithmetic: high - low and low + offset may not fit in int64. */
-    uint64_t span = (uint64_t)high - (uint64_t)low, n = (uint64_t)nb_numel(t);
+    uint64_t span = (uint64_t)high - (uint64_t)low, n = (uint64_t)nbt_numel(t);
     /* Rejection sampling keeps every value equally likely. */
     uint64_t limit = UINT64_MAX - UINT64_MAX % span;
     for (uint64_t i = 0; i < n; i++) {

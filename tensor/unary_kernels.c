@@ -356,10 +356,10 @@ static void map_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
 
 /* out = f(ins) with each input broadcast to out's shape (already checked). */
 static void map(nb_tensor *out, int nin, const nb_tensor *const *ins, const map_ctx *c) {
-    int64_t n = nb_numel(out);
+    int64_t n = nbt_numel(out);
     if (n == 0) return;
     bool flat = nb_is_contiguous(out);
-    for (int k = 0; k < nin; k++) flat = flat && nb_is_contiguous(ins[k]) && nb_numel(ins[k]) == n;
+    for (int k = 0; k < nin; k++) flat = flat && nb_is_contiguous(ins[k]) && nbt_numel(ins[k]) == n;
     if (flat) {
         apply_ctx ac = {c, nbt_ptr(out), nbt_ptr(ins[0]), nin > 1 ? nbt_ptr(ins[1]) : NULL,
                         nbt_esize(out->dtype)};

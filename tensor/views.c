@@ -29,7 +29,7 @@ static bool infer_shape(const char *op, const nb_tensor *t, int ndim, const int6
         return false;
     }
     int infer = -1;
-    int64_t known = 1, numel = nb_numel(t);
+    int64_t known = 1, numel = nbt_numel(t);
     bool overflow = false;
     for (int i = 0; i < ndim; i++) {
         if (req[i] == -1) {
@@ -69,7 +69,7 @@ static bool infer_shape(const char *op, const nb_tensor *t, int ndim, const int6
 /* PyTorch's rule: the new shape must split or merge only dims that are laid out contiguously
  * with respect to each other. Returns false if no strides exist. */
 static bool view_strides(const nb_tensor *t, int ndim, const int64_t *shape, int64_t *strides) {
-    if (t->ndim == 0 || nb_numel(t) == 0 || nb_is_contiguous(t)) { /* the common case */
+    if (t->ndim == 0 || nbt_numel(t) == 0 || nb_is_contiguous(t)) { /* the common case */
         nbt_contiguous_strides(ndim, shape, strides);
         return true;
     }
