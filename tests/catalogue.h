@@ -29,6 +29,20 @@ typedef struct {
     bool constant; /* an input that does not require grad */
 } nbcat_input;
 
+/* Input specs for the tables: IN(2, 3) is a contiguous [2, 3] input; IN_T and IN_S make it
+ * transposed or sliced; IN_C is a constant (no grad); IN_D/IN_TD/IN_SD take a value domain
+ * first: IN_D(NBCAT_POSITIVE, 4). */
+/* clang-format off */
+#define NBCAT_DIMS(...) .ndim = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), .shape = {__VA_ARGS__}
+#define IN(...) {NBCAT_DIMS(__VA_ARGS__)}
+#define IN_T(...) {NBCAT_DIMS(__VA_ARGS__), .layout = NBCAT_TRANSPOSED}
+#define IN_S(...) {NBCAT_DIMS(__VA_ARGS__), .layout = NBCAT_SLICED}
+#define IN_C(...) {NBCAT_DIMS(__VA_ARGS__), .constant = true}
+#define IN_D(dom, ...) {NBCAT_DIMS(__VA_ARGS__), .domain = dom}
+#define IN_TD(dom, ...) {NBCAT_DIMS(__VA_ARGS__), .layout = NBCAT_TRANSPOSED, .domain = dom}
+#define IN_SD(dom, ...) {NBCAT_DIMS(__VA_ARGS__), .layout = NBCAT_SLICED, .domain = dom}
+/* clang-format on */
+
 #define NBCAT_MAX_INPUTS 4
 
 typedef struct {

@@ -3,23 +3,9 @@
  * away from kinks (relu) and singularities (log, sqrt, pow, div denominators). */
 #include "catalogue.h"
 
-#define DIMS(...)                                                                                  \
-    .ndim = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), .shape = {__VA_ARGS__}
-#define IN(...)                                                                                    \
-    { DIMS(__VA_ARGS__) }
-#define IN_T(...)                                                                                  \
-    { DIMS(__VA_ARGS__), .layout = NBCAT_TRANSPOSED }
-#define IN_S(...)                                                                                  \
-    { DIMS(__VA_ARGS__), .layout = NBCAT_SLICED }
 #define SCALAR                                                                                     \
     { .ndim = 0 }
 /* The same with a value domain. */
-#define IN_D(dom, ...)                                                                             \
-    { DIMS(__VA_ARGS__), .domain = dom }
-#define IN_TD(dom, ...)                                                                            \
-    { DIMS(__VA_ARGS__), .layout = NBCAT_TRANSPOSED, .domain = dom }
-#define IN_SD(dom, ...)                                                                            \
-    { DIMS(__VA_ARGS__), .layout = NBCAT_SLICED, .domain = dom }
 
 typedef struct {
     nb_tensor *(*unary)(const nb_tensor *);
@@ -88,7 +74,7 @@ const nbcat_entry nbcat_elementwise[] = {
     {"mul broadcast [3,1] * [4]", f_binary, 2, {IN(3, 1), IN(4)}, &mul},
     {"mul [2,1,4] * transposed [3,4]", f_binary, 2, {IN(2, 1, 4), IN_T(3, 4)}, &mul},
     {"mul 0-d * sliced [2,3]", f_binary, 2, {SCALAR, IN_S(2, 3)}, &mul},
-    {"mul with a constant operand", f_binary, 2, {IN(2, 3), {DIMS(3), .constant = true}}, &mul},
+    {"mul with a constant operand", f_binary, 2, {IN(2, 3), {NBCAT_DIMS(3), .constant = true}}, &mul},
     {"mul expanded [4] * [3,4]", f_binary_expanded, 2, {IN(4), IN(3, 4)}, &mul},
     {"div [2,3] / positive [2,3]", f_binary, 2, {IN(2, 3), IN_D(P, 2, 3)}, &div_},
     {"div broadcast [3,1] / positive [4]", f_binary, 2, {IN(3, 1), IN_D(P, 4)}, &div_},

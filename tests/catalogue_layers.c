@@ -3,14 +3,6 @@
  * each function, so they are constants of the check. */
 #include "catalogue.h"
 
-/* clang-format off */
-#define NDIM(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t))
-#define IN(...) {.ndim = NDIM(__VA_ARGS__), .shape = {__VA_ARGS__}}
-#define IN_T(...) {.ndim = NDIM(__VA_ARGS__), .shape = {__VA_ARGS__}, .layout = NBCAT_TRANSPOSED}
-#define IN_S(...) {.ndim = NDIM(__VA_ARGS__), .shape = {__VA_ARGS__}, .layout = NBCAT_SLICED}
-/* An input that does not require grad. */
-#define IN_C(...) {.ndim = NDIM(__VA_ARGS__), .shape = {__VA_ARGS__}, .constant = true}
-/* clang-format on */
 
 /* An int64 tensor from a literal: I64(NB_SHAPE(2), IDX(1, 0)). */
 #define IDX(...) ((const int64_t[]){__VA_ARGS__})

@@ -2,27 +2,6 @@
  * operands, broadcast batches, and a non-contiguous output gradient. */
 #include "catalogue.h"
 
-#define IN(...)                                                                                    \
-    {                                                                                              \
-        .ndim = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), .shape = {              \
-            __VA_ARGS__                                                                            \
-        }                                                                                          \
-    }
-#define IN_T(...)                                                                                  \
-    {                                                                                              \
-        .ndim = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), .shape = {__VA_ARGS__}, \
-        .layout = NBCAT_TRANSPOSED                                                                 \
-    }
-#define IN_S(...)                                                                                  \
-    {                                                                                              \
-        .ndim = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), .shape = {__VA_ARGS__}, \
-        .layout = NBCAT_SLICED                                                                     \
-    }
-#define IN_C(...)                                                                                  \
-    {                                                                                              \
-        .ndim = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), .shape = {__VA_ARGS__}, \
-        .constant = true                                                                           \
-    }
 
 static nb_tensor *f_matmul(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;

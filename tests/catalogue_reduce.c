@@ -3,20 +3,6 @@
  * contiguous, transposed, sliced and expanded inputs. */
 #include "catalogue.h"
 
-#define DIMS(...)                                                                                  \
-    .ndim = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), .shape = {__VA_ARGS__}
-#define IN(...)                                                                                    \
-    { DIMS(__VA_ARGS__) }
-#define IN_T(...)                                                                                  \
-    { DIMS(__VA_ARGS__), .layout = NBCAT_TRANSPOSED }
-#define IN_S(...)                                                                                  \
-    { DIMS(__VA_ARGS__), .layout = NBCAT_SLICED }
-#define IN_D(...)                                                                                  \
-    { DIMS(__VA_ARGS__), .domain = NBCAT_DISTINCT }
-#define IN_TD(...)                                                                                 \
-    { DIMS(__VA_ARGS__), .layout = NBCAT_TRANSPOSED, .domain = NBCAT_DISTINCT }
-#define IN_SD(...)                                                                                 \
-    { DIMS(__VA_ARGS__), .layout = NBCAT_SLICED, .domain = NBCAT_DISTINCT }
 
 typedef struct {
     int ndims;
@@ -79,10 +65,10 @@ const nbcat_entry nbcat_reduce[] = {
     {"mean_dims (0,1) keepdim of transposed [2,3,4]", f_dims, 1, {IN_T(2, 3, 4)}, &mean01_keep},
     {"mean_dims -1 of sliced [3,4]", f_dims, 1, {IN_S(3, 4)}, &mean_last},
     {"mean_dims (0,1) keepdim of expanded [4]", f_dims_of_expanded, 1, {IN(4)}, &mean01_keep},
-    {"max_dim 0 of [3,4]", f_max, 1, {IN_D(3, 4)}, &max0},
-    {"max_dim 1 keepdim of transposed [2,3,4]", f_max, 1, {IN_TD(2, 3, 4)}, &max1_keep},
-    {"max_dim -1 of sliced [3,4]", f_max, 1, {IN_SD(3, 4)}, &max_last},
-    {"max_dim -1 of transposed [4,5]", f_max, 1, {IN_TD(4, 5)}, &max_last},
-    {"max_dim 1 keepdim * mean_dims 1 of [3,4]", f_max_times_mean, 1, {IN_D(3, 4)}, NULL},
+    {"max_dim 0 of [3,4]", f_max, 1, {IN_D(NBCAT_DISTINCT, 3, 4)}, &max0},
+    {"max_dim 1 keepdim of transposed [2,3,4]", f_max, 1, {IN_TD(NBCAT_DISTINCT, 2, 3, 4)}, &max1_keep},
+    {"max_dim -1 of sliced [3,4]", f_max, 1, {IN_SD(NBCAT_DISTINCT, 3, 4)}, &max_last},
+    {"max_dim -1 of transposed [4,5]", f_max, 1, {IN_TD(NBCAT_DISTINCT, 4, 5)}, &max_last},
+    {"max_dim 1 keepdim * mean_dims 1 of [3,4]", f_max_times_mean, 1, {IN_D(NBCAT_DISTINCT, 3, 4)}, NULL},
 };
 const int nbcat_reduce_count = sizeof nbcat_reduce / sizeof nbcat_reduce[0];

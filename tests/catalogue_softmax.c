@@ -4,12 +4,6 @@
 
 #include <math.h>
 
-/* clang-format off */
-#define NDIM(...) (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t))
-#define IN(...) {.ndim = NDIM(__VA_ARGS__), .shape = {__VA_ARGS__}}
-#define IN_T(...) {.ndim = NDIM(__VA_ARGS__), .shape = {__VA_ARGS__}, .layout = NBCAT_TRANSPOSED}
-#define IN_S(...) {.ndim = NDIM(__VA_ARGS__), .shape = {__VA_ARGS__}, .layout = NBCAT_SLICED}
-/* clang-format on */
 
 /* A bool mask from a literal: MASK(NB_SHAPE(2, 2), U8(1, 0, 0, 1)). */
 #define U8(...) ((const uint8_t[]){__VA_ARGS__})

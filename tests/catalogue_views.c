@@ -1,39 +1,35 @@
 /* Catalogue entries for views, joins and splits. */
 #include "catalogue.h"
 
-#define IN(...) {.ndim = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), .shape = {__VA_ARGS__}}
-#define IN_T(...) {.ndim = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), .shape = {__VA_ARGS__}, .layout = NBCAT_TRANSPOSED}
-#define IN_S(...) {.ndim = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), .shape = {__VA_ARGS__}, .layout = NBCAT_SLICED}
-
 /* nb_gradcheck projects the output on a random vector, so each output element carries a
  * different weight and a permuted gradient cannot pass. */
 static nb_tensor *f_view(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
-    return (nb_view(in[0], NB_SHAPE(3, -1)));
+    return nb_view(in[0], NB_SHAPE(3, -1));
 }
 static nb_tensor *f_reshape(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
-    return (nb_reshape(in[0], NB_SHAPE(-1)));
+    return nb_reshape(in[0], NB_SHAPE(-1));
 }
 static nb_tensor *f_transpose(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
-    return (nb_transpose(in[0], 0, -1));
+    return nb_transpose(in[0], 0, -1);
 }
 static nb_tensor *f_permute(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
-    return (nb_permute(in[0], (int[]){2, 0, 1}));
+    return nb_permute(in[0], (int[]){2, 0, 1});
 }
 static nb_tensor *f_unsqueeze_squeeze(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
-    return (nb_squeeze_all(nb_squeeze(nb_unsqueeze(in[0], 1), 1)));
+    return nb_squeeze_all(nb_squeeze(nb_unsqueeze(in[0], 1), 1));
 }
 static nb_tensor *f_expand(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
-    return (nb_expand(in[0], NB_SHAPE(2, 3, 4)));
+    return nb_expand(in[0], NB_SHAPE(2, 3, 4));
 }
 static nb_tensor *f_narrow_select(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
-    return (nb_select(nb_narrow(in[0], 1, 1, 2), -1, 2));
+    return nb_select(nb_narrow(in[0], 1, 1, 2), -1, 2);
 }
 static nb_tensor *f_contiguous(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
@@ -41,11 +37,11 @@ static nb_tensor *f_contiguous(nb_tensor *const *in, int n, void *ctx) {
 }
 static nb_tensor *f_concat(nb_tensor *const *in, int n, void *ctx) {
     (void)ctx;
-    return (nb_concat(n, in, 1));
+    return nb_concat(n, in, 1);
 }
 static nb_tensor *f_stack(nb_tensor *const *in, int n, void *ctx) {
     (void)ctx;
-    return (nb_stack(n, in, -1));
+    return nb_stack(n, in, -1);
 }
 static nb_tensor *f_split(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
@@ -53,7 +49,7 @@ static nb_tensor *f_split(nb_tensor *const *in, int n, void *ctx) {
     int k = nb_split(in[0], 2, 1, parts, 4);
     if (k != 3) return NULL;
     nb_tensor *swapped[3] = {parts[2], parts[0], parts[1]};
-    return (nb_concat(3, swapped, 1));
+    return nb_concat(3, swapped, 1);
 }
 
 const nbcat_entry nbcat_views[] = {
