@@ -79,3 +79,10 @@ bool nbtest_values(const nb_tensor *t, const double *expected, int64_t n, double
     }
     return true;
 }
+
+bool nbtest_has_shape(const nb_tensor *t, int ndim, const int64_t *shape) {
+    if (!t || t->ndim != ndim) return false;
+    for (int i = 0; i < ndim; i++)
+        if (t->shape[i] != shape[i]) return false;
+    return true;
+}

@@ -26,6 +26,9 @@ bool nbtest_values(const nb_tensor *t, const double *expected, int64_t n, double
     CU_ASSERT(nbtest_values((t), (const double[]){__VA_ARGS__},                                    \
                             (int64_t)(sizeof((const double[]){__VA_ARGS__}) / sizeof(double)),    \
                             (tol)))
+/* True if t is non-NULL with exactly this shape. */
+bool nbtest_has_shape(const nb_tensor *t, int ndim, const int64_t *shape);
+#define NBT_ASSERT_SHAPE(t, ...) CU_ASSERT_TRUE(nbtest_has_shape((t), NB_SHAPE(__VA_ARGS__)))
 /* Asserts the last error contains the substring. */
 #define NBT_ASSERT_ERROR(substr) CU_ASSERT_PTR_NOT_NULL(strstr(nb_last_error(), (substr)))
 

@@ -26,20 +26,13 @@ static nb_tensor *five(nb_dtype dt) {
                         : nb_from_array(NB_F32, NB_SHAPE(5), F(-2, -0.5f, 0, 0.5f, 2));
 }
 
-static bool has_shape(const nb_tensor *t, int ndim, const int64_t *shape) {
-    if (!t || t->ndim != ndim) return false;
-    for (int i = 0; i < ndim; i++)
-        if (t->shape[i] != shape[i]) return false;
-    return true;
-}
-#define ASSERT_SHAPE(t, ...) CU_ASSERT_TRUE(has_shape((t), NB_SHAPE(__VA_ARGS__)))
 
 /* ---- binary forward ---- */
 static void test_binary_same_shape(void) {
     nb_tensor *a = nb_from_array(NB_F64, NB_SHAPE(2, 3), D(1, 2, 3, 4, 5, 6));
     nb_tensor *b = nb_from_array(NB_F64, NB_SHAPE(2, 3), D(6, 5, 4, 3, 2, 1));
     nb_tensor *sum = nb_add(a, b);
-    ASSERT_SHAPE(sum, 2, 3);
+    NBT_ASSERT_SHAPE(sum, 2, 3);
     CU_ASSERT_EQUAL(sum->dtype, NB_F64);
     NBT_ASSERT_VALUES(sum, 0, 7, 7, 7, 7, 7, 7);
     NBT_ASSERT_VALUES(nb_sub(a, b), 0, -5, -3, -1, 1, 3, 5);
@@ -63,7 +56,7 @@ static void test_broadcast_column_with_row(void) {
     nb_tensor *col = nb_from_array(NB_F64, NB_SHAPE(3, 1), D(1, 2, 3));
     nb_tensor *row = nb_from_array(NB_F64, NB_SHAPE(4), D(10, 20, 30, 40));
     nb_tensor *s = nb_add(col, row);
-    ASSERT_SHAPE(s, 3, 4);
+    NBT_ASSERT_SHAPE(s, 3, 4);
     NBT_ASSERT_VALUES(s, 0, 11, 21, 31, 41, 12, 22, 32, 42, 13, 23, 33, 43);
     NBT_ASSERT_VALUES(nb_sub(row, col), 0, 9, 19, 29, 39, 8, 18, 28, 38, 7, 17, 27, 37);
     NBT_ASSERT_VALUES(nb_mul(col, row), 0, 10, 20, 30, 40, 20, 40, 60, 80, 30, 60, 90, 120);
@@ -79,7 +72,7 @@ static void test_broadcast_0d_scalar(void) {
     nb_tensor *s = scalar(NB_F64, 2);
     nb_tensor *x = nb_from_array(NB_F64, NB_SHAPE(2, 3), D(1, 2, 3, 4, 5, 6));
     nb_tensor *p = nb_mul(x, s);
-    ASSERT_SHAPE(p, 2, 3);
+    NBT_ASSERT_SHAPE(p, 2, 3);
     NBT_ASSERT_VALUES(p, 0, 2, 4, 6, 8, 10, 12);
     NBT_ASSERT_VALUES(nb_sub(s, x), 0, 1, 0, -1, -2, -3, -4);
     NBT_ASSERT_VALUES(nb_div(s, x), 1e-15, 2, 1, 2.0 / 3, 0.5, 0.4, 1.0 / 3);
@@ -89,7 +82,7 @@ static void test_broadcast_0d_scalar(void) {
     /* a [1,1] tensor is a one-element operand too, and keeps its dims */
     nb_tensor *one = nb_from_array(NB_F64, NB_SHAPE(1, 1), D(-1));
     nb_tensor *q = nb_add(one, nb_from_array(NB_F64, NB_SHAPE(3), D(1, 2, 3)));
-    ASSERT_SHAPE(q, 1, 3);
+    NBT_ASSERT_SHAPE(q, 1, 3);
     NBT_ASSERT_VALUES(q, 0, 0, 1, 2);
 }
 
@@ -103,7 +96,7 @@ static void test_broadcast_rows(void) {
     NBT_ASSERT_VALUES(nb_sub(r13, x), 0, 0, -1, -2, -3, -4, -5);
     nb_tensor *y = nb_from_array(NB_F64, NB_SHAPE(2, 1, 3), D(1, 2, 3, -1, -2, -3));
     nb_tensor *m = nb_mul(y, x);
-    ASSERT_SHAPE(m, 2, 2, 3);
+    NBT_ASSERT_SHAPE(m, 2, 2, 3);
     NBT_ASSERT_VALUES(m, 0, 1, 4, 9, 4, 10, 18, -1, -4, -9, -4, -10, -18);
 }
 
@@ -332,8 +325,8 @@ static void test_binary_backward_broadcast(void) {
         nb_tensor *row =
             nb_requires_grad_(nb_from_array(NB_F64, NB_SHAPE(4), D(10, 20, 30, 40)), true);
         CU_ASSERT_TRUE(nb_backward(nb_sum(ops[k](col, row)), NULL));
-        ASSERT_SHAPE(nb_grad(col), 3, 1);
-        ASSERT_SHAPE(nb_grad(row), 4);
+        NBT_ASSERT_SHAPE(nb_grad(col), 3, 1);
+        NBT_ASSERT_SHAPE(nb_grad(row), 4);
         CU_ASSERT_TRUE(nbtest_values(nb_grad(col), want_col[k], 3, 1e-15));
         CU_ASSERT_TRUE(nbtest_values(nb_grad(row), want_row[k], 4, 1e-15));
     }

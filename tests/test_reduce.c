@@ -21,13 +21,6 @@ static nb_tensor *scalar(nb_dtype dt, double value) {
     return nb_full(dt, 0, (const int64_t[1]){0}, value);
 }
 
-static bool has_shape(const nb_tensor *t, int ndim, const int64_t *shape) {
-    if (!t || t->ndim != ndim) return false;
-    for (int i = 0; i < ndim; i++)
-        if (t->shape[i] != shape[i]) return false;
-    return true;
-}
-#define ASSERT_SHAPE(t, ...) CU_ASSERT_TRUE(has_shape((t), NB_SHAPE(__VA_ARGS__)))
 #define ASSERT_0D(t) CU_ASSERT_TRUE((t) && (t)->ndim == 0)
 
 /* x[i,j,k] = 12 i + 4 j + k */
@@ -54,29 +47,29 @@ static void test_sum_mean_all(void) {
 static void test_sum_dims_values_and_shapes(void) {
     nb_tensor *x = ramp234(NB_F64);
     nb_tensor *s0 = nb_sum_dims(x, DIMS(0), false);
-    ASSERT_SHAPE(s0, 3, 4);
+    NBT_ASSERT_SHAPE(s0, 3, 4);
     NBT_ASSERT_VALUES(s0, 0, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34);
     nb_tensor *s2 = nb_sum_dims(x, DIMS(-1), false);
-    ASSERT_SHAPE(s2, 2, 3);
+    NBT_ASSERT_SHAPE(s2, 2, 3);
     NBT_ASSERT_VALUES(s2, 0, 6, 22, 38, 54, 70, 86);
     nb_tensor *s2k = nb_sum_dims(x, DIMS(2), true);
-    ASSERT_SHAPE(s2k, 2, 3, 1);
+    NBT_ASSERT_SHAPE(s2k, 2, 3, 1);
     NBT_ASSERT_VALUES(s2k, 0, 6, 22, 38, 54, 70, 86);
     nb_tensor *s02 = nb_sum_dims(x, DIMS(0, 2), false);
-    ASSERT_SHAPE(s02, 3);
+    NBT_ASSERT_SHAPE(s02, 3);
     NBT_ASSERT_VALUES(s02, 0, 60, 92, 124);
     nb_tensor *s20k = nb_sum_dims(x, DIMS(2, -3), true);
-    ASSERT_SHAPE(s20k, 1, 3, 1);
+    NBT_ASSERT_SHAPE(s20k, 1, 3, 1);
     NBT_ASSERT_VALUES(s20k, 0, 60, 92, 124);
     nb_tensor *all = nb_sum_dims(x, DIMS(1, 0, 2), false);
     ASSERT_0D(all);
     CU_ASSERT_DOUBLE_EQUAL(nb_item(all), 276, 0);
-    ASSERT_SHAPE(nb_sum_dims(x, DIMS(0, 1, 2), true), 1, 1, 1);
+    NBT_ASSERT_SHAPE(nb_sum_dims(x, DIMS(0, 1, 2), true), 1, 1, 1);
     /* mean_dims divides by the count of reduced elements */
     nb_tensor *m02 = nb_mean_dims(x, DIMS(0, -1), false);
     NBT_ASSERT_VALUES(m02, 0, 7.5, 11.5, 15.5);
     nb_tensor *m1 = nb_mean_dims(x, DIMS(1), true);
-    ASSERT_SHAPE(m1, 2, 1, 4);
+    NBT_ASSERT_SHAPE(m1, 2, 1, 4);
     NBT_ASSERT_VALUES(m1, 0, 4, 5, 6, 7, 16, 17, 18, 19);
     /* float32 */
     nb_tensor *m32 = nb_mean_dims(ramp234(NB_F32), DIMS(1), false);
@@ -211,10 +204,10 @@ static void test_empty_inputs(void) {
     CU_ASSERT_TRUE(isnan(nb_item(nb_mean(empty))));
     nb_tensor *e20 = nb_zeros(NB_F32, NB_SHAPE(2, 0));
     nb_tensor *s = nb_sum_dims(e20, DIMS(1), false);
-    ASSERT_SHAPE(s, 2);
+    NBT_ASSERT_SHAPE(s, 2);
     NBT_ASSERT_VALUES(s, 0, 0, 0);
     NBT_ASSERT_VALUES(nb_mean_dims(e20, DIMS(1), true), 0, NAN, NAN);
-    ASSERT_SHAPE(nb_sum_dims(e20, DIMS(0), false), 0);
+    NBT_ASSERT_SHAPE(nb_sum_dims(e20, DIMS(0), false), 0);
 }
 
 /* ---- max ---- */
@@ -222,14 +215,14 @@ static void test_max_dim_values_and_indices(void) {
     nb_tensor *x = nb_from_array(NB_F64, NB_SHAPE(3, 3), D(1, 5, 5, 7, -1, 7, -3, -2, -9));
     nb_tensor *idx = NULL;
     nb_tensor *v = nb_max_dim(x, 1, false, &idx);
-    ASSERT_SHAPE(v, 3);
+    NBT_ASSERT_SHAPE(v, 3);
     NBT_ASSERT_VALUES(v, 0, 5, 7, -2);
-    ASSERT_SHAPE(idx, 3);
+    NBT_ASSERT_SHAPE(idx, 3);
     CU_ASSERT_EQUAL(idx->dtype, NB_I64);
     NBT_ASSERT_VALUES(idx, 0, 1, 0, 1); /* ties: the first occurrence */
     v = nb_max_dim(x, 0, true, &idx);
-    ASSERT_SHAPE(v, 1, 3);
-    ASSERT_SHAPE(idx, 1, 3);
+    NBT_ASSERT_SHAPE(v, 1, 3);
+    NBT_ASSERT_SHAPE(idx, 1, 3);
     NBT_ASSERT_VALUES(v, 0, 7, 5, 7);
     NBT_ASSERT_VALUES(idx, 0, 1, 0, 1);
     NBT_ASSERT_VALUES(nb_max_dim(x, -1, true, NULL), 0, 5, 7, -2);
@@ -243,7 +236,7 @@ static void test_max_dim_values_and_indices(void) {
                 NB_SHAPE(2, 2, 2));
     v = nb_max_dim(y, 1, false, &idx);
     CU_ASSERT_EQUAL(v->dtype, NB_F32);
-    ASSERT_SHAPE(v, 2, 2);
+    NBT_ASSERT_SHAPE(v, 2, 2);
     NBT_ASSERT_VALUES(v, 0, 3, 4, 9, 9);
     NBT_ASSERT_VALUES(idx, 0, 0, 1, 1, 0);
     /* 0-d: the element itself, index 0 */
@@ -292,7 +285,7 @@ static void test_max_dim_backward(void) {
 static void test_sum_mean_backward(void) {
     nb_tensor *x = nb_requires_grad_(ramp234(NB_F64), true);
     CU_ASSERT_TRUE(nb_backward(nb_sum(x), NULL));
-    ASSERT_SHAPE(nb_grad(x), 2, 3, 4);
+    NBT_ASSERT_SHAPE(nb_grad(x), 2, 3, 4);
     double ones[24], inv24[24];
     for (int k = 0; k < 24; k++) ones[k] = 1, inv24[k] = 1.0 / 24;
     CU_ASSERT_TRUE(nbtest_values(nb_grad(x), ones, 24, 0));
@@ -414,7 +407,7 @@ static void test_scatter_add(void) {
     bool reduce[2] = {false, true};
     nb_tensor *x = nb_from_array(NB_F64, NB_SHAPE(2, 2), D(1, 2, 3, 4));
     nb_tensor *half = nbt_sum_dims(x, reduce, true, 0.5);
-    ASSERT_SHAPE(half, 2, 1);
+    NBT_ASSERT_SHAPE(half, 2, 1);
     NBT_ASSERT_VALUES(half, 0, 1.5, 3.5);
     CU_ASSERT_DOUBLE_EQUAL(nb_item(nbt_sum_all(x, 2)), 20, 0);
 }
