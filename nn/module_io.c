@@ -1,5 +1,6 @@
 /* Checkpoints of a module's parameters in the safetensors format. */
 #include "module.h"
+#include "nabla/optim.h"
 
 #include <stdlib.h>
 
@@ -12,20 +13,41 @@ static nb_param *all_params(const nb_module *m, int *n) {
     return p;
 }
 
-bool nb_module_save(const nb_module *m, const char *path) {
+/* The parameters, then (if opt) the optimizer's state under "optim.", as one list the caller
+ * frees; NULL with an error. */
+static nb_param *checkpoint_entries(const nb_module *m, nb_optimizer *opt, int *n) {
+    int np;
+    nb_param *p = all_params(m, &np);
+    const nb_named_tensor *state = NULL;
+    int ns = opt ? nb_optimizer_state(opt, "optim.", &state) : 0;
+    if (!p || ns < 0) return free(p), NULL;
+    nb_param *all = realloc(p, sizeof *all * (size_t)(np + ns + 1));
+    if (!all) return free(p), nbt_error("module_save", "out of memory");
+    for (int i = 0; i < ns; i++) all[np + i] = state[i];
+    *n = np + ns;
+    return all;
+}
+
+bool nb_module_save_with(const nb_module *m, nb_optimizer *opt, const char *path) {
     if (!m || !path) return nbt_error("module_save", "NULL argument"), false;
     int n;
-    nb_param *p = all_params(m, &n);
+    nb_param *p = checkpoint_entries(m, opt, &n);
     bool ok = p && nb_safetensors_save(path, n, p);
     free(p);
     return ok;
 }
 
-bool nb_module_load(nb_module *m, const char *path) {
+bool nb_module_load_with(nb_module *m, nb_optimizer *opt, const char *path) {
     if (!m || !path) return nbt_error("module_load", "NULL argument"), false;
     int n;
-    nb_param *p = all_params(m, &n);
+    nb_param *p = checkpoint_entries(m, opt, &n);
     bool ok = p && nb_safetensors_load(path, n, p);
     free(p);
     return ok;
 }
+
+bool nb_module_save(const nb_module *m, const char *path) {
+    return nb_module_save_with(m, NULL, path);
+}
+
+bool nb_module_load(nb_module *m, const char *path) { return nb_module_load_with(m, NULL, path); }

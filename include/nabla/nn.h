@@ -67,6 +67,12 @@ bool nb_module_save(const nb_module *m, const char *path);
  * PyTorch (same names, dtypes and shapes, nothing extra). On any problem returns false with
  * an error and leaves every parameter unchanged. */
 bool nb_module_load(nb_module *m, const char *path);
+/* The same with an optimizer's state too (moments, step counts), stored under "optim." names
+ * next to the parameters, so training can resume exactly. opt may be NULL. Loading is
+ * all-or-nothing across parameters and optimizer state alike. */
+typedef struct nb_optimizer nb_optimizer;
+bool nb_module_save_with(const nb_module *m, nb_optimizer *opt, const char *path);
+bool nb_module_load_with(nb_module *m, nb_optimizer *opt, const char *path);
 /* Prints a table of names, shapes and counts. */
 void nb_module_fprint(FILE *f, const nb_module *m);
 
