@@ -177,6 +177,86 @@ static part_t gemm_part(split_t split, int i, int n, int64_t unit, int64_t batch
     return q;
 }
 
+/* ---- a system BLAS instead (meson -Dblas=openblas) ---- */
+#ifdef NABLA_BLAS
+#include <cblas.h>
+#include <limits.h>
+
+const char *nbt_gemm_blas(void) {
+    return NABLA_BLAS;
+}
+
+/* OpenBLAS's own threads give results that change with their number (measured here: a
+ * 150x200x600 product differs between 1 and 2 of them), so it runs on one thread per call,
+ * and threads split batches of independent products here instead, each product whole. */
+static void blas_one_thread(void) {
+    static atomic_bool set;
+    if (!atomic_exchange(&set, true)) openblas_set_num_threads(1);
+}
+
+static bool blas_int(int64_t x) {
+    return x >= 0 && x <= INT_MAX;
+}
+
+/* One product through cblas, the element type behind char pointers. */
+typedef void (*blas_gemm_fn)(bool ta, bool tb, int M, int N, int K, double alpha, const char *A,
+                             int lda, const char *B, int ldb, double beta, char *C, int ldc);
+
+static void blas_sgemm(bool ta, bool tb, int M, int N, int K, double alpha, const char *A, int lda,
+                       const char *B, int ldb, double beta, char *C, int ldc) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+                K, (float)alpha, (const float *)A, lda, (const float *)B, ldb, (float)beta,
+                (float *)C, ldc);
+}
+
+static void blas_dgemm(bool ta, bool tb, int M, int N, int K, double alpha, const char *A, int lda,
+                       const char *B, int ldb, double beta, char *C, int ldc) {
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+                K, alpha, (const double *)A, lda, (const double *)B, ldb, beta, (double *)C, ldc);
+}
+
+/* The batch as one cblas call per product (stacked batches as one call, as the driver does),
+ * or false, with nothing done, when there is nothing to multiply or cblas would reject the
+ * leading dimensions (below the matrix width, which nbt_*gemm allows). Strides in elements
+ * of es bytes. */
+static bool blas_batched(blas_gemm_fn gemm, size_t es, bool ta, bool tb, int64_t M, int64_t N,
+                         int64_t K, double alpha, const char *A, int64_t lda, int64_t sa,
+                         const char *B, int64_t ldb, int64_t sb, double beta, char *C, int64_t ldc,
+                         int64_t sc, int64_t batch) {
+    if (batch <= 0 || M <= 0 || N <= 0 || K <= 0 || alpha == 0) return false;
+    if (batch > 1 && sb == 0 && !ta && sc != 0 && sa == M * lda && sc == M * ldc)
+        M *= batch, batch = 1;
+    else if (batch > 1 && sc == 0 && ta && !tb && sa == K * lda && sb == K * ldb)
+        K *= batch, batch = 1;
+    if (!blas_int(M) || !blas_int(N) || !blas_int(K) || !blas_int(lda) || !blas_int(ldb) ||
+        !blas_int(ldc) || lda < (ta ? M : K) || ldb < (tb ? K : N) || ldc < N)
+        return false;
+    blas_one_thread();
+    double work = (double)batch * (double)M * (double)N * (double)K;
+    int threads = sc == 0 || work < 2.0 * GEMM_MIN_WORK_PER_THREAD
+                      ? 1
+                      : nbt_threads_for(work > 1e18 ? (int64_t)1e18 : (int64_t)work,
+                                        GEMM_MIN_WORK_PER_THREAD);
+    if (threads > batch) threads = (int)batch;
+    last_threads = threads;
+    int64_t step_a = sa * (int64_t)es, step_b = sb * (int64_t)es, step_c = sc * (int64_t)es;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int64_t b = 0; b < batch; b++)
+        gemm(ta, tb, (int)M, (int)N, (int)K, alpha, A + b * step_a, (int)lda, B + b * step_b,
+             (int)ldb, sc == 0 && b > 0 ? 1 : beta, C + b * step_c, (int)ldc);
+    return true;
+}
+#define BLAS_OR(FN, T, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch)    \
+    if (blas_batched(FN, sizeof(T), ta, tb, M, N, K, alpha, (const char *)(A), lda, sa,            \
+                     (const char *)(B), ldb, sb, beta, (char *)(C), ldc, sc, batch))               \
+    return true
+#else
+const char *nbt_gemm_blas(void) {
+    return NULL;
+}
+#define BLAS_OR(...) (void)0
+#endif
+
 /* ---- the driver, once per element type ---- */
 /* Products of at most this many multiply-adds skip the tiles and the workspace (measured
  * here: 12x12x12 takes half the time in rows as in tiles, 16x16x16 about the same). */
@@ -209,6 +289,8 @@ static part_t gemm_part(split_t split, int i, int n, int64_t unit, int64_t batch
 bool nbt_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                int64_t ldc) {
+    BLAS_OR(blas_sgemm, float, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc,
+            0, 1);
     return gemm_f32(&kernels()->f32, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
                     ldc);
 }
@@ -216,6 +298,8 @@ bool nbt_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 bool nbt_dgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
                const double *A, int64_t lda, const double *B, int64_t ldb, double beta, double *C,
                int64_t ldc) {
+    BLAS_OR(blas_dgemm, double, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C,
+            ldc, 0, 1);
     return gemm_f64(&kernels()->f64, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
                     ldc);
 }
@@ -224,6 +308,8 @@ bool nbt_sgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
                        const float *A, int64_t lda, int64_t stride_a, const float *B, int64_t ldb,
                        int64_t stride_b, float beta, float *C, int64_t ldc, int64_t stride_c,
                        int64_t batch) {
+    BLAS_OR(blas_sgemm, float, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b,
+            beta, C, ldc, stride_c, batch);
     return gemm_batched_f32(&kernels()->f32, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B,
                             ldb, stride_b, beta, C, ldc, stride_c, batch);
 }
@@ -232,6 +318,8 @@ bool nbt_dgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
                        const double *A, int64_t lda, int64_t stride_a, const double *B, int64_t ldb,
                        int64_t stride_b, double beta, double *C, int64_t ldc, int64_t stride_c,
                        int64_t batch) {
+    BLAS_OR(blas_dgemm, double, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb,
+            stride_b, beta, C, ldc, stride_c, batch);
     return gemm_batched_f64(&kernels()->f64, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B,
                             ldb, stride_b, beta, C, ldc, stride_c, batch);
 }

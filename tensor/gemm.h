@@ -56,5 +56,12 @@ const char *nbt_gemm_isa_name(nbt_gemm_isa isa);
 /* How many threads the calling thread's last GEMM call split its work across (1 for work
  * kept on the calling thread, 0 before any call). */
 int nbt_gemm_last_threads(void);
+/* The system BLAS that nbt_*gemm* hand products to ("openblas", chosen with meson -Dblas),
+ * or NULL when nabla's own kernels do all the work (the default). Products the BLAS
+ * cannot take (leading dimensions below the matrix width, nothing to multiply) still go to
+ * the own kernels. The BLAS runs each product on one thread (OpenBLAS's own threading makes
+ * results depend on the thread count); threads split batches of independent products.
+ * Static string. */
+const char *nbt_gemm_blas(void);
 
 #endif

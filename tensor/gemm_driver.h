@@ -381,10 +381,6 @@ static bool gemm_batched(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N,
         return true;
     }
     if (batch == 1) {
-        if (is_tiny(M, N, K)) { /* the common case of small models, without the setup */
-            gemm_tiny(ks, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-            return true;
-        }
         sa = sb = sc = 0;
     } else if (sb == 0 && !ta && sc != 0 && sa == M * lda && sc == M * ldc) {
         /* One B for every product, and the A and C matrices stacked row after row: one tall
@@ -395,14 +391,34 @@ static bool gemm_batched(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N,
          * shape of the weight gradient x^T @ dy over a batch). */
         K *= batch, batch = 1;
     }
+    /* Small models: a few tiny products, no setup. */
+    if (is_tiny(M, N, K) && (double)(M * N * K) * (double)batch < 2.0 * GEMM_MIN_WORK_PER_THREAD) {
+        for (int64_t b = 0; b < batch; b++)
+            gemm_tiny(ks, ta, tb, M, N, K, alpha, A + b * sa, lda, B + b * sb, ldb,
+                      sc == 0 && b > 0 ? 1 : beta, C + b * sc, ldc);
+        return true;
+    }
     kernel_t kern = pick(ks, N);
-    problem_t p = {ks,   kern, choose_path(kern, tb, M, N, K),
-                   ta,   tb,   M,
-                   N,    K,    alpha,
-                   beta, A,    lda,
-                   sa,   B,    ldb,
-                   sb,   C,    ldc,
-                   sc,   batch};
+    problem_t p = {.ks = ks,
+                   .kern = kern,
+                   .path = choose_path(kern, tb, M, N, K),
+                   .ta = ta,
+                   .tb = tb,
+                   .M = M,
+                   .N = N,
+                   .K = K,
+                   .alpha = alpha,
+                   .beta = beta,
+                   .A = A,
+                   .lda = lda,
+                   .sa = sa,
+                   .B = B,
+                   .ldb = ldb,
+                   .sb = sb,
+                   .C = C,
+                   .ldc = ldc,
+                   .sc = sc,
+                   .batch = batch};
     return run(&p);
 }
 
