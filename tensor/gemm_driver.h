@@ -350,8 +350,8 @@ static bool run(problem_t *p) {
         p->path == PATH_SMALL || p->path == PATH_BLOCKED || (p->path == PATH_THIN && p->tb);
     void *ws[GEMM_MAX_THREADS];
     int slots[GEMM_MAX_THREADS];
-    ws[0] = NULL;
     if (threads > GEMM_MAX_THREADS) threads = GEMM_MAX_THREADS;
+    for (int i = 0; i < threads; i++) ws[i] = NULL;
     if (packs && !gemm_workspaces_acquire(threads, ws, slots)) return false;
     last_threads = threads;
     if (threads == 1) {
