@@ -1,5 +1,7 @@
-/* sgemm throughput of nabla's own kernels at square sizes, next to the single-core FMA peak
- * of this machine measured with a tight loop of independent FMAs.
+/* sgemm throughput of nabla's own kernels (or of the system BLAS in a -Dblas=openblas build)
+ * at square sizes, next to the FMA peak of this machine measured with a tight loop of
+ * independent FMAs on one core (times the thread count); then the time per call of the
+ * products the bench workloads make, from seed's tiny ones to mid's attention heads.
  * Usage: gemm_bench [--isa avx512f|avx2|generic] [--reps N] [--threads N]
  * A timing is an output, never a pass/fail check. The machine may be shared: each figure is
  * the best of a few repetitions. */

@@ -155,8 +155,9 @@ typedef struct {
 } part_t;
 
 /* Products of fewer multiply-adds than this per thread stay on fewer threads: starting and
- * joining a team costs a few microseconds, about this much arithmetic on one core. */
-#define GEMM_MIN_WORK_PER_THREAD (128 * 1024)
+ * joining a team costs one to a few microseconds on a quiet machine, far more on a busy one,
+ * and this much arithmetic takes about two on one core. */
+#define GEMM_MIN_WORK_PER_THREAD (256 * 1024)
 /* Row and column splits of one-row and one-column products fall on multiples of this. */
 #define GEMM_VECTOR_UNIT 64
 
