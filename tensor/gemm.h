@@ -13,10 +13,11 @@
  * whole elements of C, and how an element is computed never depends on the split, so the
  * result is bitwise the same for any number of threads.
  *
- * Every function returns false only when its pack buffers could not be allocated (C is then
- * unchanged). Each thread's buffers are allocated the first time a call needs them, at their
- * largest size, and reused: calls after the first with a given number of threads never
- * allocate. Calls are safe from several threads at once. */
+ * Every function returns false only when its pack buffers could not be allocated, or when
+ * more than 64 threads want them at once (C is then unchanged). Each thread's buffers are
+ * allocated the first time a call needs them, at their largest size, and reused: calls after
+ * the first with a given number of threads never allocate. Calls are safe from several
+ * threads at once. */
 #ifndef NABLA_GEMM_H
 #define NABLA_GEMM_H
 
