@@ -1,11 +1,14 @@
-/* sgemm throughput of nabla's own kernels at square sizes, next to the single-core FMA peak
- * of this machine measured with a tight loop of independent FMAs.
- * Usage: gemm_bench [--isa avx512f|avx2|generic] [--reps N]
+/* sgemm throughput of nabla's own kernels (or of the system BLAS in a -Dblas=openblas build)
+ * at square sizes, next to the FMA peak of this machine measured with a tight loop of
+ * independent FMAs on one core (times the thread count); then the time per call of the
+ * products the bench workloads make, from seed's tiny ones to mid's attention heads.
+ * Usage: gemm_bench [--isa avx512f|avx2|generic] [--reps N] [--threads N]
  * A timing is an output, never a pass/fail check. The machine may be shared: each figure is
  * the best of a few repetitions. */
 #include "tensor/gemm.h"
 
 #include <immintrin.h>
+#include <nabla/nabla.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,18 +117,23 @@ static double sgemm_gflops(int64_t n, int reps, nbt_gemm_isa isa, double *peak) 
     return best;
 }
 
-/* Attention's per-head products (toy workload: 128 heads of 16x16 times 16x16) in one call. */
-static double batched_us(int64_t heads, int64_t n, int reps) {
+/* Microseconds per call of one strided-batched product (batch 1: a plain product), the best
+ * of reps runs of about 0.05 s each. A and B are read in place; C is written. */
+static double product_us(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch,
+                         int reps) {
     unsigned state = 11;
-    float *A = random_matrix(n * 12, &state), *B = random_matrix(n * 12, &state),
-          *C = random_matrix(n * 12, &state);
-    double best = 1e30;
-    int calls = 2000;
+    int64_t sa = M * K, sb = K * N, sc = M * N, side = 1;
+    while (side * side < batch * (sa > sb ? (sa > sc ? sa : sc) : (sb > sc ? sb : sc))) side++;
+    float *A = random_matrix(side, &state), *B = random_matrix(side, &state),
+          *C = random_matrix(side, &state);
+    int64_t lda = ta ? M : K, ldb = tb ? K : N;
+    nbt_sgemm_batched(ta, tb, M, N, K, 1.0f, A, lda, sa, B, ldb, sb, 0.0f, C, N, sc, batch);
+    double flops = 2.0 * (double)(M * N * K * batch), best = 1e30;
+    int calls = (int)(0.05 * 20e9 / (flops + 2e4)) + 1;
     for (int rep = 0; rep < reps; rep++) {
         double t0 = now();
         for (int c = 0; c < calls; c++)
-            nbt_sgemm_batched(false, true, n, n, n, 1.0f, A, n, n * n, B, n, n * n, 0.0f, C, n,
-                              n * n, heads);
+            nbt_sgemm_batched(ta, tb, M, N, K, 1.0f, A, lda, sa, B, ldb, sb, 0.0f, C, N, sc, batch);
         double us = (now() - t0) / calls * 1e6;
         if (us < best) best = us;
     }
@@ -134,7 +142,7 @@ static double batched_us(int64_t heads, int64_t n, int reps) {
 }
 
 int main(int argc, char **argv) {
-    int reps = 5;
+    int reps = 5, threads = 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--isa") == 0 && i + 1 < argc) {
             const char *name = argv[++i];
@@ -148,24 +156,53 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             reps = atoi(argv[++i]);
             if (reps < 1) reps = 1;
+        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            threads = atoi(argv[++i]);
+            if (threads < 1) threads = 1;
         } else {
-            fprintf(stderr, "usage: %s [--isa avx512f|avx2|generic] [--reps N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--isa avx512f|avx2|generic] [--reps N] [--threads N]\n",
+                    argv[0]);
             return 1;
         }
     }
+    nb_set_num_threads(threads);
     nbt_gemm_isa isa = nbt_gemm_current_isa();
-    printf("sgemm with the %s kernels on 1 thread, against the FMA peak of one core (%s),\n"
+    const char *blas = nbt_gemm_blas();
+    char what[64];
+    snprintf(what, sizeof what, "%s%s", blas ? blas : "the ", blas ? "" : nbt_gemm_isa_name(isa));
+    printf("sgemm with %s%s on %d thread(s), against %d x the FMA peak of one core (%s),\n"
            "each the best of %d runs taken in turn\n",
-           nbt_gemm_isa_name(isa), isa == NBT_GEMM_GENERIC ? "scalar" : nbt_gemm_isa_name(isa),
-           reps);
+           what, blas ? "" : " kernels", threads, threads,
+           isa == NBT_GEMM_GENERIC ? "scalar" : nbt_gemm_isa_name(isa), reps);
     printf("%6s %10s %10s %10s\n", "n", "GFLOP/s", "peak", "% of peak");
     const int64_t sizes[] = {64, 128, 256, 512, 1024};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         double p, g = sgemm_gflops(sizes[i], reps, isa, &p);
+        p *= threads;
         printf("%6lld %10.1f %10.1f %9.1f%%\n", (long long)sizes[i], g, p, 100.0 * g / p);
     }
-    double us = batched_us(128, 16, reps);
-    printf("batched 128 x (16x16 @ 16x16^T): %.2f us per call, %.1f GFLOP/s\n", us,
-           2.0 * 128 * 16 * 16 * 16 / us * 1e-3);
+    /* The products of the bench workloads: seed's projections and their gradients, its two
+     * heads, toy's 128 and mid's 64 attention heads in one call each; and vector products. */
+    static const struct {
+        const char *name;
+        bool ta, tb;
+        int64_t M, N, K, batch;
+    } shapes[] = {
+        {"seed x W^T      3x6x6", false, true, 3, 6, 6, 1},
+        {"seed g W        3x6x6", false, false, 3, 6, 6, 1},
+        {"seed g^T x      6x6x3", true, false, 6, 6, 3, 1},
+        {"seed heads  2 x 3x3x3", false, true, 3, 3, 3, 2},
+        {"toy heads 128 x 16x16x16", false, true, 16, 16, 16, 128},
+        {"mid heads  64 x 128x128x32", false, true, 128, 128, 32, 64},
+        {"row        1x1024x1024", false, false, 1, 1024, 1024, 1},
+        {"column     1024x1x1024", false, false, 1024, 1, 1024, 1},
+    };
+    printf("%-28s %12s %10s\n", "product", "us/call", "GFLOP/s");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        double us = product_us(shapes[i].ta, shapes[i].tb, shapes[i].M, shapes[i].N, shapes[i].K,
+                               shapes[i].batch, reps);
+        double flops = 2.0 * (double)(shapes[i].M * shapes[i].N * shapes[i].K * shapes[i].batch);
+        printf("%-28s %12.3f %10.1f\n", shapes[i].name, us, flops / us * 1e-3);
+    }
     return 0;
 }

@@ -1,17 +1,27 @@
-/* GEMM entry points: picks the instruction set's kernels once, owns the pack buffers, and
- * instantiates the blocked driver (gemm_driver.h) for float and double. */
+/* GEMM entry points: picks the instruction set's kernels, owns the pack buffers, splits work
+ * across threads, and instantiates the driver (gemm_driver.h) for float and double. */
 #include "gemm.h"
 #include "gemm_kernels.h"
 #include "nbt.h"
 
+#include <omp.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <string.h>
 
 /* ---- kernels for the instruction set in use ---- */
-static nbt_gemm_isa current_isa = NBT_GEMM_GENERIC;
-static bool chosen;
-static nbt_gemm_kernels_f32 kernels_f32;
-static nbt_gemm_kernels_f64 kernels_f64;
+/* Each instruction set's kernels, filled once; the one in use is an atomic pointer, so any
+ * thread may call the GEMM while another forces a choice (each call uses one table). */
+typedef struct {
+    nbt_gemm_isa isa;
+    nbt_gemm_kernels_f32 f32;
+    nbt_gemm_kernels_f64 f64;
+} kernel_table;
+
+static kernel_table tables[3];
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+static _Atomic(const kernel_table *) current_table;
 
 bool nbt_gemm_isa_supported(nbt_gemm_isa isa) {
     __builtin_cpu_init();
@@ -26,37 +36,40 @@ bool nbt_gemm_isa_supported(nbt_gemm_isa isa) {
     return false;
 }
 
-static void use(nbt_gemm_isa isa) {
-    switch (isa) {
-    case NBT_GEMM_AVX512:
-        nbt_gemm_kernels_avx512f(&kernels_f32, &kernels_f64);
-        break;
-    case NBT_GEMM_AVX2:
-        nbt_gemm_kernels_avx2(&kernels_f32, &kernels_f64);
-        break;
-    case NBT_GEMM_GENERIC:
-        nbt_gemm_kernels_generic(&kernels_f32, &kernels_f64);
-        break;
+static void fill_tables(void) {
+    nbt_gemm_kernels_generic(&tables[NBT_GEMM_GENERIC].f32, &tables[NBT_GEMM_GENERIC].f64);
+    tables[NBT_GEMM_GENERIC].isa = NBT_GEMM_GENERIC;
+    if (nbt_gemm_isa_supported(NBT_GEMM_AVX2)) {
+        nbt_gemm_kernels_avx2(&tables[NBT_GEMM_AVX2].f32, &tables[NBT_GEMM_AVX2].f64);
+        tables[NBT_GEMM_AVX2].isa = NBT_GEMM_AVX2;
     }
-    current_isa = isa;
-    chosen = true;
+    if (nbt_gemm_isa_supported(NBT_GEMM_AVX512)) {
+        nbt_gemm_kernels_avx512f(&tables[NBT_GEMM_AVX512].f32, &tables[NBT_GEMM_AVX512].f64);
+        tables[NBT_GEMM_AVX512].isa = NBT_GEMM_AVX512;
+    }
 }
 
-static void choose(void) {
-    if (chosen) return;
-    use(nbt_gemm_isa_supported(NBT_GEMM_AVX512) ? NBT_GEMM_AVX512
-        : nbt_gemm_isa_supported(NBT_GEMM_AVX2) ? NBT_GEMM_AVX2
-                                                : NBT_GEMM_GENERIC);
+/* The table in use: the best the CPU offers unless a choice was forced. */
+static const kernel_table *kernels(void) {
+    const kernel_table *t = atomic_load_explicit(&current_table, memory_order_acquire);
+    if (t) return t;
+    pthread_once(&tables_once, fill_tables);
+    nbt_gemm_isa best = nbt_gemm_isa_supported(NBT_GEMM_AVX512) ? NBT_GEMM_AVX512
+                        : nbt_gemm_isa_supported(NBT_GEMM_AVX2) ? NBT_GEMM_AVX2
+                                                                : NBT_GEMM_GENERIC;
+    const kernel_table *expected = NULL;
+    atomic_compare_exchange_strong(&current_table, &expected, &tables[best]);
+    return atomic_load_explicit(&current_table, memory_order_acquire);
 }
 
 nbt_gemm_isa nbt_gemm_current_isa(void) {
-    choose();
-    return current_isa;
+    return kernels()->isa;
 }
 
 bool nbt_gemm_force_isa(nbt_gemm_isa isa) {
     if (!nbt_gemm_isa_supported(isa)) return false;
-    use(isa);
+    pthread_once(&tables_once, fill_tables);
+    atomic_store_explicit(&current_table, &tables[isa], memory_order_release);
     return true;
 }
 
@@ -83,33 +96,172 @@ const char *nbt_gemm_isa_name(nbt_gemm_isa isa) {
 #define MB_F64 768
 #define NB_F64 256
 
-static size_t max_size(size_t a, size_t b) {
-    return a > b ? a : b;
+/* Pack workspaces, one per thread at work: a fixed set of slots, each taken with an atomic
+ * flag and holding one buffer big enough for either type's largest blocks, made the first
+ * time its slot is taken and kept for the life of the process. So a call allocates only
+ * the first time it runs with more threads than before, and calls from several threads at
+ * once each get their own. Pages are only touched (and only count in RSS) as far as a
+ * product needs them. */
+#define GEMM_MAX_THREADS 64
+static atomic_bool slot_taken[GEMM_MAX_THREADS];
+static char *slot_buffer[GEMM_MAX_THREADS]; /* read and written only by the slot's holder */
+
+static size_t workspace_bytes(void) {
+    size_t f32 =
+        ((size_t)MB_F32 * KC_F32 + (size_t)KC_F32 * NB_F32 + (size_t)NBT_GEMM_MAX_MR * KC_F32) *
+        sizeof(float);
+    size_t f64 =
+        ((size_t)MB_F64 * KC_F64 + (size_t)KC_F64 * NB_F64 + (size_t)NBT_GEMM_MAX_MR * KC_F64) *
+        sizeof(double);
+    return (f32 > f64 ? f32 : f64) + 64;
 }
 
-/* One buffer big enough for either type's largest blocks, made on first use. Its pages are
- * only touched (and only count in RSS) as far as a product needs them. */
-static void *workspace(void) {
-    static char *raw;
-    static char *aligned;
-    if (!raw) {
-        size_t f32 =
-            ((size_t)MB_F32 * KC_F32 + (size_t)KC_F32 * NB_F32 + (size_t)NBT_GEMM_MAX_MR * KC_F32) *
-            sizeof(float);
-        size_t f64 =
-            ((size_t)MB_F64 * KC_F64 + (size_t)KC_F64 * NB_F64 + (size_t)NBT_GEMM_MAX_MR * KC_F64) *
-            sizeof(double);
-        raw = nbt_malloc(max_size(f32, f64) + 64);
-        if (!raw) return NULL;
-        aligned = raw + (64 - (uintptr_t)raw % 64) % 64;
-    }
-    return aligned;
+static void gemm_workspaces_release(int n, const int *slots) {
+    for (int i = 0; i < n; i++)
+        atomic_store_explicit(&slot_taken[slots[i]], false, memory_order_release);
 }
+
+/* n 64-byte aligned workspaces in ws[] and their slots in slots[]; false (none taken) when
+ * every slot is busy or memory runs out. */
+static bool gemm_workspaces_acquire(int n, void **ws, int *slots) {
+    int got = 0;
+    bool ok = true;
+    for (int s = 0; s < GEMM_MAX_THREADS && got < n && ok; s++) {
+        if (atomic_exchange_explicit(&slot_taken[s], true, memory_order_acquire)) continue;
+        slots[got++] = s;
+        if (!slot_buffer[s]) slot_buffer[s] = nbt_malloc(workspace_bytes());
+        char *raw = slot_buffer[s];
+        ok = raw != NULL;
+        if (ok) ws[got - 1] = raw + (64 - (uintptr_t)raw % 64) % 64;
+    }
+    if (ok && got == n) return true;
+    gemm_workspaces_release(got, slots);
+    return false;
+}
+
+/* ---- how work is split ---- */
+static _Thread_local int last_threads;
+
+int nbt_gemm_last_threads(void) {
+    return last_threads;
+}
+
+typedef enum { PATH_TINY, PATH_ROW, PATH_COL, PATH_THIN, PATH_SMALL, PATH_BLOCKED } path_t;
+typedef enum { SPLIT_NONE, SPLIT_BATCH, SPLIT_ROWS, SPLIT_COLS } split_t;
+
+/* Products [b0, b1), rows [m0, m1) and columns [n0, n1) of C. */
+typedef struct {
+    int64_t b0, b1, m0, m1, n0, n1;
+} part_t;
+
+/* Products of fewer multiply-adds than this per thread stay on fewer threads: starting and
+ * joining a team costs one to a few microseconds on a quiet machine, far more on a busy one,
+ * and this much arithmetic takes about two on one core. */
+#define GEMM_MIN_WORK_PER_THREAD (256 * 1024)
+/* Row and column splits of one-row and one-column products fall on multiples of this. */
+#define GEMM_VECTOR_UNIT 64
+
+/* Boundary i of n near-equal pieces of total, on a multiple of unit. */
+static int64_t boundary(int i, int n, int64_t total, int64_t unit) {
+    if (i >= n) return total;
+    int64_t at = (total * i / n + unit / 2) / unit * unit;
+    return at < total ? at : total;
+}
+
+/* Part i of n under split. */
+static part_t gemm_part(split_t split, int i, int n, int64_t unit, int64_t batch, int64_t M,
+                        int64_t N) {
+    part_t q = {0, batch, 0, M, 0, N};
+    if (split == SPLIT_BATCH) q.b0 = boundary(i, n, batch, 1), q.b1 = boundary(i + 1, n, batch, 1);
+    if (split == SPLIT_ROWS) q.m0 = boundary(i, n, M, unit), q.m1 = boundary(i + 1, n, M, unit);
+    if (split == SPLIT_COLS) q.n0 = boundary(i, n, N, unit), q.n1 = boundary(i + 1, n, N, unit);
+    return q;
+}
+
+/* ---- a system BLAS instead (meson -Dblas=openblas) ---- */
+#ifdef NABLA_BLAS
+#include <cblas.h>
+#include <limits.h>
+
+const char *nbt_gemm_blas(void) {
+    return NABLA_BLAS;
+}
+
+/* OpenBLAS's own threads give results that change with their number (measured here: a
+ * 150x200x600 product differs between 1 and 2 of them), so it runs on one thread per call,
+ * and threads split batches of independent products here instead, each product whole. */
+static void blas_one_thread(void) {
+    static atomic_bool set;
+    if (!atomic_exchange(&set, true)) openblas_set_num_threads(1);
+}
+
+static bool blas_int(int64_t x) {
+    return x >= 0 && x <= INT_MAX;
+}
+
+/* One product through cblas, the element type behind char pointers. */
+typedef void (*blas_gemm_fn)(bool ta, bool tb, int M, int N, int K, double alpha, const char *A,
+                             int lda, const char *B, int ldb, double beta, char *C, int ldc);
+
+static void blas_sgemm(bool ta, bool tb, int M, int N, int K, double alpha, const char *A, int lda,
+                       const char *B, int ldb, double beta, char *C, int ldc) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+                K, (float)alpha, (const float *)A, lda, (const float *)B, ldb, (float)beta,
+                (float *)C, ldc);
+}
+
+static void blas_dgemm(bool ta, bool tb, int M, int N, int K, double alpha, const char *A, int lda,
+                       const char *B, int ldb, double beta, char *C, int ldc) {
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+                K, alpha, (const double *)A, lda, (const double *)B, ldb, beta, (double *)C, ldc);
+}
+
+/* The batch as one cblas call per product (stacked batches as one call, as the driver does),
+ * or false, with nothing done, when there is nothing to multiply or cblas would reject the
+ * leading dimensions (below the matrix width, which nbt_*gemm allows). Strides in elements
+ * of es bytes. */
+static bool blas_batched(blas_gemm_fn gemm, size_t es, bool ta, bool tb, int64_t M, int64_t N,
+                         int64_t K, double alpha, const char *A, int64_t lda, int64_t sa,
+                         const char *B, int64_t ldb, int64_t sb, double beta, char *C, int64_t ldc,
+                         int64_t sc, int64_t batch) {
+    if (batch <= 0 || M <= 0 || N <= 0 || K <= 0 || alpha == 0) return false;
+    if (batch > 1 && sb == 0 && !ta && sc != 0 && sa == M * lda && sc == M * ldc)
+        M *= batch, batch = 1;
+    else if (batch > 1 && sc == 0 && ta && !tb && sa == K * lda && sb == K * ldb)
+        K *= batch, batch = 1;
+    if (!blas_int(M) || !blas_int(N) || !blas_int(K) || !blas_int(lda) || !blas_int(ldb) ||
+        !blas_int(ldc) || lda < (ta ? M : K) || ldb < (tb ? K : N) || ldc < N)
+        return false;
+    blas_one_thread();
+    double work = (double)batch * (double)M * (double)N * (double)K;
+    int threads = sc == 0 || work < 2.0 * GEMM_MIN_WORK_PER_THREAD
+                      ? 1
+                      : nbt_threads_for(work > 1e18 ? (int64_t)1e18 : (int64_t)work,
+                                        GEMM_MIN_WORK_PER_THREAD);
+    if (threads > batch) threads = (int)batch;
+    last_threads = threads;
+    int64_t step_a = sa * (int64_t)es, step_b = sb * (int64_t)es, step_c = sc * (int64_t)es;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int64_t b = 0; b < batch; b++)
+        gemm(ta, tb, (int)M, (int)N, (int)K, alpha, A + b * step_a, (int)lda, B + b * step_b,
+             (int)ldb, sc == 0 && b > 0 ? 1 : beta, C + b * step_c, (int)ldc);
+    return true;
+}
+#define BLAS_OR(FN, T, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch)    \
+    if (blas_batched(FN, sizeof(T), ta, tb, M, N, K, alpha, (const char *)(A), lda, sa,            \
+                     (const char *)(B), ldb, sb, beta, (char *)(C), ldc, sc, batch))               \
+    return true
+#else
+const char *nbt_gemm_blas(void) {
+    return NULL;
+}
+#define BLAS_OR(...) (void)0
+#endif
 
 /* ---- the driver, once per element type ---- */
-/* Products of at most this many multiply-adds skip the tiles (measured here: a 4x4x4 product
- * is faster as plain dot products, a 6x6x6 one in a tile). */
-#define TINY 128
+/* Products of at most this many multiply-adds skip the tiles and the workspace (measured
+ * here: 12x12x12 takes half the time in rows as in tiles, 16x16x16 about the same). */
+#define TINY 2048
 #define T float
 #define KSET nbt_gemm_kernels_f32
 #define UKR nbt_gemm_ukr_f32
@@ -138,23 +290,28 @@ static void *workspace(void) {
 bool nbt_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                int64_t ldc) {
-    choose();
-    return gemm_f32(&kernels_f32, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    BLAS_OR(blas_sgemm, float, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc,
+            0, 1);
+    return gemm_f32(&kernels()->f32, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                    ldc);
 }
 
 bool nbt_dgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
                const double *A, int64_t lda, const double *B, int64_t ldb, double beta, double *C,
                int64_t ldc) {
-    choose();
-    return gemm_f64(&kernels_f64, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    BLAS_OR(blas_dgemm, double, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C,
+            ldc, 0, 1);
+    return gemm_f64(&kernels()->f64, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                    ldc);
 }
 
 bool nbt_sgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                        const float *A, int64_t lda, int64_t stride_a, const float *B, int64_t ldb,
                        int64_t stride_b, float beta, float *C, int64_t ldc, int64_t stride_c,
                        int64_t batch) {
-    choose();
-    return gemm_batched_f32(&kernels_f32, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B,
+    BLAS_OR(blas_sgemm, float, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b,
+            beta, C, ldc, stride_c, batch);
+    return gemm_batched_f32(&kernels()->f32, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B,
                             ldb, stride_b, beta, C, ldc, stride_c, batch);
 }
 
@@ -162,7 +319,8 @@ bool nbt_dgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
                        const double *A, int64_t lda, int64_t stride_a, const double *B, int64_t ldb,
                        int64_t stride_b, double beta, double *C, int64_t ldc, int64_t stride_c,
                        int64_t batch) {
-    choose();
-    return gemm_batched_f64(&kernels_f64, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B,
+    BLAS_OR(blas_dgemm, double, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb,
+            stride_b, beta, C, ldc, stride_c, batch);
+    return gemm_batched_f64(&kernels()->f64, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B,
                             ldb, stride_b, beta, C, ldc, stride_c, batch);
 }

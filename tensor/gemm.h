@@ -8,9 +8,15 @@
  * never as a copy. lda and ldb may be anything (0 reads one row again and again); ldc must
  * be at least N when M > 1. beta == 0 never reads C, so C may hold garbage or NaN.
  *
- * Every function returns false only when its pack buffers could not be allocated (C is then
- * unchanged). The buffers are allocated once per process, at their largest size, and
- * reused, so calls after the first never allocate. Calls are not yet safe from several
+ * Large products and batches are split across up to nb_get_num_threads() OpenMP threads
+ * (one inside a parallel region); small ones stay on the calling thread. A thread computes
+ * whole elements of C, and how an element is computed never depends on the split, so the
+ * result is bitwise the same for any number of threads.
+ *
+ * Every function returns false only when its pack buffers could not be allocated, or when
+ * more than 64 threads want them at once (C is then unchanged). Each thread's buffers are
+ * allocated the first time a call needs them, at their largest size, and reused: calls after
+ * the first with a given number of threads never allocate. Calls are safe from several
  * threads at once. */
 #ifndef NABLA_GEMM_H
 #define NABLA_GEMM_H
@@ -48,5 +54,15 @@ bool nbt_gemm_isa_supported(nbt_gemm_isa isa);
 bool nbt_gemm_force_isa(nbt_gemm_isa isa);
 /* "avx512f", "avx2" or "generic". */
 const char *nbt_gemm_isa_name(nbt_gemm_isa isa);
+/* How many threads the calling thread's last GEMM call split its work across (1 for work
+ * kept on the calling thread, 0 before any call). */
+int nbt_gemm_last_threads(void);
+/* The system BLAS that nbt_*gemm* hand products to ("openblas", chosen with meson -Dblas),
+ * or NULL when nabla's own kernels do all the work (the default). Products the BLAS
+ * cannot take (leading dimensions below the matrix width, nothing to multiply) still go to
+ * the own kernels. The BLAS runs each product on one thread (OpenBLAS's own threading makes
+ * results depend on the thread count); threads split batches of independent products.
+ * Static string. */
+const char *nbt_gemm_blas(void);
 
 #endif

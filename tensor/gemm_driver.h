@@ -1,17 +1,26 @@
 /* The GEMM driver, instantiated by gemm.c for float and double. Expects: T, KSET (the
- * nbt_gemm_kernels_* type), UKR (its kernel type), KC, MB, NB (block sizes), and FN(name)
- * (name with a type suffix). No include guard: included once per element type.
+ * nbt_gemm_kernels_* type), UKR (its kernel type), KC, MB, NB (block sizes), FN(name) (name
+ * with a type suffix), and from gemm.c TINY, path_t, split_t, part_t, gemm_part, the
+ * workspace functions and the GEMM_* limits. No include guard: included once per element
+ * type.
  *
  * Large products follow BLIS with the roles of A and B swapped for row-major C: the
  * microkernel tile is MR rows by NR columns with NR the vector direction, the MR x KC
  * micro-panel of packed A stays in L1 while it sweeps the KC x NB block of packed B in L2,
  * and the MB x KC block of packed A sits in L3. Loop nest, outermost first: ic (M by MB),
  * pc (K by KC; pack A), jc (N by NB; pack B), ir (M by MR), jr (N by NR; one kernel call).
- * A threaded version splits ir across threads: each owns its tiles of C.
  *
  * Small products (K <= KC, N <= NB) skip packing where it costs more than it saves: A and
  * an untransposed B are read where they lie, and only a transposed B is packed. Tiny ones
- * (at most TINY multiply-adds) are plain dot products. */
+ * (at most TINY multiply-adds), one-row or one-column ones, and ones with only a few rows
+ * (at most half a tile) go to the rows and dots kernels, which need no workspace unless a
+ * transposed B must be packed.
+ *
+ * Threads (run): each gets whole products of a batch, or a block of C's rows or columns
+ * (at tile boundaries) for every product, with its own pack buffers. The path, the kernel
+ * and the K blocks depend only on the product's shape, and every kernel computes an element
+ * the same way wherever its tile lies, so results are bitwise the same for any number of
+ * threads. */
 
 /* Type-suffixed names for this instantiation (undefined again at the end). */
 #define a_at FN(a_at)
@@ -26,11 +35,15 @@
 #define gemm_small FN(gemm_small)
 #define gemm_tiny FN(gemm_tiny)
 #define buffers_t FN(buffers_t)
-#define get_buffers FN(get_buffers)
-#define fits_small FN(fits_small)
 #define is_tiny FN(is_tiny)
 #define gemm FN(gemm)
 #define gemm_batched FN(gemm_batched)
+#define run FN(run)
+#define run_part FN(run_part)
+#define product FN(product)
+#define problem_t FN(problem_t)
+#define choose_path FN(choose_path)
+#define buffers_in FN(buffers_in)
 
 static inline const T *a_at(bool ta, const T *A, int64_t lda, int64_t i, int64_t k) {
     return ta ? A + k * lda + i : A + i * lda + k;
@@ -176,111 +189,242 @@ static void gemm_small(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_t 
     }
 }
 
-/* Products so small that setting up tiles costs more than the arithmetic: dot products
- * read in place. */
-static void gemm_tiny(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T *A,
-                      int64_t lda, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {
-    int64_t a_rs = ta ? 1 : lda, a_cs = ta ? lda : 1, b_rs = tb ? 1 : ldb, b_cs = tb ? ldb : 1;
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++) {
-            T sum = 0;
-            for (int64_t k = 0; k < K; k++) sum += A[i * a_rs + k * a_cs] * B[k * b_rs + j * b_cs];
-            C[i * ldc + j] = beta == 0 ? alpha * sum : alpha * sum + beta * C[i * ldc + j];
+/* Products so small that setting up tiles costs more than the arithmetic: whole rows of C
+ * in axpy form, B read where it lies (a transposed B is first copied, transposed, to the
+ * stack: K * N <= TINY / 2 as M >= 2). No workspace, no packing of A. */
+static void gemm_tiny(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha,
+                      const T *A, int64_t lda, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {
+    T bt[TINY / 2];
+    if (tb) {                             /* K x N, row k = column k of the stored rows */
+        if (ks->pack_t && K * N >= 128) { /* below that the plain loop is quicker */
+            ks->pack_t(B, ldb, K, (int)N, (int)N, bt);
+        } else {
+            for (int64_t j = 0; j < N; j++)
+                for (int64_t k = 0; k < K; k++) bt[k * N + j] = B[j * ldb + k];
         }
+        B = bt, ldb = N;
+    }
+    ks->rows(M, N, K, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, C, ldc, 1, alpha, beta);
 }
 
-/* Buffers for one call: packed A block, packed B block, and a strip of A. */
+/* Buffers for one thread: packed A block, packed B block, and a strip of A. */
 typedef struct {
     T *apack, *bpack, *aedge;
 } buffers_t;
 
-static bool get_buffers(buffers_t *b) {
-    size_t a = (size_t)MB * KC, bsz = (size_t)KC * NB;
-    T *base = workspace();
-    if (!base) return false;
-    b->apack = base, b->bpack = base + a, b->aedge = base + a + bsz;
-    return true;
+static buffers_t buffers_in(void *base) {
+    size_t a = (size_t)MB * KC, b = (size_t)KC * NB;
+    T *t = base;
+    return (buffers_t){t, t + a, t + a + b};
 }
 
-static bool fits_small(int64_t N, int64_t K) {
-    return K <= KC && N <= NB;
+/* At least two rows and two columns (one-row and one-column products have paths of their
+ * own) and at most TINY multiply-adds, without overflowing M * N * K. */
+static bool is_tiny(int64_t M, int64_t N, int64_t K) {
+    return M > 1 && N > 1 && M <= TINY && N <= TINY && K <= TINY && M * N * K <= TINY;
 }
 
-static bool is_tiny(int64_t M, int64_t N, int64_t K) { /* without overflowing M * N * K */
-    return M <= TINY && N <= TINY && K <= TINY && M * N * K <= TINY;
+/* How each product is computed; chosen from the whole product's shape only, so a thread's
+ * part of C is computed exactly as it would be without threads. */
+static path_t choose_path(kernel_t kern, bool tb, int64_t M, int64_t N, int64_t K) {
+    if (is_tiny(M, N, K)) return PATH_TINY;
+    if (M == 1) return PATH_ROW;
+    if (N == 1) return PATH_COL;
+    if (2 * M <= kern.mr && (!tb || (K <= KC && N <= NB))) return PATH_THIN;
+    if (K <= KC && N <= NB) return PATH_SMALL;
+    return PATH_BLOCKED;
 }
 
-static bool gemm(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha,
-                 const T *A, int64_t lda, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {
-    if (M <= 0 || N <= 0) return true;
-    if (K <= 0 || alpha == 0) {
-        scale_c(M, N, beta, C, ldc);
-        return true;
+/* A batch of products C_b = alpha op(A_b) op(B_b) + beta_b C_b, as gemm_batched was given it. */
+typedef struct {
+    const KSET *ks;
+    kernel_t kern;
+    path_t path;
+    bool ta, tb;
+    int64_t M, N, K;
+    T alpha, beta;
+    const T *A;
+    int64_t lda, sa;
+    const T *B;
+    int64_t ldb, sb;
+    T *C;
+    int64_t ldc, sc;
+    int64_t batch;
+} problem_t;
+
+/* Rows [m0, m1) and columns [n0, n1) of product b. *b_ready says the packed B in buf is
+ * already this part's (a broadcast B is packed once per part). */
+static void product(const problem_t *p, int64_t b, T beta, const part_t *q, const buffers_t *buf,
+                    bool *b_ready) {
+    const KSET *ks = p->ks;
+    bool ta = p->ta, tb = p->tb;
+    int64_t K = p->K, lda = p->lda, ldb = p->ldb, ldc = p->ldc;
+    const T *A = p->A + b * p->sa, *B = p->B + b * p->sb;
+    T *C = p->C + b * p->sc;
+    int64_t m0 = q->m0, n0 = q->n0, m = q->m1 - q->m0, n = q->n1 - q->n0;
+    switch (p->path) {
+    case PATH_TINY:
+        gemm_tiny(ks, ta, tb, p->M, p->N, K, p->alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    case PATH_ROW: /* one row: axpy over B's rows, or dot products with a transposed B's rows */
+        if (!tb)
+            ks->rows(1, n, K, A, 0, ta ? lda : 1, B + n0, ldb, C + n0, 0, 1, p->alpha, beta);
+        else
+            ks->dots(n, K, A, ta ? lda : 1, B + n0 * ldb, ldb, C + n0, 1, p->alpha, beta);
+        return;
+    case PATH_COL: /* one column: the same with the roles of A and B exchanged */
+        if (ta)
+            ks->rows(1, m, K, B, 0, tb ? 1 : ldb, A + m0, lda, C + m0 * ldc, 0, ldc, p->alpha,
+                     beta);
+        else
+            ks->dots(m, K, B, tb ? 1 : ldb, A + m0 * lda, lda, C + m0 * ldc, ldc, p->alpha, beta);
+        return;
+    case PATH_THIN: /* a few rows: axpy over B's rows, a transposed B packed first */
+        if (!tb) {
+            ks->rows(p->M, n, K, A, ta ? 1 : lda, ta ? lda : 1, B + n0, ldb, C + n0, ldc, 1,
+                     p->alpha, beta);
+            return;
+        }
+        if (!(*b_ready && p->sb == 0))
+            pack_b(ks, tb, B + n0 * ldb, ldb, K, n, p->kern.nr, buf->bpack);
+        *b_ready = true;
+        for (int64_t q = 0; q < n; q += p->kern.nr)
+            ks->rows(p->M, imin(p->kern.nr, n - q), K, A, ta ? 1 : lda, ta ? lda : 1,
+                     buf->bpack + q * K, p->kern.nr, C + n0 + q, ldc, 1, p->alpha, beta);
+        return;
+    case PATH_SMALL:
+    case PATH_BLOCKED:
+        break;
     }
-    if (is_tiny(M, N, K)) {
-        gemm_tiny(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        return true;
+    A = a_at(ta, A, lda, m0, 0), B = b_at(tb, B, ldb, 0, n0), C += m0 * ldc + n0;
+    if (p->path == PATH_BLOCKED) {
+        gemm_blocked(ks, p->kern, ta, tb, m, n, K, p->alpha, A, lda, B, ldb, beta, C, ldc,
+                     buf->apack, buf->bpack);
+        return;
     }
-    buffers_t buf;
-    if (!get_buffers(&buf)) return false;
-    kernel_t kern = pick(ks, N);
-    if (fits_small(N, K)) {
-        if (tb || N < kern.nr) pack_b(ks, tb, B, ldb, K, N, kern.nr, buf.bpack);
-        gemm_small(ks, kern, ta, tb, M, N, K, alpha, A, lda, B, ldb, buf.bpack, beta, C, ldc,
-                   buf.aedge);
+    if ((tb || n < p->kern.nr) && !(*b_ready && p->sb == 0))
+        pack_b(ks, tb, B, ldb, K, n, p->kern.nr, buf->bpack);
+    *b_ready = true;
+    gemm_small(ks, p->kern, ta, tb, m, n, K, p->alpha, A, lda, B, ldb, buf->bpack, beta, C, ldc,
+               buf->aedge);
+}
+
+/* One part: its products in order of b, so products summed into one C add in a fixed order. */
+static void run_part(const problem_t *p, const part_t *q, void *workspace) {
+    buffers_t buf = workspace ? buffers_in(workspace) : (buffers_t){NULL, NULL, NULL};
+    bool b_ready = false;
+    for (int64_t b = q->b0; b < q->b1; b++)
+        product(p, b, p->sc == 0 && b > 0 ? 1 : p->beta, q, &buf, &b_ready);
+}
+
+/* Splits the work into parts, one per thread, and runs them. Independent products are split
+ * by batch entry; otherwise C is split by rows or by columns at multiples of the tile size,
+ * and every part runs all products for its piece of C. Never along K. */
+static bool run(problem_t *p) {
+    int64_t M = p->M, N = p->N, batch = p->batch;
+    double work = (double)batch * (double)M * (double)N * (double)p->K;
+    int threads = work < 2.0 * GEMM_MIN_WORK_PER_THREAD
+                      ? 1
+                      : nbt_threads_for(work > 1e18 ? (int64_t)1e18 : (int64_t)work,
+                                        GEMM_MIN_WORK_PER_THREAD);
+    split_t split = SPLIT_NONE;
+    int64_t unit = 1;
+    if (threads > 1) {
+        int64_t mr = p->kern.mr, nr = p->kern.nr;
+        if (p->sc != 0 && batch >= threads)
+            split = SPLIT_BATCH;
+        else if (p->path == PATH_ROW && N >= 2 * GEMM_VECTOR_UNIT)
+            split = SPLIT_COLS, unit = GEMM_VECTOR_UNIT;
+        else if (p->path == PATH_COL && M >= 2 * GEMM_VECTOR_UNIT)
+            split = SPLIT_ROWS, unit = GEMM_VECTOR_UNIT;
+        else if (p->path == PATH_THIN && N >= 2 * nr)
+            split = SPLIT_COLS, unit = nr;
+        else if ((p->path == PATH_SMALL || p->path == PATH_BLOCKED) && M >= 2 * mr &&
+                 (M / mr >= N / nr || N < 2 * nr))
+            split = SPLIT_ROWS, unit = mr;
+        else if ((p->path == PATH_SMALL || p->path == PATH_BLOCKED) && N >= 2 * nr)
+            split = SPLIT_COLS, unit = nr;
+        if (split == SPLIT_NONE) threads = 1;
+    }
+    bool packs =
+        p->path == PATH_SMALL || p->path == PATH_BLOCKED || (p->path == PATH_THIN && p->tb);
+    void *ws[GEMM_MAX_THREADS];
+    int slots[GEMM_MAX_THREADS];
+    if (threads > GEMM_MAX_THREADS) threads = GEMM_MAX_THREADS;
+    for (int i = 0; i < threads; i++) ws[i] = NULL;
+    if (packs && !gemm_workspaces_acquire(threads, ws, slots)) return false;
+    last_threads = threads;
+    if (threads == 1) {
+        part_t all = {0, batch, 0, M, 0, N};
+        run_part(p, &all, ws[0]);
     } else {
-        gemm_blocked(ks, kern, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, buf.apack,
-                     buf.bpack);
+#pragma omp parallel num_threads(threads)
+        {
+            int t = omp_get_thread_num(), nt = omp_get_num_threads();
+            for (int i = t; i < threads; i += nt) {
+                part_t q = gemm_part(split, i, threads, unit, batch, M, N);
+                if (q.b0 < q.b1 && q.m0 < q.m1 && q.n0 < q.n1) run_part(p, &q, ws[t]);
+            }
+        }
     }
+    if (packs) gemm_workspaces_release(threads, slots);
     return true;
 }
 
 static bool gemm_batched(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha,
                          const T *A, int64_t lda, int64_t sa, const T *B, int64_t ldb, int64_t sb,
                          T beta, T *C, int64_t ldc, int64_t sc, int64_t batch) {
+    last_threads = 1;
     if (batch <= 0 || M <= 0 || N <= 0) return true;
-    if (batch == 1) return gemm(ks, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    /* One B for every product, and the A and C matrices stacked row after row: one tall
-     * product (the shape of x[b, t, :] @ W). */
-    if (sb == 0 && !ta && sc != 0 && sa == M * lda && sc == M * ldc)
-        return gemm(ks, ta, tb, M * batch, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    /* Summed into one C, with A's and B's K rows stacked: one product with a long K (the
-     * shape of the weight gradient x^T @ dy over a batch). */
-    if (sc == 0 && ta && !tb && sa == K * lda && sb == K * ldb)
-        return gemm(ks, ta, tb, M, N, K * batch, alpha, A, lda, B, ldb, beta, C, ldc);
     if (K <= 0 || alpha == 0) {
         for (int64_t b = 0; b < (sc == 0 ? 1 : batch); b++) scale_c(M, N, beta, C + b * sc, ldc);
         return true;
     }
-    if (is_tiny(M, N, K)) {
+    if (batch == 1) {
+        sa = sb = sc = 0;
+    } else if (sb == 0 && !ta && sc != 0 && sa == M * lda && sc == M * ldc) {
+        /* One B for every product, and the A and C matrices stacked row after row: one tall
+         * product (the shape of x[b, t, :] @ W). */
+        M *= batch, batch = 1;
+    } else if (sc == 0 && ta && !tb && sa == K * lda && sb == K * ldb) {
+        /* Summed into one C, with A's and B's K rows stacked: one product with a long K (the
+         * shape of the weight gradient x^T @ dy over a batch). */
+        K *= batch, batch = 1;
+    }
+    /* Small models: a few tiny products, no setup. */
+    if (is_tiny(M, N, K) && (double)(M * N * K) * (double)batch < 2.0 * GEMM_MIN_WORK_PER_THREAD) {
         for (int64_t b = 0; b < batch; b++)
-            gemm_tiny(ta, tb, M, N, K, alpha, A + b * sa, lda, B + b * sb, ldb,
+            gemm_tiny(ks, ta, tb, M, N, K, alpha, A + b * sa, lda, B + b * sb, ldb,
                       sc == 0 && b > 0 ? 1 : beta, C + b * sc, ldc);
         return true;
     }
-    if (!fits_small(N, K)) {
-        for (int64_t b = 0; b < batch; b++) {
-            T beta_b = sc == 0 && b > 0 ? 1 : beta;
-            if (!gemm(ks, ta, tb, M, N, K, alpha, A + b * sa, lda, B + b * sb, ldb, beta_b,
-                      C + b * sc, ldc))
-                return false;
-        }
-        return true;
-    }
-    /* Small products share one setup; a broadcast B is packed once. A threaded version
-     * splits b here when sc != 0 (the products are then independent). */
     kernel_t kern = pick(ks, N);
-    buffers_t buf;
-    if (!get_buffers(&buf)) return false;
-    bool pack = tb || N < kern.nr;
-    for (int64_t b = 0; b < batch; b++) {
-        T beta_b = sc == 0 && b > 0 ? 1 : beta;
-        const T *Bb = B + b * sb;
-        if (pack && (b == 0 || sb != 0)) pack_b(ks, tb, Bb, ldb, K, N, kern.nr, buf.bpack);
-        gemm_small(ks, kern, ta, tb, M, N, K, alpha, A + b * sa, lda, Bb, ldb, buf.bpack, beta_b,
-                   C + b * sc, ldc, buf.aedge);
-    }
-    return true;
+    problem_t p = {.ks = ks,
+                   .kern = kern,
+                   .path = choose_path(kern, tb, M, N, K),
+                   .ta = ta,
+                   .tb = tb,
+                   .M = M,
+                   .N = N,
+                   .K = K,
+                   .alpha = alpha,
+                   .beta = beta,
+                   .A = A,
+                   .lda = lda,
+                   .sa = sa,
+                   .B = B,
+                   .ldb = ldb,
+                   .sb = sb,
+                   .C = C,
+                   .ldc = ldc,
+                   .sc = sc,
+                   .batch = batch};
+    return run(&p);
+}
+
+static bool gemm(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha,
+                 const T *A, int64_t lda, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {
+    return gemm_batched(ks, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 
 #undef a_at
@@ -295,8 +439,12 @@ static bool gemm_batched(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N,
 #undef gemm_small
 #undef gemm_tiny
 #undef buffers_t
-#undef get_buffers
-#undef fits_small
 #undef is_tiny
 #undef gemm
 #undef gemm_batched
+#undef run
+#undef run_part
+#undef product
+#undef problem_t
+#undef choose_path
+#undef buffers_in

@@ -54,6 +54,8 @@ static inline __mmask16 mask16(int lo, int hi) {
 static inline __mmask8 mask8(int lo, int hi) {
     return (__mmask8)mask16(clamp(lo, 0, 8), clamp(hi, 0, 8));
 }
+#define HSUMF32 _mm512_reduce_add_ps
+#define HSUMF64 _mm512_reduce_add_pd
 #define MASKF32 __mmask16
 #define MAKE_MASKF32 mask16
 #define MLOADF32(p, m) _mm512_maskz_loadu_ps(m, p)
@@ -99,6 +101,18 @@ static inline __m256i mask4x64(int lo, int hi) {
     return _mm256_and_si256(_mm256_cmpgt_epi64(lane, _mm256_set1_epi64x(lo - 1)),
                             _mm256_cmpgt_epi64(_mm256_set1_epi64x(hi), lane));
 }
+/* Lane sums in a fixed order: halves, then quarters, then pairs. */
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+}
+static inline double hsum4(__m256d v) {
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+#define HSUMF32 hsum8
+#define HSUMF64 hsum4
 #define MASKF32 __m256i
 #define MAKE_MASKF32(lo, hi) mask8x32(clamp(lo, -1, 8), clamp(hi, 0, 8))
 #define MLOADF32(p, m) _mm256_maskload_ps(p, m)
@@ -144,6 +158,13 @@ static inline __m256i mask4x64(int lo, int hi) {
 #undef ROWS
 #undef GROUPS
 #undef KNAME
+#define VHSUM HSUMF32
+#define RNAME rows_f32
+#define DNAME dots_f32
+#include "gemm_rows.h"
+#undef VHSUM
+#undef RNAME
+#undef DNAME
 #undef T
 #undef V
 #undef W
@@ -188,6 +209,10 @@ static inline __m256i mask4x64(int lo, int hi) {
 #define GROUPS GROUPS_NARROW
 #define KNAME ukr_f64_narrow
 #include "gemm_ukr.h"
+#define VHSUM HSUMF64
+#define RNAME rows_f64
+#define DNAME dots_f64
+#include "gemm_rows.h"
 
 /* ---- packing panels read across rows: square blocks transposed in registers ---- */
 #if GK_AVX512
@@ -302,10 +327,10 @@ DEFINE_PACK_N(pack_n_f32, float, WF32, MAKE_MASKF32, MLOADF32, STF32)
 DEFINE_PACK_N(pack_n_f64, double, WF64, MAKE_MASKF64, MLOADF64, STF64)
 
 void ISA_FN(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64) {
-    *f32 = (nbt_gemm_kernels_f32){MR_WIDE, 2 * WF32,       ukr_f32_wide, MR_NARROW,
-                                  WF32,    ukr_f32_narrow, pack_t_f32,   pack_n_f32};
-    *f64 = (nbt_gemm_kernels_f64){MR_WIDE, 2 * WF64,       ukr_f64_wide, MR_NARROW,
-                                  WF64,    ukr_f64_narrow, NULL,         pack_n_f64};
+    *f32 = (nbt_gemm_kernels_f32){MR_WIDE,        2 * WF32,   ukr_f32_wide, MR_NARROW, WF32,
+                                  ukr_f32_narrow, pack_t_f32, pack_n_f32,   rows_f32,  dots_f32};
+    *f64 = (nbt_gemm_kernels_f64){MR_WIDE,        2 * WF64, ukr_f64_wide, MR_NARROW, WF64,
+                                  ukr_f64_narrow, NULL,     pack_n_f64,   rows_f64,  dots_f64};
 }
 
 #else
@@ -329,8 +354,47 @@ void ISA_FN(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64) {
 GENERIC_KERNEL(ukr_f32, float, 4, 8)
 GENERIC_KERNEL(ukr_f64, double, 4, 4)
 
+/* Rows in pieces of 32 columns: the compiler vectorises the fixed-length j loops, and each
+ * element gets the tile kernel's multiply, add and store. */
+#define GENERIC_ROWS(name, T)                                                                      \
+    static void name(int64_t m, int64_t n, int64_t kc, const T *a, int64_t a_rs, int64_t a_cs,     \
+                     const T *b, int64_t ldb, T *c, int64_t ldc, int64_t c_cs, T alpha, T beta) {  \
+        for (int64_t j0 = 0; j0 < n; j0 += 32) {                                                   \
+            int width = n - j0 < 32 ? (int)(n - j0) : 32;                                          \
+            for (int64_t i = 0; i < m; i++) {                                                      \
+                T acc[32] = {0}, row[32] = {0};                                                    \
+                const T *ai = a + i * a_rs, *bk = b + j0;                                          \
+                for (int64_t k = 0; k < kc; k++, ai += a_cs, bk += ldb) {                          \
+                    for (int j = 0; j < width; j++) row[j] = bk[j];                                \
+                    T aik = *ai;                                                                   \
+                    for (int j = 0; j < 32; j++) acc[j] += aik * row[j];                           \
+                }                                                                                  \
+                T *ci = c + i * ldc + j0 * c_cs;                                                   \
+                for (int j = 0; j < width; j++)                                                    \
+                    ci[j * c_cs] =                                                                 \
+                        beta == 0 ? alpha * acc[j] : alpha * acc[j] + beta * ci[j * c_cs];         \
+            }                                                                                      \
+        }                                                                                          \
+    }
+GENERIC_ROWS(rows_f32, float)
+GENERIC_ROWS(rows_f64, double)
+
+/* Plain dot products in order of k. */
+#define GENERIC_DOTS(name, T)                                                                      \
+    static void name(int64_t n, int64_t kc, const T *x, int64_t incx, const T *mat, int64_t ldm,   \
+                     T *y, int64_t incy, T alpha, T beta) {                                        \
+        for (int64_t j = 0; j < n; j++) {                                                          \
+            T s = 0;                                                                               \
+            for (int64_t k = 0; k < kc; k++) s += x[k * incx] * mat[j * ldm + k];                  \
+            T *yj = y + j * incy;                                                                  \
+            *yj = beta == 0 ? alpha * s : alpha * s + beta * *yj;                                  \
+        }                                                                                          \
+    }
+GENERIC_DOTS(dots_f32, float)
+GENERIC_DOTS(dots_f64, double)
+
 void nbt_gemm_kernels_generic(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64) {
-    *f32 = (nbt_gemm_kernels_f32){4, 8, ukr_f32, 0, 0, NULL, NULL, NULL};
-    *f64 = (nbt_gemm_kernels_f64){4, 4, ukr_f64, 0, 0, NULL, NULL, NULL};
+    *f32 = (nbt_gemm_kernels_f32){4, 8, ukr_f32, 0, 0, NULL, NULL, NULL, rows_f32, dots_f32};
+    *f64 = (nbt_gemm_kernels_f64){4, 4, ukr_f64, 0, 0, NULL, NULL, NULL, rows_f64, dots_f64};
 }
 #endif

@@ -38,9 +38,34 @@ typedef void (*nbt_gemm_pack_n_f32)(const float *X, int64_t ldx, int64_t kc, int
 typedef void (*nbt_gemm_pack_n_f64)(const double *X, int64_t ldx, int64_t kc, int n, int width,
                                     double *dst);
 
+/* Whole rows of C in axpy form, for products too small to tile and for one-row products:
+ *   C[i*ldc + j*c_cs] = alpha * sum_k a[i*a_rs + k*a_cs] * b[k*ldb + j] + beta * C[...]
+ * for i < m, j < n, k < kc; b's rows are read where they lie (contiguous along j) and only
+ * their first n elements are touched. Each element's sum runs over k in order from zero with
+ * the same multiply-adds and the same store as the tile kernels above, so it equals their
+ * result bit for bit. beta == 0 never reads C. */
+typedef void (*nbt_gemm_rows_f32)(int64_t m, int64_t n, int64_t kc, const float *a, int64_t a_rs,
+                                  int64_t a_cs, const float *b, int64_t ldb, float *c, int64_t ldc,
+                                  int64_t c_cs, float alpha, float beta);
+typedef void (*nbt_gemm_rows_f64)(int64_t m, int64_t n, int64_t kc, const double *a, int64_t a_rs,
+                                  int64_t a_cs, const double *b, int64_t ldb, double *c,
+                                  int64_t ldc, int64_t c_cs, double alpha, double beta);
+
+/* Dot products of one vector with n rows, for one-row products whose other operand is read
+ * across its rows:
+ *   y[j*incy] = alpha * sum_k x[k*incx] * mat[j*ldm + k] + beta * y[j*incy]   (j < n, k < kc)
+ * Each sum is taken in a fixed order (lane-wise partial sums, then a fixed reduction), the
+ * same for any n and any position of the row. beta == 0 never reads y. */
+typedef void (*nbt_gemm_dots_f32)(int64_t n, int64_t kc, const float *x, int64_t incx,
+                                  const float *mat, int64_t ldm, float *y, int64_t incy,
+                                  float alpha, float beta);
+typedef void (*nbt_gemm_dots_f64)(int64_t n, int64_t kc, const double *x, int64_t incx,
+                                  const double *mat, int64_t ldm, double *y, int64_t incy,
+                                  double alpha, double beta);
+
 /* One instruction set's kernels: a wide one (mr x nr tiles), and a narrow one for matrices
  * with few columns (narrow_mr x narrow_nr; NULL when there is none). pack_t and pack_n NULL mean
- * the driver's plain C loops. */
+ * the driver's plain C loops. rows and dots are always set. */
 typedef struct {
     int mr, nr;
     nbt_gemm_ukr_f32 wide;
@@ -48,6 +73,8 @@ typedef struct {
     nbt_gemm_ukr_f32 narrow;
     nbt_gemm_pack_t_f32 pack_t;
     nbt_gemm_pack_n_f32 pack_n;
+    nbt_gemm_rows_f32 rows;
+    nbt_gemm_dots_f32 dots;
 } nbt_gemm_kernels_f32;
 typedef struct {
     int mr, nr;
@@ -56,6 +83,8 @@ typedef struct {
     nbt_gemm_ukr_f64 narrow;
     nbt_gemm_pack_t_f64 pack_t;
     nbt_gemm_pack_n_f64 pack_n;
+    nbt_gemm_rows_f64 rows;
+    nbt_gemm_dots_f64 dots;
 } nbt_gemm_kernels_f64;
 
 /* Tile sizes never exceed these. */

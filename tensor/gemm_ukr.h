@@ -29,17 +29,14 @@
 #define GK_STOREB(i, g, o)                                                                         \
     VSTORE(c + (i)*ldc, VFMA(vb, VLOAD(c + (i)*ldc), VMUL(va, c##i##_0)));                         \
     VSTORE(c + (i)*ldc + W, VFMA(vb, VLOAD(c + (i)*ldc + W), VMUL(va, c##i##_1)));
-/* Part of a tile: rows outside [r0, r1) untouched, lanes outside the masks untouched. */
+/* Part of a tile: rows outside [r0, r1) untouched, lanes outside the masks untouched. The
+ * same three formulas as whole rows, so an element's value never depends on where its tile
+ * lies (which is what lets threads split C anywhere). */
 #define GK_STOREM(i, g, o)                                                                         \
     if ((i) >= r0 && (i) < r1) {                                                                   \
         T *ci = c + (i)*ldc;                                                                       \
-        V v0 = VMUL(va, c##i##_0), v1 = VMUL(va, c##i##_1);                                        \
-        if (beta != 0) {                                                                           \
-            v0 = VFMA(vb, MLOAD(ci, m0), v0);                                                      \
-            v1 = VFMA(vb, MLOAD(ci + W, m1), v1);                                                  \
-        }                                                                                          \
-        MSTORE(ci, m0, v0);                                                                        \
-        MSTORE(ci + W, m1, v1);                                                                    \
+        MSTORE(ci, m0, GK_MIX(c##i##_0, ci, m0));                                                  \
+        MSTORE(ci + W, m1, GK_MIX(c##i##_1, ci + W, m1));                                          \
     }
 #else
 #define GK_DECL(i, g, o) V c##i##_0 = VZERO();
@@ -55,11 +52,14 @@
 #define GK_STOREM(i, g, o)                                                                         \
     if ((i) >= r0 && (i) < r1) {                                                                   \
         T *ci = c + (i)*ldc;                                                                       \
-        V v0 = VMUL(va, c##i##_0);                                                                 \
-        if (beta != 0) v0 = VFMA(vb, MLOAD(ci, m0), v0);                                           \
-        MSTORE(ci, m0, v0);                                                                        \
+        MSTORE(ci, m0, GK_MIX(c##i##_0, ci, m0));                                                  \
     }
 #endif
+/* alpha * acc + beta * C under a lane mask, as GK_STORE0, GK_STORE1 and GK_STOREB compute it. */
+#define GK_MIX(acc, p, m)                                                                          \
+    (beta == 0   ? VMUL(va, acc)                                                                   \
+     : beta == 1 ? VFMA(va, acc, MLOAD(p, m))                                                      \
+                 : VFMA(vb, MLOAD(p, m), VMUL(va, acc)))
 
 /* Inlined twice below: once with the packed strides as constants (every broadcast is then a
  * fixed offset from one pointer) and once with run-time strides for operands read in place. */
@@ -111,6 +111,7 @@ static void KNAME(int64_t kc, const T *a, int64_t a_rs, int64_t a_cs, const T *b
 #undef GK_STORE1
 #undef GK_STOREB
 #undef GK_STOREM
+#undef GK_MIX
 #undef GK_LOAD_B
 #undef KBODY
 #undef GK_CAT

@@ -169,6 +169,60 @@ static int failures; /* cases that failed in the current test */
         if (!ok) printf("  FAILED %s\n", what);                                                    \
         free(A), free(B), free(C), free(C0);                                                       \
         return ok;                                                                                 \
+    }                                                                                              \
+    /* nb products (summed into one C if sum_c) on 1 and then 2 threads from the same C: the       \
+     * two results must agree bit for bit and with the reference, and the second call must         \
+     * have split its work across `split` threads. */                                              \
+    static bool threads_agree_##SUF(const gemm_case *gc, int nb, bool share_b, bool sum_c,         \
+                                    int split) {                                                   \
+        int64_t ar = gc->ta ? gc->K : gc->M, ac = gc->ta ? gc->M : gc->K;                          \
+        int64_t br = gc->tb ? gc->N : gc->K, bc = gc->tb ? gc->K : gc->N;                          \
+        int64_t lda = ac + gc->pad_a, ldb = bc + gc->pad_b, ldc = gc->N + gc->pad_c;               \
+        int64_t sa = ar * lda, sb = share_b ? 0 : br * ldb, sc = sum_c ? 0 : gc->M * ldc;          \
+        int64_t clen = (sum_c ? 1 : nb) * gc->M * ldc;                                             \
+        T *A = matrix_##SUF(nb, sa, sa), *B = matrix_##SUF(share_b ? 1 : nb, br * ldb, br * ldb);  \
+        for (int64_t i = 0; i < nb * sa; i++)                                                      \
+            if (i % lda >= ac) A[i] = (T)NAN;                                                      \
+        for (int64_t i = 0; i < (share_b ? 1 : nb) * br * ldb; i++)                                \
+            if (i % ldb >= bc) B[i] = (T)NAN;                                                      \
+        T *C0 = malloc((size_t)clen * sizeof(T));                                                  \
+        for (int64_t i = 0; i < clen; i++)                                                         \
+            C0[i] = i % ldc >= gc->N ? (T)C_PAD_SENTINEL : (T)rnd();                               \
+        T *C1 = copy_##SUF(C0, clen), *C2 = copy_##SUF(C0, clen);                                  \
+        int saved = nb_get_num_threads();                                                          \
+        nb_set_num_threads(1);                                                                     \
+        bool ok = BATCHED(gc->ta, gc->tb, gc->M, gc->N, gc->K, (T)gc->alpha, A, lda, sa, B, ldb,   \
+                          sb, (T)gc->beta, C1, ldc, sc, nb);                                       \
+        int used1 = nbt_gemm_last_threads();                                                       \
+        nb_set_num_threads(2);                                                                     \
+        ok = ok && BATCHED(gc->ta, gc->tb, gc->M, gc->N, gc->K, (T)gc->alpha, A, lda, sa, B, ldb,  \
+                           sb, (T)gc->beta, C2, ldc, sc, nb);                                      \
+        int used2 = nbt_gemm_last_threads();                                                       \
+        nb_set_num_threads(saved);                                                                 \
+        char what[160];                                                                            \
+        snprintf(what, sizeof what, #SUF " x%d %s%s M=%lld N=%lld K=%lld share_b=%d sum_c=%d", nb, \
+                 gc->ta ? "T" : "N", gc->tb ? "T" : "N", (long long)gc->M, (long long)gc->N,       \
+                 (long long)gc->K, share_b, sum_c);                                                \
+        /* a system BLAS (meson -Dblas) splits only batches of independent products */             \
+        int want2 = nbt_gemm_blas() && (nb == 1 || sum_c) ? 1 : split;                             \
+        if (ok && (used1 != 1 || used2 != want2)) {                                                \
+            printf("  %s: ran on %d and %d threads, expected 1 and %d\n", what, used1, used2,      \
+                   want2);                                                                         \
+            ok = false;                                                                            \
+        }                                                                                          \
+        if (ok && memcmp(C1, C2, (size_t)clen * sizeof(T)) != 0) {                                 \
+            printf("  %s: 1 and 2 threads differ\n", what);                                        \
+            ok = false;                                                                            \
+        }                                                                                          \
+        const T *As[64], *Bs[64];                                                                  \
+        for (int b = 0; b < nb; b++) As[b] = A + b * sa, Bs[b] = B + b * sb;                       \
+        int checks = sum_c ? 1 : nb;                                                               \
+        for (int b = 0; ok && b < checks; b++)                                                     \
+            ok = compare_##SUF(gc, sum_c ? nb : 1, As + b, lda, Bs + b, ldb, C0 + b * sc,          \
+                               C2 + b * sc, ldc, what);                                            \
+        if (!ok) printf("  FAILED %s\n", what);                                                    \
+        free(A), free(B), free(C0), free(C1), free(C2);                                            \
+        return ok;                                                                                 \
     }
 
 DEFINE_CHECKS(float, f32, nbt_sgemm, nbt_sgemm_batched, FLT_EPSILON)
@@ -226,6 +280,18 @@ static void small_shapes(void) {
     shapes_all_transposes(shapes, sizeof shapes / sizeof shapes[0]);
 }
 
+static void vector_and_thin_shapes(void) {
+    /* one row or one column (K across the 512-element pieces a strided vector is copied in),
+     * a few rows (the rows kernel, B packed when transposed), and the largest products
+     * kept off the tiles (up to 2048 multiply-adds) */
+    static const int64_t shapes[][3] = {
+        {1, 300, 70}, {1, 1000, 9}, {1, 65, 600}, {300, 1, 70}, {700, 1, 600}, {1, 33, 1},
+        {2, 64, 17},  {3, 100, 40}, {5, 530, 20}, {4, 33, 600}, {6, 700, 513}, {8, 17, 40},
+        {12, 12, 12}, {8, 16, 16},  {10, 20, 10}, {2, 1024, 1}, {16, 16, 8},   {17, 15, 8},
+    };
+    shapes_all_transposes(shapes, sizeof shapes / sizeof shapes[0]);
+}
+
 static void block_edges(void) {
     /* K around the K blocks (256 for f64, 512 for f32), N around the N blocks (256, 512),
      * M above the M block (768 for f64, 1536 for f32), and a big prime-ish product */
@@ -255,8 +321,11 @@ static void batched_cases(void) {
         gemm_case edges = {ta, tb, 19, 35, 21, -1, 0.5, 0, 3, 0};
         gemm_case big = {ta, tb, 40, 530, 30, 1, 1, 2, 0, 1};  /* N over the f32 block: blocked */
         gemm_case longk = {ta, tb, 9, 14, 530, 1, 0, 0, 0, 0}; /* K over the f32 block */
-        const gemm_case *all[] = {&small, &attention, &edges, &big, &longk};
-        for (int c = 0; c < 5; c++) {
+        gemm_case row = {ta, tb, 1, 70, 33, 1, 0.5, 1, 2, 0};  /* one row */
+        gemm_case col = {ta, tb, 45, 1, 29, 2, 0, 0, 1, 3};    /* one column */
+        gemm_case thin = {ta, tb, 3, 50, 30, 1, -1, 2, 0, 1};  /* a few rows */
+        const gemm_case *all[] = {&small, &attention, &edges, &big, &longk, &row, &col, &thin};
+        for (int c = 0; c < 8; c++) {
             const gemm_case *gc = all[c];
             int nb = c == 1 ? 24 : 3;
             for (int mode = 0; mode < 4; mode++) {
@@ -285,6 +354,9 @@ static void batched_cases(void) {
 static void test_small_shapes(void) {
     for_each_isa(small_shapes);
 }
+static void test_vector_and_thin_shapes(void) {
+    for_each_isa(vector_and_thin_shapes);
+}
 static void test_block_edges(void) {
     for_each_isa(block_edges);
 }
@@ -293,6 +365,43 @@ static void test_zero_sizes(void) {
 }
 static void test_batched(void) {
     for_each_isa(batched_cases);
+}
+
+/* Large products split by rows or columns, batches split by product, summed batches split
+ * by rows, and products too small to split; 1 and 2 threads must agree bit for bit. */
+static void test_threads_bitwise(void) {
+    failures = 0;
+    /* blocked (K over the f32 and f64 K blocks): rows split, and a wide one split by columns */
+    gemm_case blocked = {false, false, 150, 200, 600, 1, 0.5, 1, 2, 3};
+    gemm_case blocked_t = {true, true, 150, 200, 600, -0.5, 0, 0, 0, 0};
+    gemm_case wide = {false, true, 20, 1200, 100, 1, 1, 0, 0, 0};
+    gemm_case linear = {false, true, 256, 96, 64, 1, 0, 0, 0, 0}; /* small path, x W^T */
+    gemm_case row = {false, true, 1, 4096, 128, 1, 0, 0, 0, 0};
+    gemm_case col = {false, false, 4096, 1, 128, 1, 1, 0, 0, 0};
+    gemm_case thin = {false, true, 4, 2048, 64, 1, 0, 0, 0, 0};
+    const gemm_case *singles[] = {&blocked, &blocked_t, &wide, &linear, &row, &col, &thin};
+    for (int c = 0; c < 7; c++) {
+        failures += !threads_agree_f32(singles[c], 1, false, false, 2);
+        failures += !threads_agree_f64(singles[c], 1, false, false, 2);
+    }
+    /* attention: 64 heads of 128x128x32 in one call, split by head */
+    gemm_case heads = {false, true, 128, 128, 32, 0.125, 0, 0, 0, 0};
+    failures += !threads_agree_f32(&heads, 64, false, false, 2);
+    gemm_case three = {true, false, 100, 90, 40, 1, 0, 1, 0, 0}; /* split 1 + 2, one B */
+    failures += !threads_agree_f64(&three, 3, true, false, 2);
+    /* summed into one C (not stackable: padded rows): split by rows, every product in order */
+    gemm_case summed = {false, false, 64, 48, 40, 1, 1, 1, 0, 2};
+    failures += !threads_agree_f32(&summed, 8, false, true, 2);
+    failures += !threads_agree_f64(&summed, 8, true, true, 2);
+    gemm_case summed_t = {true, true, 96, 40, 30, 2, 0, 3, 1, 0};
+    failures += !threads_agree_f32(&summed_t, 12, false, true, 2);
+    /* too little work for a second thread */
+    gemm_case small = {false, false, 16, 16, 16, 1, 0, 0, 0, 0};
+    gemm_case tiny_sum = {false, false, 4, 4, 4, 1, 0, 0, 0, 0};
+    failures += !threads_agree_f32(&small, 1, false, false, 1);
+    failures += !threads_agree_f32(&small, 4, false, false, 1);
+    failures += !threads_agree_f64(&tiny_sum, 40, false, true, 1);
+    CU_ASSERT_EQUAL(failures, 0);
 }
 
 /* A hand-computed product, so the reference loop above is itself checked once. */
@@ -321,9 +430,11 @@ int main(void) {
     const nbtest_case cases[] = {
         {"hand-computed products", test_hand_computed},
         {"small shapes, all transposes, every kernel", test_small_shapes},
+        {"one-row, one-column and few-row products, every kernel", test_vector_and_thin_shapes},
         {"block edges and large shapes, every kernel", test_block_edges},
         {"zero sizes and alpha 0, every kernel", test_zero_sizes},
         {"strided batches: broadcast, summed, gaps, every kernel", test_batched},
+        {"1 and 2 threads give bitwise the same results", test_threads_bitwise},
     };
     return nbtest_run("gemm", cases, sizeof cases / sizeof cases[0]);
 }

@@ -1,0 +1,170 @@
+/* The rows and dots kernels (gemm_kernels.h) for one SIMD instruction set and element type,
+ * instantiated by gemm_kernels.c. Expects the same macros as gemm_ukr.h (T, V, W, VLOAD,
+ * VSTORE, VSET1, VFMA, VMUL, VZERO, MASK, MAKE_MASK, MLOAD, MSTORE) and VHSUM(v) (the sum of
+ * a vector's lanes in a fixed order), RNAME and DNAME (the functions to define). No include
+ * guard: included once per element type. */
+
+#define GR_CAT2(a, b) a##b
+#define GR_CAT(a, b) GR_CAT2(a, b)
+#define RBODY GR_CAT(RNAME, _body)
+#define RSTORE GR_CAT(RNAME, _store)
+#define DBODY GR_CAT(DNAME, _body)
+
+/* C = alpha * acc + beta * C on the lanes of mask: the tile kernels' three formulas. A C row
+ * with a column stride other than 1 goes through a contiguous copy. */
+static inline __attribute__((always_inline)) void RSTORE(T *c, int64_t c_cs, MASK mask, int lanes,
+                                                         V acc, V va, V vb, T beta) {
+    if (c_cs != 1) {
+        T tmp[W];
+        for (int j = 0; j < W; j++) tmp[j] = j < lanes && beta != 0 ? c[j * c_cs] : 0;
+        V cv = VLOAD(tmp);
+        VSTORE(tmp, beta == 0   ? VMUL(va, acc)
+                    : beta == 1 ? VFMA(va, acc, cv)
+                                : VFMA(vb, cv, VMUL(va, acc)));
+        for (int j = 0; j < lanes; j++) c[j * c_cs] = tmp[j];
+        return;
+    }
+    V out;
+    if (beta == 0)
+        out = VMUL(va, acc);
+    else if (beta == 1)
+        out = VFMA(va, acc, MLOAD(c, mask));
+    else
+        out = VFMA(vb, MLOAD(c, mask), VMUL(va, acc));
+    MSTORE(c, mask, out);
+}
+
+/* R rows (1 to 4) by NVEC vectors (1, 2, or 4 for one row) of C: one B load feeds R
+ * multiply-adds, and there are R * NVEC independent chains of them. */
+static inline __attribute__((always_inline)) void RBODY(int R, int NVEC, int64_t kc, const T *a,
+                                                        int64_t a_rs, int64_t a_cs, const T *b,
+                                                        int64_t ldb, T *c, int64_t ldc,
+                                                        int64_t c_cs, int width, T alpha, T beta) {
+    MASK mk[4];
+    V acc[4][4];
+#pragma GCC unroll 4
+    for (int v = 0; v < NVEC; v++) mk[v] = MAKE_MASK(0, width - v * W);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NVEC; v++) acc[r][v] = VZERO();
+    for (int64_t k = 0; k < kc; k++, a += a_cs, b += ldb) {
+        V bv[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NVEC; v++) bv[v] = MLOAD(b + v * W, mk[v]);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            V ar = VSET1(a[r * a_rs]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NVEC; v++) acc[r][v] = VFMA(ar, bv[v], acc[r][v]);
+        }
+    }
+    V va = VSET1(alpha), vb = VSET1(beta);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NVEC; v++) {
+            int lanes = width - v * W < W ? width - v * W : W;
+            RSTORE(c + r * ldc + v * W * c_cs, c_cs, mk[v], lanes, acc[r][v], va, vb, beta);
+        }
+}
+
+/* Rows i to m in groups of four, then the rest, over columns [j0, j0 + width). */
+#define RROWS(NVEC)                                                                                \
+    do {                                                                                           \
+        int64_t i = 0;                                                                             \
+        for (; i + 4 <= m; i += 4)                                                                 \
+            RBODY(4, NVEC, kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width,  \
+                  alpha, beta);                                                                    \
+        if (m - i == 3)                                                                            \
+            RBODY(3, NVEC, kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width,  \
+                  alpha, beta);                                                                    \
+        else if (m - i == 2)                                                                       \
+            RBODY(2, NVEC, kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width,  \
+                  alpha, beta);                                                                    \
+        else if (m - i == 1)                                                                       \
+            RBODY(1, NVEC, kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width,  \
+                  alpha, beta);                                                                    \
+    } while (0)
+
+static void RNAME(int64_t m, int64_t n, int64_t kc, const T *a, int64_t a_rs, int64_t a_cs,
+                  const T *b, int64_t ldb, T *c, int64_t ldc, int64_t c_cs, T alpha, T beta) {
+    /* one row: four vectors at a time, else the multiply-adds wait on each other */
+    int64_t step = m == 1 ? 4 * W : 2 * W;
+    for (int64_t j0 = 0; j0 < n; j0 += step) {
+        int width = n - j0 < step ? (int)(n - j0) : (int)step;
+        const T *bj = b + j0;
+        T *cj = c + j0 * c_cs;
+        if (width > 2 * W)
+            RBODY(1, 4, kc, a, a_rs, a_cs, bj, ldb, cj, ldc, c_cs, width, alpha, beta);
+        else if (width > W)
+            RROWS(2);
+        else
+            RROWS(1);
+    }
+}
+#undef RROWS
+
+/* R (1 to 4) dot products sharing each load of x. x is contiguous here. */
+static inline __attribute__((always_inline)) void DBODY(int R, int64_t kc, const T *x, const T *mat,
+                                                        int64_t ldm, V acc[4]) {
+    int64_t k = 0;
+    for (; k + W <= kc; k += W) {
+        V xv = VLOAD(x + k);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) acc[r] = VFMA(xv, VLOAD(mat + r * ldm + k), acc[r]);
+    }
+    if (k < kc) {
+        MASK tail = MAKE_MASK(0, (int)(kc - k));
+        V xv = MLOAD(x + k, tail);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) acc[r] = VFMA(xv, MLOAD(mat + r * ldm + k, tail), acc[r]);
+    }
+}
+
+/* x in pieces of this many elements: a strided x is copied piece by piece, which does not
+ * change the order of any sum (each lane keeps its partial sum across pieces). */
+#define DOT_PIECE 512
+
+static void DNAME(int64_t n, int64_t kc, const T *x, int64_t incx, const T *mat, int64_t ldm, T *y,
+                  int64_t incy, T alpha, T beta) {
+    T xbuf[DOT_PIECE];
+    for (int64_t j = 0; j < n; j += 4) {
+        int R = n - j < 4 ? (int)(n - j) : 4;
+        V acc[4] = {VZERO(), VZERO(), VZERO(), VZERO()};
+        const T *rows = mat + j * ldm;
+        for (int64_t k0 = 0; k0 < kc; k0 += DOT_PIECE) {
+            int64_t kk = kc - k0 < DOT_PIECE ? kc - k0 : DOT_PIECE;
+            const T *xs = x + k0;
+            if (incx != 1) {
+                for (int64_t k = 0; k < kk; k++) xbuf[k] = x[(k0 + k) * incx];
+                xs = xbuf;
+            }
+            switch (R) {
+            case 4:
+                DBODY(4, kk, xs, rows + k0, ldm, acc);
+                break;
+            case 3:
+                DBODY(3, kk, xs, rows + k0, ldm, acc);
+                break;
+            case 2:
+                DBODY(2, kk, xs, rows + k0, ldm, acc);
+                break;
+            default:
+                DBODY(1, kk, xs, rows + k0, ldm, acc);
+                break;
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            T s = VHSUM(acc[r]), *yr = y + (j + r) * incy;
+            *yr = beta == 0 ? alpha * s : alpha * s + beta * *yr;
+        }
+    }
+}
+
+#undef DOT_PIECE
+#undef RBODY
+#undef RSTORE
+#undef DBODY
+#undef GR_CAT
+#undef GR_CAT2
