@@ -103,6 +103,40 @@ typedef struct {
             for (int64_t j = limit; j < p->n; j++) y[j] = 0;                                       \
         }                                                                                          \
     }                                                                                              \
+    /* Short rows (attention over a few keys): the per-row cost of calling exp dominates, so   \
+     * all rows are prepared first, exp runs once over the whole block, and rows are          \
+     * normalised last. Entries past the causal limit or blocked become -inf, so exp makes     \
+     * them 0, and every element sees the same arithmetic as in softmax_rows. */              \
+    static void softmax_short_rows_##SUF(const softmax_plan *p, const T *x, T *y) {                \
+        row_cursor mask_rows = p->mask_rows;                                                       \
+        const T scale = (T)p->scale;                                                               \
+        T *row = y;                                                                                \
+        for (int64_t r = 0; r < p->rows; r++, x += p->n, row += p->n) {                            \
+            int64_t limit = p->n;                                                                  \
+            if (p->causal && (r + p->row0) % p->queries + 1 < limit)                               \
+                limit = (r + p->row0) % p->queries + 1;                                            \
+            if (p->mask) {                                                                         \
+                const uint8_t *m = p->mask + mask_rows.offset;                                     \
+                cursor_next(&mask_rows);                                                           \
+                for (int64_t j = 0; j < limit; j++)                                                \
+                    row[j] = m[j * p->mask_step] ? (T)-INFINITY : scale * x[j];                    \
+            } else {                                                                               \
+                nba_row_scale_##SUF(row, x, scale, limit);                                         \
+            }                                                                                      \
+            const T max = nba_row_max_##SUF(row, limit);                                           \
+            if (max == -INFINITY && p->zero_blocked_rows && !any_nan_##SUF(row, limit))            \
+                limit = 0; /* all -inf: exp gives zeros, normalising leaves them */                \
+            else                                                                                   \
+                nba_row_shift_##SUF(row, row, -max, limit);                                        \
+            for (int64_t j = limit; j < p->n; j++) row[j] = (T)-INFINITY;                          \
+        }                                                                                          \
+        nbt_vexp_##SUF(y, y, p->rows * p->n);                                                      \
+        for (int64_t r = 0; r < p->rows; r++, y += p->n) {                                         \
+            const double sum = nba_row_sum_##SUF(y, p->n);                                         \
+            if (sum == 0) continue; /* a fully blocked row: already zeros */                       \
+            nba_row_scale_##SUF(y, y, (T)(1.0 / sum), p->n);                                       \
+        }                                                                                          \
+    }                                                                                              \
     /* dx = scale * y * (g - sum(g * y)); blocked entries have y = 0, so their dx is 0. */         \
     static void softmax_backward_rows_##SUF(int64_t rows, int64_t n, double scale, const T *y,     \
                                             const T *g, T *dx) {                                   \
@@ -144,6 +178,7 @@ DEFINE_SOFTMAX_KERNELS(double, f64)
 /* Rows are independent, so slices of them run on separate threads with identical results.
  * A mask is read through a cursor that walks the rows in order, so masked plans stay on one
  * thread (the causal limit only needs the row index). */
+#define SHORT_ROW 32 /* rows this short take the whole-block exp path */
 #define ROW_GRAIN(n) (16384 / ((n) > 0 ? (n) : 1) + 1)
 
 typedef struct {
@@ -159,8 +194,16 @@ static void softmax_slice(int64_t begin, int64_t end, void *vjob) {
     p.rows = end - begin;
     p.row0 = j->p->row0 + begin;
     int64_t off = begin * p.n * (int64_t)nbt_esize(j->dtype);
-    if (j->dtype == NB_F32) softmax_rows_f32(&p, (const float *)(j->x + off), (float *)(j->y + off));
-    else softmax_rows_f64(&p, (const double *)(j->x + off), (double *)(j->y + off));
+    bool short_rows = p.n <= SHORT_ROW;
+    if (j->dtype == NB_F32) {
+        const float *x = (const float *)(j->x + off);
+        float *y = (float *)(j->y + off);
+        short_rows ? softmax_short_rows_f32(&p, x, y) : softmax_rows_f32(&p, x, y);
+    } else {
+        const double *x = (const double *)(j->x + off);
+        double *y = (double *)(j->y + off);
+        short_rows ? softmax_short_rows_f64(&p, x, y) : softmax_rows_f64(&p, x, y);
+    }
 }
 
 static void run_softmax(const softmax_plan *p, const nb_tensor *x, nb_tensor *y) {
