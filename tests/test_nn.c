@@ -66,6 +66,7 @@ typedef struct {
     int kind;
     const nb_tensor *mask;
     bool causal;
+    const nb_tensor *aux; /* embedding indices */
 } module_case;
 
 static nb_tensor *run_module(nb_tensor *const *in, int n, void *vctx) {
@@ -78,23 +79,35 @@ static nb_tensor *run_module(nb_tensor *const *in, int n, void *vctx) {
     case 2: return nb_mha_forward((nb_mha *)c->module, in[0], &opts);
     case 3: return nb_transformer_block_forward((nb_transformer_block *)c->module, in[0], &opts);
     case 4: return nb_feedforward_forward((nb_feedforward *)c->module, in[0]);
+    /* Embedding: the weight is the only differentiable input; in[0] is a dummy that the
+     * output adds in so the check also sees a gradient flowing to it. */
+    case 5: return nb_add(nb_embedding_forward((nb_embedding_layer *)c->module, c->aux), in[0]);
+    /* Cross-attention: in[0] holds 3 query rows then 5 key/value rows, so both get checked. */
+    case 6:
+        return nb_mha_forward_cross((nb_mha *)c->module, nb_narrow(in[0], 1, 0, 3),
+                                    nb_narrow(in[0], 1, 3, 5), &opts);
     default: return NULL;
     }
 }
 
-static void gradcheck_module(nb_module *m, int kind, nb_tensor *x, const nb_tensor *mask,
-                             bool causal) {
+static void gradcheck_module_aux(nb_module *m, int kind, nb_tensor *x, const nb_tensor *mask,
+                                 bool causal, const nb_tensor *aux) {
     nb_tensor *inputs[32];
     nb_param params[31];
     int np = nb_module_params(m, params, 31);
     CU_ASSERT_TRUE_FATAL(np > 0);
     inputs[0] = nb_requires_grad_(x, true);
     for (int i = 0; i < np; i++) inputs[i + 1] = params[i].tensor;
-    module_case c = {m, kind, mask, causal};
+    module_case c = {m, kind, mask, causal, aux};
     nb_gradcheck_result res;
     bool ok = nb_gradcheck(run_module, np + 1, inputs, &c, NULL, &res);
     printf("  %s '%s': %s\n", m->type, m->path, res.message);
     CU_ASSERT_TRUE(ok);
+}
+
+static void gradcheck_module(nb_module *m, int kind, nb_tensor *x, const nb_tensor *mask,
+                             bool causal) {
+    gradcheck_module_aux(m, kind, x, mask, causal, NULL);
 }
 
 static nb_tensor *randn64(nb_rng *rng, int ndim, const int64_t *shape) {
@@ -135,6 +148,22 @@ static void test_gradcheck_mha(void) {
     double vals[32];
     nb_to_doubles(y, vals);
     for (int i = 0; i < 32; i++) CU_ASSERT_FALSE(isnan(vals[i]));
+    nb_module_free(model);
+}
+
+static void test_gradcheck_embedding_and_cross_attention(void) {
+    nb_module *model = nb_model_new(NB_F64, 8);
+    nb_rng rng;
+    nb_rng_seed(&rng, 14);
+    nb_embedding_layer *emb = nb_embedding_new(model, "emb", 5, 3);
+    /* index 2 appears twice: its row's gradient must sum both uses */
+    nb_tensor *idx = nb_from_array(NB_I64, NB_SHAPE(2, 2), (int64_t[]){2, 0, 4, 2});
+    gradcheck_module_aux(&emb->base, 5, randn64(&rng, NB_SHAPE(2, 2, 3)), NULL, false, idx);
+    /* cross-attention: 3 queries over 5 keys, with a padding mask over the keys */
+    nb_mha *cross = nb_mha_new(model, "cross", 4, 4, 2, true, 0.0);
+    const uint8_t pad[] = {0, 0, 0, 1, 1, 0, 0, 0, 0, 0};
+    gradcheck_module_aux(&cross->base, 6, randn64(&rng, NB_SHAPE(2, 8, 4)),
+                         nb_from_array(NB_BOOL, NB_SHAPE(2, 5), pad), false, NULL);
     nb_module_free(model);
 }
 
@@ -212,6 +241,7 @@ int main(void) {
         {"MHA rejects d_out not divisible by heads", test_mha_rejects_bad_heads},
         {"gradcheck Linear, LayerNorm, FeedForward", test_gradcheck_linear_layernorm_ff},
         {"gradcheck MHA causal and fully padded", test_gradcheck_mha},
+        {"gradcheck Embedding and cross-attention", test_gradcheck_embedding_and_cross_attention},
         {"gradcheck TransformerBlock", test_gradcheck_block},
         {"resume from a checkpoint with optimizer state", test_resume_with_optimizer_state_is_exact},
     };
