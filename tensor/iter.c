@@ -103,6 +103,32 @@ static void copy_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
     for (int64_t i = 0; i < n; i++) store(d + i * s[0], c->dst, load(x + i * s[1], c->src));
 }
 
+/* Same-dtype copy of a few elements with a plain odometer: for tiny tensors (a 3-token
+ * attention head) the iterator's coalescing costs more than the copy. */
+#define SMALL_COPY 256
+static void copy_small(nb_tensor *dst, const nb_tensor *src) {
+    int nd = dst->ndim;
+    int64_t sstr[NB_MAX_DIMS], idx[NB_MAX_DIMS] = {0}, n = nbt_numel(dst);
+    nbt_broadcast_strides(src, nd, dst->shape, sstr);
+    size_t es = nbt_esize(dst->dtype);
+    char *d = nbt_ptr(dst);
+    const char *s = nbt_ptr(src);
+    int64_t doff = 0, soff = 0;
+    for (int64_t k = 0; k < n; k++) {
+        if (es == 4) ((uint32_t *)d)[doff] = ((const uint32_t *)s)[soff];
+        else if (es == 8) ((uint64_t *)d)[doff] = ((const uint64_t *)s)[soff];
+        else d[doff] = s[soff]; /* bool */
+        for (int i = nd - 1; i >= 0; i--) { /* next index, last dim fastest */
+            doff += dst->strides[i];
+            soff += sstr[i];
+            if (++idx[i] < dst->shape[i]) break;
+            doff -= dst->strides[i] * dst->shape[i];
+            soff -= sstr[i] * dst->shape[i];
+            idx[i] = 0;
+        }
+    }
+}
+
 bool nbt_copy(nb_tensor *dst, const nb_tensor *src) {
     if (dst->dtype == src->dtype && nb_same_shape(dst, src) && nb_is_contiguous(dst) &&
         nb_is_contiguous(src)) { /* the common case, without the iterator's set-up */
@@ -119,6 +145,10 @@ bool nbt_copy(nb_tensor *dst, const nb_tensor *src) {
                       nbt_shape(src), nbt_shape(dst));
             return false;
         }
+    if (dst->dtype == src->dtype && nbt_numel(dst) <= SMALL_COPY) {
+        copy_small(dst, src);
+        return true;
+    }
     nbt_operands ops = {.nops = 2, .base = {nbt_ptr(dst), nbt_ptr(src)},
                         .elem = {nbt_esize(dst->dtype), nbt_esize(src->dtype)}};
     memcpy(ops.strides[0], dst->strides, sizeof(int64_t) * (size_t)dst->ndim);
