@@ -103,8 +103,19 @@ nb_tensor *nb_sigmoid(const nb_tensor *a) {
 nb_tensor *nb_relu(const nb_tensor *a) {
     return unary(NBT_RELU, a, 0);
 }
+/* saved: [0] Phi(x) from the forward, so the backward evaluates only the density. */
+static void gelu_backward(nb_node *n, const nb_tensor *gout) {
+    nba_accumulate(n, 0, nbt_gelu_grad_from_cdf(gout, n->inputs[0], n->saved[0]));
+}
+
 nb_tensor *nb_gelu(const nb_tensor *a) {
-    return unary(NBT_GELU, a, 0);
+    if (!nba_check_float("gelu", a)) return NULL;
+    if (!nba_any_requires_grad(1, &a)) return unary(NBT_GELU, a, 0);
+    nb_tensor *cdf = NULL;
+    nb_tensor *out = nbt_gelu_with_cdf(a, &cdf);
+    nb_node *n = nba_record("gelu", out, 1, &a, gelu_backward);
+    if (n) n->saved[0] = cdf;
+    return out;
 }
 nb_tensor *nb_gelu_tanh(const nb_tensor *a) {
     return unary(NBT_GELU_TANH, a, 0);

@@ -77,34 +77,78 @@ static void layer_norm_slice(int64_t begin, int64_t end, void *vjob) {
                             F64(j->y) + at, F64(j->mean) + begin, F64(j->rstd) + begin);
 }
 
-/* A zeroed float64 accumulator of t's shape, or NULL when t needs no gradient. */
-static nb_tensor *accumulator(const nb_node *n, int i) {
+/* The backward splits rows into a number of chunks fixed by the size alone, never by the
+ * thread count: each chunk sums its own dw/db partials and the partials are added in chunk
+ * order, so the gradients are bitwise the same for any number of threads. */
+#define BACKWARD_MAX_CHUNKS 16
+#define BACKWARD_CHUNK_WORK 8192 /* elements per chunk, at least */
+
+typedef struct {
+    int64_t rows, D, nchunks;
+    const nb_tensor *x, *w, *mean, *rstd, *g, *dx;
+    double *dw_parts, *db_parts; /* nchunks rows of D, zeroed; NULL when not needed */
+} layer_norm_backward_job;
+
+static void layer_norm_backward_chunks(int64_t begin, int64_t end, void *vjob) {
+    const layer_norm_backward_job *j = vjob;
+    for (int64_t c = begin; c < end; c++) {
+        int64_t r0 = c * j->rows / j->nchunks, r1 = (c + 1) * j->rows / j->nchunks;
+        int64_t at = r0 * j->D;
+        double *dw = j->dw_parts ? j->dw_parts + c * j->D : NULL;
+        double *db = j->db_parts ? j->db_parts + c * j->D : NULL;
+        if (j->x->dtype == NB_F32)
+            layer_norm_backward_rows_f32(r1 - r0, j->D, F32(j->x) + at, F32(j->w),
+                                         F32(j->mean) + r0, F32(j->rstd) + r0, F32(j->g) + at,
+                                         j->dx ? F32(j->dx) + at : NULL, dw, db);
+        else
+            layer_norm_backward_rows_f64(r1 - r0, j->D, F64(j->x) + at, F64(j->w),
+                                         F64(j->mean) + r0, F64(j->rstd) + r0, F64(j->g) + at,
+                                         j->dx ? F64(j->dx) + at : NULL, dw, db);
+    }
+}
+
+/* Partial sums for input i (nchunks rows of D, zeroed), or NULL when it needs no gradient. */
+static nb_tensor *partials(const nb_node *n, int i, int64_t nchunks, int64_t D) {
     if (!nba_input_needs_grad(n, i)) return NULL;
+    return nb_zeros(NB_F64, 2, (int64_t[]){nchunks, D});
+}
+
+/* The gradient of input i from its per-chunk partials, added in chunk order. */
+static nb_tensor *combine(const nb_node *n, int i, const nb_tensor *parts, int64_t nchunks,
+                          int64_t D) {
     const nb_tensor *t = n->inputs[i];
-    return nb_zeros(NB_F64, t->ndim, t->shape);
+    nb_tensor *sum = nbt_new("backward", NB_F64, t->ndim, t->shape);
+    if (!sum) return NULL;
+    double *out = F64(sum);
+    const double *p = F64(parts);
+    /* With no rows D is 0 while the parameter is not empty: its gradient is all zeros. */
+    for (int64_t k = 0; k < nbt_numel(sum); k++) out[k] = 0;
+    for (int64_t c = 0; c < nchunks; c++)
+        for (int64_t k = 0; k < D; k++) out[k] += p[c * D + k];
+    return t->dtype == NB_F64 ? sum : nbt_contiguous_as(sum, t->dtype);
 }
 
 /* inputs: x, weight, bias (either may be NULL). saved: [0] contiguous x, [1] contiguous
  * weight or NULL, [2] per-row mean, [3] per-row rstd. */
 static void layer_norm_backward(nb_node *n, const nb_tensor *gout) {
     const nb_tensor *x = n->saved[0], *w = n->saved[1], *mean = n->saved[2], *rstd = n->saved[3];
+    int64_t rows = nbt_numel(mean), D = rows ? nbt_numel(x) / rows : 0;
+    int64_t nchunks = nbt_numel(x) / BACKWARD_CHUNK_WORK;
+    if (nchunks > BACKWARD_MAX_CHUNKS) nchunks = BACKWARD_MAX_CHUNKS;
+    if (nchunks > rows) nchunks = rows;
+    if (nchunks < 1) nchunks = 1;
     nb_tensor *g = nbt_contiguous(gout);
     nb_tensor *dx =
         nba_input_needs_grad(n, 0) ? nbt_new("backward", x->dtype, x->ndim, x->shape) : NULL;
-    nb_tensor *dw = accumulator(n, 1), *db = accumulator(n, 2);
+    nb_tensor *dw = partials(n, 1, nchunks, D), *db = partials(n, 2, nchunks, D);
     if (!g || (nba_input_needs_grad(n, 0) && !dx) || (nba_input_needs_grad(n, 1) && !dw) ||
         (nba_input_needs_grad(n, 2) && !db))
         return;
-    int64_t rows = nbt_numel(mean), D = rows ? nbt_numel(x) / rows : 0;
-    if (x->dtype == NB_F32)
-        layer_norm_backward_rows_f32(rows, D, F32(x), F32(w), F32(mean), F32(rstd), F32(g), F32(dx),
-                                     F64(dw), F64(db));
-    else
-        layer_norm_backward_rows_f64(rows, D, F64(x), F64(w), F64(mean), F64(rstd), F64(g), F64(dx),
-                                     F64(dw), F64(db));
+    layer_norm_backward_job job = {rows, D, nchunks, x, w, mean, rstd, g, dx, F64(dw), F64(db)};
+    nbt_parallel_ranges(nchunks, 1, layer_norm_backward_chunks, &job);
     if (dx) nba_accumulate(n, 0, dx);
-    if (dw) nba_accumulate(n, 1, x->dtype == NB_F64 ? dw : nbt_contiguous_as(dw, x->dtype));
-    if (db) nba_accumulate(n, 2, x->dtype == NB_F64 ? db : nbt_contiguous_as(db, x->dtype));
+    if (dw) nba_accumulate(n, 1, combine(n, 1, dw, nchunks, D));
+    if (db) nba_accumulate(n, 2, combine(n, 2, db, nchunks, D));
 }
 
 /* Checks an optional affine parameter: x's dtype and exactly the normalised shape. */

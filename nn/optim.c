@@ -142,9 +142,38 @@ bool nb_optimizer_set_lr(nb_optimizer *o, double lr) {
     return true;
 }
 
+/* Contiguous operands split into slices for threads: the update is elementwise, so every
+ * element sees the same arithmetic for any thread count. */
+#define RUN_GRAIN 16384
+
+typedef struct {
+    int nops;
+    char *base[NBT_ITER_MAX];
+    int64_t strides[NBT_ITER_MAX]; /* the element size, for every operand */
+    nbt_inner_fn fn;
+    void *ctx;
+} run_slices;
+
+static void run_slice(int64_t begin, int64_t end, void *vjob) {
+    const run_slices *j = vjob;
+    char *p[NBT_ITER_MAX];
+    for (int k = 0; k < j->nops; k++) p[k] = j->base[k] + begin * j->strides[k];
+    j->fn(end - begin, p, j->strides, j->ctx);
+}
+
 void nbo_run(nb_tensor *param, const nb_tensor *grad, int nstate, nb_tensor *const *states,
              nbt_inner_fn fn, void *ctx) {
     size_t es = nb_dtype_size(param->dtype);
+    bool flat = nb_is_contiguous(param) && nb_is_contiguous(grad);
+    for (int k = 0; k < nstate; k++) flat = flat && nb_is_contiguous(states[k]);
+    if (flat) {
+        run_slices j = {
+            .nops = 2 + nstate, .base = {nbt_ptr(param), nbt_ptr(grad)}, .fn = fn, .ctx = ctx};
+        for (int k = 0; k < nstate; k++) j.base[2 + k] = nbt_ptr(states[k]);
+        for (int k = 0; k < j.nops; k++) j.strides[k] = (int64_t)es;
+        nbt_parallel_ranges(nbt_numel(param), RUN_GRAIN, run_slice, &j);
+        return;
+    }
     nbt_operands ops = {.nops = 2 + nstate, .base = {nbt_ptr(param), nbt_ptr(grad)}};
     const nb_tensor *all[NBT_ITER_MAX] = {param, grad};
     for (int k = 0; k < nstate; k++) {

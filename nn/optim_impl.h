@@ -48,7 +48,9 @@ static inline nb_tensor *nbo_state(const nb_optimizer *o, int i, int k) {
 }
 
 /* Runs fn over (param, grad, state tensors...) with nbt_iterate: one call per contiguous run,
- * byte strides in the order param, grad, then the nstate given states. */
+ * byte strides in the order param, grad, then the nstate given states. When all are
+ * contiguous, large tensors are split into slices run on separate threads, so fn must be
+ * elementwise and must not write to ctx. */
 void nbo_run(nb_tensor *param, const nb_tensor *grad, int nstate, nb_tensor *const *states,
              nbt_inner_fn fn, void *ctx);
 

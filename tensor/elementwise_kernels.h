@@ -54,6 +54,13 @@ nb_tensor *nbt_unary_grad(nbt_unary_op op, const nb_tensor *gout, const nb_tenso
 /* True if nbt_unary_grad(op, ...) reads y rather than x. */
 bool nbt_unary_grad_uses_output(nbt_unary_op op);
 
+/* Exact gelu that also returns Phi(x), the normal CDF, in *cdf, so the backward needs no
+ * erf. y and *cdf are new contiguous tensors in the current scope with x's shape. */
+nb_tensor *nbt_gelu_with_cdf(const nb_tensor *x, nb_tensor **cdf);
+/* gout * gelu'(x) = gout * (cdf + x phi(x)), with cdf the one nbt_gelu_with_cdf returned;
+ * x and cdf have gout's shape. New tensor in the current scope. */
+nb_tensor *nbt_gelu_grad_from_cdf(const nb_tensor *gout, const nb_tensor *x, const nb_tensor *cdf);
+
 /* Shorthands for the common cases (new tensors in the current scope). */
 static inline nb_tensor *nbt_add(const nb_tensor *a, const nb_tensor *b) {
     return nbt_binary(NBT_ADD, a, b);

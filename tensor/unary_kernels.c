@@ -425,3 +425,90 @@ nb_tensor *nbt_unary_grad(nbt_unary_op op, const nb_tensor *gout, const nb_tenso
     map(gx, 2, (const nb_tensor *[]){gout, v}, &c);
     return gx;
 }
+
+/* ---- gelu with its normal CDF kept for the backward ---- */
+/* y = x Phi(x) and cdf = Phi(x) = (1 + erf(x / sqrt 2)) / 2 on contiguous arrays, with y's
+ * roundings those of gelu_##S (halving is exact, so x / 2 * (1 + e) = x * ((1 + e) / 2)). */
+#define GELU_CDF_KERNELS(S, T)                                                                     \
+    static void gelu_cdf_##S(int64_t n, T *y, T *cdf, const T *x) {                                \
+        NBT_VFOR(S, i, n, ST(S, cdf + i, V(S, x + i) * (T)M_SQRT1_2),                              \
+                 cdf[i] = x[i] * (T)M_SQRT1_2);                                                    \
+        nbt_verf_##S(cdf, cdf, n);                                                                 \
+        NBT_VFOR(S, i, n, nbt_v##S c = (T)0.5 * (1 + V(S, cdf + i)); ST(S, cdf + i, c);            \
+                 ST(S, y + i, V(S, x + i) * c), T c = (T)0.5 * (1 + cdf[i]); cdf[i] = c;           \
+                 y[i] = x[i] * c);                                                                 \
+    }                                                                                              \
+    /* gx = g (Phi(x) + x phi(x)) from the saved Phi: only the density's exp is left. */           \
+    static void gelu_grad_cdf_##S(int64_t n, T *gx, const T *g, const T *x, const T *cdf) {        \
+        T pdf[CHUNK];                                                                              \
+        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
+            int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
+            const T *xc = x + i0, *gc = g + i0, *cc = cdf + i0;                                    \
+            T *gxc = gx + i0;                                                                      \
+            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i);                                           \
+                     ST(S, pdf + i, v * v * (T)-0.5), pdf[i] = xc[i] * xc[i] * (T)-0.5);           \
+            nbt_vexp_##S(pdf, pdf, m);                                                             \
+            NBT_VFOR(S, i, m, nbt_v##S d = (T)INV_SQRT_2PI * V(S, pdf + i);                        \
+                     ST(S, gxc + i, V(S, gc + i) * (V(S, cc + i) + V(S, xc + i) * d)),             \
+                     T d = (T)INV_SQRT_2PI * pdf[i];                                               \
+                     gxc[i] = gc[i] * (cc[i] + xc[i] * d));                                        \
+        }                                                                                          \
+    }
+
+GELU_CDF_KERNELS(f32, float)
+GELU_CDF_KERNELS(f64, double)
+
+/* Contiguous operands of the fused gelu kernels: [0] the output, then the inputs. */
+typedef struct {
+    nb_dtype dtype;
+    bool grad;
+    char *p[4];
+} gelu_job;
+
+static void gelu_range(int64_t begin, int64_t end, void *vjob) {
+    const gelu_job *j = vjob;
+    int64_t n = end - begin;
+    if (j->dtype == NB_F32) {
+        float *p[4];
+        for (int k = 0; k < 4; k++) p[k] = j->p[k] ? (float *)j->p[k] + begin : NULL;
+        if (j->grad)
+            gelu_grad_cdf_f32(n, p[0], p[1], p[2], p[3]);
+        else
+            gelu_cdf_f32(n, p[0], p[1], p[2]);
+    } else {
+        double *p[4];
+        for (int k = 0; k < 4; k++) p[k] = j->p[k] ? (double *)j->p[k] + begin : NULL;
+        if (j->grad)
+            gelu_grad_cdf_f64(n, p[0], p[1], p[2], p[3]);
+        else
+            gelu_cdf_f64(n, p[0], p[1], p[2]);
+    }
+}
+
+nb_tensor *nbt_gelu_with_cdf(const nb_tensor *x, nb_tensor **cdf) {
+    if (!check_input("gelu", x, NULL)) return NULL;
+    const nb_tensor *xc = nbt_contiguous(x);
+    nb_tensor *y = nbt_new("gelu", x->dtype, x->ndim, x->shape);
+    nb_tensor *c = nbt_new("gelu", x->dtype, x->ndim, x->shape);
+    if (!xc || !y || !c) return NULL;
+    gelu_job j = {x->dtype, false, {nbt_ptr(y), nbt_ptr(c), nbt_ptr(xc), NULL}};
+    nbt_parallel_ranges(nbt_numel(y), PARALLEL_GRAIN, gelu_range, &j);
+    *cdf = c;
+    return y;
+}
+
+nb_tensor *nbt_gelu_grad_from_cdf(const nb_tensor *gout, const nb_tensor *x, const nb_tensor *cdf) {
+    if (!check_input("gelu", gout, NULL) || !check_input("gelu", x, gout) ||
+        !check_input("gelu", cdf, gout))
+        return NULL;
+    if (nbt_numel(x) != nbt_numel(gout) || nbt_numel(cdf) != nbt_numel(gout))
+        return nbt_error("gelu", "gradient %s, input %s and cdf %s differ in shape",
+                         nbt_shape(gout), nbt_shape(x), nbt_shape(cdf)),
+               NULL;
+    const nb_tensor *g = nbt_contiguous(gout), *xc = nbt_contiguous(x), *cc = nbt_contiguous(cdf);
+    nb_tensor *gx = nbt_new("gelu", gout->dtype, gout->ndim, gout->shape);
+    if (!g || !xc || !cc || !gx) return NULL;
+    gelu_job j = {gout->dtype, true, {nbt_ptr(gx), nbt_ptr(g), nbt_ptr(xc), nbt_ptr(cc)}};
+    nbt_parallel_ranges(nbt_numel(gx), PARALLEL_GRAIN, gelu_range, &j);
+    return gx;
+}
