@@ -44,6 +44,8 @@ NB_OP(softmax)
 NB_OP(log_softmax)
 NB_OP(masked_fill)
 NB_OP(masked_softmax)
+/* attention.c */
+NB_OP(attention)
 /* loss.c */
 NB_OP(cross_entropy)
 NB_OP(mse_loss)

@@ -11,7 +11,7 @@
  * fully blocked. */
 #include "node.h"
 #include "../tensor/vecmath.h"
-#include "rows.h"
+#include "softmax_rows.h"
 
 #include <math.h>
 #include <string.h>
@@ -36,122 +36,8 @@ static int64_t last_size(const nb_tensor *t) {
     return t->ndim ? t->shape[t->ndim - 1] : 1;
 }
 
-/* Visits the rows of a shape (every dim but the last) in row-major order, tracking where
- * each row starts in a mask whose strides broadcast it to that shape. */
-typedef struct {
-    int nd;
-    int64_t shape[NB_MAX_DIMS], stride[NB_MAX_DIMS], idx[NB_MAX_DIMS];
-    int64_t offset;
-} row_cursor;
-
-static void cursor_next(row_cursor *c) {
-    for (int d = c->nd - 1; d >= 0; d--) {
-        c->offset += c->stride[d];
-        if (++c->idx[d] < c->shape[d]) return;
-        c->offset -= c->stride[d] * c->shape[d];
-        c->idx[d] = 0;
-    }
-}
-
-/* What the softmax row kernel needs besides the data. */
-typedef struct {
-    int64_t rows, n;     /* rows of n contiguous elements */
-    double scale;        /* softmax(scale * x) */
-    bool causal;         /* block j > i, i = row index within the second-to-last dim */
-    int64_t queries;     /* size of the second-to-last dim (causal only) */
-    const uint8_t *mask; /* NULL, or the mask's first element; true = blocked */
-    int64_t mask_step;   /* mask stride along the row (0 when broadcast) */
-    row_cursor mask_rows;
-    bool zero_blocked_rows; /* a row with nothing unblocked gives zeros (else NaN, as PyTorch) */
-    int64_t row0;           /* index of the first row (when a thread does a slice of rows) */
-} softmax_plan;
-
-/* Row kernels for one float type. Blocked entries become -inf before the exp, so they come
- * out exactly 0; entries past the causal limit are never touched by the exp. */
-#define DEFINE_SOFTMAX_KERNELS(T, SUF)                                                             \
-    /* An all-NaN row has max -inf too, but it must stay NaN rather than pass as blocked. */       \
-    static bool any_nan_##SUF(const T *y, int64_t n) {                                             \
-        for (int64_t j = 0; j < n; j++)                                                            \
-            if (isnan(y[j])) return true;                                                          \
-        return false;                                                                              \
-    }                                                                                              \
-    static void softmax_rows_##SUF(const softmax_plan *p, const T *x, T *y) {                      \
-        row_cursor mask_rows = p->mask_rows;                                                       \
-        const T scale = (T)p->scale;                                                               \
-        for (int64_t r = 0; r < p->rows; r++, x += p->n, y += p->n) {                              \
-            int64_t limit = p->n;                                                                  \
-            if (p->causal && (r + p->row0) % p->queries + 1 < limit)                               \
-                limit = (r + p->row0) % p->queries + 1;                                            \
-            if (p->mask) {                                                                         \
-                const uint8_t *m = p->mask + mask_rows.offset;                                     \
-                const int64_t step = p->mask_step;                                                 \
-                cursor_next(&mask_rows);                                                           \
-                for (int64_t j = 0; j < limit; j++)                                                \
-                    y[j] = m[j * step] ? (T)-INFINITY : scale * x[j];                              \
-            } else {                                                                               \
-                nba_row_scale_##SUF(y, x, scale, limit);                                           \
-            }                                                                                      \
-            const T max = nba_row_max_##SUF(y, limit);                                             \
-            if (max == -INFINITY && p->zero_blocked_rows && !any_nan_##SUF(y, limit)) {            \
-                memset(y, 0, sizeof(T) * (size_t)p->n);                                            \
-                continue;                                                                          \
-            }                                                                                      \
-            nba_row_shift_##SUF(y, y, -max, limit);                                                \
-            nbt_vexp_##SUF(y, y, limit);                                                           \
-            const T inv = (T)(1.0 / nba_row_sum_##SUF(y, limit));                                  \
-            nba_row_scale_##SUF(y, y, inv, limit);                                                 \
-            for (int64_t j = limit; j < p->n; j++) y[j] = 0;                                       \
-        }                                                                                          \
-    }                                                                                              \
-    /* Short rows (attention over a few keys): the per-row cost of calling exp dominates, so   \
-     * all rows are prepared first, exp runs once over the whole block, and rows are          \
-     * normalised last. Entries past the causal limit or blocked become -inf, so exp makes     \
-     * them 0, and every element sees the same arithmetic as in softmax_rows. */              \
-    static void softmax_short_rows_##SUF(const softmax_plan *p, const T *x, T *y) {                \
-        row_cursor mask_rows = p->mask_rows;                                                       \
-        const T scale = (T)p->scale;                                                               \
-        T *row = y;                                                                                \
-        for (int64_t r = 0; r < p->rows; r++, x += p->n, row += p->n) {                            \
-            int64_t limit = p->n;                                                                  \
-            if (p->causal && (r + p->row0) % p->queries + 1 < limit)                               \
-                limit = (r + p->row0) % p->queries + 1;                                            \
-            if (p->mask) {                                                                         \
-                const uint8_t *m = p->mask + mask_rows.offset;                                     \
-                cursor_next(&mask_rows);                                                           \
-                for (int64_t j = 0; j < limit; j++)                                                \
-                    row[j] = m[j * p->mask_step] ? (T)-INFINITY : scale * x[j];                    \
-            } else {                                                                               \
-                nba_row_scale_##SUF(row, x, scale, limit);                                         \
-            }                                                                                      \
-            const T max = nba_row_max_##SUF(row, limit);                                           \
-            if (max == -INFINITY && p->zero_blocked_rows && !any_nan_##SUF(row, limit))            \
-                limit = 0; /* all -inf: exp gives zeros, normalising leaves them */                \
-            else                                                                                   \
-                nba_row_shift_##SUF(row, row, -max, limit);                                        \
-            for (int64_t j = limit; j < p->n; j++) row[j] = (T)-INFINITY;                          \
-        }                                                                                          \
-        nbt_vexp_##SUF(y, y, p->rows * p->n);                                                      \
-        for (int64_t r = 0; r < p->rows; r++, y += p->n) {                                         \
-            const double sum = nba_row_sum_##SUF(y, p->n);                                         \
-            if (sum == 0) continue; /* a fully blocked row: already zeros */                       \
-            nba_row_scale_##SUF(y, y, (T)(1.0 / sum), p->n);                                       \
-        }                                                                                          \
-    }                                                                                              \
-    /* dx = scale * y * (g - sum(g * y)); blocked entries have y = 0, so their dx is 0. */         \
-    static void softmax_backward_rows_##SUF(int64_t rows, int64_t n, double scale, const T *y,     \
-                                            const T *g, T *dx) {                                   \
-        const T s = (T)scale;                                                                      \
-        for (int64_t r = 0; r < rows; r++, y += n, g += n, dx += n) {                              \
-            const T d = (T)nba_row_dot_##SUF(g, y, n);                                             \
-            int64_t j = 0;                                                                         \
-            for (; j + NBA_ROW_LANES <= n; j += NBA_ROW_LANES) {                                   \
-                T yv[NBA_ROW_LANES], gv[NBA_ROW_LANES];                                            \
-                for (int l = 0; l < NBA_ROW_LANES; l++) yv[l] = y[j + l], gv[l] = g[j + l];        \
-                for (int l = 0; l < NBA_ROW_LANES; l++) dx[j + l] = s * yv[l] * (gv[l] - d);       \
-            }                                                                                      \
-            for (; j < n; j++) dx[j] = s * y[j] * (g[j] - d);                                      \
-        }                                                                                          \
-    }                                                                                              \
+/* Log-softmax row kernels for one float type. */
+#define DEFINE_LOG_SOFTMAX_KERNELS(T, SUF)                                                         \
     /* y = x - max - log(sum(exp(x - max))); e is scratch for one row. */                          \
     static void log_softmax_rows_##SUF(int64_t rows, int64_t n, const T *x, T *y, T *e) {          \
         for (int64_t r = 0; r < rows; r++, x += n, y += n) {                                       \
@@ -172,13 +58,12 @@ typedef struct {
         }                                                                                          \
     }
 
-DEFINE_SOFTMAX_KERNELS(float, f32)
-DEFINE_SOFTMAX_KERNELS(double, f64)
+DEFINE_LOG_SOFTMAX_KERNELS(float, f32)
+DEFINE_LOG_SOFTMAX_KERNELS(double, f64)
 
 /* Rows are independent, so slices of them run on separate threads with identical results.
  * A mask is read through a cursor that walks the rows in order, so masked plans stay on one
  * thread (the causal limit only needs the row index). */
-#define SHORT_ROW 32 /* rows this short take the whole-block exp path */
 #define ROW_GRAIN(n) (16384 / ((n) > 0 ? (n) : 1) + 1)
 
 typedef struct {
@@ -194,7 +79,7 @@ static void softmax_slice(int64_t begin, int64_t end, void *vjob) {
     p.rows = end - begin;
     p.row0 = j->p->row0 + begin;
     int64_t off = begin * p.n * (int64_t)nbt_esize(j->dtype);
-    bool short_rows = p.n <= SHORT_ROW;
+    bool short_rows = p.n <= NBA_SHORT_ROW;
     if (j->dtype == NB_F32) {
         const float *x = (const float *)(j->x + off);
         float *y = (float *)(j->y + off);
@@ -208,8 +93,10 @@ static void softmax_slice(int64_t begin, int64_t end, void *vjob) {
 
 static void run_softmax(const softmax_plan *p, const nb_tensor *x, nb_tensor *y) {
     softmax_job job = {p, nbt_ptr(x), nbt_ptr(y), x->dtype};
-    if (p->mask) softmax_slice(0, p->rows, &job);
-    else nbt_parallel_ranges(p->rows, ROW_GRAIN(p->n), softmax_slice, &job);
+    if (p->mask)
+        softmax_slice(0, p->rows, &job);
+    else
+        nbt_parallel_ranges(p->rows, ROW_GRAIN(p->n), softmax_slice, &job);
 }
 
 typedef struct {
@@ -359,24 +246,6 @@ static nb_tensor *masked_fill_raw(const char *op, const nb_tensor *a, const nb_t
     return out;
 }
 
-/* Checks mask is NB_BOOL and broadcasts to a's shape (not the other way round). */
-static bool check_mask(const char *op, const nb_tensor *a, const nb_tensor *mask) {
-    if (mask->dtype != NB_BOOL) {
-        nbt_error(op, "mask must be bool, got %s of shape %s (input %s)",
-                  nb_dtype_name(mask->dtype), nbt_shape(mask), nbt_shape(a));
-        return false;
-    }
-    int64_t shape[NB_MAX_DIMS];
-    int nd;
-    bool ok = mask->ndim <= a->ndim &&
-              nbt_broadcast_shape(op, a->ndim, a->shape, mask->ndim, mask->shape, &nd, shape) &&
-              nd == a->ndim && memcmp(shape, a->shape, sizeof(int64_t) * (size_t)nd) == 0;
-    if (!ok)
-        nbt_error(op, "mask of shape %s does not broadcast to the input's shape %s",
-                  nbt_shape(mask), nbt_shape(a));
-    return ok;
-}
-
 /* saved[0]: the mask; the gradient passes only where nothing was filled. */
 static void masked_fill_backward(nb_node *n, const nb_tensor *gout) {
     nba_accumulate(n, 0, masked_fill_raw("backward", gout, n->saved[0], 0.0));
@@ -384,7 +253,9 @@ static void masked_fill_backward(nb_node *n, const nb_tensor *gout) {
 
 nb_tensor *nb_masked_fill(const nb_tensor *a, const nb_tensor *mask, double value) {
     if (!nba_check_inputs("masked_fill", 2, (const nb_tensor *[]){a, mask})) return NULL;
-    if (!nba_check_float("masked_fill", a) || !check_mask("masked_fill", a, mask)) return NULL;
+    if (!nba_check_float("masked_fill", a) ||
+        !nba_check_mask("masked_fill", mask, a->ndim, a->shape, "the input's"))
+        return NULL;
     nb_tensor *out = masked_fill_raw("masked_fill", a, mask, value);
     nb_node *node = nba_record("masked_fill", out, 1, &a, masked_fill_backward);
     if (node) node->saved[0] = (nb_tensor *)mask;
@@ -401,7 +272,7 @@ static void masked_softmax_backward(nb_node *n, const nb_tensor *gout) {
 nb_tensor *nb_masked_softmax(const nb_tensor *a, const nb_tensor *mask, bool causal, double scale) {
     const char *op = "masked_softmax";
     if (!nba_check_inputs(op, 1, &a) || row_dim(op, a, -1) < 0) return NULL;
-    if (mask && !check_mask(op, a, mask)) return NULL;
+    if (mask && !nba_check_mask(op, mask, a->ndim, a->shape, "the input's")) return NULL;
     if (causal && a->ndim < 2)
         return nbt_error(op, "causal masking needs a [..., queries, keys] tensor, got shape %s",
                          nbt_shape(a));

@@ -6,8 +6,10 @@
 nb_mha *nb_mha_new(nb_module *parent, const char *name, int64_t d_in, int64_t d_out,
                    int64_t num_heads, bool qkv_bias, double dropout) {
     if (d_in <= 0 || d_out <= 0 || num_heads <= 0)
-        return nbt_error("MultiHeadAttention", "d_in %lld, d_out %lld and num_heads %lld must "
-                         "be positive", (long long)d_in, (long long)d_out, (long long)num_heads);
+        return nbt_error("MultiHeadAttention",
+                         "d_in %lld, d_out %lld and num_heads %lld must "
+                         "be positive",
+                         (long long)d_in, (long long)d_out, (long long)num_heads);
     if (d_out % num_heads != 0)
         return nbt_error("MultiHeadAttention", "d_out %lld is not divisible by num_heads %lld",
                          (long long)d_out, (long long)num_heads);
@@ -36,28 +38,32 @@ static nb_tensor *split_heads(const nb_mha *m, const nb_tensor *x) {
 
 /* Combines the key padding mask [B, T_k] and the attention mask [T_q, T_k] into one boolean
  * mask broadcastable to the scores [B, H, T_q, T_k]; NULL (no error) when there are none. */
-static bool combined_mask(const nb_mha *m, const nb_mha_opts *o, int64_t B, int64_t Tq,
-                          int64_t Tk, nb_tensor **out) {
+static bool combined_mask(const nb_mha *m, const nb_mha_opts *o, int64_t B, int64_t Tq, int64_t Tk,
+                          nb_tensor **out) {
     *out = NULL;
     const nb_tensor *pad = o ? o->key_padding_mask : NULL, *am = o ? o->attn_mask : NULL;
-    if (pad && (pad->dtype != NB_BOOL || pad->ndim != 2 || pad->shape[0] != B ||
-                pad->shape[1] != Tk)) {
-        nbt_error("MultiHeadAttention", "'%s': key_padding_mask must be bool [%lld, %lld], got "
-                  "%s %s", m->base.path, (long long)B, (long long)Tk, nb_dtype_name(pad->dtype),
+    if (pad &&
+        (pad->dtype != NB_BOOL || pad->ndim != 2 || pad->shape[0] != B || pad->shape[1] != Tk)) {
+        nbt_error("MultiHeadAttention",
+                  "'%s': key_padding_mask must be bool [%lld, %lld], got "
+                  "%s %s",
+                  m->base.path, (long long)B, (long long)Tk, nb_dtype_name(pad->dtype),
                   nbt_shape(pad));
         return false;
     }
-    if (am && (am->dtype != NB_BOOL || am->ndim != 2 || am->shape[0] != Tq ||
-               am->shape[1] != Tk)) {
+    if (am && (am->dtype != NB_BOOL || am->ndim != 2 || am->shape[0] != Tq || am->shape[1] != Tk)) {
         nbt_error("MultiHeadAttention", "'%s': attn_mask must be bool [%lld, %lld], got %s %s",
                   m->base.path, (long long)Tq, (long long)Tk, nb_dtype_name(am->dtype),
                   nbt_shape(am));
         return false;
     }
     nb_tensor *pad4 = pad ? nb_view(pad, NB_SHAPE(B, 1, 1, Tk)) : NULL;
-    if (pad4 && am) *out = nb_logical_or(pad4, am);
-    else if (pad4) *out = pad4;
-    else if (am) *out = (nb_tensor *)am;
+    if (pad4 && am)
+        *out = nb_logical_or(pad4, am);
+    else if (pad4)
+        *out = pad4;
+    else if (am)
+        *out = (nb_tensor *)am;
     return !(pad || am) || *out;
 }
 
@@ -66,24 +72,37 @@ nb_tensor *nb_mha_forward_cross(nb_mha *m, const nb_tensor *q_in, const nb_tenso
     if (!m || !q_in || !kv_in) return nbt_error("MultiHeadAttention", "NULL argument");
     if (q_in->ndim != 3 || kv_in->ndim != 3 || q_in->shape[2] != m->d_in ||
         kv_in->shape[2] != m->d_in || q_in->shape[0] != kv_in->shape[0])
-        return nbt_error("MultiHeadAttention", "'%s' expects queries [B, T_q, %lld] and keys "
-                         "[B, T_k, %lld], got %s and %s", m->base.path, (long long)m->d_in,
-                         (long long)m->d_in, nbt_shape(q_in), nbt_shape(kv_in));
+        return nbt_error("MultiHeadAttention",
+                         "'%s' expects queries [B, T_q, %lld] and keys "
+                         "[B, T_k, %lld], got %s and %s",
+                         m->base.path, (long long)m->d_in, (long long)m->d_in, nbt_shape(q_in),
+                         nbt_shape(kv_in));
     int64_t B = q_in->shape[0], Tq = q_in->shape[1], Tk = kv_in->shape[1];
     nb_tensor *mask;
     if (!combined_mask(m, opts, B, Tq, Tk, &mask)) return NULL;
 
-    nb_tensor *q = split_heads(m, nb_linear_forward(m->W_query, q_in));  /* [B, H, T_q, hd] */
-    nb_tensor *k = split_heads(m, nb_linear_forward(m->W_key, kv_in));   /* [B, H, T_k, hd] */
-    nb_tensor *v = split_heads(m, nb_linear_forward(m->W_value, kv_in)); /* [B, H, T_k, hd] */
-    nb_tensor *scores = nb_matmul(q, nb_transpose(k, -2, -1));           /* [B, H, T_q, T_k] */
-    /* Scale, mask and softmax in one fused op: softmax(scores / sqrt(hd)) over the keys. */
-    nb_tensor *attn = nb_masked_softmax(scores, mask, opts && opts->causal,
-                                        1.0 / sqrt((double)m->head_dim));
-    if (opts && opts->attn_weights) *opts->attn_weights = attn;
-    attn = nb_dropout_forward(m->dropout, attn);
-    nb_tensor *ctx = nb_transpose(nb_matmul(attn, v), 1, 2); /* [B, T_q, H, hd] */
-    ctx = nb_view(nb_contiguous(ctx), NB_SHAPE(B, Tq, m->d_out));
+    nb_tensor *q = nb_linear_forward(m->W_query, q_in);  /* [B, T_q, d_out] */
+    nb_tensor *k = nb_linear_forward(m->W_key, kv_in);   /* [B, T_k, d_out] */
+    nb_tensor *v = nb_linear_forward(m->W_value, kv_in); /* [B, T_k, d_out] */
+    const bool causal = opts && opts->causal;
+    const double scale = 1.0 / sqrt((double)m->head_dim);
+    nb_tensor *ctx;
+    if (!(opts && opts->attn_weights) && !(m->dropout->base.training && m->dropout->p > 0)) {
+        /* Nobody needs the weights as a tensor: the fused op computes the same heads with one
+         * node and no transposed copies. */
+        ctx = nb_f_attention(q, k, v, m->num_heads, mask, causal, scale);
+    } else {
+        q = split_heads(m, q);                                     /* [B, H, T_q, hd] */
+        k = split_heads(m, k);                                     /* [B, H, T_k, hd] */
+        v = split_heads(m, v);                                     /* [B, H, T_k, hd] */
+        nb_tensor *scores = nb_matmul(q, nb_transpose(k, -2, -1)); /* [B, H, T_q, T_k] */
+        /* Scale, mask and softmax in one fused op: softmax(scores / sqrt(hd)) over the keys. */
+        nb_tensor *attn = nb_masked_softmax(scores, mask, causal, scale);
+        if (opts && opts->attn_weights) *opts->attn_weights = attn;
+        attn = nb_dropout_forward(m->dropout, attn);
+        ctx = nb_transpose(nb_matmul(attn, v), 1, 2); /* [B, T_q, H, hd] */
+        ctx = nb_view(nb_contiguous(ctx), NB_SHAPE(B, Tq, m->d_out));
+    }
     return nb_linear_forward(m->out_proj, ctx);
 }
 

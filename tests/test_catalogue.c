@@ -12,6 +12,7 @@ NBCAT_FAMILY(elementwise)
 NBCAT_FAMILY(reduce)
 NBCAT_FAMILY(matmul)
 NBCAT_FAMILY(softmax)
+NBCAT_FAMILY(attention)
 NBCAT_FAMILY(layers)
 
 typedef struct {
@@ -25,6 +26,7 @@ static const family families[] = {
     {nbcat_reduce, &nbcat_reduce_count},
     {nbcat_matmul, &nbcat_matmul_count},
     {nbcat_softmax, &nbcat_softmax_count},
+    {nbcat_attention, &nbcat_attention_count},
     {nbcat_layers, &nbcat_layers_count},
 };
 

@@ -91,6 +91,16 @@ nb_tensor *nb_masked_fill(const nb_tensor *a, const nb_tensor *mask, double valu
 nb_tensor *nb_masked_softmax(const nb_tensor *a, const nb_tensor *mask, bool causal,
                              double scale);
 
+/* Multi-head scaled dot-product attention as one op: q [B, T_q, D], k and v [B, T_k, D],
+ * D = num_heads * head_dim, head h reading columns [h * head_dim, (h + 1) * head_dim).
+ * Returns [B, T_q, D] (new, in the current scope): for every head
+ * nb_masked_softmax(q_h k_h^T, mask, causal, scale) v_h, heads side by side. That is what
+ * split heads -> matmul -> masked softmax -> matmul -> merge heads computes, in one node
+ * and without transposed copies. mask: NB_BOOL broadcast to [B, num_heads, T_q, T_k],
+ * true = blocked, or NULL. Fully blocked rows give zeros and zero gradient. */
+nb_tensor *nb_f_attention(const nb_tensor *q, const nb_tensor *k, const nb_tensor *v,
+                          int64_t num_heads, const nb_tensor *mask, bool causal, double scale);
+
 /* ---- Losses ----------------------------------------------------------------------------- */
 typedef enum { NB_REDUCE_MEAN = 0, NB_REDUCE_SUM = 1, NB_REDUCE_NONE = 2 } nb_reduction;
 /* logits [..., C]; target NB_I64 [...] of class indices in [0, C). Entries equal to

@@ -1,0 +1,214 @@
+/* nb_f_attention: multi-head scaled dot-product attention as one op.
+ *
+ * The tutorials' MultiHeadAttention splits heads with view + transpose, multiplies, applies
+ * the masked softmax, multiplies again and merges heads with contiguous().view: about a dozen
+ * nodes and two transposed copies per call. Here each (batch, head) pair reads its columns of
+ * q, k and v in place (a head is a [T, head_dim] matrix whose rows are D apart), so the GEMMs
+ * need no copies, the context is written straight into its merged [B, T, D] place, and the
+ * graph has one node. The probabilities are kept for backward (they are also what
+ * need_weights would show).
+ *
+ * Per pair, with P = softmax(scale * Q K^T) (masked) and G the context's gradient:
+ *   forward   S = Q K^T, P = masked softmax rows of S (in place), ctx = P V
+ *   backward  dP = G V^T, dS = scale * P * (dP - rowsum(P * dP)) (in place),
+ *             dQ = dS K, dK = dS^T Q, dV = P^T G
+ * Pairs are independent and each is computed the same way on any thread, so results are
+ * bitwise identical for any thread count. The softmax rows are the masked softmax's own
+ * kernels (softmax_rows.h), so a fully blocked row gives zeros and zero gradient here too. */
+#include "node.h"
+#include "softmax_rows.h"
+#include "../tensor/gemm.h"
+
+#include <string.h>
+
+/* One call's layout. Element strides; q, k, v have unit stride along D. */
+typedef struct {
+    nb_dtype dtype;
+    int64_t B, H, Tq, Tk, hd;
+    const char *q, *k, *v;
+    int64_t q_batch, q_row, k_batch, k_row, v_batch, v_row;
+    char *probs; /* [B, H, Tq, Tk] contiguous */
+    softmax_plan plan;
+    char *ctx;                     /* forward output [B, Tq, D] contiguous */
+    int64_t mask_batch, mask_head; /* the mask's strides along B and H (0 when broadcast) */
+    /* backward only */
+    const char *grad;   /* context gradient [B, Tq, D] contiguous */
+    char *dscores;      /* [B, H, Tq, Tk] scratch */
+    char *dq, *dk, *dv; /* [B, T, D] contiguous, or NULL when not needed */
+} attention_job;
+
+/* Element offset of head h of batch b in a [B, T, D] tensor with the given strides. */
+static int64_t head_at(const attention_job *j, int64_t pair, int64_t batch_stride) {
+    return (pair / j->H) * batch_stride + (pair % j->H) * j->hd;
+}
+
+/* Row-major GEMM on one dtype, always on the calling thread's share (inside the parallel
+ * region the GEMM never splits further). */
+static void gemm(nb_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const char *A,
+                 int64_t lda, const char *B, int64_t ldb, char *C, int64_t ldc) {
+    if (dt == NB_F32)
+        nbt_sgemm(ta, tb, M, N, K, 1.0f, (const float *)A, lda, (const float *)B, ldb, 0.0f,
+                  (float *)C, ldc);
+    else
+        nbt_dgemm(ta, tb, M, N, K, 1.0, (const double *)A, lda, (const double *)B, ldb, 0.0,
+                  (double *)C, ldc);
+}
+
+static void attention_forward_pairs(int64_t begin, int64_t end, void *vjob) {
+    const attention_job *j = vjob;
+    const size_t es = nbt_esize(j->dtype);
+    const int64_t D = j->H * j->hd, tile = j->Tq * j->Tk;
+    for (int64_t p = begin; p < end; p++) {
+        const char *q = j->q + es * (size_t)head_at(j, p, j->q_batch);
+        const char *k = j->k + es * (size_t)head_at(j, p, j->k_batch);
+        const char *v = j->v + es * (size_t)head_at(j, p, j->v_batch);
+        char *probs = j->probs + es * (size_t)(p * tile);
+        char *ctx = j->ctx + es * (size_t)((p / j->H) * j->Tq * D + (p % j->H) * j->hd);
+        gemm(j->dtype, false, true, j->Tq, j->Tk, j->hd, q, j->q_row, k, j->k_row, probs, j->Tk);
+        softmax_plan plan = j->plan;
+        if (plan.mask) plan.mask += (p / j->H) * j->mask_batch + (p % j->H) * j->mask_head;
+        bool short_rows = plan.n <= NBA_SHORT_ROW;
+        if (j->dtype == NB_F32) {
+            float *s = (float *)probs;
+            short_rows ? softmax_short_rows_f32(&plan, s, s) : softmax_rows_f32(&plan, s, s);
+        } else {
+            double *s = (double *)probs;
+            short_rows ? softmax_short_rows_f64(&plan, s, s) : softmax_rows_f64(&plan, s, s);
+        }
+        gemm(j->dtype, false, false, j->Tq, j->hd, j->Tk, probs, j->Tk, v, j->v_row, ctx, D);
+    }
+}
+
+static void attention_backward_pairs(int64_t begin, int64_t end, void *vjob) {
+    const attention_job *j = vjob;
+    const size_t es = nbt_esize(j->dtype);
+    const int64_t D = j->H * j->hd, tile = j->Tq * j->Tk;
+    for (int64_t p = begin; p < end; p++) {
+        const char *q = j->q + es * (size_t)head_at(j, p, j->q_batch);
+        const char *k = j->k + es * (size_t)head_at(j, p, j->k_batch);
+        const char *v = j->v + es * (size_t)head_at(j, p, j->v_batch);
+        const char *probs = j->probs + es * (size_t)(p * tile);
+        char *ds = j->dscores + es * (size_t)(p * tile);
+        const int64_t at_q = (p / j->H) * j->Tq * D + (p % j->H) * j->hd;
+        const int64_t at_k = (p / j->H) * j->Tk * D + (p % j->H) * j->hd;
+        const char *g = j->grad + es * (size_t)at_q;
+        if (j->dv) /* dV = P^T G */
+            gemm(j->dtype, true, false, j->Tk, j->hd, j->Tq, probs, j->Tk, g, D,
+                 j->dv + es * (size_t)at_k, D);
+        if (!j->dq && !j->dk) continue;
+        gemm(j->dtype, false, true, j->Tq, j->Tk, j->hd, g, D, v, j->v_row, ds, j->Tk); /* dP */
+        if (j->dtype == NB_F32)
+            softmax_backward_rows_f32(j->Tq, j->Tk, j->plan.scale, (const float *)probs,
+                                      (const float *)ds, (float *)ds);
+        else
+            softmax_backward_rows_f64(j->Tq, j->Tk, j->plan.scale, (const double *)probs,
+                                      (const double *)ds, (double *)ds);
+        if (j->dq) /* dQ = dS K */
+            gemm(j->dtype, false, false, j->Tq, j->hd, j->Tk, ds, j->Tk, k, j->k_row,
+                 j->dq + es * (size_t)at_q, D);
+        if (j->dk) /* dK = dS^T Q */
+            gemm(j->dtype, true, false, j->Tk, j->hd, j->Tq, ds, j->Tk, q, j->q_row,
+                 j->dk + es * (size_t)at_k, D);
+    }
+}
+
+/* Pairs per thread: at least ~64k multiply-adds each, so tiny calls stay on one thread. */
+static int64_t pair_grain(const attention_job *j) {
+    int64_t work = j->Tq * j->Tk * j->hd;
+    return 65536 / (work > 0 ? work : 1) + 1;
+}
+
+/* Fills the layout part of a job from q, k, v (unit stride along D) and saved probs. */
+static void job_layout(attention_job *j, const nb_tensor *q, const nb_tensor *k, const nb_tensor *v,
+                       int64_t H) {
+    j->dtype = q->dtype;
+    j->B = q->shape[0], j->H = H, j->Tq = q->shape[1], j->Tk = k->shape[1];
+    j->hd = q->shape[2] / H;
+    j->q = nbt_ptr(q), j->k = nbt_ptr(k), j->v = nbt_ptr(v);
+    j->q_batch = q->strides[0], j->q_row = q->strides[1];
+    j->k_batch = k->strides[0], j->k_row = k->strides[1];
+    j->v_batch = v->strides[0], j->v_row = v->strides[1];
+}
+
+/* saved[0]: probabilities [B, H, Tq, Tk]; saved[1..3]: q, k, v as read (unit stride along D);
+ * f[0]: scale; i[0]: heads. */
+static void attention_backward(nb_node *n, const nb_tensor *gout) {
+    const nb_tensor *q = n->saved[1], *k = n->saved[2], *v = n->saved[3];
+    attention_job j = {0};
+    job_layout(&j, q, k, v, n->i[0]);
+    j.plan.scale = n->f[0];
+    j.probs = nbt_ptr(n->saved[0]);
+    nb_tensor *g = nbt_contiguous(gout);
+    nb_tensor *ds = nbt_new("backward", q->dtype, 4, n->saved[0]->shape);
+    nb_tensor *dq = nba_input_needs_grad(n, 0) ? nbt_new("backward", q->dtype, 3, q->shape) : NULL;
+    nb_tensor *dk = nba_input_needs_grad(n, 1) ? nbt_new("backward", k->dtype, 3, k->shape) : NULL;
+    nb_tensor *dv = nba_input_needs_grad(n, 2) ? nbt_new("backward", v->dtype, 3, v->shape) : NULL;
+    if (!g || !ds || (nba_input_needs_grad(n, 0) && !dq) || (nba_input_needs_grad(n, 1) && !dk) ||
+        (nba_input_needs_grad(n, 2) && !dv))
+        return;
+    j.grad = nbt_ptr(g), j.dscores = nbt_ptr(ds);
+    j.dq = dq ? nbt_ptr(dq) : NULL, j.dk = dk ? nbt_ptr(dk) : NULL, j.dv = dv ? nbt_ptr(dv) : NULL;
+    nbt_parallel_ranges(j.B * j.H, pair_grain(&j), attention_backward_pairs, &j);
+    if (dq) nba_accumulate(n, 0, dq);
+    if (dk) nba_accumulate(n, 1, dk);
+    if (dv) nba_accumulate(n, 2, dv);
+}
+
+/* t itself when its last dim has unit stride (the GEMMs read it in place), else a copy. */
+static const nb_tensor *unit_stride_rows(const nb_tensor *t) {
+    if (t->strides[2] == 1 || t->shape[2] == 1) return t;
+    return nbt_contiguous_as(t, t->dtype);
+}
+
+nb_tensor *nb_f_attention(const nb_tensor *q, const nb_tensor *k, const nb_tensor *v,
+                          int64_t num_heads, const nb_tensor *mask, bool causal, double scale) {
+    const char *op = "attention";
+    if (!nba_check_inputs(op, 3, (const nb_tensor *[]){q, k, v})) return NULL;
+    if (!nba_check_same_float(op, q, k) || !nba_check_same_float(op, q, v)) return NULL;
+    if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3 || k->shape[0] != q->shape[0] ||
+        k->shape[2] != q->shape[2] || !nb_same_shape(k, v))
+        return nbt_error(op, "expected q [B, T_q, D] and k, v [B, T_k, D], got q %s, k %s, v %s",
+                         nbt_shape(q), nbt_shape(k), nbt_shape(v));
+    if (num_heads <= 0 || q->shape[2] % num_heads != 0)
+        return nbt_error(op, "num_heads %lld must be positive and divide D = %lld (q %s)",
+                         (long long)num_heads, (long long)q->shape[2], nbt_shape(q));
+    const int64_t B = q->shape[0], Tq = q->shape[1], Tk = k->shape[1];
+    const int64_t scores_shape[4] = {B, num_heads, Tq, Tk};
+    if (mask && !nba_check_mask(op, mask, 4, scores_shape, "the scores'")) return NULL;
+
+    const nb_tensor *qr = unit_stride_rows(q), *kr = unit_stride_rows(k), *vr = unit_stride_rows(v);
+    nb_tensor *probs = nbt_new(op, q->dtype, 4, scores_shape);
+    nb_tensor *out = nbt_new(op, q->dtype, 3, q->shape);
+    if (!qr || !kr || !vr || !probs || !out) return NULL;
+
+    attention_job j = {0};
+    job_layout(&j, qr, kr, vr, num_heads);
+    j.probs = nbt_ptr(probs);
+    j.ctx = nbt_ptr(out);
+    j.plan = (softmax_plan){.rows = Tq,
+                            .n = Tk,
+                            .scale = scale,
+                            .causal = causal,
+                            .queries = Tq,
+                            .zero_blocked_rows = true};
+    if (mask) {
+        int64_t strides[4];
+        nbt_broadcast_strides(mask, 4, scores_shape, strides);
+        j.plan.mask = (const uint8_t *)nbt_ptr(mask);
+        j.mask_batch = strides[0], j.mask_head = strides[1];
+        j.plan.mask_step = strides[3];
+        j.plan.mask_rows.nd = 1;
+        j.plan.mask_rows.shape[0] = Tq;
+        j.plan.mask_rows.stride[0] = strides[2];
+    }
+    nbt_parallel_ranges(B * num_heads, pair_grain(&j), attention_forward_pairs, &j);
+
+    nb_node *n = nba_record(op, out, 3, (const nb_tensor *[]){q, k, v}, attention_backward);
+    if (n) {
+        n->saved[0] = probs;
+        n->saved[1] = (nb_tensor *)qr, n->saved[2] = (nb_tensor *)kr, n->saved[3] = (nb_tensor *)vr;
+        n->f[0] = scale;
+        n->i[0] = num_heads;
+    }
+    return out;
+}

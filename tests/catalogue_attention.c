@@ -1,0 +1,77 @@
+/* Catalogue entries for the fused multi-head attention (nb_f_attention): self and cross
+ * attention, causal and masked, fully blocked rows, inputs read in place through strides
+ * (a narrowed row stride, a broadcast batch), inputs that must be copied (transposed,
+ * sliced), one tensor used as q, k and v, and a constant v. */
+#include "catalogue.h"
+
+#define U8(...) ((const uint8_t[]){__VA_ARGS__})
+#define MASK(...) nb_from_array(NB_BOOL, __VA_ARGS__)
+
+/* q, k, v [2, 3, 4], 2 heads of 2, causal. */
+static nb_tensor *f_causal(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_f_attention(in[0], in[1], in[2], 2, NULL, true, 0.5);
+}
+/* q [2, 3, 4], k and v [2, 5, 4], one head, causal over a non-square score matrix. */
+static nb_tensor *f_cross_causal(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_f_attention(in[0], in[1], in[2], 1, NULL, true, 0.7);
+}
+/* Key padding [2, 1, 1, 5]: batch 1 pads its last two keys. */
+static nb_tensor *f_padding(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *pad = MASK(NB_SHAPE(2, 1, 1, 5), U8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1));
+    return nb_f_attention(in[0], in[1], in[2], 2, pad, false, 0.6);
+}
+/* An attention mask [3, 3] that blocks all of query row 1 (zeros, zero gradient) plus causal. */
+static nb_tensor *f_blocked_row(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *mask = MASK(NB_SHAPE(3, 3), U8(0, 0, 1, 1, 1, 1, 0, 1, 0));
+    return nb_f_attention(in[0], in[1], in[2], 2, mask, true, 1.0);
+}
+/* A per-head mask [1, 2, 1, 3]: head 0 blocks key 2, head 1 blocks key 0. */
+static nb_tensor *f_head_mask(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *mask = MASK(NB_SHAPE(1, 2, 1, 3), U8(0, 0, 1, 1, 0, 0));
+    return nb_f_attention(in[0], in[1], in[2], 2, mask, false, 0.8);
+}
+/* Self-attention of one tensor: q, k and v gradients all land on the same leaf. */
+static nb_tensor *f_self(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_f_attention(in[0], in[0], in[0], 2, NULL, true, 0.5);
+}
+/* Rows read in place with a row stride of 8: q is every other row of a [2, 6, 4] leaf. */
+static nb_tensor *f_strided_rows(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *q = nb_view(in[0], NB_SHAPE(2, 3, 8));
+    q = nb_narrow(q, 2, 0, 4); /* [2, 3, 4], rows 8 apart, unit stride along D */
+    return nb_f_attention(q, in[1], in[2], 2, NULL, true, 0.5);
+}
+/* k and v broadcast over the batch (batch stride 0): their gradients sum over it. */
+static nb_tensor *f_broadcast_kv(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *k = nb_expand(in[1], NB_SHAPE(2, 4, 4));
+    nb_tensor *v = nb_expand(in[2], NB_SHAPE(2, 4, 4));
+    return nb_f_attention(in[0], k, v, 2, NULL, false, 0.5);
+}
+
+/* clang-format off */
+const nbcat_entry nbcat_attention[] = {
+    {"attention causal, q k v [2,3,4], 2 heads", f_causal, 3, {IN(2, 3, 4), IN(2, 3, 4), IN(2, 3, 4)}, NULL},
+    {"attention causal cross q [2,3,4] kv [2,5,4], 1 head", f_cross_causal, 3,
+     {IN(2, 3, 4), IN(2, 5, 4), IN(2, 5, 4)}, NULL},
+    {"attention key padding [2,1,1,5]", f_padding, 3, {IN(2, 3, 4), IN(2, 5, 4), IN(2, 5, 4)}, NULL},
+    {"attention mask [3,3] with a fully blocked row", f_blocked_row, 3,
+     {IN(2, 3, 4), IN(2, 3, 4), IN(2, 3, 4)}, NULL},
+    {"attention per-head mask [1,2,1,3]", f_head_mask, 3, {IN(1, 3, 4), IN(1, 3, 4), IN(1, 3, 4)}, NULL},
+    {"attention transposed q, sliced k and v (copied)", f_causal, 3,
+     {IN_T(2, 3, 4), IN_S(2, 3, 4), IN_S(2, 3, 4)}, NULL},
+    {"attention of one tensor as q, k and v", f_self, 1, {IN(2, 3, 4)}, NULL},
+    {"attention q rows read in place with row stride 8", f_strided_rows, 3,
+     {IN(2, 6, 4), IN(2, 3, 4), IN(2, 3, 4)}, NULL},
+    {"attention k v [1,4,4] broadcast over batch 2", f_broadcast_kv, 3,
+     {IN(2, 3, 4), IN(1, 4, 4), IN(1, 4, 4)}, NULL},
+    {"attention with a constant v", f_causal, 3, {IN(2, 3, 4), IN(2, 3, 4), IN_C(2, 3, 4)}, NULL},
+};
+/* clang-format on */
+const int nbcat_attention_count = sizeof nbcat_attention / sizeof nbcat_attention[0];

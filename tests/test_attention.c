@@ -1,0 +1,123 @@
+/* nb_f_attention: by hand, against the composed ops it replaces (split heads, matmul, masked
+ * softmax, matmul, merge heads) on values and gradients, and its errors. */
+#include "harness.h"
+
+/* The tutorials' composition, op by op: the reference the fused op must reproduce. */
+static nb_tensor *composed(const nb_tensor *q, const nb_tensor *k, const nb_tensor *v, int64_t H,
+                           const nb_tensor *mask, bool causal, double scale) {
+    int64_t B = q->shape[0], Tq = q->shape[1], Tk = k->shape[1], D = q->shape[2];
+    nb_tensor *qh = nb_transpose(nb_view(q, NB_SHAPE(B, Tq, H, D / H)), 1, 2);
+    nb_tensor *kh = nb_transpose(nb_view(k, NB_SHAPE(B, Tk, H, D / H)), 1, 2);
+    nb_tensor *vh = nb_transpose(nb_view(v, NB_SHAPE(B, Tk, H, D / H)), 1, 2);
+    nb_tensor *p = nb_masked_softmax(nb_matmul(qh, nb_transpose(kh, -2, -1)), mask, causal, scale);
+    nb_tensor *ctx = nb_transpose(nb_matmul(p, vh), 1, 2);
+    return nb_view(nb_contiguous(ctx), NB_SHAPE(B, Tq, D));
+}
+
+typedef struct {
+    nb_tensor *out, *dq, *dk, *dv;
+} result;
+
+/* Output and input gradients of sum(out * w) for fresh leaves with the given values. */
+static result run(bool fused, const nb_tensor *q0, const nb_tensor *k0, const nb_tensor *v0,
+                  const nb_tensor *w, int64_t H, const nb_tensor *mask, bool causal, double scale) {
+    nb_tensor *q = nb_requires_grad_(nb_clone(q0), true),
+              *k = nb_requires_grad_(nb_clone(k0), true);
+    nb_tensor *v = nb_requires_grad_(nb_clone(v0), true);
+    nb_tensor *out = fused ? nb_f_attention(q, k, v, H, mask, causal, scale)
+                           : composed(q, k, v, H, mask, causal, scale);
+    CU_ASSERT_FATAL(out != NULL);
+    CU_ASSERT_TRUE(nb_backward(nb_sum(nb_mul(out, w)), NULL));
+    return (result){nb_detach(out), q->grad, k->grad, v->grad};
+}
+
+static void check_against_composed(nb_dtype dt, int64_t B, int64_t Tq, int64_t Tk, int64_t D,
+                                   int64_t H, const nb_tensor *mask, bool causal, double tol) {
+    nb_rng rng;
+    nb_rng_seed(&rng, (uint64_t)(B * 1000 + Tq * 10 + Tk));
+    nb_tensor *q = nb_randn(&rng, dt, NB_SHAPE(B, Tq, D));
+    nb_tensor *k = nb_randn(&rng, dt, NB_SHAPE(B, Tk, D));
+    nb_tensor *v = nb_randn(&rng, dt, NB_SHAPE(B, Tk, D));
+    nb_tensor *w = nb_randn(&rng, dt, NB_SHAPE(B, Tq, D));
+    double scale = 1.0 / sqrt((double)(D / H));
+    result a = run(true, q, k, v, w, H, mask, causal, scale);
+    result b = run(false, q, k, v, w, H, mask, causal, scale);
+    NBT_ASSERT_CLOSE(a.out, b.out, tol, tol);
+    NBT_ASSERT_CLOSE(a.dq, b.dq, tol, tol);
+    NBT_ASSERT_CLOSE(a.dk, b.dk, tol, tol);
+    NBT_ASSERT_CLOSE(a.dv, b.dv, tol, tol);
+}
+
+/* One head, scale 1: q = [1, 0] against keys [1, 0] and [0, 1] scores 1 and 0, so the weights
+ * are e/(e+1) and 1/(e+1) and the context mixes the value rows [1, 2] and [3, 4]. */
+static void test_by_hand(void) {
+    nb_tensor *q = nb_from_array(NB_F64, NB_SHAPE(1, 1, 2), (const double[]){1, 0});
+    nb_tensor *k = nb_from_array(NB_F64, NB_SHAPE(1, 2, 2), (const double[]){1, 0, 0, 1});
+    nb_tensor *v = nb_from_array(NB_F64, NB_SHAPE(1, 2, 2), (const double[]){1, 2, 3, 4});
+    double e = exp(1.0), p0 = e / (e + 1), p1 = 1 / (e + 1);
+    nb_tensor *out = nb_f_attention(q, k, v, 1, NULL, false, 1.0);
+    NBT_ASSERT_SHAPE(out, 1, 1, 2);
+    NBT_ASSERT_VALUES(out, 1e-15, p0 * 1 + p1 * 3, p0 * 2 + p1 * 4);
+    /* Two heads of width 1 over the same numbers: head 0 sees q 1 against keys 1 and 0, head 1
+     * sees q 0 (uniform weights); causal blocks key 1 for query 0, so both heads take row 0. */
+    out = nb_f_attention(q, k, v, 2, NULL, false, 1.0);
+    NBT_ASSERT_VALUES(out, 1e-15, p0 * 1 + p1 * 3, 0.5 * 2 + 0.5 * 4);
+    out = nb_f_attention(q, k, v, 2, NULL, true, 1.0);
+    NBT_ASSERT_VALUES(out, 1e-15, 1, 2);
+}
+
+/* Causal self-attention with key padding (batch 2 fully padded: its rows give zeros). */
+static void test_matches_composed_masked(void) {
+    int64_t B = 3, T = 5;
+    uint8_t pad[3 * 5] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1};
+    nb_tensor *mask = nb_from_array(NB_BOOL, NB_SHAPE(B, 1, 1, T), pad);
+    check_against_composed(NB_F64, B, T, T, 8, 2, mask, true, 1e-12);
+    check_against_composed(NB_F32, B, T, T, 8, 2, mask, true, 2e-5);
+}
+
+/* Cross attention with an attention mask [T_q, T_k]; long rows (T_k > 32) take the row-by-row
+ * softmax, and 32 (batch, head) pairs of real work may be split across threads. */
+static void test_matches_composed_long_rows(void) {
+    uint8_t am[6 * 40];
+    for (int i = 0; i < 6 * 40; i++) am[i] = (uint8_t)(i % 7 == 3);
+    nb_tensor *mask = nb_from_array(NB_BOOL, NB_SHAPE(6, 40), am);
+    check_against_composed(NB_F64, 4, 6, 40, 64, 8, mask, false, 1e-12);
+    check_against_composed(NB_F32, 4, 6, 40, 64, 8, NULL, true, 2e-5);
+    check_against_composed(NB_F32, 2, 48, 48, 64, 4, NULL, true, 2e-5);
+}
+
+static void test_bad_input(void) {
+    nb_tensor *x = nb_zeros(NB_F32, NB_SHAPE(2, 3, 4));
+    nb_tensor *kv = nb_zeros(NB_F32, NB_SHAPE(2, 5, 4));
+    CU_ASSERT_PTR_NULL(nb_f_attention(x, nb_zeros(NB_F32, NB_SHAPE(2, 5, 6)), kv, 2, NULL, 0, 1));
+    NBT_ASSERT_ERROR("attention: expected q [B, T_q, D] and k, v [B, T_k, D], got q [2, 3, 4], k "
+                     "[2, 5, 6], v [2, 5, 4]");
+    CU_ASSERT_PTR_NULL(nb_f_attention(nb_zeros(NB_F32, NB_SHAPE(3, 4)), kv, kv, 2, NULL, 0, 1));
+    NBT_ASSERT_ERROR("attention: expected q [B, T_q, D]");
+    CU_ASSERT_PTR_NULL(nb_f_attention(x, kv, kv, 3, NULL, false, 1));
+    NBT_ASSERT_ERROR("attention: num_heads 3 must be positive and divide D = 4 (q [2, 3, 4])");
+    CU_ASSERT_PTR_NULL(nb_f_attention(x, kv, kv, 0, NULL, false, 1));
+    NBT_ASSERT_ERROR("attention: num_heads 0 must be positive");
+    CU_ASSERT_PTR_NULL(nb_f_attention(x, nb_zeros(NB_F64, NB_SHAPE(2, 5, 4)), kv, 2, NULL, 0, 1));
+    NBT_ASSERT_ERROR("attention");
+    CU_ASSERT_PTR_NULL(nb_f_attention(x, kv, kv, 2, nb_zeros(NB_BOOL, NB_SHAPE(3, 3)), false, 1));
+    NBT_ASSERT_ERROR("attention: mask of shape [3, 3] does not broadcast to the scores' shape "
+                     "[2, 2, 3, 5]");
+    CU_ASSERT_PTR_NULL(nb_f_attention(x, kv, kv, 2, nb_zeros(NB_F32, NB_SHAPE(5)), false, 1));
+    NBT_ASSERT_ERROR("attention: mask must be bool, got float32");
+    nb_clear_error(); /* a NULL input keeps an earlier error: the NULL came from it */
+    CU_ASSERT_PTR_NULL(nb_f_attention(x, NULL, kv, 2, NULL, false, 1));
+    NBT_ASSERT_ERROR("attention: input 1 is NULL");
+}
+
+int main(void) {
+    const nbtest_case cases[] = {
+        {"one and two heads by hand", test_by_hand},
+        {"matches the composed ops: causal + key padding, f32 and f64",
+         test_matches_composed_masked},
+        {"matches the composed ops: long rows, cross attention, attention mask",
+         test_matches_composed_long_rows},
+        {"bad input is an error naming op and shapes", test_bad_input},
+    };
+    return nbtest_run("attention", cases, sizeof cases / sizeof cases[0]);
+}
