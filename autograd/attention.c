@@ -19,6 +19,7 @@
 #include "softmax_rows.h"
 #include "../tensor/gemm.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* One call's layout. Element strides; q, k, v have unit stride along D. */
@@ -35,6 +36,7 @@ typedef struct {
     const char *grad;   /* context gradient [B, Tq, D] contiguous */
     char *dscores;      /* [B, H, Tq, Tk] scratch */
     char *dq, *dk, *dv; /* [B, T, D] contiguous, or NULL when not needed */
+    bool small;         /* heads small enough for the rows kernel (small_heads) */
 } attention_job;
 
 /* Element offset of head h of batch b in a [B, T, D] tensor with the given strides. */
@@ -42,15 +44,38 @@ static int64_t head_at(const attention_job *j, int64_t pair, int64_t batch_strid
     return (pair / j->H) * batch_stride + (pair % j->H) * j->hd;
 }
 
-/* Row-major GEMM on one dtype, always on the calling thread's share (inside the parallel
- * region the GEMM never splits further). */
-static void gemm(nb_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const char *A,
-                 int64_t lda, const char *B, int64_t ldb, char *C, int64_t ldc) {
-    if (dt == NB_F32)
-        nbt_sgemm(ta, tb, M, N, K, 1.0f, (const float *)A, lda, (const float *)B, ldb, 0.0f,
-                  (float *)C, ldc);
+/* Heads whose score tile takes at most this many multiply-adds go straight to the rows
+ * kernel (nbt_*gemm_rows): a tiny product then costs a call, not a path choice and a
+ * workspace. Either way every element comes out bit for bit the same (see gemm.h). */
+#define SMALL_HEAD (64 * 64 * 64)
+
+static bool small_heads(const attention_job *j) {
+    return j->Tq * j->Tk * j->hd <= SMALL_HEAD && !getenv("NB_ATTN_GEMM");
+}
+
+/* C = alpha A op(B) on the calling thread: A's element (i, k) at A[i*a_rs + k*a_cs], B read
+ * along its rows (ldb), or across them with trans_b; C rows ldc apart. Inside the parallel
+ * region the GEMM never splits further. */
+static void mul(const attention_job *j, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+                const char *A, int64_t a_rs, int64_t a_cs, const char *B, int64_t ldb, char *C,
+                int64_t ldc) {
+    bool f32 = j->dtype == NB_F32;
+    if (j->small) {
+        if (f32)
+            nbt_sgemm_rows(trans_b, M, N, K, (float)alpha, (const float *)A, a_rs, a_cs,
+                           (const float *)B, ldb, 0.0f, (float *)C, ldc);
+        else
+            nbt_dgemm_rows(trans_b, M, N, K, alpha, (const double *)A, a_rs, a_cs,
+                           (const double *)B, ldb, 0.0, (double *)C, ldc);
+        return;
+    }
+    bool ta = a_cs != 1;
+    int64_t lda = ta ? a_cs : a_rs;
+    if (f32)
+        nbt_sgemm(ta, trans_b, M, N, K, (float)alpha, (const float *)A, lda, (const float *)B, ldb,
+                  0.0f, (float *)C, ldc);
     else
-        nbt_dgemm(ta, tb, M, N, K, 1.0, (const double *)A, lda, (const double *)B, ldb, 0.0,
+        nbt_dgemm(ta, trans_b, M, N, K, alpha, (const double *)A, lda, (const double *)B, ldb, 0.0,
                   (double *)C, ldc);
 }
 
@@ -64,8 +89,11 @@ static void attention_forward_pairs(int64_t begin, int64_t end, void *vjob) {
         const char *v = j->v + es * (size_t)head_at(j, p, j->v_batch);
         char *probs = j->probs + es * (size_t)(p * tile);
         char *ctx = j->ctx + es * (size_t)((p / j->H) * j->Tq * D + (p % j->H) * j->hd);
-        gemm(j->dtype, false, true, j->Tq, j->Tk, j->hd, q, j->q_row, k, j->k_row, probs, j->Tk);
+        /* S = scale Q K^T: the product's alpha rounds scale * sum exactly as the softmax's own
+         * scaling would, so the plan's scale is 1. */
+        mul(j, true, j->Tq, j->Tk, j->hd, j->plan.scale, q, j->q_row, 1, k, j->k_row, probs, j->Tk);
         softmax_plan plan = j->plan;
+        plan.scale = 1.0;
         if (plan.mask) plan.mask += (p / j->H) * j->mask_batch + (p % j->H) * j->mask_head;
         bool short_rows = plan.n <= NBA_SHORT_ROW;
         if (j->dtype == NB_F32) {
@@ -75,7 +103,7 @@ static void attention_forward_pairs(int64_t begin, int64_t end, void *vjob) {
             double *s = (double *)probs;
             short_rows ? softmax_short_rows_f64(&plan, s, s) : softmax_rows_f64(&plan, s, s);
         }
-        gemm(j->dtype, false, false, j->Tq, j->hd, j->Tk, probs, j->Tk, v, j->v_row, ctx, D);
+        mul(j, false, j->Tq, j->hd, j->Tk, 1.0, probs, j->Tk, 1, v, j->v_row, ctx, D); /* P V */
     }
 }
 
@@ -93,10 +121,10 @@ static void attention_backward_pairs(int64_t begin, int64_t end, void *vjob) {
         const int64_t at_k = (p / j->H) * j->Tk * D + (p % j->H) * j->hd;
         const char *g = j->grad + es * (size_t)at_q;
         if (j->dv) /* dV = P^T G */
-            gemm(j->dtype, true, false, j->Tk, j->hd, j->Tq, probs, j->Tk, g, D,
-                 j->dv + es * (size_t)at_k, D);
+            mul(j, false, j->Tk, j->hd, j->Tq, 1.0, probs, 1, j->Tk, g, D,
+                j->dv + es * (size_t)at_k, D);
         if (!j->dq && !j->dk) continue;
-        gemm(j->dtype, false, true, j->Tq, j->Tk, j->hd, g, D, v, j->v_row, ds, j->Tk); /* dP */
+        mul(j, true, j->Tq, j->Tk, j->hd, 1.0, g, D, 1, v, j->v_row, ds, j->Tk); /* dP = G V^T */
         if (j->dtype == NB_F32)
             softmax_backward_rows_f32(j->Tq, j->Tk, j->plan.scale, (const float *)probs,
                                       (const float *)ds, (float *)ds);
@@ -104,11 +132,11 @@ static void attention_backward_pairs(int64_t begin, int64_t end, void *vjob) {
             softmax_backward_rows_f64(j->Tq, j->Tk, j->plan.scale, (const double *)probs,
                                       (const double *)ds, (double *)ds);
         if (j->dq) /* dQ = dS K */
-            gemm(j->dtype, false, false, j->Tq, j->hd, j->Tk, ds, j->Tk, k, j->k_row,
-                 j->dq + es * (size_t)at_q, D);
+            mul(j, false, j->Tq, j->hd, j->Tk, 1.0, ds, j->Tk, 1, k, j->k_row,
+                j->dq + es * (size_t)at_q, D);
         if (j->dk) /* dK = dS^T Q */
-            gemm(j->dtype, true, false, j->Tk, j->hd, j->Tq, ds, j->Tk, q, j->q_row,
-                 j->dk + es * (size_t)at_k, D);
+            mul(j, false, j->Tk, j->hd, j->Tq, 1.0, ds, 1, j->Tk, q, j->q_row,
+                j->dk + es * (size_t)at_k, D);
     }
 }
 
@@ -128,6 +156,7 @@ static void job_layout(attention_job *j, const nb_tensor *q, const nb_tensor *k,
     j->q_batch = q->strides[0], j->q_row = q->strides[1];
     j->k_batch = k->strides[0], j->k_row = k->strides[1];
     j->v_batch = v->strides[0], j->v_row = v->strides[1];
+    j->small = small_heads(j);
 }
 
 /* saved[0]: probabilities [B, H, Tq, Tk]; saved[1..3]: q, k, v as read (unit stride along D);

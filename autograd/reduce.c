@@ -4,6 +4,7 @@
 #include "node.h"
 #include "../tensor/elementwise_kernels.h"
 #include "../tensor/reduce_kernels.h"
+#include "../tensor/simd.h"
 
 /* node->i layout for sums: i[0..ndim) reduced-dim flags, i[NB_MAX_DIMS] keepdim. f[0] is the
  * scale (1 for sum, 1/count for mean). */
@@ -25,9 +26,35 @@ static nb_tensor *expand_over_reduced(const nb_tensor *g, const nb_tensor *x,
     return nbt_alias(g, x->ndim, x->shape, strides, g->offset);
 }
 
+/* A new contiguous tensor of x's shape and dtype with every element v (exact in x's dtype). */
+static nb_tensor *filled_like(const nb_tensor *x, double v) {
+    nb_tensor *t = nbt_new("backward", x->dtype, x->ndim, x->shape);
+    if (!t) return NULL;
+    int64_t n = nbt_numel(t);
+    if (t->dtype == NB_F32) {
+        float *p = (float *)nbt_ptr(t);
+        const nbt_vf32 vv = nbt_vsplat_f32((float)v);
+        NBT_VFOR(f32, i, n, nbt_vstore_f32(p + i, vv), p[i] = (float)v);
+    } else {
+        double *p = (double *)nbt_ptr(t);
+        const nbt_vf64 vv = nbt_vsplat_f64(v);
+        NBT_VFOR(f64, i, n, nbt_vstore_f64(p + i, vv), p[i] = v);
+    }
+    return t;
+}
+
 static void sum_backward(nb_node *n, const nb_tensor *gout) {
     const nb_tensor *g = n->f[0] == 1 ? gout : nbt_unary(NBT_MUL_SCALAR, gout, n->f[0]);
-    if (g) nba_accumulate(n, 0, expand_over_reduced(g, n->inputs[0], n->i, n->i[KEEPDIM]));
+    if (!g) return;
+    const nb_tensor *x = n->inputs[0];
+    /* A sum down to one number (a loss) hands every element the same gradient. Written out
+     * contiguous, it is read in place by what comes next (a GEMM, a row kernel); as a stride-0
+     * view each of those would copy it first. */
+    if (nbt_numel(g) == 1 && nbt_numel(x) > 1) {
+        nba_accumulate(n, 0, filled_like(x, nbt_get_linear(g, 0)));
+        return;
+    }
+    nba_accumulate(n, 0, expand_over_reduced(g, x, n->i, n->i[KEEPDIM]));
 }
 
 /* Shared by the four public sums. name is for errors, record for the node. */

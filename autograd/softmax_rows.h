@@ -55,11 +55,12 @@ typedef struct {
     }                                                                                              \
     static inline void softmax_rows_##SUF(const softmax_plan *p, const T *x, T *y) {               \
         row_cursor mask_rows = p->mask_rows;                                                       \
+        int64_t query = p->causal ? p->row0 % p->queries : 0; /* the row's query index */          \
         const T scale = (T)p->scale;                                                               \
         for (int64_t r = 0; r < p->rows; r++, x += p->n, y += p->n) {                              \
             int64_t limit = p->n;                                                                  \
-            if (p->causal && (r + p->row0) % p->queries + 1 < limit)                               \
-                limit = (r + p->row0) % p->queries + 1;                                            \
+            if (p->causal && query + 1 < limit) limit = query + 1;                                 \
+            if (++query == p->queries) query = 0;                                                  \
             if (p->mask) {                                                                         \
                 const uint8_t *m = p->mask + mask_rows.offset;                                     \
                 const int64_t step = p->mask_step;                                                 \
@@ -87,12 +88,13 @@ typedef struct {
      * them 0, and every element sees the same arithmetic as in softmax_rows. */                   \
     static inline void softmax_short_rows_##SUF(const softmax_plan *p, const T *x, T *y) {         \
         row_cursor mask_rows = p->mask_rows;                                                       \
+        int64_t query = p->causal ? p->row0 % p->queries : 0; /* the row's query index */          \
         const T scale = (T)p->scale;                                                               \
         T *row = y;                                                                                \
         for (int64_t r = 0; r < p->rows; r++, x += p->n, row += p->n) {                            \
             int64_t limit = p->n;                                                                  \
-            if (p->causal && (r + p->row0) % p->queries + 1 < limit)                               \
-                limit = (r + p->row0) % p->queries + 1;                                            \
+            if (p->causal && query + 1 < limit) limit = query + 1;                                 \
+            if (++query == p->queries) query = 0;                                                  \
             if (p->mask) {                                                                         \
                 const uint8_t *m = p->mask + mask_rows.offset;                                     \
                 cursor_next(&mask_rows);                                                           \

@@ -324,3 +324,40 @@ bool nbt_dgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
     return gemm_batched_f64(&kernels()->f64, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B,
                             ldb, stride_b, beta, C, ldc, stride_c, batch);
 }
+
+/* Straight to the rows kernel: no path choice, no workspace, no threads, no BLAS. A
+ * transposed B is packed into rows on the stack, ROWS_BT elements (a K x N block) at a time;
+ * a B too deep for that goes through the full GEMM, which sums every element the same way. */
+#define ROWS_BT 4096
+
+#define DEFINE_ROWS_ENTRY(T, SUF, NAME, FULL)                                                      \
+    void NAME(bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t a_rs,    \
+              int64_t a_cs, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {                  \
+        const nbt_gemm_kernels_##SUF *ks = &kernels()->SUF;                                        \
+        if (!trans_b) {                                                                            \
+            ks->rows(M, N, K, A, a_rs, a_cs, B, ldb, C, ldc, 1, alpha, beta);                      \
+            return;                                                                                \
+        }                                                                                          \
+        if (M == 1) { /* as nbt_*gemm's one-row path: dot products with B's rows */                \
+            ks->dots(N, K, A, a_cs, B, ldb, C, 1, alpha, beta);                                    \
+            return;                                                                                \
+        }                                                                                          \
+        if (K > ROWS_BT || K <= 0) {                                                               \
+            bool ta = a_cs != 1;                                                                   \
+            FULL(ta, true, M, N, K, alpha, A, ta ? a_cs : a_rs, B, ldb, beta, C, ldc);             \
+            return;                                                                                \
+        }                                                                                          \
+        T bt[ROWS_BT];                                                                             \
+        int64_t chunk = ROWS_BT / K;                                                               \
+        for (int64_t j0 = 0; j0 < N; j0 += chunk) {                                                \
+            int n = (int)(N - j0 < chunk ? N - j0 : chunk);                                        \
+            if (ks->pack_t)                                                                        \
+                ks->pack_t(B + j0 * ldb, ldb, K, n, n, bt);                                        \
+            else                                                                                   \
+                for (int64_t k = 0; k < K; k++)                                                    \
+                    for (int j = 0; j < n; j++) bt[k * n + j] = B[(j0 + j) * ldb + k];             \
+            ks->rows(M, n, K, A, a_rs, a_cs, bt, n, C + j0, ldc, 1, alpha, beta);                  \
+        }                                                                                          \
+    }
+DEFINE_ROWS_ENTRY(float, f32, nbt_sgemm_rows, nbt_sgemm)
+DEFINE_ROWS_ENTRY(double, f64, nbt_dgemm_rows, nbt_dgemm)

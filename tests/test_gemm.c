@@ -405,6 +405,50 @@ static void test_threads_bitwise(void) {
 }
 
 /* A hand-computed product, so the reference loop above is itself checked once. */
+/* The rows entry points (attention's small products) against nbt_*gemm, which the tests above
+ * check against the naive sums: equal bit for bit, for A read along or across its rows. */
+#define DEFINE_ROWS_CHECK(T, SUF, GEMM, ROWS)                                                      \
+    static int rows_mismatches_##SUF(void) {                                                       \
+        static const int64_t shapes[][3] = {{3, 3, 3},  {16, 16, 16},  {5, 17, 9},  {40, 33, 7},   \
+                                            {1, 50, 4}, {64, 300, 32}, {2, 3, 5000}};              \
+        static const double ab[][2] = {{1, 0}, {0.5, 1}, {-2, 0.25}};                              \
+        int bad = 0;                                                                               \
+        for (int s = 0; s < 7; s++)                                                                \
+            for (int t = 0; t < 4; t++)                                                            \
+                for (int c = 0; c < 3; c++) {                                                      \
+                    int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];                  \
+                    bool ta = t & 1, tb = t & 2;                                                   \
+                    int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 1;           \
+                    T *A = malloc(sizeof(T) * (size_t)((ta ? K : M) * lda));                       \
+                    T *B = malloc(sizeof(T) * (size_t)((tb ? N : K) * ldb));                       \
+                    T *C1 = malloc(sizeof(T) * (size_t)(M * ldc));                                 \
+                    T *C2 = malloc(sizeof(T) * (size_t)(M * ldc));                                 \
+                    for (int64_t i = 0; i < (ta ? K : M) * lda; i++) A[i] = (T)rnd();              \
+                    for (int64_t i = 0; i < (tb ? N : K) * ldb; i++) B[i] = (T)rnd();              \
+                    for (int64_t i = 0; i < M * ldc; i++) C1[i] = C2[i] = (T)rnd();                \
+                    GEMM(ta, tb, M, N, K, (T)ab[c][0], A, lda, B, ldb, (T)ab[c][1], C1, ldc);      \
+                    ROWS(tb, M, N, K, (T)ab[c][0], A, ta ? 1 : lda, ta ? lda : 1, B, ldb,          \
+                         (T)ab[c][1], C2, ldc);                                                    \
+                    if (memcmp(C1, C2, sizeof(T) * (size_t)(M * ldc)) != 0) {                      \
+                        printf("  rows %s: %lldx%lldx%lld trans %d %d alpha %g beta %g differs\n", \
+                               #SUF, (long long)M, (long long)N, (long long)K, ta, tb, ab[c][0],   \
+                               ab[c][1]);                                                          \
+                        bad++;                                                                     \
+                    }                                                                              \
+                    free(A), free(B), free(C1), free(C2);                                          \
+                }                                                                                  \
+        return bad;                                                                                \
+    }
+DEFINE_ROWS_CHECK(float, f32, nbt_sgemm, nbt_sgemm_rows)
+DEFINE_ROWS_CHECK(double, f64, nbt_dgemm, nbt_dgemm_rows)
+
+static void rows_entry_points(void) {
+    failures += rows_mismatches_f32() + rows_mismatches_f64();
+}
+static void test_rows_entry_points(void) {
+    for_each_isa(rows_entry_points);
+}
+
 static void test_hand_computed(void) {
     const float A[] = {1, 2, 3, 4, 5, 6};    /* 2 x 3 */
     const float B[] = {7, 8, 9, 10, 11, 12}; /* 3 x 2 */
@@ -435,6 +479,7 @@ int main(void) {
         {"zero sizes and alpha 0, every kernel", test_zero_sizes},
         {"strided batches: broadcast, summed, gaps, every kernel", test_batched},
         {"1 and 2 threads give bitwise the same results", test_threads_bitwise},
+        {"rows entry points equal nbt_*gemm bit for bit, every kernel", test_rows_entry_points},
     };
     return nbtest_run("gemm", cases, sizeof cases / sizeof cases[0]);
 }
