@@ -16,6 +16,7 @@
  * bitwise identical for any thread count. The softmax rows are the masked softmax's own
  * kernels (softmax_rows.h), so a fully blocked row gives zeros and zero gradient here too. */
 #include "node.h"
+#include "attention_small.h"
 #include "softmax_rows.h"
 #include "../tensor/gemm.h"
 
@@ -37,6 +38,9 @@ typedef struct {
     char *dscores;      /* [B, H, Tq, Tk] scratch */
     char *dq, *dk, *dv; /* [B, T, D] contiguous, or NULL when not needed */
     bool small;         /* heads small enough for the rows kernel (small_heads) */
+    /* float32 heads with at most 16 keys and no mask: the vector kernels, else NULL */
+    void (*small_forward)(const nba_small_head *h);
+    void (*small_backward)(const nba_small_head *h);
 } attention_job;
 
 /* Element offset of head h of batch b in a [B, T, D] tensor with the given strides. */
@@ -79,6 +83,44 @@ static void mul(const attention_job *j, bool trans_b, int64_t M, int64_t N, int6
                   (double *)C, ldc);
 }
 
+/* The vector kernels' view of one pair. */
+static nba_small_head small_head(const attention_job *j, const char *q, const char *k,
+                                 const char *v, char *probs) {
+    return (nba_small_head){.Tq = j->Tq,
+                            .Tk = j->Tk,
+                            .hd = j->hd,
+                            .scale = (float)j->plan.scale,
+                            .causal = j->plan.causal,
+                            .q = (const float *)q,
+                            .k = (const float *)k,
+                            .v = (const float *)v,
+                            .q_row = j->q_row,
+                            .k_row = j->k_row,
+                            .v_row = j->v_row,
+                            .probs = (float *)probs};
+}
+
+/* The build of the vector kernels for the instruction set the GEMM uses (so tests that force
+ * one check both), when the job fits them. */
+static void choose_small_kernels(attention_job *j, bool masked) {
+    j->small_forward = NULL, j->small_backward = NULL;
+    if (j->dtype != NB_F32 || masked || !nba_small_head_fits(j->Tq, j->Tk, j->hd)) return;
+    switch (nbt_gemm_current_isa()) {
+    case NBT_GEMM_AVX512:
+        j->small_forward = nba_small_head_forward_avx512f;
+        j->small_backward = nba_small_head_backward_avx512f;
+        break;
+    case NBT_GEMM_AVX2:
+        j->small_forward = nba_small_head_forward_avx2;
+        j->small_backward = nba_small_head_backward_avx2;
+        break;
+    default:
+        j->small_forward = nba_small_head_forward_generic;
+        j->small_backward = nba_small_head_backward_generic;
+        break;
+    }
+}
+
 static void attention_forward_pairs(int64_t begin, int64_t end, void *vjob) {
     const attention_job *j = vjob;
     const size_t es = nbt_esize(j->dtype);
@@ -89,6 +131,12 @@ static void attention_forward_pairs(int64_t begin, int64_t end, void *vjob) {
         const char *v = j->v + es * (size_t)head_at(j, p, j->v_batch);
         char *probs = j->probs + es * (size_t)(p * tile);
         char *ctx = j->ctx + es * (size_t)((p / j->H) * j->Tq * D + (p % j->H) * j->hd);
+        if (j->small_forward) {
+            nba_small_head h = small_head(j, q, k, v, probs);
+            h.ctx = (float *)ctx, h.ctx_row = D;
+            j->small_forward(&h);
+            continue;
+        }
         /* S = scale Q K^T: the product's alpha rounds scale * sum exactly as the softmax's own
          * scaling would, so the plan's scale is 1. */
         mul(j, true, j->Tq, j->Tk, j->hd, j->plan.scale, q, j->q_row, 1, k, j->k_row, probs, j->Tk);
@@ -120,6 +168,15 @@ static void attention_backward_pairs(int64_t begin, int64_t end, void *vjob) {
         const int64_t at_q = (p / j->H) * j->Tq * D + (p % j->H) * j->hd;
         const int64_t at_k = (p / j->H) * j->Tk * D + (p % j->H) * j->hd;
         const char *g = j->grad + es * (size_t)at_q;
+        if (j->small_backward) {
+            nba_small_head h = small_head(j, q, k, v, (char *)probs);
+            h.grad = (const float *)g, h.grad_row = D, h.d_row = D;
+            h.dq = j->dq ? (float *)(j->dq + es * (size_t)at_q) : NULL;
+            h.dk = j->dk ? (float *)(j->dk + es * (size_t)at_k) : NULL;
+            h.dv = j->dv ? (float *)(j->dv + es * (size_t)at_k) : NULL;
+            j->small_backward(&h);
+            continue;
+        }
         if (j->dv) /* dV = P^T G */
             mul(j, false, j->Tk, j->hd, j->Tq, 1.0, probs, 1, j->Tk, g, D,
                 j->dv + es * (size_t)at_k, D);
@@ -160,12 +217,14 @@ static void job_layout(attention_job *j, const nb_tensor *q, const nb_tensor *k,
 }
 
 /* saved[0]: probabilities [B, H, Tq, Tk]; saved[1..3]: q, k, v as read (unit stride along D);
- * f[0]: scale; i[0]: heads. */
+ * f[0]: scale; i[0]: heads; i[1]: causal; i[2]: masked. */
 static void attention_backward(nb_node *n, const nb_tensor *gout) {
     const nb_tensor *q = n->saved[1], *k = n->saved[2], *v = n->saved[3];
     attention_job j = {0};
     job_layout(&j, q, k, v, n->i[0]);
     j.plan.scale = n->f[0];
+    j.plan.causal = n->i[1];
+    choose_small_kernels(&j, n->i[2]);
     j.probs = nbt_ptr(n->saved[0]);
     nb_tensor *g = nbt_contiguous(gout);
     nb_tensor *ds = nbt_new("backward", q->dtype, 4, n->saved[0]->shape);
@@ -230,6 +289,7 @@ nb_tensor *nb_f_attention(const nb_tensor *q, const nb_tensor *k, const nb_tenso
         j.plan.mask_rows.shape[0] = Tq;
         j.plan.mask_rows.stride[0] = strides[2];
     }
+    choose_small_kernels(&j, mask != NULL);
     nbt_parallel_ranges(B * num_heads, pair_grain(&j), attention_forward_pairs, &j);
 
     nb_node *n = nba_record(op, out, 3, (const nb_tensor *[]){q, k, v}, attention_backward);
@@ -238,6 +298,8 @@ nb_tensor *nb_f_attention(const nb_tensor *q, const nb_tensor *k, const nb_tenso
         n->saved[1] = (nb_tensor *)qr, n->saved[2] = (nb_tensor *)kr, n->saved[3] = (nb_tensor *)vr;
         n->f[0] = scale;
         n->i[0] = num_heads;
+        n->i[1] = causal;
+        n->i[2] = mask != NULL;
     }
     return out;
 }

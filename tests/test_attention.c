@@ -1,6 +1,7 @@
 /* nb_f_attention: by hand, against the composed ops it replaces (split heads, matmul, masked
  * softmax, matmul, merge heads) on values and gradients, and its errors. */
 #include "harness.h"
+#include "tensor/gemm.h"
 
 /* The tutorials' composition, op by op: the reference the fused op must reproduce. */
 static nb_tensor *composed(const nb_tensor *q, const nb_tensor *k, const nb_tensor *v, int64_t H,
@@ -86,6 +87,49 @@ static void test_matches_composed_long_rows(void) {
     check_against_composed(NB_F32, 2, 48, 48, 64, 4, NULL, true, 2e-5);
 }
 
+/* Float32 heads with at most 16 keys, head_dim a multiple of 16 and no mask take the vector
+ * kernels (autograd/attention_small.c): checked here on every build this CPU can run (the
+ * kernels follow the GEMM's instruction set). */
+static void small_head_cases(void) {
+    check_against_composed(NB_F32, 3, 16, 16, 64, 4, NULL, true, 2e-5);  /* the toy shape */
+    check_against_composed(NB_F32, 2, 20, 12, 64, 2, NULL, false, 2e-5); /* cross, head 32 */
+    check_against_composed(NB_F32, 2, 20, 12, 64, 2, NULL, true, 2e-5);  /* T_q > T_k causal */
+    check_against_composed(NB_F32, 1, 5, 9, 16, 1, NULL, true, 2e-5);    /* T_q < T_k causal */
+    check_against_composed(NB_F32, 2, 64, 16, 128, 2, NULL, true, 2e-5); /* the largest fit */
+    check_against_composed(NB_F32, 1, 1, 1, 16, 1, NULL, false, 2e-5);   /* one key */
+}
+
+static void test_small_heads_every_isa(void) {
+    nbt_gemm_isa best = nbt_gemm_current_isa();
+    for (int isa = NBT_GEMM_AVX512; isa >= NBT_GEMM_GENERIC; isa--) {
+        if (!nbt_gemm_force_isa((nbt_gemm_isa)isa)) continue;
+        small_head_cases();
+    }
+    nbt_gemm_force_isa(best);
+}
+
+/* A 16-wide head by hand: q = e0 meets keys e0 and 0 (scores 1 and 0, scale 1), so the
+ * weights are e/(e+1) and 1/(e+1) of value rows all 1 and all 3. With a gradient of ones on
+ * the context, each value row's gradient is its weight, in every lane. */
+static void test_small_head_by_hand(void) {
+    float q[16] = {1}, k[32] = {1}, v[32], w[16];
+    for (int i = 0; i < 16; i++) v[i] = 1, v[16 + i] = 3, w[i] = 1;
+    nb_tensor *tq = nb_from_array(NB_F32, NB_SHAPE(1, 1, 16), q);
+    nb_tensor *tk = nb_from_array(NB_F32, NB_SHAPE(1, 2, 16), k);
+    nb_tensor *tv = nb_requires_grad_(nb_from_array(NB_F32, NB_SHAPE(1, 2, 16), v), true);
+    double e = exp(1.0), p0 = e / (e + 1), p1 = 1 / (e + 1);
+    nb_tensor *out = nb_f_attention(tq, tk, tv, 1, NULL, false, 1.0);
+    NBT_ASSERT_SHAPE(out, 1, 1, 16);
+    for (int i = 0; i < 16; i++)
+        CU_ASSERT_DOUBLE_EQUAL(nb_get(out, NB_IDX(0, 0, i)), p0 + 3 * p1, 1e-6);
+    CU_ASSERT_TRUE(
+        nb_backward(nb_sum(nb_mul(out, nb_from_array(NB_F32, NB_SHAPE(1, 1, 16), w))), NULL));
+    for (int i = 0; i < 16; i++) {
+        CU_ASSERT_DOUBLE_EQUAL(nb_get(tv->grad, NB_IDX(0, 0, i)), p0, 1e-6);
+        CU_ASSERT_DOUBLE_EQUAL(nb_get(tv->grad, NB_IDX(0, 1, i)), p1, 1e-6);
+    }
+}
+
 static void test_bad_input(void) {
     nb_tensor *x = nb_zeros(NB_F32, NB_SHAPE(2, 3, 4));
     nb_tensor *kv = nb_zeros(NB_F32, NB_SHAPE(2, 5, 4));
@@ -117,6 +161,8 @@ int main(void) {
          test_matches_composed_masked},
         {"matches the composed ops: long rows, cross attention, attention mask",
          test_matches_composed_long_rows},
+        {"small float32 heads (vector kernels), every instruction set", test_small_heads_every_isa},
+        {"a 16-wide head by hand", test_small_head_by_hand},
         {"bad input is an error naming op and shapes", test_bad_input},
     };
     return nbtest_run("attention", cases, sizeof cases / sizeof cases[0]);

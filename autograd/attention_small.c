@@ -1,0 +1,228 @@
+/* The small-head attention kernels (attention_small.h), written once with GCC vector types of
+ * 16 floats and built per instruction set by meson (AS_SUFFIX names the build): AVX-512 holds
+ * a vector in one register, AVX2 in two, plain x86-64 in four.
+ *
+ * A row of scores or probabilities is one vector over the keys, padded with zeros (or -inf
+ * before the exp) past T_k. Sums run in a fixed order, so a pair's result does not depend on
+ * which thread computes it. Products skip the causally blocked terms, which are exact zeros.
+ * Without -ffast-math nothing is fused or reordered: each multiply and add rounds as written. */
+#include "attention_small.h"
+#include "../tensor/vecmath.h"
+
+#include <math.h>
+#include <string.h>
+
+#define W 16
+typedef float v16 __attribute__((vector_size(W * sizeof(float))));
+typedef int32_t v16i __attribute__((vector_size(W * sizeof(float))));
+
+#define CAT2(a, b) a##_##b
+#define CAT(a, b) CAT2(a, b)
+#define FN(name) CAT(name, AS_SUFFIX)
+
+static inline v16 load(const float *p) {
+    v16 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void store(float *p, v16 v) {
+    memcpy(p, &v, sizeof v);
+}
+static inline v16 splat(float x) {
+    return (v16){0} + x;
+}
+/* Lanes below limit keep v, the others become fill. */
+static inline v16 keep_below(v16 v, int64_t limit, float fill) {
+    const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    v16i keep = lane < (int32_t)limit;
+    return (v16)(((v16i)v & keep) | ((v16i)splat(fill) & ~keep));
+}
+/* Rows go in blocks of RB: the loads of k, v, q and the gradient are shared by the block and
+ * its RB sums are independent chains, where one row alone would wait on each add. A block
+ * past the last row repeats the last row and drops the result. */
+#define RB 4
+
+static inline int64_t clamp_row(int64_t t, int64_t n) {
+    return t < n ? t : n - 1;
+}
+
+static inline v16 shuffle(v16 v, v16i lanes) {
+    return __builtin_shuffle(v, lanes);
+}
+/* The sum of the lanes, as a fixed tree. */
+static inline float lane_sum(v16 v) {
+    v = v + shuffle(v, (v16i){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+    v = v + shuffle(v, (v16i){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
+    v = v + shuffle(v, (v16i){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+    v = v + shuffle(v, (v16i){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+    return v[0];
+}
+/* The larger of a and b lane by lane (b where either is NaN). */
+static inline v16 lane_max2(v16 a, v16 b) {
+    v16i gt = a > b;
+    return (v16)(((v16i)a & gt) | ((v16i)b & ~gt));
+}
+/* The largest lane, NaN lanes skipped unless all are NaN or -inf. */
+static inline float lane_max(v16 v) {
+    v = lane_max2(v, shuffle(v, (v16i){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7}));
+    v = lane_max2(v, shuffle(v, (v16i){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11}));
+    v = lane_max2(v, shuffle(v, (v16i){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13}));
+    v = lane_max2(v, shuffle(v, (v16i){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14}));
+    return v[0];
+}
+
+/* Keys query t may see. */
+static inline int64_t key_limit(const nba_small_head *h, int64_t t) {
+    return h->causal && t + 1 < h->Tk ? t + 1 : h->Tk;
+}
+
+/* xt[d][s] = x[s][d] for the Tk rows of x (x_row apart), zeros for s >= Tk. */
+static void transpose_keys(const float *x, int64_t x_row, int64_t Tk, int64_t hd, float *xt) {
+    if (Tk < W)
+        for (int64_t d = 0; d < hd; d++) store(xt + d * W, splat(0));
+    for (int64_t s = 0; s < Tk; s++) {
+        const float *xs = x + s * x_row;
+        for (int64_t d = 0; d < hd; d++) xt[d * W + s] = xs[d];
+    }
+}
+
+/* rows[t] = the scores of query t, shifted by their max, -inf where blocked. */
+static void shifted_scores(const nba_small_head *h, const float *kt, float *rows) {
+    const int64_t Tq = h->Tq, hd = h->hd;
+    for (int64_t t0 = 0; t0 < Tq; t0 += RB) {
+        const float *qr[RB];
+        v16 acc[RB];
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++)
+            qr[r] = h->q + clamp_row(t0 + r, Tq) * h->q_row, acc[r] = splat(0);
+        for (int64_t d = 0; d < hd; d++) {
+            v16 kv = load(kt + d * W);
+#pragma GCC unroll 4
+            for (int r = 0; r < RB; r++) acc[r] += qr[r][d] * kv;
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++) {
+            if (!(t0 + r < Tq)) break;
+            int64_t limit = key_limit(h, t0 + r);
+            v16 x = keep_below(h->scale * acc[r], limit, -INFINITY);
+            float max = lane_max(x);
+            bool blocked = max == -INFINITY; /* all -inf (or NaN: then the sums make NaN) */
+            for (int i = 0; blocked && i < limit; i++) blocked = !isnan(x[i]);
+            /* a blocked row stays -inf: exp makes zeros and normalising leaves them */
+            store(rows + (t0 + r) * W, blocked ? x : x - max);
+        }
+    }
+}
+
+void FN(nba_small_head_forward)(const nba_small_head *h) {
+    const int64_t Tq = h->Tq, Tk = h->Tk, hd = h->hd;
+    float kt[NBA_SMALL_HEAD_DIM * W]; /* k^T: row d holds k[0..Tk)[d], zeros after */
+    float rows[NBA_SMALL_QUERIES * W];
+    if (Tq < 1 || Tq > NBA_SMALL_QUERIES) return; /* (nba_small_head_fits rules it out) */
+    transpose_keys(h->k, h->k_row, Tk, hd, kt);
+    shifted_scores(h, kt, rows);
+    nbt_vexp_f32(rows, rows, Tq * W);
+    for (int64_t t = 0; t < Tq; t++) {
+        v16 p = load(rows + t * W);
+        float sum = lane_sum(p);
+        if (sum != 0) p *= 1.0f / sum;
+        store(rows + t * W, p);
+        memcpy(h->probs + t * Tk, rows + t * W, sizeof(float) * (size_t)Tk);
+    }
+    for (int64_t t0 = 0; t0 < Tq; t0 += RB) { /* ctx = p v */
+        int64_t limit = key_limit(h, clamp_row(t0 + RB - 1, Tq));
+        const float *pr[RB];
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++) pr[r] = rows + clamp_row(t0 + r, Tq) * W;
+        for (int64_t c = 0; c < hd; c += W) {
+            v16 out[RB];
+#pragma GCC unroll 4
+            for (int r = 0; r < RB; r++) out[r] = splat(0);
+            for (int64_t s = 0; s < limit; s++) {
+                v16 vv = load(h->v + s * h->v_row + c);
+#pragma GCC unroll 4
+                for (int r = 0; r < RB; r++) out[r] += pr[r][s] * vv;
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < RB; r++)
+                if (t0 + r < Tq) store(h->ctx + (t0 + r) * h->ctx_row + c, out[r]);
+        }
+    }
+}
+
+/* out[s] = sum over t of x[t][s] y[t] for s in [s0, s0 + RB), rows of y y_row apart; x rows
+ * are padded vectors. Causally x[t][s] is 0 for t < s, so t starts at s0. */
+static void transposed_block(const nba_small_head *h, const float *x, const float *y, int64_t y_row,
+                             float *out, int64_t s0) {
+    for (int64_t c = 0; c < h->hd; c += W) {
+        v16 acc[RB];
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++) acc[r] = splat(0);
+        for (int64_t t = h->causal ? s0 : 0; t < h->Tq; t++) {
+            v16 yv = load(y + t * y_row + c);
+#pragma GCC unroll 4
+            for (int r = 0; r < RB; r++) acc[r] += x[t * W + s0 + r] * yv;
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++)
+            if (s0 + r < h->Tk) store(out + (s0 + r) * h->d_row + c, acc[r]);
+    }
+}
+
+void FN(nba_small_head_backward)(const nba_small_head *h) {
+    const int64_t Tq = h->Tq, Tk = h->Tk, hd = h->hd;
+    float p[NBA_SMALL_QUERIES * W]; /* probabilities, rows padded with zeros */
+    if (Tq < 1 || Tq > NBA_SMALL_QUERIES) return;
+    for (int64_t t = 0; t < Tq; t++) {
+        store(p + t * W, splat(0));
+        memcpy(p + t * W, h->probs + t * Tk, sizeof(float) * (size_t)Tk);
+    }
+    if (h->dv) /* dv = p^T grad */
+        for (int64_t s0 = 0; s0 < Tk; s0 += RB)
+            transposed_block(h, p, h->grad, h->grad_row, h->dv, s0);
+    if (!h->dq && !h->dk) return;
+    float vt[NBA_SMALL_HEAD_DIM * W]; /* v^T, as k^T in the forward */
+    float ds[NBA_SMALL_QUERIES * W];  /* gradient of the scores */
+    transpose_keys(h->v, h->v_row, Tk, hd, vt);
+    for (int64_t t0 = 0; t0 < Tq; t0 += RB) { /* dP = grad v^T, then the softmax backward */
+        const float *gr[RB];
+        v16 dp[RB];
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++)
+            gr[r] = h->grad + clamp_row(t0 + r, Tq) * h->grad_row, dp[r] = splat(0);
+        for (int64_t d = 0; d < hd; d++) {
+            v16 vv = load(vt + d * W);
+#pragma GCC unroll 4
+            for (int r = 0; r < RB; r++) dp[r] += gr[r][d] * vv;
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++) {
+            if (!(t0 + r < Tq)) break;
+            v16 pt = load(p + (t0 + r) * W);
+            float dot = lane_sum(pt * dp[r]);
+            store(ds + (t0 + r) * W, h->scale * pt * (dp[r] - dot));
+        }
+    }
+    if (h->dq) /* dq = dS k */
+        for (int64_t t0 = 0; t0 < Tq; t0 += RB) {
+            int64_t limit = key_limit(h, clamp_row(t0 + RB - 1, Tq));
+            const float *dr[RB];
+#pragma GCC unroll 4
+            for (int r = 0; r < RB; r++) dr[r] = ds + clamp_row(t0 + r, Tq) * W;
+            for (int64_t c = 0; c < hd; c += W) {
+                v16 out[RB];
+#pragma GCC unroll 4
+                for (int r = 0; r < RB; r++) out[r] = splat(0);
+                for (int64_t s = 0; s < limit; s++) {
+                    v16 kv = load(h->k + s * h->k_row + c);
+#pragma GCC unroll 4
+                    for (int r = 0; r < RB; r++) out[r] += dr[r][s] * kv;
+                }
+#pragma GCC unroll 4
+                for (int r = 0; r < RB; r++)
+                    if (t0 + r < Tq) store(h->dq + (t0 + r) * h->d_row + c, out[r]);
+            }
+        }
+    if (h->dk) /* dk = dS^T q */
+        for (int64_t s0 = 0; s0 < Tk; s0 += RB) transposed_block(h, ds, h->q, h->q_row, h->dk, s0);
+}
