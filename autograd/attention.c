@@ -20,7 +20,6 @@
 #include "softmax_rows.h"
 #include "../tensor/gemm.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 /* One call's layout. Element strides; q, k, v have unit stride along D. */
@@ -54,7 +53,7 @@ static int64_t head_at(const attention_job *j, int64_t pair, int64_t batch_strid
 #define SMALL_HEAD (64 * 64 * 64)
 
 static bool small_heads(const attention_job *j) {
-    return j->Tq * j->Tk * j->hd <= SMALL_HEAD && !getenv("NB_ATTN_GEMM");
+    return j->Tq * j->Tk * j->hd <= SMALL_HEAD;
 }
 
 /* C = alpha A op(B) on the calling thread: A's element (i, k) at A[i*a_rs + k*a_cs], B read
