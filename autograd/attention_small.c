@@ -28,6 +28,19 @@ static inline v16 load(const float *p) {
 static inline void store(float *p, v16 v) {
     memcpy(p, &v, sizeof v);
 }
+/* The first n (1 to 16) floats at p, zeros after: a head narrower than a vector. */
+static inline v16 load_n(const float *p, int n) {
+    if (n == W) return load(p);
+    v16 v = {0};
+    memcpy(&v, p, sizeof(float) * (size_t)n);
+    return v;
+}
+static inline void store_n(float *p, v16 v, int n) {
+    if (n == W)
+        store(p, v);
+    else
+        memcpy(p, &v, sizeof(float) * (size_t)n);
+}
 static inline v16 splat(float x) {
     return (v16){0} + x;
 }
@@ -135,17 +148,18 @@ void FN(nba_small_head_forward)(const nba_small_head *h) {
 #pragma GCC unroll 4
         for (int r = 0; r < RB; r++) pr[r] = rows + clamp_row(t0 + r, Tq) * W;
         for (int64_t c = 0; c < hd; c += W) {
+            int n = hd - c < W ? (int)(hd - c) : W;
             v16 out[RB];
 #pragma GCC unroll 4
             for (int r = 0; r < RB; r++) out[r] = splat(0);
             for (int64_t s = 0; s < limit; s++) {
-                v16 vv = load(h->v + s * h->v_row + c);
+                v16 vv = load_n(h->v + s * h->v_row + c, n);
 #pragma GCC unroll 4
                 for (int r = 0; r < RB; r++) out[r] += pr[r][s] * vv;
             }
 #pragma GCC unroll 4
             for (int r = 0; r < RB; r++)
-                if (t0 + r < Tq) store(h->ctx + (t0 + r) * h->ctx_row + c, out[r]);
+                if (t0 + r < Tq) store_n(h->ctx + (t0 + r) * h->ctx_row + c, out[r], n);
         }
     }
 }
@@ -155,17 +169,18 @@ void FN(nba_small_head_forward)(const nba_small_head *h) {
 static void transposed_block(const nba_small_head *h, const float *x, const float *y, int64_t y_row,
                              float *out, int64_t s0) {
     for (int64_t c = 0; c < h->hd; c += W) {
+        int n = h->hd - c < W ? (int)(h->hd - c) : W;
         v16 acc[RB];
 #pragma GCC unroll 4
         for (int r = 0; r < RB; r++) acc[r] = splat(0);
         for (int64_t t = h->causal ? s0 : 0; t < h->Tq; t++) {
-            v16 yv = load(y + t * y_row + c);
+            v16 yv = load_n(y + t * y_row + c, n);
 #pragma GCC unroll 4
             for (int r = 0; r < RB; r++) acc[r] += x[t * W + s0 + r] * yv;
         }
 #pragma GCC unroll 4
         for (int r = 0; r < RB; r++)
-            if (s0 + r < h->Tk) store(out + (s0 + r) * h->d_row + c, acc[r]);
+            if (s0 + r < h->Tk) store_n(out + (s0 + r) * h->d_row + c, acc[r], n);
     }
 }
 
@@ -210,17 +225,18 @@ void FN(nba_small_head_backward)(const nba_small_head *h) {
 #pragma GCC unroll 4
             for (int r = 0; r < RB; r++) dr[r] = ds + clamp_row(t0 + r, Tq) * W;
             for (int64_t c = 0; c < hd; c += W) {
+                int n = hd - c < W ? (int)(hd - c) : W;
                 v16 out[RB];
 #pragma GCC unroll 4
                 for (int r = 0; r < RB; r++) out[r] = splat(0);
                 for (int64_t s = 0; s < limit; s++) {
-                    v16 kv = load(h->k + s * h->k_row + c);
+                    v16 kv = load_n(h->k + s * h->k_row + c, n);
 #pragma GCC unroll 4
                     for (int r = 0; r < RB; r++) out[r] += dr[r][s] * kv;
                 }
 #pragma GCC unroll 4
                 for (int r = 0; r < RB; r++)
-                    if (t0 + r < Tq) store(h->dq + (t0 + r) * h->d_row + c, out[r]);
+                    if (t0 + r < Tq) store_n(h->dq + (t0 + r) * h->d_row + c, out[r], n);
             }
         }
     if (h->dk) /* dk = dS^T q */

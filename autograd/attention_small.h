@@ -3,7 +3,7 @@
  * between them. attention_small.c is built once per instruction set (AVX-512, AVX2, plain
  * x86-64) and attention.c picks the build matching the GEMM kernels in use.
  *
- * Limits (nba_small_head_fits): T_k <= 16 keys, head_dim a multiple of 16 up to 64,
+ * Limits (nba_small_head_fits): T_k <= 16 keys, head_dim up to 64,
  * T_q <= 64 queries, no boolean mask (the causal rule is fine). */
 #ifndef NABLA_ATTENTION_SMALL_H
 #define NABLA_ATTENTION_SMALL_H
@@ -32,8 +32,8 @@ typedef struct {
 } nba_small_head;
 
 static inline bool nba_small_head_fits(int64_t Tq, int64_t Tk, int64_t hd) {
-    return Tq >= 1 && Tq <= NBA_SMALL_QUERIES && Tk >= 1 && Tk <= NBA_SMALL_KEYS && hd >= 16 &&
-           hd <= NBA_SMALL_HEAD_DIM && hd % 16 == 0;
+    return Tq >= 1 && Tq <= NBA_SMALL_QUERIES && Tk >= 1 && Tk <= NBA_SMALL_KEYS && hd >= 1 &&
+           hd <= NBA_SMALL_HEAD_DIM;
 }
 
 /* Forward: probs = softmax rows of scale * q k^T over the unblocked keys, ctx = probs v. A row

@@ -87,7 +87,7 @@ static void test_matches_composed_long_rows(void) {
     check_against_composed(NB_F32, 2, 48, 48, 64, 4, NULL, true, 2e-5);
 }
 
-/* Float32 heads with at most 16 keys, head_dim a multiple of 16 and no mask take the vector
+/* Float32 heads with at most 16 keys, head_dim up to 64 and no mask take the vector
  * kernels (autograd/attention_small.c): checked here on every build this CPU can run (the
  * kernels follow the GEMM's instruction set). */
 static void small_head_cases(void) {
@@ -97,6 +97,8 @@ static void small_head_cases(void) {
     check_against_composed(NB_F32, 1, 5, 9, 16, 1, NULL, true, 2e-5);    /* T_q < T_k causal */
     check_against_composed(NB_F32, 2, 64, 16, 128, 2, NULL, true, 2e-5); /* the largest fit */
     check_against_composed(NB_F32, 1, 1, 1, 16, 1, NULL, false, 2e-5);   /* one key */
+    check_against_composed(NB_F32, 1, 3, 3, 6, 2, NULL, true, 2e-5);     /* the tutorials' d=6 */
+    check_against_composed(NB_F32, 2, 7, 5, 40, 2, NULL, true, 2e-5);    /* head 20: 16 + 4 */
 }
 
 static void test_small_heads_every_isa(void) {
