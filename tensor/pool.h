@@ -1,0 +1,37 @@
+/* nabla's worker threads: a small pool in place of OpenMP. Internal to tensor/.
+ *
+ * Work is split into tasks that whichever thread is free claims in order, the calling
+ * thread included. So a worker that the OS has descheduled (a busy machine) holds up only
+ * the task it is running, never a share assigned to it in advance; idle workers spin for a
+ * few microseconds and then sleep, so they do not take the CPU from the thread that still
+ * has work. GNU OpenMP's default spin-waiting made two threads 100x slower than one on a
+ * machine where other processes kept a core busy; this pool degrades to about one thread's
+ * speed there.
+ *
+ * Which thread runs a task never changes what the task computes, so results do not depend on
+ * the thread count as long as each task writes its own outputs. */
+#ifndef NABLA_POOL_H
+#define NABLA_POOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* More threads than this are never used. */
+#define NBT_POOL_MAX_THREADS 64
+
+/* One task: task is in [0, ntasks); worker in [0, threads) names the thread running it (for
+ * per-thread scratch: no two tasks run on the same worker at once). */
+typedef void (*nbt_task_fn)(int64_t task, int worker, void *ctx);
+
+/* Runs fn for every task on up to `threads` threads and returns when all are done. The
+ * calling thread works too (as worker 0). Inside a task, while another thread's call is
+ * running, or if threads cannot be started, the tasks run on the calling thread in order. */
+void nbt_run_tasks(int64_t ntasks, int threads, nbt_task_fn fn, void *ctx);
+
+/* True inside a task (where nested work should stay on the current thread). */
+bool nbt_in_task(void);
+
+/* The number of CPUs this process may run on (at least 1). */
+int nbt_cpu_count(void);
+
+#endif

@@ -1,0 +1,123 @@
+/* The worker pool (tensor/pool.h): every task runs exactly once, worker ids are private while
+ * a task runs, nested calls stay on their thread, two callers at once both finish, and
+ * thousands of back-to-back jobs neither lose a wake-up nor hang. */
+#include "harness.h"
+#include "tensor/pool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#define MAX_TASKS 20000
+
+typedef struct {
+    atomic_int runs[MAX_TASKS];
+    atomic_int busy[NBT_POOL_MAX_THREADS]; /* a task is running on this worker */
+    atomic_int clashes;                    /* a worker id in use by two tasks at once */
+    atomic_int bad_worker;                 /* a worker id outside [0, threads) */
+    int threads;
+} tally;
+
+static void count_task(int64_t task, int worker, void *ctx) {
+    tally *t = ctx;
+    if (worker < 0 || worker >= t->threads) {
+        atomic_fetch_add(&t->bad_worker, 1);
+        return;
+    }
+    if (atomic_exchange(&t->busy[worker], 1)) atomic_fetch_add(&t->clashes, 1);
+    atomic_fetch_add(&t->runs[task], 1);
+    for (volatile int spin = 0; spin < (int)(task % 7) * 50; spin++) continue; /* uneven tasks */
+    atomic_store(&t->busy[worker], 0);
+}
+
+/* Runs ntasks on threads and checks the tally; returns false on any fault. */
+static bool run_and_check(tally *t, int64_t ntasks, int threads) {
+    memset(t, 0, sizeof *t);
+    t->threads = threads;
+    nbt_run_tasks(ntasks, threads, count_task, t);
+    bool ok = atomic_load(&t->clashes) == 0 && atomic_load(&t->bad_worker) == 0;
+    for (int64_t i = 0; i < ntasks; i++) ok = ok && atomic_load(&t->runs[i]) == 1;
+    return ok;
+}
+
+static void test_every_task_once(void) {
+    tally *t = malloc(sizeof *t);
+    const int64_t sizes[] = {1, 2, 3, 17, 1000, MAX_TASKS};
+    const int threads[] = {1, 2, 3, 8};
+    for (int s = 0; s < 6; s++)
+        for (int h = 0; h < 4; h++) CU_ASSERT_TRUE(run_and_check(t, sizes[s], threads[h]));
+    nbt_run_tasks(0, 2, count_task, t); /* nothing to do: returns at once */
+    free(t);
+}
+
+static void test_back_to_back_jobs(void) {
+    tally *t = malloc(sizeof *t);
+    int failures = 0;
+    for (int round = 0; round < 5000; round++) failures += !run_and_check(t, 1 + round % 5, 2);
+    CU_ASSERT_EQUAL(failures, 0);
+    free(t);
+}
+
+/* A task that runs a nested job: it must run on the same thread, in order, as worker 0. */
+typedef struct {
+    atomic_int order_faults, outside;
+} nested_ctx;
+
+static _Thread_local int64_t nested_last;
+
+static void inner_task(int64_t task, int worker, void *ctx) {
+    nested_ctx *n = ctx;
+    if (worker != 0 || task != nested_last + 1 || !nbt_in_task())
+        atomic_fetch_add(&n->order_faults, 1);
+    nested_last = task;
+}
+
+static void outer_task(int64_t task, int worker, void *ctx) {
+    (void)task, (void)worker;
+    nested_last = -1;
+    nbt_run_tasks(10, 4, inner_task, ctx);
+    if (nested_last != 9) atomic_fetch_add(&((nested_ctx *)ctx)->order_faults, 1);
+}
+
+static void test_nested_calls_stay_on_their_thread(void) {
+    nested_ctx n = {0};
+    CU_ASSERT_FALSE(nbt_in_task());
+    nbt_run_tasks(8, 2, outer_task, &n);
+    CU_ASSERT_EQUAL(atomic_load(&n.order_faults), 0);
+    CU_ASSERT_FALSE(nbt_in_task());
+}
+
+static void *caller_thread(void *arg) {
+    tally *t = arg;
+    intptr_t failures = 0;
+    for (int round = 0; round < 300; round++) failures += !run_and_check(t, 50, 2);
+    return (void *)failures;
+}
+
+static void test_two_callers_at_once(void) {
+    tally *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+    pthread_t ta, tb;
+    void *fa, *fb;
+    CU_ASSERT_EQUAL(pthread_create(&ta, NULL, caller_thread, a), 0);
+    CU_ASSERT_EQUAL(pthread_create(&tb, NULL, caller_thread, b), 0);
+    pthread_join(ta, &fa);
+    pthread_join(tb, &fb);
+    CU_ASSERT_EQUAL((intptr_t)fa, 0);
+    CU_ASSERT_EQUAL((intptr_t)fb, 0);
+    free(a), free(b);
+}
+
+static void test_cpu_count(void) {
+    CU_ASSERT(nbt_cpu_count() >= 1);
+}
+
+int main(void) {
+    const nbtest_case cases[] = {
+        {"every task runs once, worker ids private and in range", test_every_task_once},
+        {"5000 small jobs back to back", test_back_to_back_jobs},
+        {"a nested call runs on its thread, in order", test_nested_calls_stay_on_their_thread},
+        {"two callers at once both finish", test_two_callers_at_once},
+        {"cpu count", test_cpu_count},
+    };
+    return nbtest_run("pool", cases, sizeof cases / sizeof cases[0]);
+}
