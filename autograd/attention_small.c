@@ -59,15 +59,17 @@ static inline int64_t clamp_row(int64_t t, int64_t n) {
     return t < n ? t : n - 1;
 }
 
-static inline v16 shuffle(v16 v, v16i lanes) {
-    return __builtin_shuffle(v, lanes);
-}
+/* Fixed lane swaps for the reduction trees (gcc >= 12 and clang both know shufflevector). */
+#define SWAP8(v) __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7)
+#define SWAP4(v) __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11)
+#define SWAP2(v) __builtin_shufflevector(v, v, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13)
+#define SWAP1(v) __builtin_shufflevector(v, v, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14)
 /* The sum of the lanes, as a fixed tree. */
 static inline float lane_sum(v16 v) {
-    v = v + shuffle(v, (v16i){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
-    v = v + shuffle(v, (v16i){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
-    v = v + shuffle(v, (v16i){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
-    v = v + shuffle(v, (v16i){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+    v = v + SWAP8(v);
+    v = v + SWAP4(v);
+    v = v + SWAP2(v);
+    v = v + SWAP1(v);
     return v[0];
 }
 /* The larger of a and b lane by lane (b where either is NaN). */
@@ -77,10 +79,10 @@ static inline v16 lane_max2(v16 a, v16 b) {
 }
 /* The largest lane, NaN lanes skipped unless all are NaN or -inf. */
 static inline float lane_max(v16 v) {
-    v = lane_max2(v, shuffle(v, (v16i){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7}));
-    v = lane_max2(v, shuffle(v, (v16i){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11}));
-    v = lane_max2(v, shuffle(v, (v16i){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13}));
-    v = lane_max2(v, shuffle(v, (v16i){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14}));
+    v = lane_max2(v, SWAP8(v));
+    v = lane_max2(v, SWAP4(v));
+    v = lane_max2(v, SWAP2(v));
+    v = lane_max2(v, SWAP1(v));
     return v[0];
 }
 
