@@ -85,6 +85,10 @@ static void pack_a(const KSET *ks, bool ta, const T *A, int64_t lda, int64_t mc,
             ks->pack_t(A + p * lda, lda, kc, m, mr, dst);
             continue;
         }
+        if (ta && ks->pack_n) { /* rows of the stored matrix are columns of op(A) */
+            ks->pack_n(A + p, lda, kc, m, mr, dst);
+            continue;
+        }
         for (int64_t k = 0; k < kc; k++) {
             T *d = dst + k * mr;
             if (ta) {

@@ -32,7 +32,7 @@ typedef void (*nbt_gemm_pack_t_f64)(const double *X, int64_t ldx, int64_t kc, in
                                     double *dst);
 
 /* Packs one panel from a matrix read along its rows: dst[k*width + j] = X[k*ldx + j] for
- * k < kc and j < n, and 0 for n <= j < width (an untransposed B's panel). */
+ * k < kc and j < n, and 0 for n <= j < width (an untransposed B's panel, a transposed A's). */
 typedef void (*nbt_gemm_pack_n_f32)(const float *X, int64_t ldx, int64_t kc, int n, int width,
                                     float *dst);
 typedef void (*nbt_gemm_pack_n_f64)(const double *X, int64_t ldx, int64_t kc, int n, int width,
