@@ -72,10 +72,14 @@ static void linear_backward(nb_node *n, const nb_tensor *gout) {
         if (dx && gemm(g, false, w, false, dx, false))
             nba_accumulate(n, 0, nbt_view(dx, x->ndim, x->shape));
     }
-    if (nba_input_needs_grad(n, 1)) { /* dW = g^T x */
-        nb_tensor *xr = rows_of(x);
-        nb_tensor *dw = nbt_new("linear", w->dtype, 2, (int64_t[]){out_f, in_f});
-        if (xr && dw && gemm(g, true, xr, false, dw, false)) nba_accumulate(n, 1, dw);
+    if (nba_input_needs_grad(n, 1)) { /* dW = g^T x, added straight into W's gradient */
+        nb_tensor *xr = rows_of(x), *into = nba_leaf_grad(n, 1);
+        if (into && w->ndim == 2) {
+            if (xr) gemm(g, true, xr, false, into, true);
+        } else {
+            nb_tensor *dw = nbt_new("linear", w->dtype, 2, (int64_t[]){out_f, in_f});
+            if (xr && dw && gemm(g, true, xr, false, dw, false)) nba_accumulate(n, 1, dw);
+        }
     }
     if (n->ninputs > 2 && nba_input_needs_grad(n, 2)) /* db = sum of g over rows */
         nba_accumulate(n, 2, nbt_sum_dims(g, (bool[]){true, false}, false, 1.0));

@@ -430,13 +430,19 @@ nb_tensor *nbt_unary_grad(nbt_unary_op op, const nb_tensor *gout, const nb_tenso
 /* y = x Phi(x) and cdf = Phi(x) = (1 + erf(x / sqrt 2)) / 2 on contiguous arrays, with y's
  * roundings those of gelu_##S (halving is exact, so x / 2 * (1 + e) = x * ((1 + e) / 2)). */
 #define GELU_CDF_KERNELS(S, T)                                                                     \
+    /* In chunks that stay in L1, so x is read from memory once and y and cdf written once. */ \
     static void gelu_cdf_##S(int64_t n, T *y, T *cdf, const T *x) {                                \
-        NBT_VFOR(S, i, n, ST(S, cdf + i, V(S, x + i) * (T)M_SQRT1_2),                              \
-                 cdf[i] = x[i] * (T)M_SQRT1_2);                                                    \
-        nbt_verf_##S(cdf, cdf, n);                                                                 \
-        NBT_VFOR(S, i, n, nbt_v##S c = (T)0.5 * (1 + V(S, cdf + i)); ST(S, cdf + i, c);            \
-                 ST(S, y + i, V(S, x + i) * c), T c = (T)0.5 * (1 + cdf[i]); cdf[i] = c;           \
-                 y[i] = x[i] * c);                                                                 \
+        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
+            int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
+            const T *xc = x + i0;                                                                  \
+            T *yc = y + i0, *cc = cdf + i0;                                                        \
+            NBT_VFOR(S, i, m, ST(S, cc + i, V(S, xc + i) * (T)M_SQRT1_2),                          \
+                     cc[i] = xc[i] * (T)M_SQRT1_2);                                                \
+            nbt_verf_##S(cc, cc, m);                                                               \
+            NBT_VFOR(S, i, m, nbt_v##S c = (T)0.5 * (1 + V(S, cc + i)); ST(S, cc + i, c);          \
+                     ST(S, yc + i, V(S, xc + i) * c), T c = (T)0.5 * (1 + cc[i]); cc[i] = c;       \
+                     yc[i] = xc[i] * c);                                                           \
+        }                                                                                          \
     }                                                                                              \
     /* gx = g (Phi(x) + x phi(x)) from the saved Phi: only the density's exp is left. */           \
     static void gelu_grad_cdf_##S(int64_t n, T *gx, const T *g, const T *x, const T *cdf) {        \
