@@ -430,7 +430,7 @@ nb_tensor *nbt_unary_grad(nbt_unary_op op, const nb_tensor *gout, const nb_tenso
 /* y = x Phi(x) and cdf = Phi(x) = (1 + erf(x / sqrt 2)) / 2 on contiguous arrays, with y's
  * roundings those of gelu_##S (halving is exact, so x / 2 * (1 + e) = x * ((1 + e) / 2)). */
 #define GELU_CDF_KERNELS(S, T)                                                                     \
-    /* In chunks that stay in L1, so x is read from memory once and y and cdf written once. */ \
+    /* In chunks that stay in L1, so x is read from memory once and y and cdf written once. */     \
     static void gelu_cdf_##S(int64_t n, T *y, T *cdf, const T *x) {                                \
         for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
             int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \

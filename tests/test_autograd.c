@@ -37,8 +37,8 @@ static void test_linear_weight_grad_accumulates(void) {
      * existing gradient of W, so a second backward, and a second use of W, must add. */
     nb_tensor *x = nb_from_array(NB_F64, NB_SHAPE(2, 2), (double[]){1, 2, 3, 4});
     nb_tensor *x2 = nb_from_array(NB_F64, NB_SHAPE(2, 2), (double[]){1, 0, 0, 1});
-    nb_tensor *w = nb_requires_grad_(nb_from_array(NB_F64, NB_SHAPE(1, 2), (double[]){0.5, -1}),
-                                     true);
+    nb_tensor *w =
+        nb_requires_grad_(nb_from_array(NB_F64, NB_SHAPE(1, 2), (double[]){0.5, -1}), true);
     for (int i = 0; i < 2; i++) CU_ASSERT_TRUE(nb_backward(nb_sum(nb_f_linear(x, w, NULL)), NULL));
     NBT_ASSERT_VALUES(nb_grad(w), 0, 8, 12);
     nb_zero_grad(w);
