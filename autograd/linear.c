@@ -5,6 +5,8 @@
 #include "../tensor/gemm.h"
 #include "../tensor/reduce_kernels.h"
 
+#include <string.h>
+
 /* A 2-D tensor as a GEMM operand: base pointer, leading dimension and transpose flag.
  * False when neither dim has unit stride. */
 static bool as_matrix(const nb_tensor *t, const char **ptr, int64_t *ld, bool *trans) {
@@ -61,6 +63,28 @@ static nb_tensor *rows_of(const nb_tensor *x) {
     return nbt_view(c, 2, shape);
 }
 
+/* Rows [r0, r1) of a contiguous output set to the bias, split across threads. */
+typedef struct {
+    char *out;
+    const char *bias;
+    size_t row_bytes;
+} bias_rows_job;
+
+static void fill_bias_rows(int64_t r0, int64_t r1, void *vjob) {
+    const bias_rows_job *j = vjob;
+    for (int64_t r = r0; r < r1; r++)
+        memcpy(j->out + (size_t)r * j->row_bytes, j->bias, j->row_bytes);
+}
+
+/* out [M, N] (new, contiguous) = bias broadcast over the rows. */
+static bool broadcast_bias(nb_tensor *out, const nb_tensor *bias) {
+    int64_t M = out->shape[0], N = out->shape[1];
+    if (N > 1 && bias->strides[0] != 1) return nbt_copy(out, bias);
+    bias_rows_job job = {nbt_ptr(out), nbt_ptr(bias), (size_t)N * nbt_esize(out->dtype)};
+    nbt_parallel_ranges(M, 32768 / (N > 0 ? N : 1) + 1, fill_bias_rows, &job);
+    return true;
+}
+
 static void linear_backward(nb_node *n, const nb_tensor *gout) {
     const nb_tensor *x = n->inputs[0], *w = n->inputs[1];
     int64_t out_f = w->shape[0], in_f = w->shape[1];
@@ -104,7 +128,7 @@ nb_tensor *nb_f_linear(const nb_tensor *x, const nb_tensor *weight, const nb_ten
     if (!xr || !out) return NULL;
     nb_tensor *out2 = nbt_view(out, 2, (int64_t[]){xr->shape[0], weight->shape[0]});
     /* The bias is broadcast into the output first, then the product accumulates onto it. */
-    if (bias && !nbt_copy(out2, bias)) return NULL;
+    if (bias && !broadcast_bias(out2, bias)) return NULL;
     if (!gemm(xr, false, weight, true, out2, bias != NULL))
         return nbt_error("linear", "out of memory for GEMM buffers");
     nba_record("linear", out, bias ? 3 : 2, (const nb_tensor *[]){x, weight, bias},
