@@ -79,14 +79,14 @@ static void scale_c(int64_t M, int64_t N, T beta, T *C, int64_t ldc) {
  * mc zero. */
 static void pack_a(const KSET *ks, bool ta, const T *A, int64_t lda, int64_t mc, int64_t kc, int mr,
                    T *restrict dst) {
+    if (ta && ks->pack_n) { /* rows of the stored matrix are columns of op(A) */
+        ks->pack_n(A, lda, kc, (int)mc, mr, dst);
+        return;
+    }
     for (int64_t p = 0; p < mc; p += mr, dst += (int64_t)mr * kc) {
         int m = (int)imin(mr, mc - p);
         if (!ta && ks->pack_t) {
             ks->pack_t(A + p * lda, lda, kc, m, mr, dst);
-            continue;
-        }
-        if (ta && ks->pack_n) { /* rows of the stored matrix are columns of op(A) */
-            ks->pack_n(A + p, lda, kc, m, mr, dst);
             continue;
         }
         for (int64_t k = 0; k < kc; k++) {
@@ -106,6 +106,10 @@ static void pack_a(const KSET *ks, bool ta, const T *A, int64_t lda, int64_t mc,
  * past nc zero. */
 static void pack_b(const KSET *ks, bool tb, const T *B, int64_t ldb, int64_t kc, int64_t nc, int nr,
                    T *restrict dst) {
+    if (!tb && ks->pack_n) {
+        ks->pack_n(B, ldb, kc, (int)nc, nr, dst);
+        return;
+    }
     for (int64_t q = 0; q < nc; q += nr, dst += (int64_t)nr * kc) {
         int n = (int)imin(nr, nc - q);
         if (tb && ks->pack_t) {
@@ -118,8 +122,6 @@ static void pack_b(const KSET *ks, bool tb, const T *B, int64_t ldb, int64_t kc,
             }
             for (int64_t k = 0; k < kc; k++)
                 for (int j = n; j < nr; j++) dst[k * nr + j] = 0;
-        } else if (ks->pack_n) {
-            ks->pack_n(B + q, ldb, kc, n, nr, dst);
         } else {
             for (int64_t k = 0; k < kc; k++) {
                 const T *src = B + k * ldb + q;
