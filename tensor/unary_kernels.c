@@ -152,6 +152,36 @@ __attribute__((target("avx512f"))) static void gelu_erf_avx512(int64_t n, float 
     }
 }
 
+/* gx = g (Phi(x) + x phi(x)) from the saved Phi, as gelu_grad_cdf_f32 computes it, in one
+ * pass. phi's exp(-x^2 / 2) is 2^n p(r) with n = round(y / ln 2), r = y - n ln 2 (ln 2 in two
+ * parts) and p the degree-7 Taylor polynomial of exp on |r| <= ln 2 / 2 (truncation under
+ * 1e-8 relative); scalef applies 2^n and underflows to 0 below float's range. */
+__attribute__((target("avx512f"))) static void
+gelu_grad_avx512(int64_t n, float *gx, const float *g, const float *x, const float *cdf) {
+    const __m512 neg_half = _mm512_set1_ps(-0.5f), lowest = _mm512_set1_ps(-200.0f),
+                 log2e = _mm512_set1_ps(1.44269504088896341f),
+                 ln2_hi = _mm512_set1_ps(0.693145751953125f),
+                 ln2_lo = _mm512_set1_ps(1.42860682030941723212e-6f),
+                 inv_sqrt_2pi = _mm512_set1_ps((float)INV_SQRT_2PI);
+    static const float taylor[8] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24,
+                                    1.0f / 6,    0.5f,       1.0f,       1.0f};
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
+        /* max keeps a NaN y (its second operand) */
+        __m512 y = _mm512_max_ps(lowest, _mm512_mul_ps(_mm512_mul_ps(xv, xv), neg_half));
+        __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(y, log2e), _MM_FROUND_TO_NEAREST_INT);
+        __m512 r = _mm512_fnmadd_ps(k, ln2_hi, y);
+        r = _mm512_fnmadd_ps(k, ln2_lo, r);
+        __m512 e = _mm512_set1_ps(taylor[0]);
+        for (int t = 1; t < 8; t++) e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(taylor[t]));
+        e = _mm512_scalef_ps(e, k);
+        __m512 d = _mm512_mul_ps(inv_sqrt_2pi, e);
+        __m512 c = _mm512_maskz_loadu_ps(m, cdf + i), gv = _mm512_maskz_loadu_ps(m, g + i);
+        _mm512_mask_storeu_ps(gx + i, m, _mm512_mul_ps(gv, _mm512_add_ps(c, _mm512_mul_ps(xv, d))));
+    }
+}
+
 static bool gelu_use_avx512(void) {
     static int known; /* 0 unknown, 1 no, 2 yes; a race only computes the same answer twice */
     if (!known) {
@@ -166,6 +196,10 @@ static bool gelu_use_avx512(void) {
 }
 static void gelu_erf_avx512(int64_t n, float *y, float *cdf, const float *x) {
     (void)n, (void)y, (void)cdf, (void)x;
+}
+static void gelu_grad_avx512(int64_t n, float *gx, const float *g, const float *x,
+                             const float *cdf) {
+    (void)n, (void)gx, (void)g, (void)x, (void)cdf;
 }
 #endif
 
@@ -600,7 +634,9 @@ static void gelu_range(int64_t begin, int64_t end, void *vjob) {
     if (j->dtype == NB_F32) {
         float *p[4];
         for (int k = 0; k < 4; k++) p[k] = j->p[k] ? (float *)j->p[k] + begin : NULL;
-        if (j->grad)
+        if (j->grad && gelu_use_avx512())
+            gelu_grad_avx512(n, p[0], p[1], p[2], p[3]);
+        else if (j->grad)
             gelu_grad_cdf_f32(n, p[0], p[1], p[2], p[3]);
         else if (gelu_use_avx512())
             gelu_erf_avx512(n, p[0], p[1], p[2]);

@@ -200,7 +200,7 @@ static void test_unary_values_f64(void) {
 }
 
 /* float32 gelu against x Phi(x) from libm's double erf on 80001 points in [-10, 10] and
- * 2000 tiny ones, for the AVX-512 polynomial erf (when the CPU has it) and SLEEF's: within a
+ * 2000 tiny ones, for the AVX-512 kernels (when the CPU has them) and SLEEF's: within a
  * float32 ulp of the value plus the rounding of 1 + erf, which for negative x is larger than
  * the value's own ulp. Both give the same infinities and NaNs. */
 static void test_gelu_f32_dense(void) {
@@ -228,9 +228,24 @@ static void test_gelu_f32_dense(void) {
         CU_ASSERT(worst <= 1.0);
         if (worst > 1.0)
             fprintf(stderr, "gelu allow_avx512 %d: error %g of the bound\n", allow, worst);
-        /* with a gradient to come, gelu keeps Phi(x): the same values */
-        nb_tensor *yg = nb_gelu(nb_requires_grad_(nb_clone(x), true));
+        /* with a gradient to come, gelu keeps Phi(x): the same values, and the gradient
+         * Phi(x) + x phi(x) within an ulp of each term plus half an ulp of 1 */
+        nb_tensor *xg = nb_requires_grad_(nb_clone(x), true), *yg = nb_gelu(xg);
         CU_ASSERT_EQUAL(memcmp(nb_data(yg), ys[allow], sizeof(float) * N), 0);
+        CU_ASSERT_TRUE(nb_backward(yg, nb_ones(NB_F32, NB_SHAPE(N + SPECIAL))));
+        const float *gs = nb_data(nb_grad(xg));
+        double worst_grad = 0;
+        for (int i = 0; i < N; i++) {
+            double v = xs[i], cdf = 0.5 * (1 + erf(v / sqrt(2.0)));
+            double xpdf = v * exp(-v * v / 2) / sqrt(2 * M_PI);
+            double tol = ldexp(fabs(cdf) + fabs(xpdf), -23) + ldexp(1.0, -24);
+            double err = fabs(gs[i] - (cdf + xpdf)) / tol;
+            if (err > worst_grad) worst_grad = err;
+        }
+        CU_ASSERT(worst_grad <= 1.0);
+        if (worst_grad > 1.0)
+            fprintf(stderr, "gelu grad allow_avx512 %d: error %g of the bound\n", allow,
+                    worst_grad);
     }
     nbt_gelu_allow_avx512(true);
     CU_ASSERT_EQUAL(ys[0][N], 0.0f);
@@ -563,7 +578,7 @@ static void test_raw_kernels_in_place(void) {
 
 int main(void) {
     const nbtest_case cases[] = {
-        {"float32 gelu on a dense grid, both erf kernels", test_gelu_f32_dense},
+        {"float32 gelu and its gradient on a dense grid, both kernels", test_gelu_f32_dense},
         {"binary ops on same shapes", test_binary_same_shape},
         {"binary ops in float32", test_binary_f32},
         {"broadcast [3,1] with [4]", test_broadcast_column_with_row},
