@@ -51,6 +51,23 @@ static bool gemm(const nb_tensor *a, bool ta, const nb_tensor *b, bool tb, nb_te
                      ldb, accumulate ? 1.0 : 0.0, (double *)nbt_ptr(c), c->strides[0]);
 }
 
+/* out [M, N] (new, contiguous) = x W^T + bias with the bias contiguous: the GEMM sets each
+ * strip of rows to the bias as it reaches it. */
+static bool gemm_with_bias(const nb_tensor *x, const nb_tensor *w, const nb_tensor *bias,
+                           nb_tensor *out) {
+    const char *pa, *pb;
+    int64_t lda, ldb;
+    bool fa, fb;
+    if (!(x = matrix_operand(x, &pa, &lda, &fa)) || !(w = matrix_operand(w, &pb, &ldb, &fb)))
+        return false;
+    int64_t M = out->shape[0], N = out->shape[1], K = x->shape[1];
+    if (out->dtype == NB_F32)
+        return nbt_sgemm_bias(fa, !fb, M, N, K, (const float *)pa, lda, (const float *)pb, ldb,
+                              (const float *)nbt_ptr(bias), (float *)nbt_ptr(out), N);
+    return nbt_dgemm_bias(fa, !fb, M, N, K, (const double *)pa, lda, (const double *)pb, ldb,
+                          (const double *)nbt_ptr(bias), (double *)nbt_ptr(out), N);
+}
+
 /* x [..., in] as rows [M, in] (a view when the layout allows, else a copy). */
 static nb_tensor *rows_of(const nb_tensor *x) {
     int64_t shape[2] = {-1, x->shape[x->ndim - 1]};
@@ -127,10 +144,15 @@ nb_tensor *nb_f_linear(const nb_tensor *x, const nb_tensor *weight, const nb_ten
     nb_tensor *out = nbt_new("linear", x->dtype, x->ndim, shape);
     if (!xr || !out) return NULL;
     nb_tensor *out2 = nbt_view(out, 2, (int64_t[]){xr->shape[0], weight->shape[0]});
-    /* The bias is broadcast into the output first, then the product accumulates onto it. */
-    if (bias && !broadcast_bias(out2, bias)) return NULL;
-    if (!gemm(xr, false, weight, true, out2, bias != NULL))
-        return nbt_error("linear", "out of memory for GEMM buffers");
+    /* The bias is broadcast into the output first, then the product accumulates onto it
+     * (inside the GEMM, strip by strip, when the bias is contiguous). */
+    bool done;
+    if (bias && (bias->strides[0] == 1 || bias->shape[0] == 1))
+        done = gemm_with_bias(xr, weight, bias, out2);
+    else
+        done = (!bias || broadcast_bias(out2, bias)) &&
+               gemm(xr, false, weight, true, out2, bias != NULL);
+    if (!done) return nbt_error("linear", "out of memory for GEMM buffers");
     nba_record("linear", out, bias ? 3 : 2, (const nb_tensor *[]){x, weight, bias},
                linear_backward);
     return out;
