@@ -136,16 +136,18 @@ typedef struct {
 } columns_job;
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-/* add_row_f32 four columns at a time on AVX2: the same conversion and add for each element. */
-typedef float cols_v4f_u __attribute__((vector_size(16), aligned(4), may_alias));
-typedef double cols_v4d __attribute__((vector_size(32)));
-typedef double cols_v4d_u __attribute__((vector_size(32), aligned(8), may_alias));
+#include <immintrin.h>
 
+/* add_row_f32 eight columns at a time on AVX2: the same conversion and add for each element. */
 __attribute__((target("avx2"))) static void add_row_f32_avx2(double *acc, const float *x,
                                                              int64_t n) {
     int64_t k = 0;
-    for (; k + 4 <= n; k += 4)
-        *(cols_v4d_u *)(acc + k) += __builtin_convertvector(*(const cols_v4f_u *)(x + k), cols_v4d);
+    for (; k + 8 <= n; k += 8) {
+        __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(x + k)),
+                hi = _mm256_cvtps_pd(_mm_loadu_ps(x + k + 4));
+        _mm256_storeu_pd(acc + k, _mm256_add_pd(_mm256_loadu_pd(acc + k), lo));
+        _mm256_storeu_pd(acc + k + 4, _mm256_add_pd(_mm256_loadu_pd(acc + k + 4), hi));
+    }
     for (; k < n; k++) acc[k] += (double)x[k];
 }
 
