@@ -1,5 +1,6 @@
 /* The tape: recording nodes, ordering them, running backward, accumulating gradients. */
 #include "node.h"
+#include "../tensor/elementwise_kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +100,8 @@ void nba_accumulate(nb_node *n, int i, const nb_tensor *g) {
         if (!p->grad) {
             /* Borrow g; a second contribution makes a fresh sum, never writes into g. */
             p->grad = nb_same_shape(g, x) ? (nb_tensor *)g : nba_sum_to_shape(g, x->ndim, x->shape);
+        } else if (nb_same_shape(g, x)) { /* one pass: a fresh sum, p->grad may be borrowed */
+            p->grad = nbt_add(p->grad, g);
         } else {
             nb_tensor *sum = nbt_contiguous_as(p->grad, p->grad->dtype);
             if (sum) nba_add_into(sum, g);
@@ -116,6 +119,13 @@ void nba_accumulate(nb_node *n, int i, const nb_tensor *g) {
         nb_fill_(x->grad, 0.0);
     }
     nba_add_into(x->grad, g);
+}
+
+nb_tensor *nba_leaf_grad(const nb_node *n, int i) {
+    nb_tensor *x = i < n->ninputs ? n->inputs[i] : NULL;
+    if (!x || !x->requires_grad || x->node || !x->grad) return NULL;
+    nb_tensor *g = x->grad;
+    return g->dtype == x->dtype && nb_same_shape(g, x) && nb_is_contiguous(g) ? g : NULL;
 }
 
 /* ---- traversal ---- */

@@ -1,5 +1,6 @@
 /* Helpers every backward uses: reducing broadcast gradients, in-place accumulation, checks. */
 #include "node.h"
+#include "../tensor/elementwise_kernels.h"
 
 #include <string.h>
 
@@ -52,7 +53,8 @@ void nba_add_into(nb_tensor *dst, const nb_tensor *src) {
         if (nbt_broadcast_shape("backward", dst->ndim, dst->shape, src->ndim, src->shape, &bnd,
                                 bshape) &&
             bnd == dst->ndim && memcmp(bshape, dst->shape, sizeof(int64_t) * (size_t)bnd) == 0) {
-            accumulate(dst, dst->strides, src, dst->ndim, dst->shape);
+            /* The binary kernel's vector loops and threads, in place: dst = dst + src. */
+            nbt_binary_into(dst, NBT_ADD, dst, src);
             return;
         }
     }

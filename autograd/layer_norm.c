@@ -53,8 +53,161 @@
         }                                                                                          \
     }
 
-DEFINE_LAYER_NORM_KERNELS(float, f32)
 DEFINE_LAYER_NORM_KERNELS(double, f64)
+
+/* ---- float32 rows on whole vectors ----
+ * The same formulas on eight floats at a time, the double sums in eight lanes (lane j % 8,
+ * combined in a fixed order as nba_row_sum does), so results never depend on the thread
+ * count. Built twice: for AVX2 (chosen at run time) and for the baseline, where the compiler
+ * splits each vector in two. Nothing is fused: every lane rounds as the scalar code does. */
+typedef float ln_v8f __attribute__((vector_size(32)));
+typedef double ln_v4d __attribute__((vector_size(32)));
+
+/* Unaligned, aliasing views for loads and stores, as the intrinsics headers define them. */
+typedef float ln_v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
+typedef double ln_v4d_u __attribute__((vector_size(32), aligned(8), may_alias));
+#define LN_LOAD8(p) (*(const ln_v8f_u *)(p))
+#define LN_STORE8(p, v) (*(ln_v8f_u *)(p) = (v))
+#define LN_LOAD4D(p) (*(const ln_v4d_u *)(p))
+#define LN_STORE4D(p, v) (*(ln_v4d_u *)(p) = (v))
+#define LN_LO(v) __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3), ln_v4d)
+#define LN_HI(v) __builtin_convertvector(__builtin_shufflevector(v, v, 4, 5, 6, 7), ln_v4d)
+#define LN_SPLAT8(x) ((ln_v8f){x, x, x, x, x, x, x, x})
+#define LN_COMBINE(lo, hi)                                                                         \
+    (((lo[0] + lo[1]) + (lo[2] + lo[3])) + ((hi[0] + hi[1]) + (hi[2] + hi[3])))
+
+#define LN_VECTOR_KERNELS(ATTR, SUF)                                                               \
+    ATTR static void ln_rows_##SUF(int64_t rows, int64_t D, const float *x, const float *w,        \
+                                   const float *b, double eps, float *y, float *mean,              \
+                                   float *rstd) {                                                  \
+        int64_t Dv = D / 8 * 8;                                                                    \
+        for (int64_t r = 0; r < rows; r++, x += D, y += D) {                                       \
+            ln_v4d lo = {0}, hi = {0};                                                             \
+            for (int64_t j = 0; j < Dv; j += 8) {                                                  \
+                ln_v8f v = LN_LOAD8(x + j);                                                        \
+                lo += LN_LO(v), hi += LN_HI(v);                                                    \
+            }                                                                                      \
+            double tail[8] = {0};                                                                  \
+            for (int64_t j = Dv; j < D; j++) tail[j - Dv] = (double)x[j];                          \
+            lo += LN_LOAD4D(tail), hi += LN_LOAD4D(tail + 4);                                      \
+            const double mu = LN_COMBINE(lo, hi) / (double)D;                                      \
+            ln_v4d vmu = {mu, mu, mu, mu}, slo = {0}, shi = {0};                                   \
+            for (int64_t j = 0; j < Dv; j += 8) {                                                  \
+                ln_v8f v = LN_LOAD8(x + j);                                                        \
+                ln_v4d dlo = LN_LO(v) - vmu, dhi = LN_HI(v) - vmu;                                 \
+                slo += dlo * dlo, shi += dhi * dhi;                                                \
+            }                                                                                      \
+            double sq[8] = {0};                                                                    \
+            for (int64_t j = Dv; j < D; j++)                                                       \
+                sq[j - Dv] = ((double)x[j] - mu) * ((double)x[j] - mu);                            \
+            slo += LN_LOAD4D(sq), shi += LN_LOAD4D(sq + 4);                                        \
+            const double rs = 1.0 / sqrt(LN_COMBINE(slo, shi) / (double)D + eps);                  \
+            const float m = (float)mu, q = (float)rs;                                              \
+            mean[r] = m, rstd[r] = q;                                                              \
+            const ln_v8f vm = LN_SPLAT8(m), vq = LN_SPLAT8(q);                                     \
+            for (int64_t j = 0; j < Dv; j += 8) {                                                  \
+                ln_v8f v = (LN_LOAD8(x + j) - vm) * vq;                                            \
+                if (w) v *= LN_LOAD8(w + j);                                                       \
+                if (b) v += LN_LOAD8(b + j);                                                       \
+                LN_STORE8(y + j, v);                                                               \
+            }                                                                                      \
+            for (int64_t j = Dv; j < D; j++) {                                                     \
+                float v = (x[j] - m) * q;                                                          \
+                if (w) v *= w[j];                                                                  \
+                if (b) v += b[j];                                                                  \
+                y[j] = v;                                                                          \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    ATTR static void ln_backward_rows_##SUF(int64_t rows, int64_t D, const float *x,               \
+                                            const float *w, const float *mean, const float *rstd,  \
+                                            const float *g, float *dx, double *dw, double *db) {   \
+        int64_t Dv = D / 8 * 8;                                                                    \
+        for (int64_t r = 0; r < rows; r++, x += D, g += D) {                                       \
+            const float m = mean[r], q = rstd[r];                                                  \
+            const ln_v8f vm = LN_SPLAT8(m), vq = LN_SPLAT8(q);                                     \
+            ln_v4d a_lo = {0}, a_hi = {0}, c_lo = {0}, c_hi = {0};                                 \
+            for (int64_t j = 0; j < Dv; j += 8) {                                                  \
+                ln_v8f xh = (LN_LOAD8(x + j) - vm) * vq, gv = LN_LOAD8(g + j);                     \
+                ln_v8f gh = w ? gv * LN_LOAD8(w + j) : gv;                                         \
+                ln_v4d xl = LN_LO(xh), xu = LN_HI(xh), gl = LN_LO(gh), gu = LN_HI(gh);             \
+                a_lo += gl, a_hi += gu, c_lo += gl * xl, c_hi += gu * xu;                          \
+                if (dw) {                                                                          \
+                    LN_STORE4D(dw + j, LN_LOAD4D(dw + j) + LN_LO(gv) * xl);                        \
+                    LN_STORE4D(dw + j + 4, LN_LOAD4D(dw + j + 4) + LN_HI(gv) * xu);                \
+                }                                                                                  \
+                if (db) {                                                                          \
+                    LN_STORE4D(db + j, LN_LOAD4D(db + j) + LN_LO(gv));                             \
+                    LN_STORE4D(db + j + 4, LN_LOAD4D(db + j + 4) + LN_HI(gv));                     \
+                }                                                                                  \
+            }                                                                                      \
+            double ta[8] = {0}, tc[8] = {0};                                                       \
+            for (int64_t j = Dv; j < D; j++) {                                                     \
+                const float xh = (x[j] - m) * q, gh = w ? g[j] * w[j] : g[j];                      \
+                ta[j - Dv] = gh, tc[j - Dv] = (double)gh * (double)xh;                             \
+                if (dw) dw[j] += (double)g[j] * (double)xh;                                        \
+                if (db) db[j] += g[j];                                                             \
+            }                                                                                      \
+            a_lo += LN_LOAD4D(ta), a_hi += LN_LOAD4D(ta + 4);                                      \
+            c_lo += LN_LOAD4D(tc), c_hi += LN_LOAD4D(tc + 4);                                      \
+            if (!dx) continue;                                                                     \
+            const float a = (float)(LN_COMBINE(a_lo, a_hi) / (double)D),                           \
+                        c = (float)(LN_COMBINE(c_lo, c_hi) / (double)D);                           \
+            const ln_v8f va = LN_SPLAT8(a), vc = LN_SPLAT8(c);                                     \
+            for (int64_t j = 0; j < Dv; j += 8) {                                                  \
+                ln_v8f xh = (LN_LOAD8(x + j) - vm) * vq, gv = LN_LOAD8(g + j);                     \
+                ln_v8f gh = w ? gv * LN_LOAD8(w + j) : gv;                                         \
+                LN_STORE8(dx + j, vq * (gh - va - xh * vc));                                       \
+            }                                                                                      \
+            for (int64_t j = Dv; j < D; j++) {                                                     \
+                const float xh = (x[j] - m) * q, gh = w ? g[j] * w[j] : g[j];                      \
+                dx[j] = q * (gh - a - xh * c);                                                     \
+            }                                                                                      \
+            dx += D;                                                                               \
+        }                                                                                          \
+    }
+
+static bool ln_avx2_allowed = true;
+
+void nba_layer_norm_allow_avx2(bool allow) {
+    ln_avx2_allowed = allow;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+LN_VECTOR_KERNELS(__attribute__((target("avx2"))), avx2)
+static bool ln_use_avx2(void) {
+    static int known; /* 0 unknown, 1 no, 2 yes; a race only computes the same answer twice */
+    if (!known) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx2") ? 2 : 1;
+    }
+    return known == 2 && ln_avx2_allowed;
+}
+#else
+static bool ln_use_avx2(void) {
+    return false;
+}
+#define ln_rows_avx2 ln_rows_base
+#define ln_backward_rows_avx2 ln_backward_rows_base
+#endif
+LN_VECTOR_KERNELS(, base)
+
+static void layer_norm_rows_v32(int64_t rows, int64_t D, const float *x, const float *w,
+                                const float *b, double eps, float *y, float *mean, float *rstd) {
+    if (ln_use_avx2())
+        ln_rows_avx2(rows, D, x, w, b, eps, y, mean, rstd);
+    else
+        ln_rows_base(rows, D, x, w, b, eps, y, mean, rstd);
+}
+
+static void layer_norm_backward_rows_v32(int64_t rows, int64_t D, const float *x, const float *w,
+                                         const float *mean, const float *rstd, const float *g,
+                                         float *dx, double *dw, double *db) {
+    if (ln_use_avx2())
+        ln_backward_rows_avx2(rows, D, x, w, mean, rstd, g, dx, dw, db);
+    else
+        ln_backward_rows_base(rows, D, x, w, mean, rstd, g, dx, dw, db);
+}
 
 #define F32(t) ((t) ? (float *)nbt_ptr(t) : NULL)
 #define F64(t) ((t) ? (double *)nbt_ptr(t) : NULL)
@@ -70,7 +223,7 @@ static void layer_norm_slice(int64_t begin, int64_t end, void *vjob) {
     const layer_norm_job *j = vjob;
     int64_t at = begin * j->D;
     if (j->x->dtype == NB_F32)
-        layer_norm_rows_f32(end - begin, j->D, F32(j->x) + at, F32(j->w), F32(j->b), j->eps,
+        layer_norm_rows_v32(end - begin, j->D, F32(j->x) + at, F32(j->w), F32(j->b), j->eps,
                             F32(j->y) + at, F32(j->mean) + begin, F32(j->rstd) + begin);
     else
         layer_norm_rows_f64(end - begin, j->D, F64(j->x) + at, F64(j->w), F64(j->b), j->eps,
@@ -97,7 +250,7 @@ static void layer_norm_backward_chunks(int64_t begin, int64_t end, void *vjob) {
         double *dw = j->dw_parts ? j->dw_parts + c * j->D : NULL;
         double *db = j->db_parts ? j->db_parts + c * j->D : NULL;
         if (j->x->dtype == NB_F32)
-            layer_norm_backward_rows_f32(r1 - r0, j->D, F32(j->x) + at, F32(j->w),
+            layer_norm_backward_rows_v32(r1 - r0, j->D, F32(j->x) + at, F32(j->w),
                                          F32(j->mean) + r0, F32(j->rstd) + r0, F32(j->g) + at,
                                          j->dx ? F32(j->dx) + at : NULL, dw, db);
         else

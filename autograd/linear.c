@@ -5,6 +5,8 @@
 #include "../tensor/gemm.h"
 #include "../tensor/reduce_kernels.h"
 
+#include <string.h>
+
 /* A 2-D tensor as a GEMM operand: base pointer, leading dimension and transpose flag.
  * False when neither dim has unit stride. */
 static bool as_matrix(const nb_tensor *t, const char **ptr, int64_t *ld, bool *trans) {
@@ -49,6 +51,23 @@ static bool gemm(const nb_tensor *a, bool ta, const nb_tensor *b, bool tb, nb_te
                      ldb, accumulate ? 1.0 : 0.0, (double *)nbt_ptr(c), c->strides[0]);
 }
 
+/* out [M, N] (new, contiguous) = x W^T + bias with the bias contiguous: the GEMM sets each
+ * strip of rows to the bias as it reaches it. */
+static bool gemm_with_bias(const nb_tensor *x, const nb_tensor *w, const nb_tensor *bias,
+                           nb_tensor *out) {
+    const char *pa, *pb;
+    int64_t lda, ldb;
+    bool fa, fb;
+    if (!(x = matrix_operand(x, &pa, &lda, &fa)) || !(w = matrix_operand(w, &pb, &ldb, &fb)))
+        return false;
+    int64_t M = out->shape[0], N = out->shape[1], K = x->shape[1];
+    if (out->dtype == NB_F32)
+        return nbt_sgemm_bias(fa, !fb, M, N, K, (const float *)pa, lda, (const float *)pb, ldb,
+                              (const float *)nbt_ptr(bias), (float *)nbt_ptr(out), N);
+    return nbt_dgemm_bias(fa, !fb, M, N, K, (const double *)pa, lda, (const double *)pb, ldb,
+                          (const double *)nbt_ptr(bias), (double *)nbt_ptr(out), N);
+}
+
 /* x [..., in] as rows [M, in] (a view when the layout allows, else a copy). */
 static nb_tensor *rows_of(const nb_tensor *x) {
     int64_t shape[2] = {-1, x->shape[x->ndim - 1]};
@@ -59,6 +78,28 @@ static nb_tensor *rows_of(const nb_tensor *x) {
     if (!c) return NULL;
     shape[0] = nbt_numel(c) / (shape[1] ? shape[1] : 1);
     return nbt_view(c, 2, shape);
+}
+
+/* Rows [r0, r1) of a contiguous output set to the bias, split across threads. */
+typedef struct {
+    char *out;
+    const char *bias;
+    size_t row_bytes;
+} bias_rows_job;
+
+static void fill_bias_rows(int64_t r0, int64_t r1, void *vjob) {
+    const bias_rows_job *j = vjob;
+    for (int64_t r = r0; r < r1; r++)
+        memcpy(j->out + (size_t)r * j->row_bytes, j->bias, j->row_bytes);
+}
+
+/* out [M, N] (new, contiguous) = bias broadcast over the rows. */
+static bool broadcast_bias(nb_tensor *out, const nb_tensor *bias) {
+    int64_t M = out->shape[0], N = out->shape[1];
+    if (N > 1 && bias->strides[0] != 1) return nbt_copy(out, bias);
+    bias_rows_job job = {nbt_ptr(out), nbt_ptr(bias), (size_t)N * nbt_esize(out->dtype)};
+    nbt_parallel_ranges(M, 32768 / (N > 0 ? N : 1) + 1, fill_bias_rows, &job);
+    return true;
 }
 
 static void linear_backward(nb_node *n, const nb_tensor *gout) {
@@ -72,10 +113,14 @@ static void linear_backward(nb_node *n, const nb_tensor *gout) {
         if (dx && gemm(g, false, w, false, dx, false))
             nba_accumulate(n, 0, nbt_view(dx, x->ndim, x->shape));
     }
-    if (nba_input_needs_grad(n, 1)) { /* dW = g^T x */
-        nb_tensor *xr = rows_of(x);
-        nb_tensor *dw = nbt_new("linear", w->dtype, 2, (int64_t[]){out_f, in_f});
-        if (xr && dw && gemm(g, true, xr, false, dw, false)) nba_accumulate(n, 1, dw);
+    if (nba_input_needs_grad(n, 1)) { /* dW = g^T x, added straight into W's gradient */
+        nb_tensor *xr = rows_of(x), *into = nba_leaf_grad(n, 1);
+        if (into && w->ndim == 2) {
+            if (xr) gemm(g, true, xr, false, into, true);
+        } else {
+            nb_tensor *dw = nbt_new("linear", w->dtype, 2, (int64_t[]){out_f, in_f});
+            if (xr && dw && gemm(g, true, xr, false, dw, false)) nba_accumulate(n, 1, dw);
+        }
     }
     if (n->ninputs > 2 && nba_input_needs_grad(n, 2)) /* db = sum of g over rows */
         nba_accumulate(n, 2, nbt_sum_dims(g, (bool[]){true, false}, false, 1.0));
@@ -99,10 +144,15 @@ nb_tensor *nb_f_linear(const nb_tensor *x, const nb_tensor *weight, const nb_ten
     nb_tensor *out = nbt_new("linear", x->dtype, x->ndim, shape);
     if (!xr || !out) return NULL;
     nb_tensor *out2 = nbt_view(out, 2, (int64_t[]){xr->shape[0], weight->shape[0]});
-    /* The bias is broadcast into the output first, then the product accumulates onto it. */
-    if (bias && !nbt_copy(out2, bias)) return NULL;
-    if (!gemm(xr, false, weight, true, out2, bias != NULL))
-        return nbt_error("linear", "out of memory for GEMM buffers");
+    /* The bias is broadcast into the output first, then the product accumulates onto it
+     * (inside the GEMM, strip by strip, when the bias is contiguous). */
+    bool done;
+    if (bias && (bias->strides[0] == 1 || bias->shape[0] == 1))
+        done = gemm_with_bias(xr, weight, bias, out2);
+    else
+        done = (!bias || broadcast_bias(out2, bias)) &&
+               gemm(xr, false, weight, true, out2, bias != NULL);
+    if (!done) return nbt_error("linear", "out of memory for GEMM buffers");
     nba_record("linear", out, bias ? 3 : 2, (const nb_tensor *[]){x, weight, bias},
                linear_backward);
     return out;

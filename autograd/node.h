@@ -51,9 +51,16 @@ bool nba_input_needs_grad(const nb_node *n, int i);
 /* Adds g into input i's gradient. g may be broadcast-shaped: extra leading dims and dims
  * where the input has size 1 are summed away. g's dtype must match the input's. */
 void nba_accumulate(nb_node *n, int i, const nb_tensor *g);
+/* Input i's own gradient tensor when input i is a leaf that already has one (contiguous, its
+ * shape and dtype), for a backward to add its contribution straight into, as nba_accumulate
+ * would; NULL otherwise (then call nba_accumulate). Borrowed. */
+nb_tensor *nba_leaf_grad(const nb_node *n, int i);
 
 /* Test hook: called with the op name of every node recorded (NULL to remove). */
 void nba_set_record_hook(void (*hook)(const char *op));
+/* Test hook: layer_norm's float32 rows run the AVX2 build when the CPU has AVX2 and allow is
+ * true (the default), else the baseline build; both give the same bits. */
+void nba_layer_norm_allow_avx2(bool allow);
 
 /* ---- raw helpers shared by backward functions ---- */
 /* Sums t down to the given shape (t's shape must broadcast-reduce to it). New tensor. */

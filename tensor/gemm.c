@@ -305,6 +305,26 @@ bool nbt_dgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, doub
                     ldc);
 }
 
+bool nbt_sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float *A,
+                    int64_t lda, const float *B, int64_t ldb, const float *bias, float *C,
+                    int64_t ldc) {
+    if (nbt_gemm_blas()) { /* the BLAS takes the product, as in nbt_sgemm */
+        for (int64_t i = 0; i < M; i++) memcpy(C + i * ldc, bias, sizeof(float) * (size_t)N);
+        return nbt_sgemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
+    }
+    return gemm_bias_f32(&kernels()->f32, trans_a, trans_b, M, N, K, A, lda, B, ldb, bias, C, ldc);
+}
+
+bool nbt_dgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const double *A,
+                    int64_t lda, const double *B, int64_t ldb, const double *bias, double *C,
+                    int64_t ldc) {
+    if (nbt_gemm_blas()) { /* the BLAS takes the product, as in nbt_dgemm */
+        for (int64_t i = 0; i < M; i++) memcpy(C + i * ldc, bias, sizeof(double) * (size_t)N);
+        return nbt_dgemm(trans_a, trans_b, M, N, K, 1.0, A, lda, B, ldb, 1.0, C, ldc);
+    }
+    return gemm_bias_f64(&kernels()->f64, trans_a, trans_b, M, N, K, A, lda, B, ldb, bias, C, ldc);
+}
+
 bool nbt_sgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                        const float *A, int64_t lda, int64_t stride_a, const float *B, int64_t ldb,
                        int64_t stride_b, float beta, float *C, int64_t ldc, int64_t stride_c,

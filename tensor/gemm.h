@@ -31,6 +31,16 @@ bool nbt_dgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, doub
                const double *A, int64_t lda, const double *B, int64_t ldb, double beta, double *C,
                int64_t ldc);
 
+/* C = op(A) op(B) + bias, bias (N contiguous elements) added to every row: the same bits as
+ * setting every row of C to the bias and calling nbt_*gemm with alpha 1 and beta 1, but a
+ * small product sets each strip of rows just before computing it, while it is in cache. */
+bool nbt_sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float *A,
+                    int64_t lda, const float *B, int64_t ldb, const float *bias, float *C,
+                    int64_t ldc);
+bool nbt_dgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const double *A,
+                    int64_t lda, const double *B, int64_t ldb, const double *bias, double *C,
+                    int64_t ldc);
+
 /* batch products in one call: matrix b of each operand starts stride_x elements after
  * matrix b-1. A stride of 0 for A or B broadcasts one matrix to every product. A stride of 0
  * for C sums the products into one C: beta applies to the first product and later products

@@ -38,6 +38,9 @@
 #define is_tiny FN(is_tiny)
 #define gemm FN(gemm)
 #define gemm_batched FN(gemm_batched)
+#define gemm_bias FN(gemm_bias)
+#define bias_fill FN(bias_fill)
+#define bias_fill_t FN(bias_fill_t)
 #define run FN(run)
 #define run_part FN(run_part)
 #define product FN(product)
@@ -79,6 +82,10 @@ static void scale_c(int64_t M, int64_t N, T beta, T *C, int64_t ldc) {
  * mc zero. */
 static void pack_a(const KSET *ks, bool ta, const T *A, int64_t lda, int64_t mc, int64_t kc, int mr,
                    T *restrict dst) {
+    if (ta && ks->pack_n) { /* rows of the stored matrix are columns of op(A) */
+        ks->pack_n(A, lda, kc, (int)mc, mr, dst);
+        return;
+    }
     for (int64_t p = 0; p < mc; p += mr, dst += (int64_t)mr * kc) {
         int m = (int)imin(mr, mc - p);
         if (!ta && ks->pack_t) {
@@ -102,6 +109,10 @@ static void pack_a(const KSET *ks, bool ta, const T *A, int64_t lda, int64_t mc,
  * past nc zero. */
 static void pack_b(const KSET *ks, bool tb, const T *B, int64_t ldb, int64_t kc, int64_t nc, int nr,
                    T *restrict dst) {
+    if (!tb && ks->pack_n) {
+        ks->pack_n(B, ldb, kc, (int)nc, nr, dst);
+        return;
+    }
     for (int64_t q = 0; q < nc; q += nr, dst += (int64_t)nr * kc) {
         int n = (int)imin(nr, nc - q);
         if (tb && ks->pack_t) {
@@ -114,8 +125,6 @@ static void pack_b(const KSET *ks, bool tb, const T *B, int64_t ldb, int64_t kc,
             }
             for (int64_t k = 0; k < kc; k++)
                 for (int j = n; j < nr; j++) dst[k * nr + j] = 0;
-        } else if (ks->pack_n) {
-            ks->pack_n(B + q, ldb, kc, n, nr, dst);
         } else {
             for (int64_t k = 0; k < kc; k++) {
                 const T *src = B + k * ldb + q;
@@ -163,7 +172,7 @@ static void gemm_blocked(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_
  * when B is read in place. Only a matrix narrower than one tile needs a zero-padded copy. */
 static void gemm_small(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_t M, int64_t N,
                        int64_t K, T alpha, const T *A, int64_t lda, const T *B, int64_t ldb,
-                       const T *bpack, T beta, T *C, int64_t ldc, T *aedge) {
+                       const T *bpack, T beta, T *C, int64_t ldc, T *aedge, const T *bias) {
     int mr = kern.mr, nr = kern.nr;
     const T *a_tiny = NULL;
     if (M < mr) { /* shorter than one strip: pad it */
@@ -176,6 +185,9 @@ static void gemm_small(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_t 
         const T *a = a_tiny ? a_tiny : a_at(ta, A, lda, top, 0);
         int64_t a_rs = a_tiny ? 1 : ta ? 1 : lda, a_cs = a_tiny ? mr : ta ? lda : 1;
         int r0 = (int)(ir - top), r1 = (int)(imin(ir + mr, M) - top);
+        /* C's rows start as the bias just before the strip adds to them, while in cache */
+        for (int64_t r = ir; bias && r < imin(ir + mr, M); r++)
+            memcpy(C + r * ldc, bias, sizeof(T) * (size_t)N);
         for (int64_t jr = 0; jr < N; jr += nr) {
             int64_t left = b_packed ? jr : imin(jr, N - nr);
             const T *b = b_packed ? bpack + jr * K : B + left;
@@ -250,6 +262,7 @@ typedef struct {
     T *C;
     int64_t ldc, sc;
     int64_t batch;
+    const T *bias; /* PATH_SMALL only: C's rows are set to it first (beta is then 1) */
 } problem_t;
 
 /* Rows [m0, m1) and columns [n0, n1) of product b. *b_ready says the packed B in buf is
@@ -306,7 +319,7 @@ static void product(const problem_t *p, int64_t b, T beta, const part_t *q, cons
         pack_b(ks, tb, B, ldb, K, n, p->kern.nr, buf->bpack);
     *b_ready = true;
     gemm_small(ks, p->kern, ta, tb, m, n, K, p->alpha, A, lda, B, ldb, buf->bpack, beta, C, ldc,
-               buf->aedge);
+               buf->aedge, p->bias ? p->bias + n0 : NULL);
 }
 
 /* One part: its products in order of b, so products summed into one C add in a fixed order. */
@@ -427,6 +440,51 @@ static bool gemm(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, int64_t
     return gemm_batched(ks, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 
+/* Rows [r0, r1) of C set to the bias. */
+typedef struct {
+    T *C;
+    int64_t ldc, N;
+    const T *bias;
+} bias_fill_t;
+
+static void bias_fill(int64_t r0, int64_t r1, void *vjob) {
+    const bias_fill_t *j = vjob;
+    for (int64_t r = r0; r < r1; r++) memcpy(j->C + r * j->ldc, j->bias, sizeof(T) * (size_t)j->N);
+}
+
+/* C = op(A) op(B) + bias over the rows. A small product sets each strip of C to the bias just
+ * before computing it; any other fills C first (threads taking rows), then adds the product. */
+static bool gemm_bias(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T *A,
+                      int64_t lda, const T *B, int64_t ldb, const T *bias, T *C, int64_t ldc) {
+    last_threads = 1;
+    if (M <= 0 || N <= 0) return true;
+    kernel_t kern = pick(ks, N);
+    if (K <= 0 || choose_path(kern, tb, M, N, K) != PATH_SMALL) {
+        bias_fill_t job = {C, ldc, N, bias};
+        nbt_parallel_ranges(M, GEMM_MIN_WORK_PER_THREAD / 8 / N + 1, bias_fill, &job);
+        return gemm(ks, ta, tb, M, N, K, 1, A, lda, B, ldb, 1, C, ldc);
+    }
+    problem_t p = {.ks = ks,
+                   .kern = kern,
+                   .path = PATH_SMALL,
+                   .ta = ta,
+                   .tb = tb,
+                   .M = M,
+                   .N = N,
+                   .K = K,
+                   .alpha = 1,
+                   .beta = 1,
+                   .A = A,
+                   .lda = lda,
+                   .B = B,
+                   .ldb = ldb,
+                   .C = C,
+                   .ldc = ldc,
+                   .batch = 1,
+                   .bias = bias};
+    return run(&p);
+}
+
 #undef a_at
 #undef b_at
 #undef imin
@@ -442,6 +500,9 @@ static bool gemm(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, int64_t
 #undef is_tiny
 #undef gemm
 #undef gemm_batched
+#undef gemm_bias
+#undef bias_fill
+#undef bias_fill_t
 #undef run
 #undef run_part
 #undef product

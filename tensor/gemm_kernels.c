@@ -316,15 +316,30 @@ static void pack_t_f32(const float *X, int64_t ldx, int64_t kc, int n, int width
 #endif
 
 /* Rows copied with masked loads, which also write the zero padding: no per-row library
- * call, which costs more than the copy for the narrow panels of small products. */
-#define DEFINE_PACK_N(name, T, W, MAKE_MASK, MLOAD, VSTORE)                                        \
+ * call, which costs more than the copy for the narrow panels of small products. A width that
+ * is not a whole number of vectors (an A panel of 12 or 6 rows) ends in a masked store. Each
+ * row of X is read once, start to end, for all panels: one forward stream that the hardware
+ * prefetcher follows, where a panel at a time would stride down the matrix once per panel. */
+#define DEFINE_PACK_N(name, T, V, W, MAKE_MASK, MLOAD, VSTORE, MSTORE)                             \
     static void name(const T *X, int64_t ldx, int64_t kc, int n, int width, T *dst) {              \
-        for (int64_t k = 0; k < kc; k++)                                                           \
-            for (int j0 = 0; j0 < width; j0 += W)                                                  \
-                VSTORE(dst + k * width + j0, MLOAD(X + k * ldx + j0, MAKE_MASK(0, n - j0)));       \
+        int panels = (n + width - 1) / width;                                                      \
+        for (int64_t k = 0; k < kc; k++) {                                                         \
+            const T *x = X + k * ldx;                                                              \
+            for (int p = 0; p < panels; p++) {                                                     \
+                T *d = dst + (int64_t)p * kc * width + k * width;                                  \
+                int here = n - p * width < width ? n - p * width : width;                          \
+                for (int j0 = 0; j0 < width; j0 += W) {                                            \
+                    V v = MLOAD(x + p * width + j0, MAKE_MASK(0, here - j0));                      \
+                    if (j0 + W <= width)                                                           \
+                        VSTORE(d + j0, v);                                                         \
+                    else                                                                           \
+                        MSTORE(d + j0, MAKE_MASK(0, width - j0), v);                               \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
     }
-DEFINE_PACK_N(pack_n_f32, float, WF32, MAKE_MASKF32, MLOADF32, STF32)
-DEFINE_PACK_N(pack_n_f64, double, WF64, MAKE_MASKF64, MLOADF64, STF64)
+DEFINE_PACK_N(pack_n_f32, float, VF32, WF32, MAKE_MASKF32, MLOADF32, STF32, MSTOREF32)
+DEFINE_PACK_N(pack_n_f64, double, VF64, WF64, MAKE_MASKF64, MLOADF64, STF64, MSTOREF64)
 
 void ISA_FN(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64) {
     *f32 = (nbt_gemm_kernels_f32){MR_WIDE,        2 * WF32,   ukr_f32_wide, MR_NARROW, WF32,

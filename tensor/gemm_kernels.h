@@ -31,8 +31,9 @@ typedef void (*nbt_gemm_pack_t_f32)(const float *X, int64_t ldx, int64_t kc, int
 typedef void (*nbt_gemm_pack_t_f64)(const double *X, int64_t ldx, int64_t kc, int n, int width,
                                     double *dst);
 
-/* Packs one panel from a matrix read along its rows: dst[k*width + j] = X[k*ldx + j] for
- * k < kc and j < n, and 0 for n <= j < width (an untransposed B's panel). */
+/* Packs the panels of width columns that cover n columns of a matrix read along its rows:
+ * panel p starts at dst + p*kc*width, and dst[p*kc*width + k*width + j] = X[k*ldx + p*width + j]
+ * for k < kc and p*width + j < n, 0 past n (an untransposed B's panels, a transposed A's). */
 typedef void (*nbt_gemm_pack_n_f32)(const float *X, int64_t ldx, int64_t kc, int n, int width,
                                     float *dst);
 typedef void (*nbt_gemm_pack_n_f64)(const double *X, int64_t ldx, int64_t kc, int n, int width,

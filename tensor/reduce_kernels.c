@@ -127,23 +127,73 @@ static void sum_rows(const nb_tensor *a, odometer *kept, int64_t R, char *out, d
         store(a->dtype, out, k, row_sum(a->dtype, base + kept->off * (int64_t)es, R) * scale);
 }
 
-/* Returns false only when the accumulator cannot be allocated. */
+/* Columns [k0, k1) of every reduced row into their lanes of the [lanes, K] accumulator. */
+typedef struct {
+    const nb_tensor *a;
+    odometer red; /* at the first row */
+    int64_t R, K;
+    double *acc;
+} columns_job;
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+/* add_row_f32 eight columns at a time on AVX2: the same conversion and add for each element. */
+__attribute__((target("avx2"))) static void add_row_f32_avx2(double *acc, const float *x,
+                                                             int64_t n) {
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(x + k)),
+                hi = _mm256_cvtps_pd(_mm_loadu_ps(x + k + 4));
+        _mm256_storeu_pd(acc + k, _mm256_add_pd(_mm256_loadu_pd(acc + k), lo));
+        _mm256_storeu_pd(acc + k + 4, _mm256_add_pd(_mm256_loadu_pd(acc + k + 4), hi));
+    }
+    for (; k < n; k++) acc[k] += (double)x[k];
+}
+
+static bool columns_use_avx2(void) {
+    static int known; /* 0 unknown, 1 no, 2 yes; a race only computes the same answer twice */
+    if (!known) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx2") ? 2 : 1;
+    }
+    return known == 2;
+}
+#else
+#define add_row_f32_avx2 add_row_f32
+static bool columns_use_avx2(void) {
+    return false;
+}
+#endif
+
+static void sum_column_range(int64_t k0, int64_t k1, void *vjob) {
+    const columns_job *j = vjob;
+    bool avx2 = columns_use_avx2();
+    odometer red = j->red;
+    size_t es = nbt_esize(j->a->dtype);
+    const char *base = nbt_ptr(j->a);
+    for (int64_t r = 0; r < j->R; r++, odo_next(&red)) {
+        const char *row = base + (red.off + k0) * (int64_t)es;
+        double *lane = j->acc + (r % LANES) * j->K + k0;
+        if (j->a->dtype == NB_F32 && avx2)
+            add_row_f32_avx2(lane, (const float *)row, k1 - k0);
+        else if (j->a->dtype == NB_F32)
+            add_row_f32(lane, (const float *)row, k1 - k0);
+        else
+            add_row_f64(lane, (const double *)row, k1 - k0);
+    }
+}
+
+/* Returns false only when the accumulator cannot be allocated. Threads take slices of the
+ * columns: each column's sum runs over the rows in the same order whoever computes it. */
 static bool sum_columns(const nb_tensor *a, odometer *red, int64_t K, char *out, double scale) {
     int64_t R = count(red);
     int64_t lanes = R < LANES ? R : LANES;
     nb_tensor *acc_t = nb_zeros(NB_F64, 2, (int64_t[]){lanes, K});
     if (!acc_t) return false;
     double *acc = nb_data(acc_t);
-    size_t es = nbt_esize(a->dtype);
-    const char *base = nbt_ptr(a);
-    for (int64_t r = 0; r < R; r++, odo_next(red)) {
-        const char *row = base + red->off * (int64_t)es;
-        double *lane = acc + (r % LANES) * K;
-        if (a->dtype == NB_F32)
-            add_row_f32(lane, (const float *)row, K);
-        else
-            add_row_f64(lane, (const double *)row, K);
-    }
+    columns_job job = {a, *red, R, K, acc};
+    nbt_parallel_ranges(K, 32768 / R + 1, sum_column_range, &job);
     for (int64_t k = 0; k < K; k++) {
         double l[LANES] = {0};
         for (int64_t j = 0; j < lanes; j++) l[j] = acc[j * K + k];

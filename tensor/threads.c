@@ -22,8 +22,11 @@ void nbt_parallel_ranges(int64_t n, int64_t grain, nbt_range_fn fn, void *ctx) {
         if (n > 0) fn(0, n, ctx);
         return;
     }
-    /* Equal slices rounded to 16 elements so that no two threads share a cache line of floats. */
-    int64_t slice = ((n + nt - 1) / nt + 15) / 16 * 16;
+    /* Equal slices rounded to 16 elements so that no two threads share a cache line of floats;
+     * indices coarser than that (a grain under 16: rows, chunks) are not rounded, or a few
+     * of them would all land in the first slice. */
+    int64_t unit = grain >= 16 ? 16 : 1;
+    int64_t slice = ((n + nt - 1) / nt + unit - 1) / unit * unit;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int t = 0; t < nt; t++) {
         int64_t begin = (int64_t)t * slice, end = begin + slice < n ? begin + slice : n;

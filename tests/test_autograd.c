@@ -32,6 +32,21 @@ static void test_accumulates_until_zero_grad(void) {
     NBT_ASSERT_VALUES(nb_grad(x), 0, 5, 5);
 }
 
+static void test_linear_weight_grad_accumulates(void) {
+    /* sum(x W^T) over rows: dW = the column sums of x. linear adds dW straight into an
+     * existing gradient of W, so a second backward, and a second use of W, must add. */
+    nb_tensor *x = nb_from_array(NB_F64, NB_SHAPE(2, 2), (double[]){1, 2, 3, 4});
+    nb_tensor *x2 = nb_from_array(NB_F64, NB_SHAPE(2, 2), (double[]){1, 0, 0, 1});
+    nb_tensor *w =
+        nb_requires_grad_(nb_from_array(NB_F64, NB_SHAPE(1, 2), (double[]){0.5, -1}), true);
+    for (int i = 0; i < 2; i++) CU_ASSERT_TRUE(nb_backward(nb_sum(nb_f_linear(x, w, NULL)), NULL));
+    NBT_ASSERT_VALUES(nb_grad(w), 0, 8, 12);
+    nb_zero_grad(w);
+    nb_tensor *two_uses = nb_add(nb_sum(nb_f_linear(x, w, NULL)), nb_sum(nb_f_linear(x2, w, NULL)));
+    CU_ASSERT_TRUE(nb_backward(two_uses, NULL));
+    NBT_ASSERT_VALUES(nb_grad(w), 0, 5, 7);
+}
+
 static void test_non_scalar_needs_grad_output(void) {
     nb_tensor *x = leaf((double[]){1, 2}, 2);
     nb_tensor *y = nb_mul_scalar(x, 2);
@@ -95,6 +110,7 @@ int main(void) {
         {"fan-out sums gradients", test_fan_out_sums},
         {"diamond graph", test_diamond},
         {"grads accumulate until zero_grad", test_accumulates_until_zero_grad},
+        {"linear adds into an existing weight gradient", test_linear_weight_grad_accumulates},
         {"non-scalar backward needs grad_output", test_non_scalar_needs_grad_output},
         {"errors", test_errors},
         {"no_grad, detach, requires_grad propagation", test_no_grad_and_detach},

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static uint64_t lcg = 88172645463325252ull;
 static double rnd(void) { /* uniform in [-1, 1) */
@@ -404,7 +405,52 @@ static void test_threads_bitwise(void) {
     CU_ASSERT_EQUAL(failures, 0);
 }
 
-/* A hand-computed product, so the reference loop above is itself checked once. */
+/* nbt_*gemm_bias against setting C's rows to the bias and calling nbt_*gemm with beta 1 (the
+ * path checked above): the same bits, with 1 and 2 threads, on a small product (the strips
+ * are set inside), a tiny one, one wider than the f32 block and one with K over it. */
+#define BIAS_CASE(T, GEMM, GEMM_BIAS)                                                              \
+    static bool bias_case_##T(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int threads) {    \
+        int64_t lda = ta ? M : K, ldb = tb ? K : N, ldc = N + 3;                                   \
+        T *A = malloc(sizeof(T) * (size_t)(M * K)), *B = malloc(sizeof(T) * (size_t)(K * N));      \
+        T *bias = malloc(sizeof(T) * (size_t)N), *C1 = malloc(sizeof(T) * (size_t)(M * ldc));      \
+        T *C2 = malloc(sizeof(T) * (size_t)(M * ldc));                                             \
+        for (int64_t i = 0; i < M * K; i++) A[i] = (T)rnd();                                       \
+        for (int64_t i = 0; i < K * N; i++) B[i] = (T)rnd();                                       \
+        for (int64_t j = 0; j < N; j++) bias[j] = (T)rnd();                                        \
+        for (int64_t i = 0; i < M * ldc; i++) C1[i] = C2[i] = (T)C_PAD_SENTINEL;                   \
+        for (int64_t i = 0; i < M; i++) memcpy(C2 + i * ldc, bias, sizeof(T) * (size_t)N);         \
+        nb_set_num_threads(1);                                                                     \
+        bool ok = GEMM(ta, tb, M, N, K, 1, A, lda, B, ldb, 1, C2, ldc);                            \
+        nb_set_num_threads(threads);                                                               \
+        ok = GEMM_BIAS(ta, tb, M, N, K, A, lda, B, ldb, bias, C1, ldc) && ok;                      \
+        nb_set_num_threads(0);                                                                     \
+        ok = ok && memcmp(C1, C2, sizeof(T) * (size_t)(M * ldc)) == 0;                             \
+        if (!ok)                                                                                   \
+            printf("  bias %s ta %d tb %d %lldx%lldx%lld threads %d differs\n", #T, ta, tb,        \
+                   (long long)M, (long long)N, (long long)K, threads);                             \
+        free(A), free(B), free(bias), free(C1), free(C2);                                          \
+        return ok;                                                                                 \
+    }
+BIAS_CASE(float, nbt_sgemm, nbt_sgemm_bias)
+BIAS_CASE(double, nbt_dgemm, nbt_dgemm_bias)
+
+static void bias_cases(void) {
+    static const int64_t shapes[][3] = {{256, 96, 64}, {100, 33, 20}, {3, 4, 5},
+                                        {40, 600, 30}, {50, 40, 600}, {7, 70, 70}};
+    for (int s = 0; s < 6; s++)
+        for (int t = 0; t < 4; t++)
+            for (int threads = 1; threads <= 2; threads++) {
+                failures += !bias_case_float(t & 1, t & 2, shapes[s][0], shapes[s][1], shapes[s][2],
+                                             threads);
+                failures += !bias_case_double(t & 1, t & 2, shapes[s][0], shapes[s][1],
+                                              shapes[s][2], threads);
+            }
+}
+
+static void test_bias(void) {
+    for_each_isa(bias_cases);
+}
+
 /* The rows entry points (attention's small products) against nbt_*gemm, which the tests above
  * check against the naive sums: equal bit for bit, for A read along or across its rows. */
 #define DEFINE_ROWS_CHECK(T, SUF, GEMM, ROWS)                                                      \
@@ -449,6 +495,7 @@ static void test_rows_entry_points(void) {
     for_each_isa(rows_entry_points);
 }
 
+/* A hand-computed product, so the reference loop above is itself checked once. */
 static void test_hand_computed(void) {
     const float A[] = {1, 2, 3, 4, 5, 6};    /* 2 x 3 */
     const float B[] = {7, 8, 9, 10, 11, 12}; /* 3 x 2 */
@@ -480,6 +527,7 @@ int main(void) {
         {"strided batches: broadcast, summed, gaps, every kernel", test_batched},
         {"1 and 2 threads give bitwise the same results", test_threads_bitwise},
         {"rows entry points equal nbt_*gemm bit for bit, every kernel", test_rows_entry_points},
+        {"a bias added strip by strip equals a bias set first", test_bias},
     };
     return nbtest_run("gemm", cases, sizeof cases / sizeof cases[0]);
 }

@@ -1,6 +1,7 @@
 /* layer_norm, embedding and dropout: values and gradients by hand and from PyTorch, the
  * dropout generator contract, and bad input. */
 #include "harness.h"
+#include "autograd/node.h"
 
 static const nb_dtype dtypes[] = {NB_F32, NB_F64};
 static double tol(nb_dtype dt) {
@@ -85,6 +86,44 @@ static void test_layer_norm_against_torch(void) {
                           0.3727306640314077, -3.2687235673394914, 0.8787396396207594,
                           2.5580158112528064);
         NBT_ASSERT_VALUES(nb_grad(b), tol(dt) * 4, -2.74, 2.63, 0.07, 3.19, -0.84, 0.72);
+    }
+}
+
+/* y and the gradients of sum(y * r) for x, w, b; out[0..3]. */
+static void layer_norm_and_grads(nb_tensor *x, nb_tensor *w, nb_tensor *b, nb_tensor *r,
+                                 nb_tensor **out) {
+    nb_zero_grad(x), nb_zero_grad(w), nb_zero_grad(b);
+    out[0] = nb_layer_norm(x, w, b, 1e-5);
+    CU_ASSERT_TRUE(nb_backward(nb_sum(nb_mul(out[0], r)), NULL));
+    out[1] = nb_clone(nb_grad(x)), out[2] = nb_clone(nb_grad(w)), out[3] = nb_clone(nb_grad(b));
+}
+
+static void test_layer_norm_vector_builds(void) {
+    /* Rows of 37 (four vectors and a tail of 5): the AVX2 and baseline builds of the float32
+     * rows give the same bits, and both agree with the float64 rows. */
+    nb_rng rng;
+    nb_rng_seed(&rng, 7);
+    nb_tensor *x64 = nb_randn(&rng, NB_F64, NB_SHAPE(6, 37)),
+              *r64 = nb_randn(&rng, NB_F64, NB_SHAPE(6, 37));
+    nb_tensor *w64 = nb_randn(&rng, NB_F64, NB_SHAPE(37)),
+              *b64 = nb_randn(&rng, NB_F64, NB_SHAPE(37));
+    nb_tensor *args[2][4];
+    for (int k = 0; k < 2; k++) {
+        nb_dtype dt = k ? NB_F32 : NB_F64;
+        args[k][0] = nb_requires_grad_(nb_to_dtype(x64, dt), true);
+        args[k][1] = nb_requires_grad_(nb_to_dtype(w64, dt), true);
+        args[k][2] = nb_requires_grad_(nb_to_dtype(b64, dt), true);
+        args[k][3] = nb_to_dtype(r64, dt);
+    }
+    nb_tensor *ref[4], *wide[4], *base[4];
+    layer_norm_and_grads(args[0][0], args[0][1], args[0][2], args[0][3], ref);
+    layer_norm_and_grads(args[1][0], args[1][1], args[1][2], args[1][3], wide);
+    nba_layer_norm_allow_avx2(false);
+    layer_norm_and_grads(args[1][0], args[1][1], args[1][2], args[1][3], base);
+    nba_layer_norm_allow_avx2(true);
+    for (int i = 0; i < 4; i++) {
+        CU_ASSERT_TRUE(nbtest_close(wide[i], base[i], 0, 0));
+        CU_ASSERT_TRUE(nbtest_close(wide[i], ref[i], 1e-5, 1e-5));
     }
 }
 
@@ -268,6 +307,7 @@ int main(void) {
     const nbtest_case cases[] = {
         {"layer_norm by hand, with weight and bias gradients", test_layer_norm_by_hand},
         {"layer_norm over 2 dims against PyTorch", test_layer_norm_against_torch},
+        {"layer_norm float32 rows: AVX2 and baseline builds agree", test_layer_norm_vector_builds},
         {"layer_norm bad input", test_layer_norm_errors},
         {"embedding values and repeated-index gradient", test_embedding},
         {"embedding bad input", test_embedding_errors},
