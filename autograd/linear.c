@@ -37,8 +37,8 @@ static const nb_tensor *matrix_operand(const nb_tensor *t, const char **ptr, int
 static bool gemm(const nb_tensor *a, bool ta, const nb_tensor *b, bool tb, nb_tensor *c,
                  bool accumulate) {
     const char *pa, *pb;
-    int64_t lda, ldb;
-    bool fa, fb;
+    int64_t lda = 0, ldb = 0;
+    bool fa = false, fb = false;
     if (!(a = matrix_operand(a, &pa, &lda, &fa)) || !(b = matrix_operand(b, &pb, &ldb, &fb)))
         return false;
     int64_t M = c->shape[0], N = c->shape[1], K = ta ? a->shape[0] : a->shape[1];
@@ -56,8 +56,8 @@ static bool gemm(const nb_tensor *a, bool ta, const nb_tensor *b, bool tb, nb_te
 static bool gemm_with_bias(const nb_tensor *x, const nb_tensor *w, const nb_tensor *bias,
                            nb_tensor *out) {
     const char *pa, *pb;
-    int64_t lda, ldb;
-    bool fa, fb;
+    int64_t lda = 0, ldb = 0;
+    bool fa = false, fb = false;
     if (!(x = matrix_operand(x, &pa, &lda, &fa)) || !(w = matrix_operand(w, &pb, &ldb, &fb)))
         return false;
     int64_t M = out->shape[0], N = out->shape[1], K = x->shape[1];

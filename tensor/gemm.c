@@ -3,8 +3,8 @@
 #include "gemm.h"
 #include "gemm_kernels.h"
 #include "nbt.h"
+#include "pool.h"
 
-#include <omp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -220,6 +220,32 @@ static void blas_dgemm(bool ta, bool tb, int M, int N, int K, double alpha, cons
  * or false, with nothing done, when there is nothing to multiply or cblas would reject the
  * leading dimensions (below the matrix width, which nbt_*gemm allows). Strides in elements
  * of es bytes. */
+/* One product of a batch as a pool task. Strides in bytes. */
+typedef struct {
+    blas_gemm_fn gemm;
+    bool ta, tb;
+    int M, N, K;
+    double alpha;
+    const char *A;
+    int lda;
+    int64_t step_a;
+    const char *B;
+    int ldb;
+    int64_t step_b;
+    double beta;
+    char *C;
+    int ldc;
+    int64_t step_c;
+} blas_job;
+
+static void blas_task(int64_t b, int worker, void *arg) {
+    (void)worker;
+    const blas_job *j = arg;
+    j->gemm(j->ta, j->tb, j->M, j->N, j->K, j->alpha, j->A + b * j->step_a, j->lda,
+            j->B + b * j->step_b, j->ldb, j->step_c == 0 && b > 0 ? 1 : j->beta,
+            j->C + b * j->step_c, j->ldc);
+}
+
 static bool blas_batched(blas_gemm_fn gemm, size_t es, bool ta, bool tb, int64_t M, int64_t N,
                          int64_t K, double alpha, const char *A, int64_t lda, int64_t sa,
                          const char *B, int64_t ldb, int64_t sb, double beta, char *C, int64_t ldc,
@@ -240,11 +266,27 @@ static bool blas_batched(blas_gemm_fn gemm, size_t es, bool ta, bool tb, int64_t
                                         GEMM_MIN_WORK_PER_THREAD);
     if (threads > batch) threads = (int)batch;
     last_threads = threads;
-    int64_t step_a = sa * (int64_t)es, step_b = sb * (int64_t)es, step_c = sc * (int64_t)es;
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-    for (int64_t b = 0; b < batch; b++)
-        gemm(ta, tb, (int)M, (int)N, (int)K, alpha, A + b * step_a, (int)lda, B + b * step_b,
-             (int)ldb, sc == 0 && b > 0 ? 1 : beta, C + b * step_c, (int)ldc);
+    blas_job job = {gemm,
+                    ta,
+                    tb,
+                    (int)M,
+                    (int)N,
+                    (int)K,
+                    alpha,
+                    A,
+                    (int)lda,
+                    sa * (int64_t)es,
+                    B,
+                    (int)ldb,
+                    sb * (int64_t)es,
+                    beta,
+                    C,
+                    (int)ldc,
+                    sc * (int64_t)es};
+    if (threads > 1)
+        nbt_run_tasks(batch, threads, blas_task, &job);
+    else
+        for (int64_t b = 0; b < batch; b++) blas_task(b, 0, &job);
     return true;
 }
 #define BLAS_OR(FN, T, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch)    \

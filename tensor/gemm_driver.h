@@ -43,6 +43,8 @@
 #define bias_fill_t FN(bias_fill_t)
 #define run FN(run)
 #define run_part FN(run_part)
+#define parts_t FN(parts_t)
+#define run_part_task FN(run_part_task)
 #define product FN(product)
 #define problem_t FN(problem_t)
 #define choose_path FN(choose_path)
@@ -330,6 +332,22 @@ static void run_part(const problem_t *p, const part_t *q, void *workspace) {
         product(p, b, p->sc == 0 && b > 0 ? 1 : p->beta, q, &buf, &b_ready);
 }
 
+/* The parts of one product split among threads (run), as pool tasks. */
+typedef struct {
+    const problem_t *p;
+    split_t split;
+    int64_t unit;
+    int parts;
+    void **ws;
+} parts_t;
+
+static void run_part_task(int64_t task, int worker, void *arg) {
+    const parts_t *s = arg;
+    const problem_t *p = s->p;
+    part_t q = gemm_part(s->split, (int)task, s->parts, s->unit, p->batch, p->M, p->N);
+    if (q.b0 < q.b1 && q.m0 < q.m1 && q.n0 < q.n1) run_part(p, &q, s->ws[worker]);
+}
+
 /* Splits the work into parts, one per thread, and runs them. Independent products are split
  * by batch entry; otherwise C is split by rows or by columns at multiples of the tile size,
  * and every part runs all products for its piece of C. Never along K. */
@@ -371,14 +389,8 @@ static bool run(problem_t *p) {
         part_t all = {0, batch, 0, M, 0, N};
         run_part(p, &all, ws[0]);
     } else {
-#pragma omp parallel num_threads(threads)
-        {
-            int t = omp_get_thread_num(), nt = omp_get_num_threads();
-            for (int i = t; i < threads; i += nt) {
-                part_t q = gemm_part(split, i, threads, unit, batch, M, N);
-                if (q.b0 < q.b1 && q.m0 < q.m1 && q.n0 < q.n1) run_part(p, &q, ws[t]);
-            }
-        }
+        parts_t parts = {p, split, unit, threads, ws};
+        nbt_run_tasks(threads, threads, run_part_task, &parts);
     }
     if (packs) gemm_workspaces_release(threads, slots);
     return true;
@@ -505,6 +517,8 @@ static bool gemm_bias(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, in
 #undef bias_fill_t
 #undef run
 #undef run_part
+#undef parts_t
+#undef run_part_task
 #undef product
 #undef problem_t
 #undef choose_path

@@ -1,19 +1,64 @@
-/* The thread budget kernels may use. Kernels split work only above a size threshold and
- * give each thread whole outputs (rows, tiles, batch entries), never parts of one sum, so
- * results are bitwise identical for any thread count. */
+/* The thread budget kernels may use, and the one way they split work: nabla's own pool
+ * (pool.h). Kernels split work only above a size threshold and give each task whole outputs
+ * (rows, tiles, batch entries), never parts of one sum, so results are bitwise identical for
+ * any thread count. */
 #include "nbt.h"
+#include "pool.h"
 
-#include <omp.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 
-void nb_set_num_threads(int n) { omp_set_num_threads(n > 0 ? n : omp_get_num_procs()); }
+static atomic_int thread_budget; /* 0 until first asked for or set */
 
-int nb_get_num_threads(void) { return omp_get_max_threads(); }
+/* NABLA_NUM_THREADS, else OMP_NUM_THREADS (what users of OpenMP-based libraries already
+ * set), else every CPU this process may run on. Read once. */
+static int default_threads(void) {
+    const char *names[] = {"NABLA_NUM_THREADS", "OMP_NUM_THREADS"};
+    for (int i = 0; i < 2; i++) {
+        const char *s = getenv(names[i]);
+        if (!s || !*s) continue;
+        char *end;
+        long n = strtol(s, &end, 10);
+        if (n > 0 && (*end == '\0' || *end == ','))
+            return n < NBT_POOL_MAX_THREADS ? (int)n : NBT_POOL_MAX_THREADS;
+    }
+    int n = nbt_cpu_count();
+    return n < NBT_POOL_MAX_THREADS ? n : NBT_POOL_MAX_THREADS;
+}
+
+void nb_set_num_threads(int n) {
+    if (n < 1) n = default_threads();
+    atomic_store(&thread_budget, n < NBT_POOL_MAX_THREADS ? n : NBT_POOL_MAX_THREADS);
+}
+
+int nb_get_num_threads(void) {
+    int n = atomic_load(&thread_budget);
+    if (n == 0) {
+        int expected = 0;
+        atomic_compare_exchange_strong(&thread_budget, &expected, default_threads());
+        n = atomic_load(&thread_budget);
+    }
+    return n;
+}
 
 int nbt_threads_for(int64_t work, int64_t min_work_per_thread) {
-    int max = omp_in_parallel() ? 1 : omp_get_max_threads();
+    int max = nbt_in_task() ? 1 : nb_get_num_threads();
     int64_t by_work = min_work_per_thread > 0 ? work / min_work_per_thread : max;
     if (by_work < 1) return 1;
     return by_work < max ? (int)by_work : max;
+}
+
+typedef struct {
+    int64_t n, slice;
+    nbt_range_fn fn;
+    void *ctx;
+} ranges_job;
+
+static void run_range(int64_t task, int worker, void *arg) {
+    (void)worker;
+    const ranges_job *r = arg;
+    int64_t begin = task * r->slice, end = begin + r->slice < r->n ? begin + r->slice : r->n;
+    if (begin < end) r->fn(begin, end, r->ctx);
 }
 
 void nbt_parallel_ranges(int64_t n, int64_t grain, nbt_range_fn fn, void *ctx) {
@@ -26,10 +71,6 @@ void nbt_parallel_ranges(int64_t n, int64_t grain, nbt_range_fn fn, void *ctx) {
      * indices coarser than that (a grain under 16: rows, chunks) are not rounded, or a few
      * of them would all land in the first slice. */
     int64_t unit = grain >= 16 ? 16 : 1;
-    int64_t slice = ((n + nt - 1) / nt + unit - 1) / unit * unit;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int t = 0; t < nt; t++) {
-        int64_t begin = (int64_t)t * slice, end = begin + slice < n ? begin + slice : n;
-        if (begin < end) fn(begin, end, ctx);
-    }
+    ranges_job r = {n, ((n + nt - 1) / nt + unit - 1) / unit * unit, fn, ctx};
+    nbt_run_tasks(nt, nt, run_range, &r);
 }

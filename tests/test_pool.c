@@ -111,6 +111,34 @@ static void test_cpu_count(void) {
     CU_ASSERT(nbt_cpu_count() >= 1);
 }
 
+/* The default thread budget: NABLA_NUM_THREADS first, then OMP_NUM_THREADS, then the CPUs;
+ * values that are not a positive number are skipped; an explicit count wins. */
+static void test_thread_budget_defaults(void) {
+    unsetenv("NABLA_NUM_THREADS");
+    unsetenv("OMP_NUM_THREADS");
+    nb_set_num_threads(0);
+    CU_ASSERT_EQUAL(nb_get_num_threads(), nbt_cpu_count());
+    setenv("OMP_NUM_THREADS", "5", 1);
+    nb_set_num_threads(0);
+    CU_ASSERT_EQUAL(nb_get_num_threads(), 5);
+    setenv("NABLA_NUM_THREADS", "3", 1);
+    nb_set_num_threads(0);
+    CU_ASSERT_EQUAL(nb_get_num_threads(), 3);
+    setenv("NABLA_NUM_THREADS", "lots", 1);
+    nb_set_num_threads(0);
+    CU_ASSERT_EQUAL(nb_get_num_threads(), 5);
+    setenv("OMP_NUM_THREADS", "-2", 1);
+    nb_set_num_threads(0);
+    CU_ASSERT_EQUAL(nb_get_num_threads(), nbt_cpu_count());
+    nb_set_num_threads(7);
+    CU_ASSERT_EQUAL(nb_get_num_threads(), 7);
+    nb_set_num_threads(1000);
+    CU_ASSERT_EQUAL(nb_get_num_threads(), NBT_POOL_MAX_THREADS);
+    unsetenv("NABLA_NUM_THREADS");
+    unsetenv("OMP_NUM_THREADS");
+    nb_set_num_threads(0);
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"every task runs once, worker ids private and in range", test_every_task_once},
@@ -118,6 +146,7 @@ int main(void) {
         {"a nested call runs on its thread, in order", test_nested_calls_stay_on_their_thread},
         {"two callers at once both finish", test_two_callers_at_once},
         {"cpu count", test_cpu_count},
+        {"thread budget from the environment, or set", test_thread_budget_defaults},
     };
     return nbtest_run("pool", cases, sizeof cases / sizeof cases[0]);
 }

@@ -144,7 +144,7 @@ static void test_file_layout(void) {
     const char *path = tmp_path("layout.safetensors");
     CU_ASSERT_TRUE_FATAL(
         nb_safetensors_save(path, 2, (nb_named_tensor[]){{"flags", flags}, {"m", m}}));
-    size_t len;
+    size_t len = 0;
     unsigned char *b = read_bytes(path, &len);
     CU_ASSERT_PTR_NOT_NULL_FATAL(b);
     uint64_t hl = 0;
@@ -262,7 +262,7 @@ static void test_truncated(void) {
     const char *path = tmp_path("full.safetensors"), *cut = tmp_path("cut.safetensors");
     nb_tensor *a = nb_full(NB_F32, NB_SHAPE(2), 1), *b = nb_full(NB_I64, NB_SHAPE(1), 2);
     CU_ASSERT_TRUE_FATAL(nb_safetensors_save(path, 2, (nb_named_tensor[]){{"a", a}, {"b", b}}));
-    size_t len;
+    size_t len = 0;
     unsigned char *bytes = read_bytes(path, &len);
     uint64_t hl = 0;
     for (int i = 7; i >= 0; i--) hl = hl << 8 | bytes[i];
@@ -323,7 +323,7 @@ static void test_random_corruption(void) {
     const char *path = tmp_path("fuzz.safetensors");
     nb_tensor *a = nb_full(NB_F32, NB_SHAPE(2), 1.5), *b = nb_full(NB_I64, NB_SHAPE(1), 3);
     CU_ASSERT_TRUE_FATAL(nb_safetensors_save(path, 2, (nb_named_tensor[]){{"a", a}, {"b", b}}));
-    size_t len;
+    size_t len = 0;
     unsigned char *good = read_bytes(path, &len), *bad = malloc(len);
     nb_rng rng;
     nb_rng_seed(&rng, 99);

@@ -74,7 +74,8 @@ void nb_shutdown(void);
 /* Number of heap allocations nabla has made so far (the bench counts these per step). */
 uint64_t nb_alloc_count(void);
 
-/* Threads nabla's kernels may use (default: all cores, from OpenMP). n < 1 means the default. */
+/* Threads nabla's kernels may use. n < 1 means the default: NABLA_NUM_THREADS, else
+ * OMP_NUM_THREADS, else every CPU the process may run on. */
 void nb_set_num_threads(int n);
 int nb_get_num_threads(void);
 
