@@ -114,7 +114,14 @@ static nb_tensor *tensor_struct(nb_scope *s) {
     nb_tensor *t = tensor_free;
     if (t) tensor_free = t->scope_next;
     else if (!(t = nbt_malloc(sizeof *t))) return nbt_error("alloc", "out of memory");
-    memset(t, 0, sizeof *t);
+    /* Field by field: both callers write dtype, ndim, shape and strides up to ndim and the
+     * storage, and nothing reads shape or strides past ndim. A memset of the whole struct
+     * (rep stos) was 7% of a seed step. */
+    t->offset = 0;
+    t->storage = NULL;
+    t->requires_grad = t->graph_released = false;
+    t->grad = NULL;
+    t->node = NULL;
     link_tensor(s, t);
     return t;
 }

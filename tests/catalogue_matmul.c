@@ -33,12 +33,28 @@ static nb_tensor *f_linear(nb_tensor *const *in, int n, void *ctx) {
     return nb_f_linear(in[0], in[1], n > 2 ? in[2] : NULL);
 }
 
+/* The output transposed afterwards, so the gradient reaches linear's backward transposed. */
+static nb_tensor *f_linear_then_t(nb_tensor *const *in, int n, void *ctx) {
+    (void)ctx;
+    return nb_transpose(nb_f_linear(in[0], in[1], n > 2 ? in[2] : NULL), 0, -1);
+}
+/* x [3,2,4] with its first two dims swapped: rows contiguous, but the leading dims do not
+ * collapse into one row stride. */
+static nb_tensor *f_linear_swapped_batch(nb_tensor *const *in, int n, void *ctx) {
+    (void)ctx;
+    return nb_f_linear(nb_transpose(in[0], 0, 1), in[1], n > 2 ? in[2] : NULL);
+}
+
 const nbcat_entry nbcat_matmul[] = {
     {"linear [2,3,4] W [5,4] b [5]", f_linear, 3, {IN(2, 3, 4), IN(5, 4), IN(5)}, NULL},
     {"linear transposed x, transposed W, sliced b", f_linear, 3,
      {IN_T(3, 4), IN_T(5, 4), IN_S(5)}, NULL},
     {"linear sliced x (copied), no bias", f_linear, 2, {IN_S(2, 4), IN(3, 4)}, NULL},
     {"linear [4] (1-D input) W [2,4]", f_linear, 2, {IN(4), IN_S(2, 4)}, NULL},
+    {"linear x [3,2,4] dims 0, 1 swapped", f_linear_swapped_batch, 3, {IN(3, 2, 4), IN(5, 4), IN(5)}, NULL},
+    {"linear 3-D transposed x [2,3,4]", f_linear, 3, {IN_T(2, 3, 4), IN(5, 4), IN(5)}, NULL},
+    {"linear [1,3,1,4] sliced x, size-1 dims", f_linear, 3, {IN_S(1, 3, 1, 4), IN_T(2, 4), IN(2)}, NULL},
+    {"linear, gradient transposed [3,4] W [5,4]", f_linear_then_t, 3, {IN(3, 4), IN(5, 4), IN_S(5)}, NULL},
     {"matmul 1-D . 1-D [5] [5]", f_matmul, 2, {IN(5), IN(5)}, NULL},
     {"matmul 1-D . 1-D sliced [4] [4]", f_matmul, 2, {IN_S(4), IN_S(4)}, NULL},
     {"matmul 2-D [3,4]@[4,5]", f_matmul, 2, {IN(3, 4), IN(4, 5)}, NULL},
