@@ -61,10 +61,6 @@ nb_tensor *nbt_gelu_with_cdf(const nb_tensor *x, nb_tensor **cdf);
  * x and cdf have gout's shape. New tensor in the current scope. */
 nb_tensor *nbt_gelu_grad_from_cdf(const nb_tensor *gout, const nb_tensor *x, const nb_tensor *cdf);
 
-/* Test hook: float32 gelu and its gradient run their AVX-512 kernels (erf and exp from own
- * polynomials) when the CPU has AVX-512 and allow is true (the default), else SLEEF's. */
-void nbt_gelu_allow_avx512(bool allow);
-
 /* Shorthands for the common cases (new tensors in the current scope). */
 static inline nb_tensor *nbt_add(const nb_tensor *a, const nb_tensor *b) {
     return nbt_binary(NBT_ADD, a, b);

@@ -10,7 +10,6 @@
 #include "vecmath.h"
 
 #include <math.h>
-#include <stdint.h>
 #include <string.h>
 
 #define CHUNK 256
@@ -50,158 +49,6 @@ const char *nbt_unary_name(nbt_unary_op op) {
 #define GELU_KAPPA 0.044715
 /* 1 / sqrt(2 pi), the standard normal density at 0. */
 #define INV_SQRT_2PI 0.3989422804014327
-
-/* ---- float32 gelu on AVX-512: erf from piecewise polynomials ----
- * SLEEF's erf costs more than everything else in a float32 gelu. Here erf(|t|) on [0, 4) is
- * one of 16 polynomials of degree 8, one per quarter of the range, in d = |t| - centre
- * (centre 0 on the first piece, whose polynomial is d times one in d, for relative accuracy
- * near 0; the middle of the piece elsewhere); the coefficients of the piece come from
- * 16-entry tables by one permute each. The two leading coefficients are each split into a
- * float and a small remainder, so the result is within 0.77 ulp of erf over every float
- * (99% correctly rounded; SLEEF's bound is 1 ulp). From |t| = 4 on, erf rounds to 1.
- * Coefficients: least-squares fits in double on 400 Chebyshev nodes per piece. */
-static const float gelu_erf_table[11][16] = {
-    /* c0_hi */ {0x0p+0, 0x1.9dd0d2p-2, 0x1.3f196ep-1, 0x1.91724ap-1, 0x1.c6dad2p-1, 0x1.e5768cp-1,
-                 0x1.f4f694p-1, 0x1.fbe61ep-1, 0x1.fea422p-1, 0x1.ff996p-1, 0x1.ffe514p-1,
-                 0x1.fff9bap-1, 0x1.fffeb4p-1, 0x1.ffffc4p-1, 0x1.fffff6p-1, 0x1.fffffep-1},
-    /* c0_lo */
-    {0x0p+0, 0x1.6e43ep-27, -0x1.97876ap-28, -0x1.5c8e04p-26, 0x1.053d9p-26, 0x1.da5204p-28,
-     -0x1.2610a2p-27, 0x1.de99eep-26, -0x1.ca69acp-27, 0x1.e7d666p-26, 0x1.77b834p-26,
-     0x1.083a1p-27, -0x1.44d98p-29, -0x1.d24c24p-26, 0x1.8c3dacp-29, 0x1.259db4p-26},
-    /* c1_hi */
-    {0x1.20dd76p+0, 0x1.f5f0cep-1, 0x1.86e96ap-1, 0x1.0cab62p-1, 0x1.45e99cp-2, 0x1.5ce596p-3,
-     0x1.499d48p-4, 0x1.12ceb4p-5, 0x1.94624ep-7, 0x1.06918cp-8, 0x1.2ce898p-10, 0x1.30539p-12,
-     0x1.0f9e1cp-14, 0x1.abe09ep-17, 0x1.296a7p-19, 0x1.6ce1aap-22},
-    /* c1_lo */
-    {-0x1.f7ac92p-25, -0x1.43ad9cp-27, -0x1.7d755p-26, -0x1.ed8ae4p-30, -0x1.a2287ap-29,
-     -0x1.de394cp-30, -0x1.d1a584p-30, -0x1.004272p-30, 0x1.e4d4b4p-33, -0x1.37c91cp-33,
-     0x1.03f218p-35, -0x1.0fc83ap-38, -0x1.6bef18p-39, 0x1.db7a8ep-43, 0x1.829a0ep-44,
-     -0x1.9a709ep-48},
-    /* c2 */
-    {0x1.b37764p-31, -0x1.78749ap-2, -0x1.e8a3c4p-2, -0x1.d62becp-2, -0x1.6ea6dp-2, -0x1.dfbbaep-3,
-     -0x1.0bcfcap-3, -0x1.01a1c8p-4, -0x1.ada874p-6, -0x1.37ccd6p-7, -0x1.8af148p-9,
-     -0x1.b5781ep-11, -0x1.a8670ap-13, -0x1.690586p-15, -0x1.0d8876p-17, -0x1.617a9ep-20},
-    /* c3 */
-    {-0x1.81274cp-2, -0x1.e106c6p-3, -0x1.c81054p-5, 0x1.7c9d74p-4, 0x1.4cb3cep-3, 0x1.4374d8p-3,
-     0x1.d6631ep-4, 0x1.143d1cp-4, 0x1.0ea476p-5, 0x1.c1ec0ep-7, 0x1.407fbcp-8, 0x1.89e17cp-10,
-     0x1.a37382p-12, 0x1.84523ap-14, 0x1.394b34p-16, 0x1.b95fe4p-19},
-    /* c4 */
-    {0x1.72c8cep-19, 0x1.5529acp-3, 0x1.6963c8p-3, 0x1.cc6058p-4, 0x1.ca5086p-6, -0x1.f3b8d4p-6,
-     -0x1.974c04p-5, -0x1.5a3166p-5, -0x1.afe554p-6, -0x1.ae596p-7, -0x1.62d4c6p-8, -0x1.ed4ac6p-10,
-     -0x1.24544ep-11, -0x1.298f8ap-13, -0x1.057604p-15, -0x1.8e1f7cp-18},
-    /* c5 */
-    {0x1.cdff9ap-4, 0x1.74889cp-5, -0x1.c11dfp-6, -0x1.134f8ep-4, -0x1.f65cc6p-5, -0x1.f5757ap-6,
-     -0x1.17e7a4p-9, 0x1.7799dcp-7, 0x1.9974b2p-7, 0x1.11dc0ep-7, 0x1.146d5ap-8, 0x1.c11f9ap-10,
-     0x1.2e7d0ep-11, 0x1.5770a6p-13, 0x1.4c16acp-15, 0x1.13639p-17},
-    /* c6 */
-    {0x1.a2bd38p-12, -0x1.9a770ap-5, -0x1.52b196p-5, -0x1.53bf4cp-7, 0x1.fd173ep-7, 0x1.6b163ap-6,
-     0x1.d85986p-7, 0x1.0d0d0cp-8, -0x1.dd74b2p-10, -0x1.982c32p-9, -0x1.2680aap-9, -0x1.2ade7ep-10,
-     -0x1.da4a82p-12, -0x1.330b8ap-13, -0x1.4b997ep-15, -0x1.2ec1e4p-17},
-    /* c7 */
-    {-0x1.d806cep-6, -0x1.657638p-8, 0x1.c3a2e6p-7, 0x1.2ecd48p-6, 0x1.3a6114p-7, -0x1.6587b6p-10,
-     -0x1.920c64p-8, -0x1.4225eep-8, -0x1.eca9aap-10, 0x1.d363a4p-14, 0x1.622862p-11,
-     0x1.14d294p-11, 0x1.185ce8p-12, 0x1.afc5aep-14, 0x1.0b6166p-15, 0x1.11e9f8p-17},
-    /* c8 */
-    {0x1.448852p-8, 0x1.6e0b28p-7, 0x1.b44fb8p-8, -0x1.daca9ap-10, -0x1.884fe8p-8, -0x1.166ad8p-8,
-     -0x1.357fcp-11, 0x1.7309f2p-10, 0x1.69668ap-10, 0x1.38a2ap-11, 0x1.3bc426p-15, -0x1.1971ep-13,
-     -0x1.d1bd4cp-14, -0x1.cc56bcp-15, -0x1.51dfc4p-16, -0x1.861ea8p-18},
-};
-
-static bool gelu_avx512_allowed = true;
-
-void nbt_gelu_allow_avx512(bool allow) {
-    gelu_avx512_allowed = allow;
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-
-/* y = x Phi(x) and, when cdf is not NULL, cdf = Phi(x) = (1 + erf(x / sqrt 2)) / 2, with the
- * roundings of gelu_cdf_f32 around erf. */
-__attribute__((target("avx512f"))) static void gelu_erf_avx512(int64_t n, float *y, float *cdf,
-                                                               const float *x) {
-    __m512 tab[11];
-    for (int k = 0; k < 11; k++) tab[k] = _mm512_loadu_ps(gelu_erf_table[k]);
-    const __m512 centres =
-        _mm512_setr_ps(0, 0.375f, 0.625f, 0.875f, 1.125f, 1.375f, 1.625f, 1.875f, 2.125f, 2.375f,
-                       2.625f, 2.875f, 3.125f, 3.375f, 3.625f, 3.875f);
-    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f),
-                 four = _mm512_set1_ps(4.0f), rsqrt2 = _mm512_set1_ps((float)M_SQRT1_2);
-    const __m512i sign = _mm512_set1_epi32(INT32_MIN);
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
-        __m512 t = _mm512_mul_ps(xv, rsqrt2), a = _mm512_abs_ps(t);
-        /* NaN and infinity convert to INT32_MIN: piece 0, and infinity is caught below */
-        __m512i idx = _mm512_cvttps_epi32(_mm512_mul_ps(a, four));
-        idx =
-            _mm512_min_epi32(_mm512_max_epi32(idx, _mm512_setzero_si512()), _mm512_set1_epi32(15));
-        __m512 d = _mm512_sub_ps(a, _mm512_permutexvar_ps(idx, centres));
-        __m512 p = _mm512_permutexvar_ps(idx, tab[10]);
-        for (int k = 9; k >= 4; k--) p = _mm512_fmadd_ps(p, d, _mm512_permutexvar_ps(idx, tab[k]));
-        p = _mm512_fmadd_ps(p, d, _mm512_permutexvar_ps(idx, tab[3]));   /* c1_lo */
-        p = _mm512_fmadd_ps(p, d, _mm512_permutexvar_ps(idx, tab[1]));   /* c0_lo */
-        p = _mm512_fmadd_ps(d, _mm512_permutexvar_ps(idx, tab[2]), p);   /* c1_hi */
-        __m512 e = _mm512_add_ps(p, _mm512_permutexvar_ps(idx, tab[0])); /* c0_hi */
-        e = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, four, _CMP_GE_OQ), e, one);
-        e = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(e),
-                                                _mm512_and_si512(_mm512_castps_si512(t), sign)));
-        __m512 c = _mm512_mul_ps(half, _mm512_add_ps(one, e));
-        if (cdf) _mm512_mask_storeu_ps(cdf + i, m, c);
-        _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(xv, c));
-    }
-}
-
-/* gx = g (Phi(x) + x phi(x)) from the saved Phi, as gelu_grad_cdf_f32 computes it, in one
- * pass. phi's exp(-x^2 / 2) is 2^n p(r) with n = round(y / ln 2), r = y - n ln 2 (ln 2 in two
- * parts) and p the degree-7 Taylor polynomial of exp on |r| <= ln 2 / 2 (truncation under
- * 1e-8 relative); scalef applies 2^n and underflows to 0 below float's range. */
-__attribute__((target("avx512f"))) static void
-gelu_grad_avx512(int64_t n, float *gx, const float *g, const float *x, const float *cdf) {
-    const __m512 neg_half = _mm512_set1_ps(-0.5f), lowest = _mm512_set1_ps(-200.0f),
-                 log2e = _mm512_set1_ps(1.44269504088896341f),
-                 ln2_hi = _mm512_set1_ps(0.693145751953125f),
-                 ln2_lo = _mm512_set1_ps(1.42860682030941723212e-6f),
-                 inv_sqrt_2pi = _mm512_set1_ps((float)INV_SQRT_2PI);
-    static const float taylor[8] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24,
-                                    1.0f / 6,    0.5f,       1.0f,       1.0f};
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
-        /* max keeps a NaN y (its second operand) */
-        __m512 y = _mm512_max_ps(lowest, _mm512_mul_ps(_mm512_mul_ps(xv, xv), neg_half));
-        __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(y, log2e), _MM_FROUND_TO_NEAREST_INT);
-        __m512 r = _mm512_fnmadd_ps(k, ln2_hi, y);
-        r = _mm512_fnmadd_ps(k, ln2_lo, r);
-        __m512 e = _mm512_set1_ps(taylor[0]);
-        for (int t = 1; t < 8; t++) e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(taylor[t]));
-        e = _mm512_scalef_ps(e, k);
-        __m512 d = _mm512_mul_ps(inv_sqrt_2pi, e);
-        __m512 c = _mm512_maskz_loadu_ps(m, cdf + i), gv = _mm512_maskz_loadu_ps(m, g + i);
-        _mm512_mask_storeu_ps(gx + i, m, _mm512_mul_ps(gv, _mm512_add_ps(c, _mm512_mul_ps(xv, d))));
-    }
-}
-
-static bool gelu_use_avx512(void) {
-    static int known; /* 0 unknown, 1 no, 2 yes; a race only computes the same answer twice */
-    if (!known) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx512f") ? 2 : 1;
-    }
-    return known == 2 && gelu_avx512_allowed;
-}
-#else
-static bool gelu_use_avx512(void) {
-    return false;
-}
-static void gelu_erf_avx512(int64_t n, float *y, float *cdf, const float *x) {
-    (void)n, (void)y, (void)cdf, (void)x;
-}
-static void gelu_grad_avx512(int64_t n, float *gx, const float *g, const float *x,
-                             const float *cdf) {
-    (void)n, (void)gx, (void)g, (void)x, (void)cdf;
-}
-#endif
 
 /* ---- forward kernels: y[i] = f(x[i]) on contiguous arrays; y may alias x ---------------- */
 /* S: dtype suffix; T: element type; FN(name): the libm function for T. V(S, p) loads a
@@ -262,10 +109,6 @@ static void gelu_grad_avx512(int64_t n, float *gx, const float *g, const float *
     /* x / 2 * (1 + erf(x / sqrt 2)); t holds erf's argument so y may alias x. */                  \
     static void gelu_##S(int64_t n, T *y, const T *x, T p) {                                       \
         (void)p;                                                                                   \
-        if (sizeof(T) == sizeof(float) && gelu_use_avx512()) {                                     \
-            gelu_erf_avx512(n, (float *)y, NULL, (const float *)x);                                \
-            return;                                                                                \
-        }                                                                                          \
         T t[CHUNK];                                                                                \
         for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
             int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
@@ -634,12 +477,8 @@ static void gelu_range(int64_t begin, int64_t end, void *vjob) {
     if (j->dtype == NB_F32) {
         float *p[4];
         for (int k = 0; k < 4; k++) p[k] = j->p[k] ? (float *)j->p[k] + begin : NULL;
-        if (j->grad && gelu_use_avx512())
-            gelu_grad_avx512(n, p[0], p[1], p[2], p[3]);
-        else if (j->grad)
+        if (j->grad)
             gelu_grad_cdf_f32(n, p[0], p[1], p[2], p[3]);
-        else if (gelu_use_avx512())
-            gelu_erf_avx512(n, p[0], p[1], p[2]);
         else
             gelu_cdf_f32(n, p[0], p[1], p[2]);
     } else {
