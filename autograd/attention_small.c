@@ -105,13 +105,37 @@ static inline int64_t key_limit(const nba_small_head *h, int64_t t) {
     return h->causal && t + 1 < h->Tk ? t + 1 : h->Tk;
 }
 
-/* xt[d][s] = x[s][d] for the Tk rows of x (x_row apart), zeros for s >= Tk. */
+/* One butterfly stage of a 16 x 16 transpose: for each pair of rows i, i + b (bit b of i
+ * clear) it swaps bit b of the row index with bit b of the lane index. The four stages swap
+ * all four bits: row i lane l ends up in row l lane i. (The lane lists are that rule written
+ * out: shufflevector wants constants.) */
+#define PAIR_LO8(a, c) __builtin_shufflevector(a, c, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23)
+#define PAIR_HI8(a, c) __builtin_shufflevector(a, c, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31)
+#define PAIR_LO4(a, c) __builtin_shufflevector(a, c, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27)
+#define PAIR_HI4(a, c) __builtin_shufflevector(a, c, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31)
+#define PAIR_LO2(a, c) __builtin_shufflevector(a, c, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29)
+#define PAIR_HI2(a, c) __builtin_shufflevector(a, c, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31)
+#define PAIR_LO1(a, c) __builtin_shufflevector(a, c, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30)
+#define PAIR_HI1(a, c) __builtin_shufflevector(a, c, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31)
+#define STAGE(b)                                                                                   \
+    for (int i = 0; i < W; i++)                                                                    \
+        if (!(i & b)) {                                                                            \
+            v16 lo = PAIR_LO##b(r[i], r[i + b]), hi = PAIR_HI##b(r[i], r[i + b]);                  \
+            r[i] = lo, r[i + b] = hi;                                                              \
+        }
+
+/* xt[d][s] = x[s][d] for the Tk rows of x (x_row apart), zeros for s >= Tk: in registers, a
+ * block of 16 columns at a time (a scalar transpose was 6% of the toy step). */
 static void transpose_keys(const float *x, int64_t x_row, int64_t Tk, int64_t hd, float *xt) {
-    if (Tk < W)
-        for (int64_t d = 0; d < hd; d++) store(xt + d * W, splat(0));
-    for (int64_t s = 0; s < Tk; s++) {
-        const float *xs = x + s * x_row;
-        for (int64_t d = 0; d < hd; d++) xt[d * W + s] = xs[d];
+    for (int64_t c = 0; c < hd; c += W) {
+        int n = hd - c < W ? (int)(hd - c) : W;
+        v16 r[W];
+        for (int64_t s = 0; s < W; s++) r[s] = s < Tk ? load_n(x + s * x_row + c, n) : splat(0);
+        STAGE(8)
+        STAGE(4)
+        STAGE(2)
+        STAGE(1)
+        for (int d = 0; d < n; d++) store(xt + (c + d) * W, r[d]);
     }
 }
 
