@@ -109,14 +109,22 @@ static inline int64_t key_limit(const nba_small_head *h, int64_t t) {
  * clear) it swaps bit b of the row index with bit b of the lane index. The four stages swap
  * all four bits: row i lane l ends up in row l lane i. (The lane lists are that rule written
  * out: shufflevector wants constants.) */
-#define PAIR_LO8(a, c) __builtin_shufflevector(a, c, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23)
-#define PAIR_HI8(a, c) __builtin_shufflevector(a, c, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31)
-#define PAIR_LO4(a, c) __builtin_shufflevector(a, c, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27)
-#define PAIR_HI4(a, c) __builtin_shufflevector(a, c, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31)
-#define PAIR_LO2(a, c) __builtin_shufflevector(a, c, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29)
-#define PAIR_HI2(a, c) __builtin_shufflevector(a, c, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31)
-#define PAIR_LO1(a, c) __builtin_shufflevector(a, c, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30)
-#define PAIR_HI1(a, c) __builtin_shufflevector(a, c, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31)
+#define PAIR_LO8(a, c)                                                                             \
+    __builtin_shufflevector(a, c, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23)
+#define PAIR_HI8(a, c)                                                                             \
+    __builtin_shufflevector(a, c, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31)
+#define PAIR_LO4(a, c)                                                                             \
+    __builtin_shufflevector(a, c, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27)
+#define PAIR_HI4(a, c)                                                                             \
+    __builtin_shufflevector(a, c, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31)
+#define PAIR_LO2(a, c)                                                                             \
+    __builtin_shufflevector(a, c, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29)
+#define PAIR_HI2(a, c)                                                                             \
+    __builtin_shufflevector(a, c, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31)
+#define PAIR_LO1(a, c)                                                                             \
+    __builtin_shufflevector(a, c, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30)
+#define PAIR_HI1(a, c)                                                                             \
+    __builtin_shufflevector(a, c, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31)
 #define STAGE(b)                                                                                   \
     for (int i = 0; i < W; i++)                                                                    \
         if (!(i & b)) {                                                                            \
