@@ -126,7 +126,7 @@ static inline int64_t key_limit(const nba_small_head *h, int64_t t) {
 #define PAIR_HI1(a, c)                                                                             \
     __builtin_shufflevector(a, c, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31)
 #define STAGE(b)                                                                                   \
-    for (int i = 0; i < W; i++)                                                                    \
+    _Pragma("GCC unroll 16") for (int i = 0; i < W; i++)                                                                    \
         if (!(i & b)) {                                                                            \
             v16 lo = PAIR_LO##b(r[i], r[i + b]), hi = PAIR_HI##b(r[i], r[i + b]);                  \
             r[i] = lo, r[i + b] = hi;                                                              \
@@ -138,6 +138,7 @@ static void transpose_keys(const float *x, int64_t x_row, int64_t Tk, int64_t hd
     for (int64_t c = 0; c < hd; c += W) {
         int n = hd - c < W ? (int)(hd - c) : W;
         v16 r[W];
+#pragma GCC unroll 16
         for (int64_t s = 0; s < W; s++) r[s] = s < Tk ? load_n(x + s * x_row + c, n) : splat(0);
         STAGE(8)
         STAGE(4)
