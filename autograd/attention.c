@@ -56,6 +56,16 @@ static bool small_heads(const attention_job *j) {
     return j->Tq * j->Tk * j->hd <= SMALL_HEAD;
 }
 
+/* Causal self-attention (Tq == Tk) computes its products in blocks of this many query rows:
+ * block [r0, r1) needs only keys below r1, and keys s only queries from s on, so about a
+ * quarter of the multiply-adds (the blocked upper triangle) are skipped at T = 64, more at
+ * longer T. The skipped terms are exact zeros, so the sums are unchanged. */
+#define CAUSAL_BLOCK 32
+
+static int64_t causal_block(const attention_job *j) {
+    return j->plan.causal && j->Tq == j->Tk && j->Tq > CAUSAL_BLOCK ? CAUSAL_BLOCK : j->Tq;
+}
+
 /* C = alpha A op(B) on the calling thread: A's element (i, k) at A[i*a_rs + k*a_cs], B read
  * along its rows (ldb), or across them with trans_b; C rows ldc apart. Inside the parallel
  * region the GEMM never splits further. */
@@ -138,7 +148,12 @@ static void attention_forward_pairs(int64_t begin, int64_t end, void *vjob) {
         }
         /* S = scale Q K^T: the product's alpha rounds scale * sum exactly as the softmax's own
          * scaling would, so the plan's scale is 1. */
-        mul(j, true, j->Tq, j->Tk, j->hd, j->plan.scale, q, j->q_row, 1, k, j->k_row, probs, j->Tk);
+        const int64_t cb = causal_block(j), Tk = j->Tk, cut = cb < j->Tq; /* cut: causal blocks */
+        for (int64_t r0 = 0; r0 < j->Tq; r0 += cb) {
+            int64_t rows = j->Tq - r0 < cb ? j->Tq - r0 : cb, keys = cut ? r0 + rows : Tk;
+            mul(j, true, rows, keys, j->hd, j->plan.scale, q + es * (size_t)(r0 * j->q_row),
+                j->q_row, 1, k, j->k_row, probs + es * (size_t)(r0 * Tk), Tk);
+        }
         softmax_plan plan = j->plan;
         plan.scale = 1.0;
         if (plan.mask) plan.mask += (p / j->H) * j->mask_batch + (p % j->H) * j->mask_head;
@@ -150,7 +165,11 @@ static void attention_forward_pairs(int64_t begin, int64_t end, void *vjob) {
             double *s = (double *)probs;
             short_rows ? softmax_short_rows_f64(&plan, s, s) : softmax_rows_f64(&plan, s, s);
         }
-        mul(j, false, j->Tq, j->hd, j->Tk, 1.0, probs, j->Tk, 1, v, j->v_row, ctx, D); /* P V */
+        for (int64_t r0 = 0; r0 < j->Tq; r0 += cb) { /* ctx = P V */
+            int64_t rows = j->Tq - r0 < cb ? j->Tq - r0 : cb, keys = cut ? r0 + rows : Tk;
+            mul(j, false, rows, j->hd, keys, 1.0, probs + es * (size_t)(r0 * Tk), Tk, 1, v,
+                j->v_row, ctx + es * (size_t)(r0 * D), D);
+        }
     }
 }
 
@@ -176,23 +195,39 @@ static void attention_backward_pairs(int64_t begin, int64_t end, void *vjob) {
             j->small_backward(&h);
             continue;
         }
-        if (j->dv) /* dV = P^T G */
-            mul(j, false, j->Tk, j->hd, j->Tq, 1.0, probs, 1, j->Tk, g, D,
-                j->dv + es * (size_t)at_k, D);
+        /* Causal blocks: query rows [r0, r0 + rows) need keys below r0 + rows; key rows
+         * [r0, r0 + rows) need queries from r0 on (P and dS are zero above the diagonal). */
+        const int64_t cb = causal_block(j), Tq = j->Tq, Tk = j->Tk, cut = cb < Tq;
+        const int64_t kb = cut ? cb : Tk; /* key rows per block */
+#define BLOCKS for (int64_t r0 = 0, rows; rows = Tq - r0 < cb ? Tq - r0 : cb, r0 < Tq; r0 += cb)
+#define KEY_BLOCKS for (int64_t r0 = 0, rows; rows = Tk - r0 < kb ? Tk - r0 : kb, r0 < Tk; r0 += kb)
+#define KEYS (cut ? r0 + rows : Tk) /* keys a block of query rows reads */
+#define FROM (cut ? r0 : 0)         /* first query a block of key rows reads */
+        if (j->dv)                  /* dV = P^T G */
+            KEY_BLOCKS mul(j, false, rows, j->hd, Tq - FROM, 1.0,
+                           probs + es * (size_t)(FROM * Tk + r0), 1, Tk,
+                           g + es * (size_t)(FROM * D), D, j->dv + es * (size_t)(at_k + r0 * D), D);
         if (!j->dq && !j->dk) continue;
-        mul(j, true, j->Tq, j->Tk, j->hd, 1.0, g, D, 1, v, j->v_row, ds, j->Tk); /* dP = G V^T */
+        BLOCKS mul(j, true, rows, KEYS, j->hd, 1.0, g + es * (size_t)(r0 * D), D, 1, v, j->v_row,
+                   ds + es * (size_t)(r0 * Tk), Tk); /* dP = G V^T */
         if (j->dtype == NB_F32)
-            softmax_backward_rows_f32(j->Tq, j->Tk, j->plan.scale, (const float *)probs,
+            softmax_backward_rows_f32(Tq, Tk, j->plan.scale, cut, (const float *)probs,
                                       (const float *)ds, (float *)ds);
         else
-            softmax_backward_rows_f64(j->Tq, j->Tk, j->plan.scale, (const double *)probs,
+            softmax_backward_rows_f64(Tq, Tk, j->plan.scale, cut, (const double *)probs,
                                       (const double *)ds, (double *)ds);
         if (j->dq) /* dQ = dS K */
-            mul(j, false, j->Tq, j->hd, j->Tk, 1.0, ds, j->Tk, 1, k, j->k_row,
-                j->dq + es * (size_t)at_q, D);
+            BLOCKS mul(j, false, rows, j->hd, KEYS, 1.0, ds + es * (size_t)(r0 * Tk), Tk, 1, k,
+                       j->k_row, j->dq + es * (size_t)(at_q + r0 * D), D);
         if (j->dk) /* dK = dS^T Q */
-            mul(j, false, j->Tk, j->hd, j->Tq, 1.0, ds, 1, j->Tk, q, j->q_row,
-                j->dk + es * (size_t)at_k, D);
+            KEY_BLOCKS mul(j, false, rows, j->hd, Tq - FROM, 1.0,
+                           ds + es * (size_t)(FROM * Tk + r0), 1, Tk,
+                           q + es * (size_t)(FROM * j->q_row), j->q_row,
+                           j->dk + es * (size_t)(at_k + r0 * D), D);
+#undef BLOCKS
+#undef KEY_BLOCKS
+#undef KEYS
+#undef FROM
     }
 }
 

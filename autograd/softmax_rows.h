@@ -117,19 +117,23 @@ typedef struct {
             nba_row_scale_##SUF(y, y, (T)(1.0 / sum), p->n);                                       \
         }                                                                                          \
     }                                                                                              \
-    /* dx = scale * y * (g - sum(g * y)); blocked entries have y = 0, so their dx is 0. */         \
+    /* dx = scale * y * (g - sum(g * y)); blocked entries have y = 0, so their dx is 0. With      \
+     * causal, row r reads only its first r + 1 entries (g past them may be unset) and the rest    \
+     * of its dx is 0. */                                                                          \
     static inline void softmax_backward_rows_##SUF(int64_t rows, int64_t n, double scale,          \
-                                                   const T *y, const T *g, T *dx) {                \
+                                                   bool causal, const T *y, const T *g, T *dx) {   \
         const T s = (T)scale;                                                                      \
         for (int64_t r = 0; r < rows; r++, y += n, g += n, dx += n) {                              \
-            const T d = (T)nba_row_dot_##SUF(g, y, n);                                             \
+            const int64_t limit = causal && r + 1 < n ? r + 1 : n;                                 \
+            const T d = (T)nba_row_dot_##SUF(g, y, limit);                                         \
             int64_t j = 0;                                                                         \
-            for (; j + NBA_ROW_LANES <= n; j += NBA_ROW_LANES) {                                   \
+            for (; j + NBA_ROW_LANES <= limit; j += NBA_ROW_LANES) {                               \
                 T yv[NBA_ROW_LANES], gv[NBA_ROW_LANES];                                            \
                 for (int l = 0; l < NBA_ROW_LANES; l++) yv[l] = y[j + l], gv[l] = g[j + l];        \
                 for (int l = 0; l < NBA_ROW_LANES; l++) dx[j + l] = s * yv[l] * (gv[l] - d);       \
             }                                                                                      \
-            for (; j < n; j++) dx[j] = s * y[j] * (g[j] - d);                                      \
+            for (; j < limit; j++) dx[j] = s * y[j] * (g[j] - d);                                  \
+            for (; j < n; j++) dx[j] = 0;                                                          \
         }                                                                                          \
     }
 

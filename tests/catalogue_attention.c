@@ -58,6 +58,8 @@ static nb_tensor *f_broadcast_kv(nb_tensor *const *in, int n, void *ctx) {
 /* clang-format off */
 const nbcat_entry nbcat_attention[] = {
     {"attention causal, q k v [2,3,4], 2 heads", f_causal, 3, {IN(2, 3, 4), IN(2, 3, 4), IN(2, 3, 4)}, NULL},
+    {"attention causal over 40 queries (blocks of 32 rows)", f_causal, 3,
+     {IN(1, 40, 4), IN_T(1, 40, 4), IN(1, 40, 4)}, NULL},
     {"attention causal cross q [2,3,4] kv [2,5,4], 1 head", f_cross_causal, 3,
      {IN(2, 3, 4), IN(2, 5, 4), IN(2, 5, 4)}, NULL},
     {"attention key padding [2,1,1,5]", f_padding, 3, {IN(2, 3, 4), IN(2, 5, 4), IN(2, 5, 4)}, NULL},

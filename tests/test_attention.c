@@ -85,6 +85,14 @@ static void test_matches_composed_long_rows(void) {
     check_against_composed(NB_F64, 4, 6, 40, 64, 8, mask, false, 1e-12);
     check_against_composed(NB_F32, 4, 6, 40, 64, 8, NULL, true, 2e-5);
     check_against_composed(NB_F32, 2, 48, 48, 64, 4, NULL, true, 2e-5);
+    /* Causal self-attention longer than a block of 32 query rows takes the products block by
+     * block (the last block partial here), with and without a mask on top. */
+    uint8_t pad[37 * 37];
+    for (int i = 0; i < 37 * 37; i++) pad[i] = (uint8_t)(i % 11 == 5);
+    nb_tensor *self_mask = nb_from_array(NB_BOOL, NB_SHAPE(37, 37), pad);
+    check_against_composed(NB_F64, 2, 37, 37, 24, 3, self_mask, true, 1e-12);
+    check_against_composed(NB_F64, 2, 37, 37, 24, 3, NULL, true, 1e-12);
+    check_against_composed(NB_F32, 3, 33, 33, 32, 2, NULL, true, 2e-5);
 }
 
 /* Float32 heads with at most 16 keys, head_dim up to 64 and no mask take the vector
