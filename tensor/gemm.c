@@ -396,6 +396,11 @@ bool nbt_dgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
     void NAME(bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t a_rs,    \
               int64_t a_cs, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {                  \
         const nbt_gemm_kernels_##SUF *ks = &kernels()->SUF;                                        \
+        if (nbt_gemm_blas() && (a_rs == 1 || a_cs == 1)) { /* the BLAS takes every product */      \
+            bool ta = a_cs != 1;                                                                   \
+            FULL(ta, trans_b, M, N, K, alpha, A, ta ? a_cs : a_rs, B, ldb, beta, C, ldc);          \
+            return;                                                                                \
+        }                                                                                          \
         if (!trans_b) {                                                                            \
             ks->rows(M, N, K, A, a_rs, a_cs, B, ldb, C, ldc, 1, alpha, beta);                      \
             return;                                                                                \

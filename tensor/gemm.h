@@ -55,11 +55,11 @@ bool nbt_dgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
                        int64_t batch);
 
 /* Small products straight through the rows kernel, on the calling thread, with no path
- * choice, workspace or BLAS (for callers that run many tiny products, such as attention
- * heads): C = alpha * A op(B) + beta * C, where A's element (i, k) is A[i*a_rs + k*a_cs] (so a
+ * choice or workspace (for callers that run many tiny products, such as attention heads):
+ * C = alpha * A op(B) + beta * C, where A's element (i, k) is A[i*a_rs + k*a_cs] (so a
  * transposed A is a_rs = 1), and op(B)'s element (k, j) is B[k*ldb + j], or B[j*ldb + k] with
- * trans_b. Each element is summed as nbt_sgemm sums it, bit for bit. beta == 0 never reads C.
- * Cannot fail. */
+ * trans_b. Each element is summed as nbt_sgemm sums it, bit for bit (in a -Dblas build both go
+ * to the BLAS). beta == 0 never reads C. Cannot fail. */
 void nbt_sgemm_rows(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                     int64_t a_rs, int64_t a_cs, const float *B, int64_t ldb, float beta, float *C,
                     int64_t ldc);
