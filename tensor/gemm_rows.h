@@ -69,22 +69,43 @@ static inline __attribute__((always_inline)) void RBODY(int R, int NVEC, int64_t
         }
 }
 
+/* One function per (R, NVEC): inlined into one body, the variants' address arithmetic was
+ * hoisted to the entry and spilled, some 600 instructions per call before any work (most of
+ * a tiny product's cost). */
+#define RVAR(R, NVEC) GR_CAT(GR_CAT(GR_CAT(RNAME, _r), R), GR_CAT(_v, NVEC))
+#define DEFINE_RVAR(R, NVEC)                                                                       \
+    static __attribute__((noinline)) void RVAR(R, NVEC)(                                           \
+        int64_t kc, const T *a, int64_t a_rs, int64_t a_cs, const T *b, int64_t ldb, T *c,         \
+        int64_t ldc, int64_t c_cs, int width, T alpha, T beta) {                                   \
+        RBODY(R, NVEC, kc, a, a_rs, a_cs, b, ldb, c, ldc, c_cs, width, alpha, beta);               \
+    }
+DEFINE_RVAR(1, 4)
+DEFINE_RVAR(1, 2)
+DEFINE_RVAR(2, 2)
+DEFINE_RVAR(3, 2)
+DEFINE_RVAR(4, 2)
+DEFINE_RVAR(1, 1)
+DEFINE_RVAR(2, 1)
+DEFINE_RVAR(3, 1)
+DEFINE_RVAR(4, 1)
+#undef DEFINE_RVAR
+
 /* Rows i to m in groups of four, then the rest, over columns [j0, j0 + width). */
 #define RROWS(NVEC)                                                                                \
     do {                                                                                           \
         int64_t i = 0;                                                                             \
         for (; i + 4 <= m; i += 4)                                                                 \
-            RBODY(4, NVEC, kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width,  \
-                  alpha, beta);                                                                    \
+            RVAR(4, NVEC)(kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width,   \
+                          alpha, beta);                                                            \
         if (m - i == 3)                                                                            \
-            RBODY(3, NVEC, kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width,  \
-                  alpha, beta);                                                                    \
+            RVAR(3, NVEC)(kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width,   \
+                          alpha, beta);                                                            \
         else if (m - i == 2)                                                                       \
-            RBODY(2, NVEC, kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width,  \
-                  alpha, beta);                                                                    \
+            RVAR(2, NVEC)(kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width,   \
+                          alpha, beta);                                                            \
         else if (m - i == 1)                                                                       \
-            RBODY(1, NVEC, kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width,  \
-                  alpha, beta);                                                                    \
+            RVAR(1, NVEC)(kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width,   \
+                          alpha, beta);                                                            \
     } while (0)
 
 static void RNAME(int64_t m, int64_t n, int64_t kc, const T *a, int64_t a_rs, int64_t a_cs,
@@ -96,7 +117,7 @@ static void RNAME(int64_t m, int64_t n, int64_t kc, const T *a, int64_t a_rs, in
         const T *bj = b + j0;
         T *cj = c + j0 * c_cs;
         if (width > 2 * W)
-            RBODY(1, 4, kc, a, a_rs, a_cs, bj, ldb, cj, ldc, c_cs, width, alpha, beta);
+            RVAR(1, 4)(kc, a, a_rs, a_cs, bj, ldb, cj, ldc, c_cs, width, alpha, beta);
         else if (width > W)
             RROWS(2);
         else
@@ -104,6 +125,7 @@ static void RNAME(int64_t m, int64_t n, int64_t kc, const T *a, int64_t a_rs, in
     }
 }
 #undef RROWS
+#undef RVAR
 
 /* R (1 to 4) dot products sharing each load of x. x is contiguous here. */
 static inline __attribute__((always_inline)) void DBODY(int R, int64_t kc, const T *x, const T *mat,
