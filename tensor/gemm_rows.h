@@ -34,17 +34,26 @@ static inline __attribute__((always_inline)) void RSTORE(T *c, int64_t c_cs, MAS
     MSTORE(c, mask, out);
 }
 
-/* R rows (1 to 4) by NVEC vectors (1, 2, or 4 for one row) of C: one B load feeds R
+/* Rows per group: 8 where 32 vector registers hold 8 x 2 accumulators (AVX-512), else 4.
+ * Enough independent chains to keep both FMA ports busy through their latency; how rows are
+ * grouped never changes an element's sum. */
+#if GK_AVX512
+#define RGROUP 8
+#else
+#define RGROUP 4
+#endif
+
+/* R rows (1 to RGROUP) by NVEC vectors (1, 2, or 4 for one row) of C: one B load feeds R
  * multiply-adds, and there are R * NVEC independent chains of them. */
 static inline __attribute__((always_inline)) void RBODY(int R, int NVEC, int64_t kc, const T *a,
                                                         int64_t a_rs, int64_t a_cs, const T *b,
                                                         int64_t ldb, T *c, int64_t ldc,
                                                         int64_t c_cs, int width, T alpha, T beta) {
     MASK mk[4];
-    V acc[4][4];
+    V acc[RGROUP][4];
 #pragma GCC unroll 4
     for (int v = 0; v < NVEC; v++) mk[v] = MAKE_MASK(0, width - v * W);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < NVEC; v++) acc[r][v] = VZERO();
@@ -52,7 +61,7 @@ static inline __attribute__((always_inline)) void RBODY(int R, int NVEC, int64_t
         V bv[4];
 #pragma GCC unroll 4
         for (int v = 0; v < NVEC; v++) bv[v] = MLOAD(b + v * W, mk[v]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             V ar = VSET1(a[r * a_rs]);
 #pragma GCC unroll 4
@@ -60,7 +69,7 @@ static inline __attribute__((always_inline)) void RBODY(int R, int NVEC, int64_t
         }
     }
     V va = VSET1(alpha), vb = VSET1(beta);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < NVEC; v++) {
@@ -88,24 +97,45 @@ DEFINE_RVAR(1, 1)
 DEFINE_RVAR(2, 1)
 DEFINE_RVAR(3, 1)
 DEFINE_RVAR(4, 1)
+#if RGROUP == 8
+DEFINE_RVAR(5, 2)
+DEFINE_RVAR(6, 2)
+DEFINE_RVAR(7, 2)
+DEFINE_RVAR(8, 2)
+DEFINE_RVAR(5, 1)
+DEFINE_RVAR(6, 1)
+DEFINE_RVAR(7, 1)
+DEFINE_RVAR(8, 1)
+#endif
 #undef DEFINE_RVAR
 
-/* Rows i to m in groups of four, then the rest, over columns [j0, j0 + width). */
+/* Rows i to m in groups of RGROUP, then the rest, over columns [j0, j0 + width). */
+#define RCALL(R, NVEC)                                                                             \
+    RVAR(R, NVEC)(kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width, alpha, beta)
+#if RGROUP == 8
+#define RREST(NVEC)                                                                                \
+    switch (m - i) {                                                                               \
+    case 7: RCALL(7, NVEC); break;                                                                 \
+    case 6: RCALL(6, NVEC); break;                                                                 \
+    case 5: RCALL(5, NVEC); break;                                                                 \
+    case 4: RCALL(4, NVEC); break;                                                                 \
+    case 3: RCALL(3, NVEC); break;                                                                 \
+    case 2: RCALL(2, NVEC); break;                                                                 \
+    case 1: RCALL(1, NVEC); break;                                                                 \
+    }
+#else
+#define RREST(NVEC)                                                                                \
+    switch (m - i) {                                                                               \
+    case 3: RCALL(3, NVEC); break;                                                                 \
+    case 2: RCALL(2, NVEC); break;                                                                 \
+    case 1: RCALL(1, NVEC); break;                                                                 \
+    }
+#endif
 #define RROWS(NVEC)                                                                                \
     do {                                                                                           \
         int64_t i = 0;                                                                             \
-        for (; i + 4 <= m; i += 4)                                                                 \
-            RVAR(4, NVEC)(kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width,   \
-                          alpha, beta);                                                            \
-        if (m - i == 3)                                                                            \
-            RVAR(3, NVEC)(kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width,   \
-                          alpha, beta);                                                            \
-        else if (m - i == 2)                                                                       \
-            RVAR(2, NVEC)(kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width,   \
-                          alpha, beta);                                                            \
-        else if (m - i == 1)                                                                       \
-            RVAR(1, NVEC)(kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width,   \
-                          alpha, beta);                                                            \
+        for (; i + RGROUP <= m; i += RGROUP) RCALL(RGROUP, NVEC);                                  \
+        RREST(NVEC)                                                                                \
     } while (0)
 
 static void RNAME(int64_t m, int64_t n, int64_t kc, const T *a, int64_t a_rs, int64_t a_cs,
@@ -125,7 +155,10 @@ static void RNAME(int64_t m, int64_t n, int64_t kc, const T *a, int64_t a_rs, in
     }
 }
 #undef RROWS
+#undef RREST
+#undef RCALL
 #undef RVAR
+#undef RGROUP
 
 /* R (1 to 4) dot products sharing each load of x. x is contiguous here. */
 static inline __attribute__((always_inline)) void DBODY(int R, int64_t kc, const T *x, const T *mat,
