@@ -111,24 +111,45 @@ DEFINE_RVAR(8, 1)
 
 /* Rows i to m in groups of RGROUP, then the rest, over columns [j0, j0 + width). */
 #define RCALL(R, NVEC)                                                                             \
-    RVAR(R, NVEC)(kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width, alpha, beta)
+    RVAR(R, NVEC)                                                                                  \
+    (kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width, alpha, beta)
 #if RGROUP == 8
 #define RREST(NVEC)                                                                                \
     switch (m - i) {                                                                               \
-    case 7: RCALL(7, NVEC); break;                                                                 \
-    case 6: RCALL(6, NVEC); break;                                                                 \
-    case 5: RCALL(5, NVEC); break;                                                                 \
-    case 4: RCALL(4, NVEC); break;                                                                 \
-    case 3: RCALL(3, NVEC); break;                                                                 \
-    case 2: RCALL(2, NVEC); break;                                                                 \
-    case 1: RCALL(1, NVEC); break;                                                                 \
+    case 7:                                                                                        \
+        RCALL(7, NVEC);                                                                            \
+        break;                                                                                     \
+    case 6:                                                                                        \
+        RCALL(6, NVEC);                                                                            \
+        break;                                                                                     \
+    case 5:                                                                                        \
+        RCALL(5, NVEC);                                                                            \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        RCALL(4, NVEC);                                                                            \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        RCALL(3, NVEC);                                                                            \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        RCALL(2, NVEC);                                                                            \
+        break;                                                                                     \
+    case 1:                                                                                        \
+        RCALL(1, NVEC);                                                                            \
+        break;                                                                                     \
     }
 #else
 #define RREST(NVEC)                                                                                \
     switch (m - i) {                                                                               \
-    case 3: RCALL(3, NVEC); break;                                                                 \
-    case 2: RCALL(2, NVEC); break;                                                                 \
-    case 1: RCALL(1, NVEC); break;                                                                 \
+    case 3:                                                                                        \
+        RCALL(3, NVEC);                                                                            \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        RCALL(2, NVEC);                                                                            \
+        break;                                                                                     \
+    case 1:                                                                                        \
+        RCALL(1, NVEC);                                                                            \
+        break;                                                                                     \
     }
 #endif
 #define RROWS(NVEC)                                                                                \
