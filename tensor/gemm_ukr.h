@@ -72,6 +72,7 @@ KBODY(int64_t kc, const T *restrict a, int64_t a_rs, int64_t a_cs, const T *rest
 #define GK_BASE(g) const T *a##g = a + 3 * (g)*a_rs;
 #define GK_NEXT(g) a##g += a_cs;
     GROUPS(GK_BASE)
+#pragma GCC unroll 4
     for (int64_t k = 0; k < kc; k++) {
         GK_LOAD_B
         ROWS(GK_STEP)
@@ -99,6 +100,8 @@ static void KNAME(int64_t kc, const T *a, int64_t a_rs, int64_t a_cs, const T *b
                   T *c, int64_t ldc, T alpha, T beta, const nbt_gemm_rect *rect) {
     if (a_rs == 1 && a_cs == MR && b_rs == NV * W)
         KBODY(kc, a, 1, MR, b, NV * W, c, ldc, alpha, beta, rect);
+    else if (a_cs == 1) /* A read in place along its rows (the small path) */
+        KBODY(kc, a, a_rs, 1, b, b_rs, c, ldc, alpha, beta, rect);
     else
         KBODY(kc, a, a_rs, a_cs, b, b_rs, c, ldc, alpha, beta, rect);
 }
