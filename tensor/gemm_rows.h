@@ -109,54 +109,33 @@ DEFINE_RVAR(8, 1)
 #endif
 #undef DEFINE_RVAR
 
-/* Rows i to m in groups of RGROUP, then the rest, over columns [j0, j0 + width). */
-#define RCALL(R, NVEC)                                                                             \
-    RVAR(R, NVEC)                                                                                  \
-    (kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width, alpha, beta)
+/* The variants by row count, for each vector count (index 0 unused). */
+typedef void (*GR_CAT(RNAME, _variant))(int64_t kc, const T *a, int64_t a_rs, int64_t a_cs,
+                                        const T *b, int64_t ldb, T *c, int64_t ldc, int64_t c_cs,
+                                        int width, T alpha, T beta);
 #if RGROUP == 8
-#define RREST(NVEC)                                                                                \
-    switch (m - i) {                                                                               \
-    case 7:                                                                                        \
-        RCALL(7, NVEC);                                                                            \
-        break;                                                                                     \
-    case 6:                                                                                        \
-        RCALL(6, NVEC);                                                                            \
-        break;                                                                                     \
-    case 5:                                                                                        \
-        RCALL(5, NVEC);                                                                            \
-        break;                                                                                     \
-    case 4:                                                                                        \
-        RCALL(4, NVEC);                                                                            \
-        break;                                                                                     \
-    case 3:                                                                                        \
-        RCALL(3, NVEC);                                                                            \
-        break;                                                                                     \
-    case 2:                                                                                        \
-        RCALL(2, NVEC);                                                                            \
-        break;                                                                                     \
-    case 1:                                                                                        \
-        RCALL(1, NVEC);                                                                            \
-        break;                                                                                     \
+#define RTABLE(NVEC)                                                                               \
+    {                                                                                              \
+        NULL, RVAR(1, NVEC), RVAR(2, NVEC), RVAR(3, NVEC), RVAR(4, NVEC), RVAR(5, NVEC),           \
+            RVAR(6, NVEC), RVAR(7, NVEC), RVAR(8, NVEC)                                            \
     }
 #else
-#define RREST(NVEC)                                                                                \
-    switch (m - i) {                                                                               \
-    case 3:                                                                                        \
-        RCALL(3, NVEC);                                                                            \
-        break;                                                                                     \
-    case 2:                                                                                        \
-        RCALL(2, NVEC);                                                                            \
-        break;                                                                                     \
-    case 1:                                                                                        \
-        RCALL(1, NVEC);                                                                            \
-        break;                                                                                     \
-    }
+#define RTABLE(NVEC)                                                                               \
+    { NULL, RVAR(1, NVEC), RVAR(2, NVEC), RVAR(3, NVEC), RVAR(4, NVEC) }
 #endif
+static const GR_CAT(RNAME, _variant)
+    GR_CAT(RNAME, _by_rows)[2][RGROUP + 1] = {RTABLE(1), RTABLE(2)};
+#undef RTABLE
+
+/* Rows 0 to m in groups of RGROUP, then the rest, over columns [j0, j0 + width). */
 #define RROWS(NVEC)                                                                                \
     do {                                                                                           \
-        int64_t i = 0;                                                                             \
-        for (; i + RGROUP <= m; i += RGROUP) RCALL(RGROUP, NVEC);                                  \
-        RREST(NVEC)                                                                                \
+        const GR_CAT(RNAME, _variant) *by_rows = GR_CAT(RNAME, _by_rows)[(NVEC)-1];                \
+        for (int64_t i = 0; i < m; i += RGROUP) {                                                  \
+            int64_t rows = m - i < RGROUP ? m - i : RGROUP;                                        \
+            by_rows[rows](kc, a + i * a_rs, a_rs, a_cs, bj, ldb, cj + i * ldc, ldc, c_cs, width,   \
+                          alpha, beta);                                                            \
+        }                                                                                          \
     } while (0)
 
 static void RNAME(int64_t m, int64_t n, int64_t kc, const T *a, int64_t a_rs, int64_t a_cs,
@@ -176,8 +155,6 @@ static void RNAME(int64_t m, int64_t n, int64_t kc, const T *a, int64_t a_rs, in
     }
 }
 #undef RROWS
-#undef RREST
-#undef RCALL
 #undef RVAR
 #undef RGROUP
 
