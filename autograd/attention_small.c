@@ -125,12 +125,18 @@ static inline int64_t key_limit(const nba_small_head *h, int64_t t) {
     __builtin_shufflevector(a, c, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30)
 #define PAIR_HI1(a, c)                                                                             \
     __builtin_shufflevector(a, c, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31)
-#define STAGE(b)                                                                                   \
-    _Pragma("GCC unroll 16") for (int i = 0; i < W; i++)                                                                    \
-        if (!(i & b)) {                                                                            \
-            v16 lo = PAIR_LO##b(r[i], r[i + b]), hi = PAIR_HI##b(r[i], r[i + b]);                  \
-            r[i] = lo, r[i + b] = hi;                                                              \
-        }
+#define DEFINE_STAGE(b)                                                                            \
+    static inline void stage##b(v16 r[W]) {                                                        \
+        for (int i = 0; i < W; i++)                                                                \
+            if (!(i & b)) {                                                                        \
+                v16 lo = PAIR_LO##b(r[i], r[i + b]), hi = PAIR_HI##b(r[i], r[i + b]);              \
+                r[i] = lo, r[i + b] = hi;                                                          \
+            }                                                                                      \
+    }
+DEFINE_STAGE(8)
+DEFINE_STAGE(4)
+DEFINE_STAGE(2)
+DEFINE_STAGE(1)
 
 /* xt[d][s] = x[s][d] for the Tk rows of x (x_row apart), zeros for s >= Tk: in registers, a
  * block of 16 columns at a time (a scalar transpose was 6% of the toy step). */
@@ -140,10 +146,7 @@ static void transpose_keys(const float *x, int64_t x_row, int64_t Tk, int64_t hd
         v16 r[W];
 #pragma GCC unroll 16
         for (int64_t s = 0; s < W; s++) r[s] = s < Tk ? load_n(x + s * x_row + c, n) : splat(0);
-        STAGE(8)
-        STAGE(4)
-        STAGE(2)
-        STAGE(1)
+        stage8(r), stage4(r), stage2(r), stage1(r);
         for (int d = 0; d < n; d++) store(xt + (c + d) * W, r[d]);
     }
 }

@@ -117,7 +117,7 @@ typedef struct {
             nba_row_scale_##SUF(y, y, (T)(1.0 / sum), p->n);                                       \
         }                                                                                          \
     }                                                                                              \
-    /* dx = scale * y * (g - sum(g * y)); blocked entries have y = 0, so their dx is 0. With      \
+    /* dx = scale * y * (g - sum(g * y)); blocked entries have y = 0, so their dx is 0. With       \
      * causal, row r reads only its first r + 1 entries (g past them may be unset) and the rest    \
      * of its dx is 0. */                                                                          \
     static inline void softmax_backward_rows_##SUF(int64_t rows, int64_t n, double scale,          \
