@@ -58,23 +58,24 @@ DEFINE_LAYER_NORM_KERNELS(double, f64)
 /* ---- float32 rows on whole vectors ----
  * The same formulas on eight floats at a time, the double sums in eight lanes (lane j % 8,
  * combined in a fixed order as nba_row_sum does), so results never depend on the thread
- * count. Built twice: for AVX2 (chosen at run time) and for the baseline, where the compiler
- * splits each vector in two. Nothing is fused: every lane rounds as the scalar code does. */
+ * count. Built three times, chosen at run time: for AVX-512 (eight doubles in one register),
+ * for AVX2 (the compiler splits them in two) and for the baseline (in four). Every lane
+ * computes the same operations in the same order in each build, and nothing is fused, so all
+ * three give the same bits as each other. */
 typedef float ln_v8f __attribute__((vector_size(32)));
-typedef double ln_v4d __attribute__((vector_size(32)));
+typedef double ln_v8d __attribute__((vector_size(64)));
 
 /* Unaligned, aliasing views for loads and stores, as the intrinsics headers define them. */
 typedef float ln_v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
-typedef double ln_v4d_u __attribute__((vector_size(32), aligned(8), may_alias));
+typedef double ln_v8d_u __attribute__((vector_size(64), aligned(8), may_alias));
 #define LN_LOAD8(p) (*(const ln_v8f_u *)(p))
 #define LN_STORE8(p, v) (*(ln_v8f_u *)(p) = (v))
-#define LN_LOAD4D(p) (*(const ln_v4d_u *)(p))
-#define LN_STORE4D(p, v) (*(ln_v4d_u *)(p) = (v))
-#define LN_LO(v) __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3), ln_v4d)
-#define LN_HI(v) __builtin_convertvector(__builtin_shufflevector(v, v, 4, 5, 6, 7), ln_v4d)
+#define LN_LOAD8D(p) (*(const ln_v8d_u *)(p))
+#define LN_STORE8D(p, v) (*(ln_v8d_u *)(p) = (v))
+#define LN_WIDEN(v) __builtin_convertvector(v, ln_v8d)
 #define LN_SPLAT8(x) ((ln_v8f){x, x, x, x, x, x, x, x})
-#define LN_COMBINE(lo, hi)                                                                         \
-    (((lo[0] + lo[1]) + (lo[2] + lo[3])) + ((hi[0] + hi[1]) + (hi[2] + hi[3])))
+#define LN_SPLAT8D(x) ((ln_v8d){x, x, x, x, x, x, x, x})
+#define LN_COMBINE(a) (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])))
 
 #define LN_VECTOR_KERNELS(ATTR, SUF)                                                               \
     ATTR static void ln_rows_##SUF(int64_t rows, int64_t D, const float *x, const float *w,        \
@@ -82,26 +83,23 @@ typedef double ln_v4d_u __attribute__((vector_size(32), aligned(8), may_alias));
                                    float *rstd) {                                                  \
         int64_t Dv = D / 8 * 8;                                                                    \
         for (int64_t r = 0; r < rows; r++, x += D, y += D) {                                       \
-            ln_v4d lo = {0}, hi = {0};                                                             \
-            for (int64_t j = 0; j < Dv; j += 8) {                                                  \
-                ln_v8f v = LN_LOAD8(x + j);                                                        \
-                lo += LN_LO(v), hi += LN_HI(v);                                                    \
-            }                                                                                      \
+            ln_v8d sum = {0};                                                                      \
+            for (int64_t j = 0; j < Dv; j += 8) sum += LN_WIDEN(LN_LOAD8(x + j));                  \
             double tail[8] = {0};                                                                  \
             for (int64_t j = Dv; j < D; j++) tail[j - Dv] = (double)x[j];                          \
-            lo += LN_LOAD4D(tail), hi += LN_LOAD4D(tail + 4);                                      \
-            const double mu = LN_COMBINE(lo, hi) / (double)D;                                      \
-            ln_v4d vmu = {mu, mu, mu, mu}, slo = {0}, shi = {0};                                   \
+            sum += LN_LOAD8D(tail);                                                                \
+            const double mu = LN_COMBINE(sum) / (double)D;                                         \
+            const ln_v8d vmu = LN_SPLAT8D(mu);                                                     \
+            ln_v8d sq = {0};                                                                       \
             for (int64_t j = 0; j < Dv; j += 8) {                                                  \
-                ln_v8f v = LN_LOAD8(x + j);                                                        \
-                ln_v4d dlo = LN_LO(v) - vmu, dhi = LN_HI(v) - vmu;                                 \
-                slo += dlo * dlo, shi += dhi * dhi;                                                \
+                ln_v8d d = LN_WIDEN(LN_LOAD8(x + j)) - vmu;                                        \
+                sq += d * d;                                                                       \
             }                                                                                      \
-            double sq[8] = {0};                                                                    \
+            double sq_tail[8] = {0};                                                               \
             for (int64_t j = Dv; j < D; j++)                                                       \
-                sq[j - Dv] = ((double)x[j] - mu) * ((double)x[j] - mu);                            \
-            slo += LN_LOAD4D(sq), shi += LN_LOAD4D(sq + 4);                                        \
-            const double rs = 1.0 / sqrt(LN_COMBINE(slo, shi) / (double)D + eps);                  \
+                sq_tail[j - Dv] = ((double)x[j] - mu) * ((double)x[j] - mu);                       \
+            sq += LN_LOAD8D(sq_tail);                                                              \
+            const double rs = 1.0 / sqrt(LN_COMBINE(sq) / (double)D + eps);                        \
             const float m = (float)mu, q = (float)rs;                                              \
             mean[r] = m, rstd[r] = q;                                                              \
             const ln_v8f vm = LN_SPLAT8(m), vq = LN_SPLAT8(q);                                     \
@@ -126,20 +124,14 @@ typedef double ln_v4d_u __attribute__((vector_size(32), aligned(8), may_alias));
         for (int64_t r = 0; r < rows; r++, x += D, g += D) {                                       \
             const float m = mean[r], q = rstd[r];                                                  \
             const ln_v8f vm = LN_SPLAT8(m), vq = LN_SPLAT8(q);                                     \
-            ln_v4d a_lo = {0}, a_hi = {0}, c_lo = {0}, c_hi = {0};                                 \
+            ln_v8d sum_gh = {0}, sum_ghxh = {0};                                                   \
             for (int64_t j = 0; j < Dv; j += 8) {                                                  \
                 ln_v8f xh = (LN_LOAD8(x + j) - vm) * vq, gv = LN_LOAD8(g + j);                     \
                 ln_v8f gh = w ? gv * LN_LOAD8(w + j) : gv;                                         \
-                ln_v4d xl = LN_LO(xh), xu = LN_HI(xh), gl = LN_LO(gh), gu = LN_HI(gh);             \
-                a_lo += gl, a_hi += gu, c_lo += gl * xl, c_hi += gu * xu;                          \
-                if (dw) {                                                                          \
-                    LN_STORE4D(dw + j, LN_LOAD4D(dw + j) + LN_LO(gv) * xl);                        \
-                    LN_STORE4D(dw + j + 4, LN_LOAD4D(dw + j + 4) + LN_HI(gv) * xu);                \
-                }                                                                                  \
-                if (db) {                                                                          \
-                    LN_STORE4D(db + j, LN_LOAD4D(db + j) + LN_LO(gv));                             \
-                    LN_STORE4D(db + j + 4, LN_LOAD4D(db + j + 4) + LN_HI(gv));                     \
-                }                                                                                  \
+                ln_v8d xd = LN_WIDEN(xh), ghd = LN_WIDEN(gh);                                      \
+                sum_gh += ghd, sum_ghxh += ghd * xd;                                               \
+                if (dw) LN_STORE8D(dw + j, LN_LOAD8D(dw + j) + LN_WIDEN(gv) * xd);                 \
+                if (db) LN_STORE8D(db + j, LN_LOAD8D(db + j) + LN_WIDEN(gv));                      \
             }                                                                                      \
             double ta[8] = {0}, tc[8] = {0};                                                       \
             for (int64_t j = Dv; j < D; j++) {                                                     \
@@ -148,11 +140,10 @@ typedef double ln_v4d_u __attribute__((vector_size(32), aligned(8), may_alias));
                 if (dw) dw[j] += (double)g[j] * (double)xh;                                        \
                 if (db) db[j] += g[j];                                                             \
             }                                                                                      \
-            a_lo += LN_LOAD4D(ta), a_hi += LN_LOAD4D(ta + 4);                                      \
-            c_lo += LN_LOAD4D(tc), c_hi += LN_LOAD4D(tc + 4);                                      \
+            sum_gh += LN_LOAD8D(ta), sum_ghxh += LN_LOAD8D(tc);                                    \
             if (!dx) continue;                                                                     \
-            const float a = (float)(LN_COMBINE(a_lo, a_hi) / (double)D),                           \
-                        c = (float)(LN_COMBINE(c_lo, c_hi) / (double)D);                           \
+            const float a = (float)(LN_COMBINE(sum_gh) / (double)D),                               \
+                        c = (float)(LN_COMBINE(sum_ghxh) / (double)D);                             \
             const ln_v8f va = LN_SPLAT8(a), vc = LN_SPLAT8(c);                                     \
             for (int64_t j = 0; j < Dv; j += 8) {                                                  \
                 ln_v8f xh = (LN_LOAD8(x + j) - vm) * vq, gv = LN_LOAD8(g + j);                     \
@@ -167,26 +158,33 @@ typedef double ln_v4d_u __attribute__((vector_size(32), aligned(8), may_alias));
         }                                                                                          \
     }
 
-static bool ln_avx2_allowed = true;
+static nba_ln_build ln_max_build = NBA_LN_AVX512;
 
-void nba_layer_norm_allow_avx2(bool allow) {
-    ln_avx2_allowed = allow;
+void nba_layer_norm_max_build(nba_ln_build build) {
+    ln_max_build = build;
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+LN_VECTOR_KERNELS(__attribute__((target("avx512f"))), avx512)
 LN_VECTOR_KERNELS(__attribute__((target("avx2"))), avx2)
-static bool ln_use_avx2(void) {
-    static int known; /* 0 unknown, 1 no, 2 yes; a race only computes the same answer twice */
+/* The widest build this CPU runs, within the test hook's limit. */
+static nba_ln_build ln_build(void) {
+    static int known; /* 0 unknown, else 1 + the widest build; a race computes it twice */
     if (!known) {
         __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx2") ? 2 : 1;
+        known = 1 + (__builtin_cpu_supports("avx512f") ? NBA_LN_AVX512
+                     : __builtin_cpu_supports("avx2")  ? NBA_LN_AVX2
+                                                       : NBA_LN_BASE);
     }
-    return known == 2 && ln_avx2_allowed;
+    nba_ln_build widest = (nba_ln_build)(known - 1);
+    return widest < ln_max_build ? widest : ln_max_build;
 }
 #else
-static bool ln_use_avx2(void) {
-    return false;
+static nba_ln_build ln_build(void) {
+    return NBA_LN_BASE;
 }
+#define ln_rows_avx512 ln_rows_base
+#define ln_backward_rows_avx512 ln_backward_rows_base
 #define ln_rows_avx2 ln_rows_base
 #define ln_backward_rows_avx2 ln_backward_rows_base
 #endif
@@ -194,19 +192,33 @@ LN_VECTOR_KERNELS(, base)
 
 static void layer_norm_rows_v32(int64_t rows, int64_t D, const float *x, const float *w,
                                 const float *b, double eps, float *y, float *mean, float *rstd) {
-    if (ln_use_avx2())
+    switch (ln_build()) {
+    case NBA_LN_AVX512:
+        ln_rows_avx512(rows, D, x, w, b, eps, y, mean, rstd);
+        break;
+    case NBA_LN_AVX2:
         ln_rows_avx2(rows, D, x, w, b, eps, y, mean, rstd);
-    else
+        break;
+    default:
         ln_rows_base(rows, D, x, w, b, eps, y, mean, rstd);
+        break;
+    }
 }
 
 static void layer_norm_backward_rows_v32(int64_t rows, int64_t D, const float *x, const float *w,
                                          const float *mean, const float *rstd, const float *g,
                                          float *dx, double *dw, double *db) {
-    if (ln_use_avx2())
+    switch (ln_build()) {
+    case NBA_LN_AVX512:
+        ln_backward_rows_avx512(rows, D, x, w, mean, rstd, g, dx, dw, db);
+        break;
+    case NBA_LN_AVX2:
         ln_backward_rows_avx2(rows, D, x, w, mean, rstd, g, dx, dw, db);
-    else
+        break;
+    default:
         ln_backward_rows_base(rows, D, x, w, mean, rstd, g, dx, dw, db);
+        break;
+    }
 }
 
 #define F32(t) ((t) ? (float *)nbt_ptr(t) : NULL)
