@@ -179,6 +179,34 @@ static void shifted_scores(const nba_small_head *h, const float *kt, float *rows
     }
 }
 
+/* out[t] = sum over s of x[t][s] y[s] for the Tq rows t, x's rows padded vectors of the
+ * keys, y's rows y_row apart, out's rows out_row apart. Causally x[t][s] is 0 for s > t, so a
+ * block of rows stops at the keys its last row sees. */
+static void padded_rows_times(const nba_small_head *h, const float *x, const float *y,
+                              int64_t y_row, float *out, int64_t out_row) {
+    const int64_t Tq = h->Tq, hd = h->hd;
+    for (int64_t t0 = 0; t0 < Tq; t0 += RB) {
+        int64_t limit = key_limit(h, clamp_row(t0 + RB - 1, Tq));
+        const float *xr[RB];
+#pragma GCC unroll 4
+        for (int r = 0; r < RB; r++) xr[r] = x + clamp_row(t0 + r, Tq) * W;
+        for (int64_t c = 0; c < hd; c += W) {
+            int n = hd - c < W ? (int)(hd - c) : W;
+            v16 acc[RB];
+#pragma GCC unroll 4
+            for (int r = 0; r < RB; r++) acc[r] = splat(0);
+            for (int64_t s = 0; s < limit; s++) {
+                v16 yv = load_n(y + s * y_row + c, n);
+#pragma GCC unroll 4
+                for (int r = 0; r < RB; r++) acc[r] += xr[r][s] * yv;
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < RB; r++)
+                if (t0 + r < Tq) store_n(out + (t0 + r) * out_row + c, acc[r], n);
+        }
+    }
+}
+
 void FN(nba_small_head_forward)(const nba_small_head *h) {
     const int64_t Tq = h->Tq, Tk = h->Tk, hd = h->hd;
     float kt[NBA_SMALL_HEAD_DIM * W]; /* k^T: row d holds k[0..Tk)[d], zeros after */
@@ -194,26 +222,7 @@ void FN(nba_small_head_forward)(const nba_small_head *h) {
         store(rows + t * W, p);
         store_n(h->probs + t * Tk, p, (int)Tk);
     }
-    for (int64_t t0 = 0; t0 < Tq; t0 += RB) { /* ctx = p v */
-        int64_t limit = key_limit(h, clamp_row(t0 + RB - 1, Tq));
-        const float *pr[RB];
-#pragma GCC unroll 4
-        for (int r = 0; r < RB; r++) pr[r] = rows + clamp_row(t0 + r, Tq) * W;
-        for (int64_t c = 0; c < hd; c += W) {
-            int n = hd - c < W ? (int)(hd - c) : W;
-            v16 out[RB];
-#pragma GCC unroll 4
-            for (int r = 0; r < RB; r++) out[r] = splat(0);
-            for (int64_t s = 0; s < limit; s++) {
-                v16 vv = load_n(h->v + s * h->v_row + c, n);
-#pragma GCC unroll 4
-                for (int r = 0; r < RB; r++) out[r] += pr[r][s] * vv;
-            }
-#pragma GCC unroll 4
-            for (int r = 0; r < RB; r++)
-                if (t0 + r < Tq) store_n(h->ctx + (t0 + r) * h->ctx_row + c, out[r], n);
-        }
-    }
+    padded_rows_times(h, rows, h->v, h->v_row, h->ctx, h->ctx_row); /* ctx = p v */
 }
 
 /* out[s] = sum over t of x[t][s] y[t] for s in [s0, s0 + RB), rows of y y_row apart; x rows
@@ -269,27 +278,7 @@ void FN(nba_small_head_backward)(const nba_small_head *h) {
             store(ds + (t0 + r) * W, h->scale * pt * (dp[r] - dot));
         }
     }
-    if (h->dq) /* dq = dS k */
-        for (int64_t t0 = 0; t0 < Tq; t0 += RB) {
-            int64_t limit = key_limit(h, clamp_row(t0 + RB - 1, Tq));
-            const float *dr[RB];
-#pragma GCC unroll 4
-            for (int r = 0; r < RB; r++) dr[r] = ds + clamp_row(t0 + r, Tq) * W;
-            for (int64_t c = 0; c < hd; c += W) {
-                int n = hd - c < W ? (int)(hd - c) : W;
-                v16 out[RB];
-#pragma GCC unroll 4
-                for (int r = 0; r < RB; r++) out[r] = splat(0);
-                for (int64_t s = 0; s < limit; s++) {
-                    v16 kv = load_n(h->k + s * h->k_row + c, n);
-#pragma GCC unroll 4
-                    for (int r = 0; r < RB; r++) out[r] += dr[r][s] * kv;
-                }
-#pragma GCC unroll 4
-                for (int r = 0; r < RB; r++)
-                    if (t0 + r < Tq) store_n(h->dq + (t0 + r) * h->d_row + c, out[r], n);
-            }
-        }
-    if (h->dk) /* dk = dS^T q */
+    if (h->dq) padded_rows_times(h, ds, h->k, h->k_row, h->dq, h->d_row); /* dq = dS k */
+    if (h->dk)                                                            /* dk = dS^T q */
         for (int64_t s0 = 0; s0 < Tk; s0 += RB) transposed_block(h, ds, h->q, h->q_row, h->dk, s0);
 }
