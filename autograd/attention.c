@@ -92,6 +92,58 @@ static void mul(const attention_job *j, bool trans_b, int64_t M, int64_t N, int6
                   (double *)C, ldc);
 }
 
+/* C = alpha A op(B) block by block of query rows (causal_block): A's rows are queries (a_row
+ * apart), B's rows are keys (b_row apart), C's rows c_row apart, and a causal block of rows
+ * reads only the keys below its end. With trans_b the keys are C's columns (S = Q K^T,
+ * dP = G V^T); without, they are the summed dim and C's columns the head dims (ctx = P V,
+ * dQ = dS K). */
+static void query_blocks(const attention_job *j, bool trans_b, double alpha, const char *A,
+                         int64_t a_row, const char *B, int64_t b_row, char *C, int64_t c_row) {
+    const size_t es = nbt_esize(j->dtype);
+    const int64_t cb = causal_block(j), Tq = j->Tq;
+    for (int64_t r0 = 0; r0 < Tq; r0 += cb) {
+        int64_t rows = Tq - r0 < cb ? Tq - r0 : cb, keys = cb < Tq ? r0 + rows : j->Tk;
+        mul(j, trans_b, rows, trans_b ? keys : j->hd, trans_b ? j->hd : keys, alpha,
+            A + es * (size_t)(r0 * a_row), a_row, 1, B, b_row, C + es * (size_t)(r0 * c_row),
+            c_row);
+    }
+}
+
+/* C = S^T B block by block of key rows, for S a pair's [Tq, Tk] tile of scores (or their
+ * gradient) and B's rows queries (b_row apart): dV = P^T G, dK = dS^T Q. A causal block of
+ * keys reads only the queries from its start on (S is zero above the diagonal). */
+static void key_blocks(const attention_job *j, const char *S, const char *B, int64_t b_row, char *C,
+                       int64_t c_row) {
+    const size_t es = nbt_esize(j->dtype);
+    const int64_t cb = causal_block(j), Tq = j->Tq, Tk = j->Tk, cut = cb < Tq;
+    const int64_t kb = cut ? cb : Tk;
+    for (int64_t s0 = 0; s0 < Tk; s0 += kb) {
+        int64_t rows = Tk - s0 < kb ? Tk - s0 : kb, from = cut ? s0 : 0;
+        mul(j, false, rows, j->hd, Tq - from, 1.0, S + es * (size_t)(from * Tk + s0), 1, Tk,
+            B + es * (size_t)(from * b_row), b_row, C + es * (size_t)(s0 * c_row), c_row);
+    }
+}
+
+/* Pair p's heads of q, k and v, its [Tq, Tk] tile of probabilities, and where its head
+ * starts in a contiguous [B, Tq, D] tensor (the context and its gradient, dq) and a
+ * [B, Tk, D] one (dk, dv), in elements. */
+typedef struct {
+    const char *q, *k, *v;
+    char *probs;
+    int64_t at_q, at_k;
+} pair_t;
+
+static pair_t pair_at(const attention_job *j, int64_t p) {
+    const size_t es = nbt_esize(j->dtype);
+    const int64_t D = j->H * j->hd, b = p / j->H, h = p % j->H;
+    return (pair_t){.q = j->q + es * (size_t)head_at(j, p, j->q_batch),
+                    .k = j->k + es * (size_t)head_at(j, p, j->k_batch),
+                    .v = j->v + es * (size_t)head_at(j, p, j->v_batch),
+                    .probs = j->probs + es * (size_t)(p * j->Tq * j->Tk),
+                    .at_q = b * j->Tq * D + h * j->hd,
+                    .at_k = b * j->Tk * D + h * j->hd};
+}
+
 /* The vector kernels' view of one pair. */
 static nba_small_head small_head(const attention_job *j, const char *q, const char *k,
                                  const char *v, char *probs) {
@@ -133,43 +185,31 @@ static void choose_small_kernels(attention_job *j, bool masked) {
 static void attention_forward_pairs(int64_t begin, int64_t end, void *vjob) {
     const attention_job *j = vjob;
     const size_t es = nbt_esize(j->dtype);
-    const int64_t D = j->H * j->hd, tile = j->Tq * j->Tk;
+    const int64_t D = j->H * j->hd;
     for (int64_t p = begin; p < end; p++) {
-        const char *q = j->q + es * (size_t)head_at(j, p, j->q_batch);
-        const char *k = j->k + es * (size_t)head_at(j, p, j->k_batch);
-        const char *v = j->v + es * (size_t)head_at(j, p, j->v_batch);
-        char *probs = j->probs + es * (size_t)(p * tile);
-        char *ctx = j->ctx + es * (size_t)((p / j->H) * j->Tq * D + (p % j->H) * j->hd);
+        const pair_t pr = pair_at(j, p);
+        char *ctx = j->ctx + es * (size_t)pr.at_q;
         if (j->small_forward) {
-            nba_small_head h = small_head(j, q, k, v, probs);
+            nba_small_head h = small_head(j, pr.q, pr.k, pr.v, pr.probs);
             h.ctx = (float *)ctx, h.ctx_row = D;
             j->small_forward(&h);
             continue;
         }
         /* S = scale Q K^T: the product's alpha rounds scale * sum exactly as the softmax's own
          * scaling would, so the plan's scale is 1. */
-        const int64_t cb = causal_block(j), Tk = j->Tk, cut = cb < j->Tq; /* cut: causal blocks */
-        for (int64_t r0 = 0; r0 < j->Tq; r0 += cb) {
-            int64_t rows = j->Tq - r0 < cb ? j->Tq - r0 : cb, keys = cut ? r0 + rows : Tk;
-            mul(j, true, rows, keys, j->hd, j->plan.scale, q + es * (size_t)(r0 * j->q_row),
-                j->q_row, 1, k, j->k_row, probs + es * (size_t)(r0 * Tk), Tk);
-        }
+        query_blocks(j, true, j->plan.scale, pr.q, j->q_row, pr.k, j->k_row, pr.probs, j->Tk);
         softmax_plan plan = j->plan;
         plan.scale = 1.0;
         if (plan.mask) plan.mask += (p / j->H) * j->mask_batch + (p % j->H) * j->mask_head;
         bool short_rows = plan.n <= NBA_SHORT_ROW;
         if (j->dtype == NB_F32) {
-            float *s = (float *)probs;
+            float *s = (float *)pr.probs;
             short_rows ? softmax_short_rows_f32(&plan, s, s) : softmax_rows_f32(&plan, s, s);
         } else {
-            double *s = (double *)probs;
+            double *s = (double *)pr.probs;
             short_rows ? softmax_short_rows_f64(&plan, s, s) : softmax_rows_f64(&plan, s, s);
         }
-        for (int64_t r0 = 0; r0 < j->Tq; r0 += cb) { /* ctx = P V */
-            int64_t rows = j->Tq - r0 < cb ? j->Tq - r0 : cb, keys = cut ? r0 + rows : Tk;
-            mul(j, false, rows, j->hd, keys, 1.0, probs + es * (size_t)(r0 * Tk), Tk, 1, v,
-                j->v_row, ctx + es * (size_t)(r0 * D), D);
-        }
+        query_blocks(j, false, 1.0, pr.probs, j->Tk, pr.v, j->v_row, ctx, D); /* ctx = P V */
     }
 }
 
@@ -178,56 +218,33 @@ static void attention_backward_pairs(int64_t begin, int64_t end, void *vjob) {
     const size_t es = nbt_esize(j->dtype);
     const int64_t D = j->H * j->hd, tile = j->Tq * j->Tk;
     for (int64_t p = begin; p < end; p++) {
-        const char *q = j->q + es * (size_t)head_at(j, p, j->q_batch);
-        const char *k = j->k + es * (size_t)head_at(j, p, j->k_batch);
-        const char *v = j->v + es * (size_t)head_at(j, p, j->v_batch);
-        const char *probs = j->probs + es * (size_t)(p * tile);
+        const pair_t pr = pair_at(j, p);
         char *ds = j->dscores + es * (size_t)(p * tile);
-        const int64_t at_q = (p / j->H) * j->Tq * D + (p % j->H) * j->hd;
-        const int64_t at_k = (p / j->H) * j->Tk * D + (p % j->H) * j->hd;
-        const char *g = j->grad + es * (size_t)at_q;
+        const char *g = j->grad + es * (size_t)pr.at_q;
+        char *dq = j->dq ? j->dq + es * (size_t)pr.at_q : NULL;
+        char *dk = j->dk ? j->dk + es * (size_t)pr.at_k : NULL;
+        char *dv = j->dv ? j->dv + es * (size_t)pr.at_k : NULL;
         if (j->small_backward) {
-            nba_small_head h = small_head(j, q, k, v, (char *)probs);
+            nba_small_head h = small_head(j, pr.q, pr.k, pr.v, pr.probs);
             h.grad = (const float *)g, h.grad_row = D, h.d_row = D;
-            h.dq = j->dq ? (float *)(j->dq + es * (size_t)at_q) : NULL;
-            h.dk = j->dk ? (float *)(j->dk + es * (size_t)at_k) : NULL;
-            h.dv = j->dv ? (float *)(j->dv + es * (size_t)at_k) : NULL;
+            h.dq = (float *)dq, h.dk = (float *)dk, h.dv = (float *)dv;
             j->small_backward(&h);
             continue;
         }
-        /* Causal blocks: query rows [r0, r0 + rows) need keys below r0 + rows; key rows
-         * [r0, r0 + rows) need queries from r0 on (P and dS are zero above the diagonal). */
-        const int64_t cb = causal_block(j), Tq = j->Tq, Tk = j->Tk, cut = cb < Tq;
-        const int64_t kb = cut ? cb : Tk; /* key rows per block */
-#define BLOCKS for (int64_t r0 = 0, rows; rows = Tq - r0 < cb ? Tq - r0 : cb, r0 < Tq; r0 += cb)
-#define KEY_BLOCKS for (int64_t r0 = 0, rows; rows = Tk - r0 < kb ? Tk - r0 : kb, r0 < Tk; r0 += kb)
-#define KEYS (cut ? r0 + rows : Tk) /* keys a block of query rows reads */
-#define FROM (cut ? r0 : 0)         /* first query a block of key rows reads */
-        if (j->dv)                  /* dV = P^T G */
-            KEY_BLOCKS mul(j, false, rows, j->hd, Tq - FROM, 1.0,
-                           probs + es * (size_t)(FROM * Tk + r0), 1, Tk,
-                           g + es * (size_t)(FROM * D), D, j->dv + es * (size_t)(at_k + r0 * D), D);
-        if (!j->dq && !j->dk) continue;
-        BLOCKS mul(j, true, rows, KEYS, j->hd, 1.0, g + es * (size_t)(r0 * D), D, 1, v, j->v_row,
-                   ds + es * (size_t)(r0 * Tk), Tk); /* dP = G V^T */
+        if (dv) key_blocks(j, pr.probs, g, D, dv, D); /* dV = P^T G */
+        if (!dq && !dk) continue;
+        query_blocks(j, true, 1.0, g, D, pr.v, j->v_row, ds, j->Tk); /* dP = G V^T */
+        /* Causal blocks leave dP unset above the diagonal: the softmax backward then reads
+         * only each row's first t + 1 entries and zeroes the rest. */
+        bool cut = causal_block(j) < j->Tq;
         if (j->dtype == NB_F32)
-            softmax_backward_rows_f32(Tq, Tk, j->plan.scale, cut, (const float *)probs,
+            softmax_backward_rows_f32(j->Tq, j->Tk, j->plan.scale, cut, (const float *)pr.probs,
                                       (const float *)ds, (float *)ds);
         else
-            softmax_backward_rows_f64(Tq, Tk, j->plan.scale, cut, (const double *)probs,
+            softmax_backward_rows_f64(j->Tq, j->Tk, j->plan.scale, cut, (const double *)pr.probs,
                                       (const double *)ds, (double *)ds);
-        if (j->dq) /* dQ = dS K */
-            BLOCKS mul(j, false, rows, j->hd, KEYS, 1.0, ds + es * (size_t)(r0 * Tk), Tk, 1, k,
-                       j->k_row, j->dq + es * (size_t)(at_q + r0 * D), D);
-        if (j->dk) /* dK = dS^T Q */
-            KEY_BLOCKS mul(j, false, rows, j->hd, Tq - FROM, 1.0,
-                           ds + es * (size_t)(FROM * Tk + r0), 1, Tk,
-                           q + es * (size_t)(FROM * j->q_row), j->q_row,
-                           j->dk + es * (size_t)(at_k + r0 * D), D);
-#undef BLOCKS
-#undef KEY_BLOCKS
-#undef KEYS
-#undef FROM
+        if (dq) query_blocks(j, false, 1.0, ds, j->Tk, pr.k, j->k_row, dq, D); /* dQ = dS K */
+        if (dk) key_blocks(j, ds, pr.q, j->q_row, dk, D);                      /* dK = dS^T Q */
     }
 }
 
