@@ -216,10 +216,6 @@ static void blas_dgemm(bool ta, bool tb, int M, int N, int K, double alpha, cons
                 K, alpha, (const double *)A, lda, (const double *)B, ldb, beta, (double *)C, ldc);
 }
 
-/* The batch as one cblas call per product (stacked batches as one call, as the driver does),
- * or false, with nothing done, when there is nothing to multiply or cblas would reject the
- * leading dimensions (below the matrix width, which nbt_*gemm allows). Strides in elements
- * of es bytes. */
 /* One product of a batch as a pool task. Strides in bytes. */
 typedef struct {
     blas_gemm_fn gemm;
@@ -246,6 +242,10 @@ static void blas_task(int64_t b, int worker, void *arg) {
             j->C + b * j->step_c, j->ldc);
 }
 
+/* The batch as one cblas call per product (stacked batches as one call, as the driver does),
+ * or false, with nothing done, when there is nothing to multiply or cblas would reject the
+ * leading dimensions (below the matrix width, which nbt_*gemm allows). Strides in elements
+ * of es bytes. */
 static bool blas_batched(blas_gemm_fn gemm, size_t es, bool ta, bool tb, int64_t M, int64_t N,
                          int64_t K, double alpha, const char *A, int64_t lda, int64_t sa,
                          const char *B, int64_t ldb, int64_t sb, double beta, char *C, int64_t ldc,
@@ -266,27 +266,24 @@ static bool blas_batched(blas_gemm_fn gemm, size_t es, bool ta, bool tb, int64_t
                                         GEMM_MIN_WORK_PER_THREAD);
     if (threads > batch) threads = (int)batch;
     last_threads = threads;
-    blas_job job = {gemm,
-                    ta,
-                    tb,
-                    (int)M,
-                    (int)N,
-                    (int)K,
-                    alpha,
-                    A,
-                    (int)lda,
-                    sa * (int64_t)es,
-                    B,
-                    (int)ldb,
-                    sb * (int64_t)es,
-                    beta,
-                    C,
-                    (int)ldc,
-                    sc * (int64_t)es};
-    if (threads > 1)
-        nbt_run_tasks(batch, threads, blas_task, &job);
-    else
-        for (int64_t b = 0; b < batch; b++) blas_task(b, 0, &job);
+    blas_job job = {.gemm = gemm,
+                    .ta = ta,
+                    .tb = tb,
+                    .M = (int)M,
+                    .N = (int)N,
+                    .K = (int)K,
+                    .alpha = alpha,
+                    .A = A,
+                    .lda = (int)lda,
+                    .step_a = sa * (int64_t)es,
+                    .B = B,
+                    .ldb = (int)ldb,
+                    .step_b = sb * (int64_t)es,
+                    .beta = beta,
+                    .C = C,
+                    .ldc = (int)ldc,
+                    .step_c = sc * (int64_t)es};
+    nbt_run_tasks(batch, threads, blas_task, &job); /* in order on this thread when threads is 1 */
     return true;
 }
 #define BLAS_OR(FN, T, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch)    \
@@ -396,7 +393,10 @@ bool nbt_dgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
     void NAME(bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t a_rs,    \
               int64_t a_cs, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {                  \
         const nbt_gemm_kernels_##SUF *ks = &kernels()->SUF;                                        \
-        if (nbt_gemm_blas() && (a_rs == 1 || a_cs == 1)) { /* the BLAS takes every product */      \
+        /* The full GEMM when a BLAS takes every product (so heads equal nbt_*gemm there too),     \
+         * or for a transposed B too deep for the stack buffer. */                                 \
+        bool blas = nbt_gemm_blas() && (a_rs == 1 || a_cs == 1);                                   \
+        if (blas || (trans_b && M != 1 && (K > ROWS_BT || K <= 0))) {                              \
             bool ta = a_cs != 1;                                                                   \
             FULL(ta, trans_b, M, N, K, alpha, A, ta ? a_cs : a_rs, B, ldb, beta, C, ldc);          \
             return;                                                                                \
@@ -407,11 +407,6 @@ bool nbt_dgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
         }                                                                                          \
         if (M == 1) { /* as nbt_*gemm's one-row path: dot products with B's rows */                \
             ks->dots(N, K, A, a_cs, B, ldb, C, 1, alpha, beta);                                    \
-            return;                                                                                \
-        }                                                                                          \
-        if (K > ROWS_BT || K <= 0) {                                                               \
-            bool ta = a_cs != 1;                                                                   \
-            FULL(ta, true, M, N, K, alpha, A, ta ? a_cs : a_rs, B, ldb, beta, C, ldc);             \
             return;                                                                                \
         }                                                                                          \
         T bt[ROWS_BT];                                                                             \

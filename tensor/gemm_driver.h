@@ -213,11 +213,8 @@ static void gemm_tiny(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, in
         if (ks->pack_t && K * N >= 128) { /* below that the plain loop is quicker */
             ks->pack_t(B, ldb, K, (int)N, (int)N, bt);
         } else {
-            T *restrict d = bt;
-            for (int64_t j = 0; j < N; j++, d++) {
-                const T *restrict bj = B + j * ldb;
-                for (int64_t k = 0; k < K; k++) d[k * N] = bj[k];
-            }
+            for (int64_t j = 0; j < N; j++)
+                for (int64_t k = 0; k < K; k++) bt[k * N + j] = B[j * ldb + k];
         }
         B = bt, ldb = N;
     }
