@@ -113,10 +113,9 @@ static void linear_backward(nb_node *n, const nb_tensor *gout) {
         if (dx && gemm(&g, false, &wm, false, x->dtype, nbt_ptr(dx), g.rows, in_f, false))
             nba_accumulate(n, 0, dx);
     }
-    if (nba_input_needs_grad(n, 1)) { /* dW = g^T x, added straight into W's gradient */
-        matrix xm;
-        nb_tensor *into = nba_leaf_grad(n, 1);
-        if (!matrix_of(x, &xm)) return;
+    matrix xm;
+    if (nba_input_needs_grad(n, 1) && matrix_of(x, &xm)) { /* dW = g^T x */
+        nb_tensor *into = nba_leaf_grad(n, 1);             /* added straight into W's gradient */
         if (into && w->ndim == 2) {
             gemm(&g, true, &xm, false, w->dtype, nbt_ptr(into), out_f, in_f, true);
         } else {
@@ -125,9 +124,8 @@ static void linear_backward(nb_node *n, const nb_tensor *gout) {
                 nba_accumulate(n, 1, dw);
         }
     }
-    if (n->ninputs > 2 &&
-        nba_input_needs_grad(n, 2)) { /* db = sum of g over all but the last dim */
-        bool over[NB_MAX_DIMS];
+    if (n->ninputs > 2 && nba_input_needs_grad(n, 2)) {
+        bool over[NB_MAX_DIMS]; /* db = g summed over all but the last dim */
         for (int i = 0; i < gout->ndim; i++) over[i] = i < gout->ndim - 1;
         nba_accumulate(n, 2, nbt_sum_dims(gout, over, false, 1.0));
     }

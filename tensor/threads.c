@@ -10,32 +10,34 @@
 
 static atomic_int thread_budget; /* 0 until first asked for or set */
 
+/* n clamped to what the pool runs: 1 to NBT_POOL_MAX_THREADS. */
+static int pool_sized(long n) {
+    return n < 1 ? 1 : n < NBT_POOL_MAX_THREADS ? (int)n : NBT_POOL_MAX_THREADS;
+}
+
 /* NABLA_NUM_THREADS, else OMP_NUM_THREADS (what users of OpenMP-based libraries already
- * set), else every CPU this process may run on. Read once. */
-static int default_threads(void) {
+ * set), else every CPU this process may run on; read each time the default is asked for. */
+static long default_threads(void) {
     const char *names[] = {"NABLA_NUM_THREADS", "OMP_NUM_THREADS"};
     for (int i = 0; i < 2; i++) {
         const char *s = getenv(names[i]);
         if (!s || !*s) continue;
         char *end;
         long n = strtol(s, &end, 10);
-        if (n > 0 && (*end == '\0' || *end == ','))
-            return n < NBT_POOL_MAX_THREADS ? (int)n : NBT_POOL_MAX_THREADS;
+        if (n > 0 && (*end == '\0' || *end == ',')) return n;
     }
-    int n = nbt_cpu_count();
-    return n < NBT_POOL_MAX_THREADS ? n : NBT_POOL_MAX_THREADS;
+    return nbt_cpu_count();
 }
 
 void nb_set_num_threads(int n) {
-    if (n < 1) n = default_threads();
-    atomic_store(&thread_budget, n < NBT_POOL_MAX_THREADS ? n : NBT_POOL_MAX_THREADS);
+    atomic_store(&thread_budget, pool_sized(n < 1 ? default_threads() : n));
 }
 
 int nb_get_num_threads(void) {
     int n = atomic_load(&thread_budget);
     if (n == 0) {
         int expected = 0;
-        atomic_compare_exchange_strong(&thread_budget, &expected, default_threads());
+        atomic_compare_exchange_strong(&thread_budget, &expected, pool_sized(default_threads()));
         n = atomic_load(&thread_budget);
     }
     return n;
