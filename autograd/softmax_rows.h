@@ -44,6 +44,16 @@ typedef struct {
     int64_t row0;           /* index of the first row (when a thread does a slice of rows) */
 } softmax_plan;
 
+/* Where a walk over a plan's rows is: the current row's query index and mask row. */
+typedef struct {
+    row_cursor mask_rows;
+    int64_t query;
+} softmax_walk;
+
+static inline softmax_walk softmax_walk_start(const softmax_plan *p) {
+    return (softmax_walk){p->mask_rows, p->causal ? p->row0 % p->queries : 0};
+}
+
 /* Row kernels for one float type. Blocked entries become -inf before the exp, so they come
  * out exactly 0; entries past the causal limit are never touched by the exp. */
 #define NBA_DEFINE_SOFTMAX_ROWS(T, SUF)                                                            \
@@ -53,23 +63,28 @@ typedef struct {
             if (isnan(y[j])) return true;                                                          \
         return false;                                                                              \
     }                                                                                              \
-    static inline void softmax_rows_##SUF(const softmax_plan *p, const T *x, T *y) {               \
-        row_cursor mask_rows = p->mask_rows;                                                       \
-        int64_t query = p->causal ? p->row0 % p->queries : 0; /* the row's query index */          \
+    /* The walk's row of scores x scaled into y, -inf where masked, up to the row's causal limit,  \
+     * which it returns; the walk moves on to the next row. */                                     \
+    static inline int64_t scaled_row_##SUF(const softmax_plan *p, softmax_walk *w, const T *x,     \
+                                           T *y) {                                                 \
+        int64_t limit = p->n;                                                                      \
+        if (p->causal && w->query + 1 < limit) limit = w->query + 1;                               \
+        if (++w->query == p->queries) w->query = 0;                                                \
         const T scale = (T)p->scale;                                                               \
+        if (p->mask) {                                                                             \
+            const uint8_t *m = p->mask + w->mask_rows.offset;                                      \
+            const int64_t step = p->mask_step;                                                     \
+            cursor_next(&w->mask_rows);                                                            \
+            for (int64_t j = 0; j < limit; j++) y[j] = m[j * step] ? (T)-INFINITY : scale * x[j];  \
+        } else {                                                                                   \
+            nba_row_scale_##SUF(y, x, scale, limit);                                               \
+        }                                                                                          \
+        return limit;                                                                              \
+    }                                                                                              \
+    static inline void softmax_rows_##SUF(const softmax_plan *p, const T *x, T *y) {               \
+        softmax_walk w = softmax_walk_start(p);                                                    \
         for (int64_t r = 0; r < p->rows; r++, x += p->n, y += p->n) {                              \
-            int64_t limit = p->n;                                                                  \
-            if (p->causal && query + 1 < limit) limit = query + 1;                                 \
-            if (++query == p->queries) query = 0;                                                  \
-            if (p->mask) {                                                                         \
-                const uint8_t *m = p->mask + mask_rows.offset;                                     \
-                const int64_t step = p->mask_step;                                                 \
-                cursor_next(&mask_rows);                                                           \
-                for (int64_t j = 0; j < limit; j++)                                                \
-                    y[j] = m[j * step] ? (T)-INFINITY : scale * x[j];                              \
-            } else {                                                                               \
-                nba_row_scale_##SUF(y, x, scale, limit);                                           \
-            }                                                                                      \
+            const int64_t limit = scaled_row_##SUF(p, &w, x, y);                                   \
             const T max = nba_row_max_##SUF(y, limit);                                             \
             if (max == -INFINITY && p->zero_blocked_rows && !any_nan_##SUF(y, limit)) {            \
                 memset(y, 0, sizeof(T) * (size_t)p->n);                                            \
@@ -87,22 +102,10 @@ typedef struct {
      * normalised last. Entries past the causal limit or blocked become -inf, so exp makes         \
      * them 0, and every element sees the same arithmetic as in softmax_rows. */                   \
     static inline void softmax_short_rows_##SUF(const softmax_plan *p, const T *x, T *y) {         \
-        row_cursor mask_rows = p->mask_rows;                                                       \
-        int64_t query = p->causal ? p->row0 % p->queries : 0; /* the row's query index */          \
-        const T scale = (T)p->scale;                                                               \
+        softmax_walk w = softmax_walk_start(p);                                                    \
         T *row = y;                                                                                \
         for (int64_t r = 0; r < p->rows; r++, x += p->n, row += p->n) {                            \
-            int64_t limit = p->n;                                                                  \
-            if (p->causal && query + 1 < limit) limit = query + 1;                                 \
-            if (++query == p->queries) query = 0;                                                  \
-            if (p->mask) {                                                                         \
-                const uint8_t *m = p->mask + mask_rows.offset;                                     \
-                cursor_next(&mask_rows);                                                           \
-                for (int64_t j = 0; j < limit; j++)                                                \
-                    row[j] = m[j * p->mask_step] ? (T)-INFINITY : scale * x[j];                    \
-            } else {                                                                               \
-                nba_row_scale_##SUF(row, x, scale, limit);                                         \
-            }                                                                                      \
+            int64_t limit = scaled_row_##SUF(p, &w, x, row);                                       \
             const T max = nba_row_max_##SUF(row, limit);                                           \
             if (max == -INFINITY && p->zero_blocked_rows && !any_nan_##SUF(row, limit))            \
                 limit = 0; /* all -inf: exp gives zeros, normalising leaves them */                \
