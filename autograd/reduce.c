@@ -4,7 +4,6 @@
 #include "node.h"
 #include "../tensor/elementwise_kernels.h"
 #include "../tensor/reduce_kernels.h"
-#include "../tensor/simd.h"
 
 /* node->i layout for sums: i[0..ndim) reduced-dim flags, i[NB_MAX_DIMS] keepdim. f[0] is the
  * scale (1 for sum, 1/count for mean). */
@@ -26,21 +25,10 @@ static nb_tensor *expand_over_reduced(const nb_tensor *g, const nb_tensor *x,
     return nbt_alias(g, x->ndim, x->shape, strides, g->offset);
 }
 
-/* A new contiguous tensor of x's shape and dtype with every element v (exact in x's dtype). */
+/* A new contiguous tensor of x's shape and dtype with every element v. */
 static nb_tensor *filled_like(const nb_tensor *x, double v) {
     nb_tensor *t = nbt_new("backward", x->dtype, x->ndim, x->shape);
-    if (!t) return NULL;
-    int64_t n = nbt_numel(t);
-    if (t->dtype == NB_F32) {
-        float *p = (float *)nbt_ptr(t);
-        const nbt_vf32 vv = nbt_vsplat_f32((float)v);
-        NBT_VFOR(f32, i, n, nbt_vstore_f32(p + i, vv), p[i] = (float)v);
-    } else {
-        double *p = (double *)nbt_ptr(t);
-        const nbt_vf64 vv = nbt_vsplat_f64(v);
-        NBT_VFOR(f64, i, n, nbt_vstore_f64(p + i, vv), p[i] = v);
-    }
-    return t;
+    return t && nb_fill_(t, v) ? t : NULL;
 }
 
 static void sum_backward(nb_node *n, const nb_tensor *gout) {

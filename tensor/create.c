@@ -1,5 +1,6 @@
 /* Tensor creation, element access and in-place fills. */
 #include "nbt.h"
+#include "simd.h"
 
 #include <math.h>
 #include <string.h>
@@ -193,6 +194,19 @@ bool nb_fill_(nb_tensor *t, double value) {
     if (value == 0 && !signbit(value) && nb_is_contiguous(t)) {
         /* zero_grad's case: all-zero bytes are 0 in every dtype */
         memset(nbt_ptr(t), 0, (size_t)nbt_numel(t) * nbt_esize(t->dtype));
+        return true;
+    }
+    if (nb_is_contiguous(t) && nb_is_float(t)) { /* whole vectors (a loss's gradient) */
+        int64_t n = nbt_numel(t);
+        if (t->dtype == NB_F32) {
+            float *p = (float *)nbt_ptr(t);
+            const nbt_vf32 v = nbt_vsplat_f32((float)value);
+            NBT_VFOR(f32, i, n, nbt_vstore_f32(p + i, v), p[i] = (float)value);
+        } else {
+            double *p = (double *)nbt_ptr(t);
+            const nbt_vf64 v = nbt_vsplat_f64(value);
+            NBT_VFOR(f64, i, n, nbt_vstore_f64(p + i, v), p[i] = value);
+        }
         return true;
     }
     nbt_operands ops = {.nops = 1, .base = {nbt_ptr(t)}, .elem = {nbt_esize(t->dtype)}};
