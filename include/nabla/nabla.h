@@ -7,6 +7,7 @@
 #include "nabla/autograd.h"
 #include "nabla/ops.h"
 #include "nabla/checkpoint.h"
+#include "nabla/module.h"
 #include "nabla/nn.h"
 #include "nabla/optim.h"
 
