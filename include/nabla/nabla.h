@@ -10,5 +10,6 @@
 #include "nabla/module.h"
 #include "nabla/nn.h"
 #include "nabla/optim.h"
+#include "nabla/generate.h"
 
 #endif

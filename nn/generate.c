@@ -1,0 +1,159 @@
+/* generate(): a prompt continued token by token through a KV cache, with greedy, temperature,
+ * top-k and top-p (nucleus) choices from a seeded generator. */
+#include "module.h"
+#include "nabla/generate.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+nb_generate_opts nb_generate_defaults(int64_t max_new_tokens) {
+    return (nb_generate_opts){.max_new_tokens = max_new_tokens, .stop_token = -1};
+}
+
+/* Candidate order for top-k / top-p: most likely first, ties by the lower token id. */
+typedef struct {
+    double logit;
+    int64_t id;
+} candidate;
+
+static int by_logit_desc(const void *pa, const void *pb) {
+    const candidate *a = pa, *b = pb;
+    if (a->logit != b->logit) return a->logit < b->logit ? 1 : -1;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+/* Index of the first maximum of x[0..n). */
+static int64_t first_max(const double *x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t j = 1; j < n; j++)
+        if (x[j] > x[best]) best = j;
+    return best;
+}
+
+int64_t nb_sample_logits(const nb_tensor *logits, const nb_generate_opts *o, nb_rng *rng) {
+    if (!logits || !o || !rng) return nbt_error("sample_logits", "NULL argument"), -1;
+    if (!nb_is_float(logits) || logits->ndim != 1 || logits->shape[0] < 1)
+        return nbt_error("sample_logits", "expects float logits [V], got %s %s",
+                         nb_dtype_name(logits->dtype), nbt_shape(logits)),
+               -1;
+    if (o->top_k < 0)
+        return nbt_error("sample_logits", "top_k must be >= 0, got %lld", (long long)o->top_k), -1;
+    const int64_t V = logits->shape[0];
+    /* Scratch in the current scope: pooled, so a loop of calls stops allocating. */
+    nb_tensor *xs = nbt_new("sample_logits", NB_F64, NB_SHAPE(V));
+    nb_tensor *cs = nbt_new("sample_logits", NB_F64, NB_SHAPE(2 * V)); /* V candidates */
+    if (!xs || !cs || !nb_to_doubles(logits, nb_data(xs))) return -1;
+    double *x = nb_data(xs);
+    for (int64_t j = 0; j < V; j++)
+        if (isnan(x[j])) return nbt_error("sample_logits", "logit %lld is NaN", (long long)j), -1;
+    if (o->temperature <= 0) return first_max(x, V);
+
+    candidate *cand = nb_data(cs);
+    for (int64_t j = 0; j < V; j++) cand[j] = (candidate){x[j] / o->temperature, j};
+    int64_t n = V;
+    const bool nucleus = o->top_p > 0 && o->top_p < 1;
+    if ((o->top_k > 0 && o->top_k < V) || nucleus) {
+        qsort(cand, (size_t)V, sizeof *cand, by_logit_desc);
+        if (o->top_k > 0 && o->top_k < V) n = o->top_k;
+    } else {
+        int64_t best = first_max(x, V); /* only to subtract the max below */
+        cand[0] = (candidate){x[best] / o->temperature, best};
+        for (int64_t j = 0, w = 1; j < V; j++)
+            if (j != best) cand[w++] = (candidate){x[j] / o->temperature, j};
+    }
+    /* Probabilities of the kept candidates, relative to the largest (cand[0]). */
+    const double top = cand[0].logit;
+    double total = 0;
+    for (int64_t j = 0; j < n; j++) total += exp(cand[j].logit - top);
+    if (nucleus) { /* the fewest leading candidates whose probability reaches top_p */
+        double acc = 0, kept = 0;
+        int64_t m = 0;
+        while (m < n && acc < o->top_p) {
+            double p = exp(cand[m].logit - top);
+            acc += p / total;
+            kept += p;
+            m++;
+        }
+        n = m;
+        total = kept;
+    }
+    double u = nb_rng_uniform(rng) * total, acc = 0;
+    for (int64_t j = 0; j < n; j++) {
+        acc += exp(cand[j].logit - top);
+        if (u < acc) return cand[j].id;
+    }
+    return cand[n - 1].id; /* u landed on the rounding slack of the last sum */
+}
+
+/* Token at position i of prompt followed by the generated tokens. */
+static int64_t token_at(const int64_t *prompt, int64_t prompt_len, const int64_t *out, int64_t i) {
+    return i < prompt_len ? prompt[i] : out[i - prompt_len];
+}
+
+/* Feeds tokens [from, to) of the sequence to the cache and returns the last logits row. */
+static nb_tensor *feed(nb_transformer_lm *lm, nb_kv_cache *c, int64_t *window,
+                       const int64_t *prompt, int64_t prompt_len, const int64_t *out, int64_t from,
+                       int64_t to) {
+    for (int64_t i = from; i < to; i++) window[i - from] = token_at(prompt, prompt_len, out, i);
+    nb_tensor *tokens = nb_from_array(NB_I64, NB_SHAPE(1, to - from), window);
+    nb_tensor *logits = nb_transformer_lm_forward_cached(lm, tokens, c);
+    return logits ? nb_select(nb_select(logits, 0, 0), 0, to - from - 1) : NULL;
+}
+
+int64_t nb_generate(nb_transformer_lm *lm, const int64_t *prompt, int64_t prompt_len,
+                    const nb_generate_opts *o, int64_t *out, nb_kv_cache *cache) {
+    if (!lm || !prompt || !o || (!out && o->max_new_tokens > 0))
+        return nbt_error("generate", "NULL argument"), -1;
+    if (prompt_len < 1 || o->max_new_tokens < 0)
+        return nbt_error("generate",
+                         "needs a prompt of at least 1 token and max_new_tokens >= 0, "
+                         "got %lld and %lld",
+                         (long long)prompt_len, (long long)o->max_new_tokens),
+               -1;
+    for (int64_t i = 0; i < prompt_len; i++)
+        if (prompt[i] < 0 || prompt[i] >= lm->vocab)
+            return nbt_error("generate", "prompt token %lld is %lld, outside [0, %lld)",
+                             (long long)i, (long long)prompt[i], (long long)lm->vocab),
+                   -1;
+    nb_kv_cache *c = cache ? cache : nb_kv_cache_for_lm(lm, 1);
+    int64_t *window = c ? malloc(sizeof *window * (size_t)lm->max_len) : NULL;
+    if (!window) {
+        if (c && !cache) nb_kv_cache_free(c);
+        return c ? (nbt_error("generate", "out of memory"), -1) : -1;
+    }
+    const int64_t ctx_len =
+        nb_kv_cache_max_len(c) < lm->max_len ? nb_kv_cache_max_len(c) : lm->max_len;
+    const int64_t keep = ctx_len / 2 > 0 ? ctx_len / 2 : 1;
+    nb_rng rng;
+    nb_rng_seed(&rng, o->seed);
+    const bool was_training = lm->base.training, grad = nb_set_grad_enabled(false);
+    nb_module_train(&lm->base, false);
+    nb_kv_cache_reset(c);
+
+    int64_t made = 0, total = prompt_len, fed = total > ctx_len ? total - keep : 0;
+    bool ok = true;
+    while (made < o->max_new_tokens) {
+        nb_scope_begin();
+        if (total - fed > ctx_len - nb_kv_cache_len(c)) { /* no room: slide the window */
+            nb_kv_cache_reset(c);
+            fed = total - keep;
+        }
+        nb_tensor *row = feed(lm, c, window, prompt, prompt_len, out, fed, total);
+        int64_t next = row ? nb_sample_logits(row, o, &rng) : -1;
+        nb_scope_end();
+        if (next < 0) {
+            ok = false;
+            break;
+        }
+        fed = total;
+        out[made++] = next;
+        total++;
+        if (o->on_token) o->on_token(next, o->ctx);
+        if (next == o->stop_token) break;
+    }
+    nb_module_train(&lm->base, was_training);
+    nb_set_grad_enabled(grad);
+    free(window);
+    if (!cache) nb_kv_cache_free(c);
+    return ok ? made : -1;
+}

@@ -1,0 +1,286 @@
+/* The key/value cache and the cached (incremental) forwards of attention, the transformer
+ * block and TransformerLM. Everything but the attention itself goes through the ordinary ops
+ * (linear, layer norm, GELU) with grad mode off; the attention of a few new queries against
+ * the cached keys is a small kernel of its own below, one (sequence, head, query) row at a
+ * time through the GEMM's row and dot kernels. */
+#include "module.h"
+#include "nabla/generate.h"
+#include "tensor/gemm.h"
+#include "tensor/vecmath.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One attention layer's keys and values: [batch, kv_heads, max_len, head_dim] each, so a
+ * head's cached keys are contiguous rows (the dot kernel reads them as a transposed B). A
+ * slot stores kv_heads heads, which grouped-query attention makes fewer than the queries'. */
+typedef struct {
+    int64_t len, kv_heads, head_dim;
+    nb_tensor *k, *v;
+} kv_slot;
+
+struct nb_kv_cache {
+    nb_scope *scope; /* holds every slot's tensors and the scores row */
+    nb_dtype dtype;
+    int64_t batch, max_len;
+    nb_tensor *scores; /* [max_len] scratch for one query's scores */
+    int nslots;
+    kv_slot slots[];
+};
+
+static nb_kv_cache *cache_new(int nslots, int64_t batch, int64_t max_len, nb_dtype dt) {
+    if (batch < 1 || max_len < 1)
+        return nbt_error("kv_cache", "batch %lld and max_len %lld must be positive",
+                         (long long)batch, (long long)max_len);
+    nb_kv_cache *c = calloc(1, sizeof *c + sizeof(kv_slot) * (size_t)nslots);
+    if (!c || !(c->scope = nb_scope_create())) {
+        free(c);
+        return nbt_error("kv_cache", "out of memory");
+    }
+    c->dtype = dt;
+    c->batch = batch;
+    c->max_len = max_len;
+    c->nslots = nslots;
+    nb_scope_push(c->scope);
+    c->scores = nb_empty(dt, NB_SHAPE(max_len));
+    nb_scope_pop();
+    if (!c->scores) {
+        nb_kv_cache_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* Allocates slot i for kv_heads heads of head_dim. */
+static bool slot_init(nb_kv_cache *c, int i, int64_t kv_heads, int64_t head_dim) {
+    kv_slot *s = &c->slots[i];
+    s->kv_heads = kv_heads;
+    s->head_dim = head_dim;
+    nb_scope_push(c->scope);
+    s->k = nb_zeros(c->dtype, NB_SHAPE(c->batch, kv_heads, c->max_len, head_dim));
+    s->v = nb_zeros(c->dtype, NB_SHAPE(c->batch, kv_heads, c->max_len, head_dim));
+    nb_scope_pop();
+    return s->k && s->v;
+}
+
+/* The heads whose keys and values a layer stores (every query head, until grouped-query
+ * attention gives a layer fewer key/value heads). */
+static int64_t kv_heads_of(const nb_mha *m) {
+    return m->num_heads;
+}
+
+nb_kv_cache *nb_kv_cache_for_mha(const nb_mha *m, int64_t batch, int64_t max_len) {
+    if (!m) return nbt_error("kv_cache", "NULL module");
+    nb_kv_cache *c = cache_new(1, batch, max_len, m->base.root->dtype);
+    if (c && !slot_init(c, 0, kv_heads_of(m), m->head_dim)) {
+        nb_kv_cache_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+nb_kv_cache *nb_kv_cache_for_lm(const nb_transformer_lm *lm, int64_t batch) {
+    if (!lm) return nbt_error("kv_cache", "NULL module");
+    nb_kv_cache *c = cache_new(lm->num_layers, batch, lm->max_len, lm->base.root->dtype);
+    for (int i = 0; c && i < lm->num_layers; i++) {
+        const nb_mha *a = lm->blocks[i]->attn;
+        if (!slot_init(c, i, kv_heads_of(a), a->head_dim)) {
+            nb_kv_cache_free(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
+void nb_kv_cache_reset(nb_kv_cache *c) {
+    if (c)
+        for (int i = 0; i < c->nslots; i++) c->slots[i].len = 0;
+}
+
+int64_t nb_kv_cache_len(const nb_kv_cache *c) {
+    return c ? c->slots[0].len : -1;
+}
+
+int64_t nb_kv_cache_max_len(const nb_kv_cache *c) {
+    return c ? c->max_len : -1;
+}
+
+void nb_kv_cache_free(nb_kv_cache *c) {
+    if (!c) return;
+    if (c->scope) nb_scope_destroy(c->scope);
+    free(c);
+}
+
+/* ---- attention of new queries against a slot ------------------------------------------ */
+
+/* Everything one call of the kernel needs; q, k_new, v_new and ctx are contiguous
+ * [batch, T_new, heads * head_dim] (k_new, v_new with kv_heads). */
+typedef struct {
+    const kv_slot *slot;
+    int64_t batch, t_new, heads, max_len;
+    double scale;
+    const void *q, *k_new, *v_new;
+    void *ctx, *scores;
+} cached_attention;
+
+/* Appends the new keys and values at positions len.., then for each sequence b, head h and
+ * new query i (position p = len + i): s = scale * q K[0..p]^T, e = exp(s - max s),
+ * ctx = (e V[0..p]) / sum(e). Query head h reads key/value head h / (heads / kv_heads). */
+#define DEFINE_CACHED_ATTENTION(T, SUF, ROWS, VEXP)                                                \
+    static void cached_attention_##SUF(const cached_attention *a) {                                \
+        const kv_slot *s = a->slot;                                                                \
+        const int64_t hd = s->head_dim, kvh = s->kv_heads, L = a->max_len, len = s->len;           \
+        const int64_t q_row = a->heads * hd, kv_row = kvh * hd, group = a->heads / kvh;            \
+        T *K = nb_data(s->k), *V = nb_data(s->v), *sc = a->scores;                                 \
+        const T *q = a->q, *kn = a->k_new, *vn = a->v_new;                                         \
+        T *ctx = a->ctx;                                                                           \
+        for (int64_t b = 0; b < a->batch; b++)                                                     \
+            for (int64_t i = 0; i < a->t_new; i++)                                                 \
+                for (int64_t h = 0; h < kvh; h++) {                                                \
+                    size_t at = (size_t)(((b * kvh + h) * L + len + i) * hd);                      \
+                    size_t from = (size_t)((b * a->t_new + i) * kv_row + h * hd);                  \
+                    memcpy(K + at, kn + from, sizeof(T) * (size_t)hd);                             \
+                    memcpy(V + at, vn + from, sizeof(T) * (size_t)hd);                             \
+                }                                                                                  \
+        for (int64_t b = 0; b < a->batch; b++)                                                     \
+            for (int64_t h = 0; h < a->heads; h++) {                                               \
+                const size_t head = (size_t)((b * kvh + h / group) * L * hd);                      \
+                for (int64_t i = 0; i < a->t_new; i++) {                                           \
+                    const int64_t n = len + i + 1; /* keys 0..p */                                 \
+                    const size_t row = (size_t)((b * a->t_new + i) * q_row + h * hd);              \
+                    ROWS(true, 1, n, hd, (T)a->scale, q + row, hd, 1, K + head, hd, 0, sc, n);     \
+                    T max = sc[0];                                                                 \
+                    for (int64_t j = 1; j < n; j++) max = sc[j] > max ? sc[j] : max;               \
+                    for (int64_t j = 0; j < n; j++) sc[j] -= max;                                  \
+                    VEXP(sc, sc, n);                                                               \
+                    double sum = 0;                                                                \
+                    for (int64_t j = 0; j < n; j++) sum += sc[j];                                  \
+                    ROWS(false, 1, hd, n, (T)(1.0 / sum), sc, n, 1, V + head, hd, 0, ctx + row,    \
+                         hd);                                                                      \
+                }                                                                                  \
+            }                                                                                      \
+    }
+DEFINE_CACHED_ATTENTION(float, f32, nbt_sgemm_rows, nbt_vexp_f32)
+DEFINE_CACHED_ATTENTION(double, f64, nbt_dgemm_rows, nbt_vexp_f64)
+
+/* Checks that x fits m and slot `layer` of c with room for its tokens; names m's path. */
+static bool check_cached(const nb_mha *m, const nb_tensor *x, const nb_kv_cache *c, int layer) {
+    if (!m || !x || !c) return nbt_error("MultiHeadAttention", "NULL argument"), false;
+    if (layer < 0 || layer >= c->nslots)
+        return nbt_error("MultiHeadAttention", "'%s': cache slot %d out of range (cache has %d)",
+                         m->base.path, layer, c->nslots),
+               false;
+    const kv_slot *s = &c->slots[layer];
+    if (x->ndim != 3 || x->shape[0] != c->batch || x->shape[2] != m->d_in || x->dtype != c->dtype)
+        return nbt_error("MultiHeadAttention",
+                         "'%s' with a cache for batch %lld expects %s [%lld, T, %lld], got %s %s",
+                         m->base.path, (long long)c->batch, nb_dtype_name(c->dtype),
+                         (long long)c->batch, (long long)m->d_in, nb_dtype_name(x->dtype),
+                         nbt_shape(x)),
+               false;
+    if (s->head_dim != m->head_dim || m->num_heads % s->kv_heads != 0 ||
+        kv_heads_of(m) != s->kv_heads)
+        return nbt_error("MultiHeadAttention",
+                         "'%s' (%lld heads of %lld) does not match cache slot %d (%lld key/value "
+                         "heads of %lld)",
+                         m->base.path, (long long)m->num_heads, (long long)m->head_dim, layer,
+                         (long long)s->kv_heads, (long long)s->head_dim),
+               false;
+    if (s->len + x->shape[1] > c->max_len)
+        return nbt_error("MultiHeadAttention",
+                         "'%s': %lld new positions after %lld cached overflow the cache's %lld",
+                         m->base.path, (long long)x->shape[1], (long long)s->len,
+                         (long long)c->max_len),
+               false;
+    return true;
+}
+
+/* The cached attention with grad mode already off and x checked. */
+static nb_tensor *mha_cached(nb_mha *m, const nb_tensor *x, nb_kv_cache *c, int layer) {
+    kv_slot *s = &c->slots[layer];
+    const int64_t B = x->shape[0], Tn = x->shape[1];
+    nb_tensor *q = nbt_contiguous(nb_linear_forward(m->W_query, x));
+    nb_tensor *k = nbt_contiguous(nb_linear_forward(m->W_key, x));
+    nb_tensor *v = nbt_contiguous(nb_linear_forward(m->W_value, x));
+    nb_tensor *ctx = nb_empty(c->dtype, NB_SHAPE(B, Tn, m->d_out));
+    if (!q || !k || !v || !ctx) return NULL;
+    cached_attention a = {.slot = s,
+                          .batch = B,
+                          .t_new = Tn,
+                          .heads = m->num_heads,
+                          .max_len = c->max_len,
+                          .scale = 1.0 / sqrt((double)m->head_dim),
+                          .q = nb_data(q),
+                          .k_new = nb_data(k),
+                          .v_new = nb_data(v),
+                          .ctx = nb_data(ctx),
+                          .scores = nb_data(c->scores)};
+    if (c->dtype == NB_F32)
+        cached_attention_f32(&a);
+    else
+        cached_attention_f64(&a);
+    s->len += Tn;
+    return nb_linear_forward(m->out_proj, ctx);
+}
+
+nb_tensor *nb_mha_forward_cached(nb_mha *m, const nb_tensor *x, nb_kv_cache *c, int layer) {
+    if (!check_cached(m, x, c, layer)) return NULL;
+    bool prev = nb_set_grad_enabled(false);
+    nb_tensor *y = mha_cached(m, x, c, layer);
+    nb_set_grad_enabled(prev);
+    return y;
+}
+
+/* The block with grad mode off, x checked against its attention. */
+static nb_tensor *block_cached(nb_transformer_block *m, const nb_tensor *x, nb_kv_cache *c,
+                               int layer) {
+    nb_tensor *h = nb_add(x, mha_cached(m->attn, nb_layernorm_forward(m->norm1, x), c, layer));
+    return nb_add(h, nb_feedforward_forward(m->ff, nb_layernorm_forward(m->norm2, h)));
+}
+
+nb_tensor *nb_transformer_block_forward_cached(nb_transformer_block *m, const nb_tensor *x,
+                                               nb_kv_cache *c, int layer) {
+    if (!m) return nbt_error("TransformerBlock", "NULL module");
+    if (!check_cached(m->attn, x, c, layer)) return NULL;
+    bool prev = nb_set_grad_enabled(false);
+    nb_tensor *y = block_cached(m, x, c, layer);
+    nb_set_grad_enabled(prev);
+    return y;
+}
+
+nb_tensor *nb_transformer_lm_forward_cached(nb_transformer_lm *m, const nb_tensor *tokens,
+                                            nb_kv_cache *c) {
+    if (!m || !tokens || !c) return nbt_error("TransformerLM", "NULL argument");
+    if (c->nslots != m->num_layers)
+        return nbt_error("TransformerLM", "'%s' has %d blocks but the cache has %d slots",
+                         m->base.path, m->num_layers, c->nslots);
+    const int64_t len = c->slots[0].len;
+    if (tokens->ndim != 2 || tokens->dtype != NB_I64 || tokens->shape[0] != c->batch ||
+        len + tokens->shape[1] > (c->max_len < m->max_len ? c->max_len : m->max_len))
+        return nbt_error("TransformerLM",
+                         "'%s' with %lld cached positions expects int64 tokens [%lld, T] with "
+                         "%lld + T <= %lld, got %s %s",
+                         m->base.path, (long long)len, (long long)c->batch, (long long)len,
+                         (long long)(c->max_len < m->max_len ? c->max_len : m->max_len),
+                         nb_dtype_name(tokens->dtype), nbt_shape(tokens));
+    const int64_t Tn = tokens->shape[1];
+    for (int i = 0; i < m->num_layers; i++) {
+        const kv_slot *s = &c->slots[i];
+        if (s->len != len || s->head_dim != m->blocks[i]->attn->head_dim ||
+            s->kv_heads != kv_heads_of(m->blocks[i]->attn))
+            return nbt_error("TransformerLM",
+                             "'%s': cache slot %d (%lld positions, %lld heads of %lld) does not "
+                             "match block %d",
+                             m->base.path, i, (long long)s->len, (long long)s->kv_heads,
+                             (long long)s->head_dim, i);
+    }
+    bool prev = nb_set_grad_enabled(false);
+    nb_tensor *positions = nb_arange(NB_I64, (double)len, (double)(len + Tn), 1);
+    nb_tensor *x = nb_add(nb_embedding_forward(m->tok_emb, tokens),
+                          nb_embedding_forward(m->pos_emb, positions));
+    for (int i = 0; i < m->num_layers && x; i++) x = block_cached(m->blocks[i], x, c, i);
+    nb_tensor *logits = nb_linear_forward(m->head, nb_layernorm_forward(m->norm_f, x));
+    nb_set_grad_enabled(prev);
+    return logits;
+}

@@ -1,0 +1,307 @@
+/* KV cache and generation: cached forwards equal the full recompute at every position, no
+ * malloc per token, errors, and generate()'s greedy / top-k / top-p / temperature choices. */
+#include "harness.h"
+
+#include <stdlib.h>
+
+/* A small LM with its parameters drawn from seed; dropout 0. */
+static nb_transformer_lm *small_lm(nb_module **model, nb_dtype dt, int64_t vocab, int64_t max_len,
+                                   uint64_t seed) {
+    *model = nb_model_new(dt, seed);
+    return nb_transformer_lm_new(*model, "", vocab, max_len, 16, 4, 2, 0.0);
+}
+
+/* Feeds tokens [B, T] to the cache in the chunks listed (summing to T) and checks each chunk's
+ * logits against the full causal forward at the same positions. */
+static void check_lm_chunks(nb_dtype dt, double tol, const int64_t *chunks, int nchunks) {
+    nb_module *model;
+    nb_transformer_lm *lm = small_lm(&model, dt, 11, 24, 3);
+    nb_module_train(model, false);
+    const int64_t B = 2;
+    int64_t T = 0;
+    for (int i = 0; i < nchunks; i++) T += chunks[i];
+    nb_rng rng;
+    nb_rng_seed(&rng, 9);
+    nb_tensor *tokens = nb_randint(&rng, 0, 11, NB_SHAPE(B, T));
+    nb_tensor *full = nb_transformer_lm_forward(lm, tokens, true, NULL, NULL);
+    nb_kv_cache *c = nb_kv_cache_for_lm(lm, B);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    int64_t at = 0;
+    for (int i = 0; i < nchunks; i++) {
+        CU_ASSERT_EQUAL(nb_kv_cache_len(c), at);
+        nb_tensor *part = nb_narrow(tokens, 1, at, chunks[i]);
+        nb_tensor *logits = nb_transformer_lm_forward_cached(lm, part, c);
+        CU_ASSERT_FALSE(logits && logits->requires_grad);
+        NBT_ASSERT_SHAPE(logits, B, chunks[i], 11);
+        NBT_ASSERT_CLOSE(logits, nb_narrow(full, 1, at, chunks[i]), tol, tol);
+        at += chunks[i];
+    }
+    CU_ASSERT_EQUAL(nb_kv_cache_len(c), T);
+    /* After a reset the cache starts over and gives the same logits again. */
+    nb_kv_cache_reset(c);
+    NBT_ASSERT_CLOSE(nb_transformer_lm_forward_cached(lm, tokens, c), full, tol, tol);
+    nb_kv_cache_free(c);
+    nb_module_free(model);
+}
+
+static void test_lm_cached_equals_full_f32(void) {
+    /* a prompt, single tokens, a chunk of several, single tokens up to the context */
+    const int64_t chunks[] = {5, 1, 1, 3, 1, 1, 1, 4, 1, 1, 1, 1, 1, 1, 1};
+    check_lm_chunks(NB_F32, 1e-5, chunks, 15);
+}
+
+static void test_lm_cached_equals_full_f64(void) {
+    const int64_t chunks[] = {1, 1, 7, 1, 2};
+    check_lm_chunks(NB_F64, 1e-12, chunks, 5);
+}
+
+/* The attention layer alone and a block alone, with their one-slot caches, token by token. */
+static void test_mha_and_block_cached(void) {
+    nb_module *model = nb_model_new(NB_F64, 5);
+    nb_mha *mha = nb_mha_new(model, "attn", 12, 8, 2, true, 0.0);
+    nb_transformer_block *block = nb_transformer_block_new(model, "block", 12, 3, 0.0);
+    nb_rng rng;
+    nb_rng_seed(&rng, 2);
+    nb_tensor *x = nb_randn(&rng, NB_F64, NB_SHAPE(3, 7, 12));
+    nb_tensor *want_mha = nb_mha_forward(mha, x, &(nb_mha_opts){.causal = true});
+    nb_tensor *want_block = nb_transformer_block_forward(block, x, &(nb_mha_opts){.causal = true});
+    nb_kv_cache *cm = nb_kv_cache_for_mha(mha, 3, 7), *cb = nb_kv_cache_for_mha(block->attn, 3, 10);
+    for (int64_t t = 0; t < 7; t++) {
+        nb_tensor *xt = nb_narrow(x, 1, t, 1);
+        NBT_ASSERT_CLOSE(nb_mha_forward_cached(mha, xt, cm, 0), nb_narrow(want_mha, 1, t, 1), 1e-12,
+                         1e-12);
+        NBT_ASSERT_CLOSE(nb_transformer_block_forward_cached(block, xt, cb, 0),
+                         nb_narrow(want_block, 1, t, 1), 1e-12, 1e-12);
+    }
+    /* Full: one more token overflows the mha cache (max_len 7) and changes nothing. */
+    CU_ASSERT_PTR_NULL(nb_mha_forward_cached(mha, nb_narrow(x, 1, 0, 1), cm, 0));
+    NBT_ASSERT_ERROR("overflow");
+    CU_ASSERT_EQUAL(nb_kv_cache_len(cm), 7);
+    /* A block's cache of another width is refused, naming the module. */
+    CU_ASSERT_PTR_NULL(nb_mha_forward_cached(mha, nb_narrow(x, 1, 0, 1), cb, 0));
+    NBT_ASSERT_ERROR("'attn'");
+    CU_ASSERT_PTR_NULL(nb_mha_forward_cached(mha, nb_zeros(NB_F64, NB_SHAPE(2, 1, 12)), cb, 0));
+    NBT_ASSERT_ERROR("[2, 1, 12]");
+    CU_ASSERT_PTR_NULL(nb_mha_forward_cached(mha, nb_zeros(NB_F32, NB_SHAPE(3, 1, 12)), cb, 0));
+    NBT_ASSERT_ERROR("float64");
+    CU_ASSERT_PTR_NULL(nb_mha_forward_cached(mha, nb_narrow(x, 1, 0, 1), cb, 1));
+    NBT_ASSERT_ERROR("slot 1");
+    nb_kv_cache_free(cm);
+    nb_kv_cache_free(cb);
+    nb_module_free(model);
+}
+
+static void test_lm_cached_errors(void) {
+    nb_module *model;
+    nb_transformer_lm *lm = small_lm(&model, NB_F32, 11, 8, 1);
+    nb_kv_cache *c = nb_kv_cache_for_lm(lm, 1);
+    int64_t toks[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    CU_ASSERT_PTR_NULL(
+        nb_transformer_lm_forward_cached(lm, nb_from_array(NB_I64, NB_SHAPE(1, 9), toks), c));
+    NBT_ASSERT_ERROR("0 + T <= 8");
+    CU_ASSERT_PTR_NULL(
+        nb_transformer_lm_forward_cached(lm, nb_from_array(NB_I64, NB_SHAPE(2, 1), toks), c));
+    NBT_ASSERT_ERROR("[1, T]");
+    CU_ASSERT_PTR_NOT_NULL(
+        nb_transformer_lm_forward_cached(lm, nb_from_array(NB_I64, NB_SHAPE(1, 6), toks), c));
+    CU_ASSERT_PTR_NULL(
+        nb_transformer_lm_forward_cached(lm, nb_from_array(NB_I64, NB_SHAPE(1, 3), toks), c));
+    NBT_ASSERT_ERROR("6 + T <= 8");
+    CU_ASSERT_EQUAL(nb_kv_cache_len(c), 6);
+    /* An out-of-vocabulary token fails in the embedding and leaves the cache as it was. */
+    int64_t bad = 11;
+    CU_ASSERT_PTR_NULL(
+        nb_transformer_lm_forward_cached(lm, nb_from_array(NB_I64, NB_SHAPE(1, 1), &bad), c));
+    CU_ASSERT_EQUAL(nb_kv_cache_len(c), 6);
+    /* A cache made for a model with another number of blocks. */
+    nb_module *other = nb_model_new(NB_F32, 1);
+    nb_transformer_lm *lm3 = nb_transformer_lm_new(other, "", 11, 8, 16, 4, 3, 0.0);
+    CU_ASSERT_PTR_NULL(
+        nb_transformer_lm_forward_cached(lm3, nb_from_array(NB_I64, NB_SHAPE(1, 1), toks), c));
+    NBT_ASSERT_ERROR("3 blocks but the cache has 2 slots");
+    CU_ASSERT_PTR_NULL(nb_kv_cache_for_lm(NULL, 1));
+    CU_ASSERT_PTR_NULL(nb_kv_cache_for_lm(lm, 0));
+    NBT_ASSERT_ERROR("batch 0");
+    nb_kv_cache_free(c);
+    nb_module_free(other);
+    nb_module_free(model);
+}
+
+/* Once warm, a decoding step (inside its own scope) calls malloc zero times. */
+static void test_no_malloc_per_token(void) {
+    nb_module *model;
+    nb_transformer_lm *lm = small_lm(&model, NB_F32, 11, 64, 4);
+    nb_kv_cache *c = nb_kv_cache_for_lm(lm, 1);
+    int64_t tok = 3;
+    uint64_t before = 0;
+    for (int t = 0; t < 40; t++) {
+        if (t == 4) before = nb_alloc_count();
+        nb_scope_begin();
+        nb_tensor *logits =
+            nb_transformer_lm_forward_cached(lm, nb_from_array(NB_I64, NB_SHAPE(1, 1), &tok), c);
+        CU_ASSERT_PTR_NOT_NULL(logits);
+        nb_tensor *idx;
+        nb_max_dim(nb_select(nb_select(logits, 0, 0), 0, 0), 0, false, &idx);
+        tok = (int64_t)nb_item(idx);
+        nb_scope_end();
+    }
+    CU_ASSERT_EQUAL(nb_alloc_count() - before, 0);
+    nb_kv_cache_free(c);
+    nb_module_free(model);
+}
+
+/* Greedy continuation by full recompute over the window the generate() rule reads: the
+ * sequence so far, restarted from its last max_len / 2 tokens whenever it would not fit. */
+static void greedy_reference(nb_transformer_lm *lm, const int64_t *prompt, int64_t plen, int64_t n,
+                             int64_t *out) {
+    int64_t *seq = malloc(sizeof *seq * (size_t)(plen + n));
+    memcpy(seq, prompt, sizeof *seq * (size_t)plen);
+    int64_t total = plen, start = 0, keep = lm->max_len / 2;
+    for (int64_t i = 0; i < n; i++) {
+        if (total - start > lm->max_len) start = total - keep;
+        nb_scope_begin();
+        nb_tensor *logits = nb_transformer_lm_forward(
+            lm, nb_from_array(NB_I64, NB_SHAPE(1, total - start), seq + start), true, NULL, NULL);
+        nb_tensor *idx;
+        nb_max_dim(nb_select(nb_select(logits, 0, 0), 0, total - start - 1), 0, false, &idx);
+        out[i] = seq[total++] = (int64_t)nb_item(idx);
+        nb_scope_end();
+    }
+    free(seq);
+}
+
+static void test_generate_greedy_is_argmax(void) {
+    nb_module *model;
+    nb_transformer_lm *lm = small_lm(&model, NB_F32, 11, 12, 6);
+    nb_module_train(model, false);
+    const int64_t prompt[] = {1, 5, 2};
+    int64_t want[30], got[30];
+    greedy_reference(lm, prompt, 3, 30, want); /* 30 > 12: slides twice */
+    nb_module_train(model, true);
+    nb_generate_opts o = nb_generate_defaults(30);
+    CU_ASSERT_EQUAL(nb_generate(lm, prompt, 3, &o, got, NULL), 30);
+    CU_ASSERT_EQUAL(memcmp(got, want, sizeof got), 0);
+    CU_ASSERT_TRUE(model->training); /* restored */
+    CU_ASSERT_TRUE(nb_is_grad_enabled());
+    /* top-k = 1 and a tiny top-p are greedy whatever the temperature. */
+    o.temperature = 1.5;
+    o.top_k = 1;
+    CU_ASSERT_EQUAL(nb_generate(lm, prompt, 3, &o, got, NULL), 30);
+    CU_ASSERT_EQUAL(memcmp(got, want, sizeof got), 0);
+    o.top_k = 0;
+    o.top_p = 1e-9;
+    nb_kv_cache *c = nb_kv_cache_for_lm(lm, 1); /* a cache of the caller's, reused */
+    CU_ASSERT_EQUAL(nb_generate(lm, prompt, 3, &o, got, c), 30);
+    CU_ASSERT_EQUAL(memcmp(got, want, sizeof got), 0);
+    /* stop_token: generation ends right after the first occurrence, which is included. */
+    int64_t first = 0;
+    while (first < 29 && want[first] == want[0]) first++; /* a token that is not the first one */
+    o = nb_generate_defaults(30);
+    o.stop_token = want[first];
+    int64_t stop_at = 0;
+    while (want[stop_at] != want[first]) stop_at++;
+    CU_ASSERT_EQUAL(nb_generate(lm, prompt, 3, &o, got, c), stop_at + 1);
+    CU_ASSERT_EQUAL(got[stop_at], want[first]);
+    nb_kv_cache_free(c);
+    nb_module_free(model);
+}
+
+static void test_generate_seeded(void) {
+    nb_module *model;
+    nb_transformer_lm *lm = small_lm(&model, NB_F32, 11, 16, 8);
+    const int64_t prompt[] = {4};
+    int64_t a[40], b[40], d[40];
+    nb_generate_opts o = nb_generate_defaults(40);
+    o.temperature = 1.0;
+    o.seed = 77;
+    CU_ASSERT_EQUAL(nb_generate(lm, prompt, 1, &o, a, NULL), 40);
+    CU_ASSERT_EQUAL(nb_generate(lm, prompt, 1, &o, b, NULL), 40);
+    CU_ASSERT_EQUAL(memcmp(a, b, sizeof a), 0);
+    o.seed = 78;
+    CU_ASSERT_EQUAL(nb_generate(lm, prompt, 1, &o, d, NULL), 40);
+    CU_ASSERT_NOT_EQUAL(memcmp(a, d, sizeof a), 0);
+    for (int i = 0; i < 40; i++) CU_ASSERT_TRUE(a[i] >= 0 && a[i] < 11);
+    /* errors */
+    const int64_t bad[] = {11};
+    CU_ASSERT_EQUAL(nb_generate(lm, bad, 1, &o, a, NULL), -1);
+    NBT_ASSERT_ERROR("outside [0, 11)");
+    CU_ASSERT_EQUAL(nb_generate(lm, prompt, 0, &o, a, NULL), -1);
+    NBT_ASSERT_ERROR("at least 1 token");
+    nb_module_free(model);
+}
+
+/* Draws n tokens from fixed logits and returns the chi-square statistic against want. */
+static double chi_square(const double *logits, int64_t V, const nb_generate_opts *o,
+                         const double *want, int n) {
+    nb_tensor *row = nb_from_array(NB_F64, NB_SHAPE(V), logits);
+    nb_rng rng;
+    nb_rng_seed(&rng, 12345);
+    int64_t counts[8] = {0};
+    for (int i = 0; i < n; i++) {
+        nb_scope_begin();
+        int64_t t = nb_sample_logits(row, o, &rng);
+        nb_scope_end();
+        CU_ASSERT_TRUE_FATAL(t >= 0 && t < V);
+        counts[t]++;
+    }
+    double chi = 0;
+    for (int64_t j = 0; j < V; j++) {
+        if (want[j] == 0) {
+            CU_ASSERT_EQUAL(counts[j], 0); /* filtered out: never drawn */
+            continue;
+        }
+        double e = want[j] * n;
+        chi += (counts[j] - e) * (counts[j] - e) / e;
+    }
+    return chi;
+}
+
+/* Probabilities 0.1, 0.2, 0.3, 0.4 as logits. With temperature 0.5 they become p^2 / sum p^2 =
+ * 1, 4, 9, 16 over 30; top-k 2 keeps 0.3 and 0.4 (3/7, 4/7); top-p 0.5 keeps the fewest whose
+ * sum reaches 0.5: 0.4 + 0.3 (again 3/7, 4/7). Chi-square bounds for 3 and 1 degrees of freedom
+ * at p = 0.001 are 16.27 and 10.83; the draws are seeded, so the test is deterministic. */
+static void test_sampling_distribution(void) {
+    const double logits[] = {log(0.1), log(0.2), log(0.3), log(0.4)};
+    nb_generate_opts o = nb_generate_defaults(1);
+    const int n = 20000;
+    o.temperature = 1.0;
+    CU_ASSERT_TRUE(chi_square(logits, 4, &o, (const double[]){0.1, 0.2, 0.3, 0.4}, n) < 16.27);
+    o.temperature = 0.5;
+    CU_ASSERT_TRUE(chi_square(logits, 4, &o, (const double[]){1 / 30., 4 / 30., 9 / 30., 16 / 30.},
+                              n) < 16.27);
+    o.temperature = 1.0;
+    o.top_k = 2;
+    CU_ASSERT_TRUE(chi_square(logits, 4, &o, (const double[]){0, 0, 3 / 7., 4 / 7.}, n) < 10.83);
+    o.top_k = 0;
+    o.top_p = 0.5;
+    CU_ASSERT_TRUE(chi_square(logits, 4, &o, (const double[]){0, 0, 3 / 7., 4 / 7.}, n) < 10.83);
+    /* The test has teeth: plain temperature 1 is far from the temperature-0.5 distribution. */
+    o.top_p = 0;
+    CU_ASSERT_TRUE(
+        chi_square(logits, 4, &o, (const double[]){1 / 30., 4 / 30., 9 / 30., 16 / 30.}, n) > 1000);
+    /* Greedy: the first of equal maxima. */
+    nb_generate_opts g = nb_generate_defaults(1);
+    nb_rng rng;
+    nb_rng_seed(&rng, 1);
+    CU_ASSERT_EQUAL(nb_sample_logits(
+                        nb_from_array(NB_F64, NB_SHAPE(4), (const double[]){1, 3, 3, 2}), &g, &rng),
+                    1);
+    CU_ASSERT_EQUAL(nb_sample_logits(nb_zeros(NB_F32, NB_SHAPE(2, 2)), &g, &rng), -1);
+    NBT_ASSERT_ERROR("[2, 2]");
+    CU_ASSERT_EQUAL(nb_sample_logits(nb_full(NB_F32, NB_SHAPE(3), NAN), &g, &rng), -1);
+    NBT_ASSERT_ERROR("NaN");
+}
+
+int main(void) {
+    const nbtest_case cases[] = {
+        {"LM cached logits equal the full forward (f32, chunks)", test_lm_cached_equals_full_f32},
+        {"LM cached logits equal the full forward (f64)", test_lm_cached_equals_full_f64},
+        {"MHA and block cached equal the causal forward", test_mha_and_block_cached},
+        {"LM cached errors", test_lm_cached_errors},
+        {"no malloc per decoded token", test_no_malloc_per_token},
+        {"generate greedy is the argmax of the full recompute", test_generate_greedy_is_argmax},
+        {"generate seeded", test_generate_seeded},
+        {"sampling distribution (chi-square)", test_sampling_distribution},
+    };
+    return nbtest_run("generate", cases, (int)(sizeof cases / sizeof cases[0]));
+}
