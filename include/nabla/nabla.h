@@ -9,5 +9,6 @@
 #include "nabla/checkpoint.h"
 #include "nabla/nn.h"
 #include "nabla/optim.h"
+#include "nabla/dist.h"
 
 #endif
