@@ -11,5 +11,6 @@
 #include "nabla/nn.h"
 #include "nabla/optim.h"
 #include "nabla/generate.h"
+#include "nabla/dist.h"
 
 #endif
