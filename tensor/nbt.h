@@ -17,6 +17,9 @@ struct nb_storage {
 /* ---- errors ---- */
 /* Records "op: message" as the thread's last error. Always returns NULL for tail calls. */
 void *nbt_error(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* How many errors this thread has recorded (nbt_error and nb_error): the autograd engine
+ * compares it around each backward function to notice one that failed. */
+uint64_t nbt_error_count(void);
 /* "[2, 3]" for t, in a rotating thread-local buffer good for a few uses per message. */
 const char *nbt_shape(const nb_tensor *t);
 const char *nbt_dims(int ndim, const int64_t *shape);
@@ -25,6 +28,9 @@ const char *nbt_dims(int ndim, const int64_t *shape);
 void *nbt_malloc(size_t n);
 void nbt_free(void *p);
 nb_storage *nbt_storage_new(size_t nbytes); /* refcount 1, data 64-byte aligned, uninitialised */
+/* Test hook: after n more storages are allocated on this thread, the next one fails as if
+ * out of memory (once); n < 0 turns the hook off. */
+void nbt_fail_storage_after(int64_t n);
 void nbt_storage_retain(nb_storage *s);
 void nbt_storage_release(nb_storage *s);
 
