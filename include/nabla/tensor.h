@@ -164,6 +164,10 @@ bool nb_fill_(nb_tensor *t, double value);
 /* Copies src into dst in place (broadcasting src, converting dtype; no autograd). */
 bool nb_copy_(nb_tensor *dst, const nb_tensor *src);
 
+/* True if t holds no NaN and no infinity (like torch.isfinite(t).all()); integer and bool
+ * tensors always do, and so does an empty tensor. False with an error for NULL. */
+bool nb_all_finite(const nb_tensor *t);
+
 /* Elementwise a | b of two NB_BOOL masks, broadcast. New tensor in the current scope. */
 nb_tensor *nb_logical_or(const nb_tensor *a, const nb_tensor *b);
 
