@@ -196,6 +196,10 @@ static void print_tree(FILE *f, const nb_module *m) {
 }
 
 void nb_module_fprint(FILE *f, const nb_module *m) {
+    if (!f) {
+        nbt_error("nb_module_fprint", "NULL file");
+        return;
+    }
     if (!m) return;
     fprintf(f, "%s '%s' (%s, %s)\n", m->type, m->path, nb_dtype_name(m->root->dtype),
             m->training ? "train" : "eval");
