@@ -184,7 +184,9 @@ nb_tensor *nb_concat(int n, nb_tensor *const *ts, int dim) {
         if (!ok)
             return nbt_error("concat", "tensor %d has shape %s, expected %s outside dim %d", k,
                              nbt_shape(ts[k]), nbt_shape(ts[0]), dim);
-        shape[d] += ts[k]->shape[d];
+        if (__builtin_add_overflow(shape[d], ts[k]->shape[d], &shape[d]))
+            return nbt_error("concat", "the sizes of dim %d add up past int64 (tensor %d: %s)", dim,
+                             k, nbt_shape(ts[k]));
     }
     nb_tensor *out = nbt_new("concat", ts[0]->dtype, ts[0]->ndim, shape);
     if (!out) return NULL;

@@ -63,7 +63,7 @@ const char *nb_shape_text(const nb_tensor *t) {
 }
 
 char *nb_shape_str(const nb_tensor *t, char *buf, size_t len) {
-    if (len == 0) return buf;
+    if (!buf || len == 0) return buf;
     snprintf(buf, len, "%s", nbt_shape(t));
     return buf;
 }

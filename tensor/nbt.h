@@ -52,6 +52,27 @@ bool nbt_check_shape(const char *op, int ndim, const int64_t *shape, nb_dtype dt
 int nbt_dim(const char *op, int dim, int ndim);
 nb_scope *nbt_current_scope(void);
 
+/* ---- debug checks (meson -Ddebug_checks=true defines NABLA_DEBUG_CHECKS=1) ----
+ * Released tensor structs are poisoned (their scope is nbt_released_marker) and quarantined
+ * before reuse, so entry points can report a use after the scope ended. */
+#ifndef NABLA_DEBUG_CHECKS
+#define NABLA_DEBUG_CHECKS 0
+#endif
+#if NABLA_DEBUG_CHECKS
+extern nb_scope nbt_released_marker;
+static inline bool nbt_is_released(const nb_tensor *t) {
+    return t && t->scope == &nbt_released_marker;
+}
+#else
+static inline bool nbt_is_released(const nb_tensor *t) {
+    (void)t;
+    return false;
+}
+#endif
+/* False with "op: the tensor ... was released ..." if t was released (only detectable in
+ * debug-checks builds); true otherwise, NULL included. */
+bool nbt_check_live(const char *op, const nb_tensor *t);
+
 /* Inline twins of nb_dtype_size and nb_numel for hot paths (every op calls them). */
 static inline size_t nbt_esize(nb_dtype dt) {
     static const size_t sizes[] = {4, 8, 8, 1};

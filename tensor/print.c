@@ -187,6 +187,10 @@ static void print_dim(const printer *p, int dim, int64_t offset, int indent) {
 }
 
 void nb_fprint(FILE *f, const nb_tensor *t) {
+    if (!f) {
+        nbt_error("nb_fprint", "NULL file");
+        return;
+    }
     if (!t) {
         fputs("tensor(NULL)\n", f);
         return;
