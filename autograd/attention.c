@@ -16,7 +16,7 @@
  * bitwise identical for any thread count. The softmax rows are the masked softmax's own
  * kernels (softmax_rows.h), so a fully blocked row gives zeros and zero gradient here too. */
 #include "node.h"
-#include "../tensor/kernels/attention_small.h"
+#include "../tensor/isa.h"
 #include "softmax_rows.h"
 #include "../tensor/gemm.h"
 
@@ -161,25 +161,12 @@ static nba_small_head small_head(const attention_job *j, const char *q, const ch
                             .probs = (float *)probs};
 }
 
-/* The build of the vector kernels for the instruction set the GEMM uses (so tests that force
- * one check both), when the job fits them. */
+/* The vector kernels of the instruction set in use, when the job fits them. */
 static void choose_small_kernels(attention_job *j, bool masked) {
     j->small_forward = NULL, j->small_backward = NULL;
     if (j->dtype != NB_F32 || masked || !nba_small_head_fits(j->Tq, j->Tk, j->hd)) return;
-    switch (nbt_gemm_current_isa()) {
-    case NBT_GEMM_AVX512:
-        j->small_forward = nba_small_head_forward_avx512f;
-        j->small_backward = nba_small_head_backward_avx512f;
-        break;
-    case NBT_GEMM_AVX2:
-        j->small_forward = nba_small_head_forward_avx2;
-        j->small_backward = nba_small_head_backward_avx2;
-        break;
-    default:
-        j->small_forward = nba_small_head_forward_generic;
-        j->small_backward = nba_small_head_backward_generic;
-        break;
-    }
+    j->small_forward = nbt_kernels()->small_head_forward;
+    j->small_backward = nbt_kernels()->small_head_backward;
 }
 
 static void attention_forward_pairs(int64_t begin, int64_t end, void *vjob) {

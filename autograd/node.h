@@ -74,10 +74,6 @@ nb_tensor *nba_leaf_grad(const nb_node *n, int i);
 
 /* Test hook: called with the op name of every node recorded (NULL to remove). */
 void nba_set_record_hook(void (*hook)(const char *op));
-/* Test hook: layer_norm's float32 rows run the widest build the CPU has, but no wider than
- * `build` (default NBA_LN_AVX512); all builds give the same bits. */
-typedef enum { NBA_LN_BASE, NBA_LN_AVX2, NBA_LN_AVX512 } nba_ln_build;
-void nba_layer_norm_max_build(nba_ln_build build);
 
 /* ---- raw helpers shared by backward functions ---- */
 /* Sums t down to the given shape (t's shape must broadcast-reduce to it). New tensor. */

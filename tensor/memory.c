@@ -4,6 +4,7 @@
  * made; ending the scope releases the structs (and their storage references) in one sweep.
  * Freed structs and data buffers go to free lists, so a steady loop of identical steps
  * reuses memory and stops calling malloc after its first step. */
+#include "isa.h"
 #include "scope.h"
 
 #include <pthread.h>
@@ -273,6 +274,8 @@ void nbt_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
 
 nb_tensor *nbt_new_in(nb_scope *s, const char *op, nb_dtype dt, int ndim, const int64_t *shape) {
     if (!nbt_check_shape(op, ndim, shape, dt)) return NULL;
+    const char *refused = nbt_isa_error(); /* a NABLA_ISA this CPU cannot run */
+    if (refused) return nbt_error(op, "%s", refused);
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) n *= shape[i];
     nb_storage *st = nbt_storage_new((size_t)n * nbt_esize(dt));

@@ -228,20 +228,20 @@ static void test_unary_values_f32(void) {
 static void test_nan_and_inf(void) {
     nb_tensor *x = nb_from_array(NB_F64, NB_SHAPE(6), D(NAN, -INFINITY, INFINITY, -0.0, -1, 2));
     nb_tensor *r = nb_relu(x);
-    NBT_ASSERT_VALUES(r, 0, NAN, 0, INFINITY, 0, 0, 2);
+    NBT_ASSERT_VALUES(r, 0, NBT_NAN, 0, INFINITY, 0, 0, 2);
     CU_ASSERT_TRUE(signbit(nb_get(r, NB_IDX(3))));
     nb_tensor *r32 = nb_relu(nb_to_dtype(x, NB_F32));
-    NBT_ASSERT_VALUES(r32, 0, NAN, 0, INFINITY, 0, 0, 2);
+    NBT_ASSERT_VALUES(r32, 0, NBT_NAN, 0, INFINITY, 0, 0, 2);
 
     nb_tensor *big = nb_from_array(NB_F64, NB_SHAPE(5), D(-INFINITY, INFINITY, 1000, -1000, NAN));
-    NBT_ASSERT_VALUES(nb_exp(big), 0, 0, INFINITY, INFINITY, 0, NAN);
+    NBT_ASSERT_VALUES(nb_exp(big), 0, 0, INFINITY, INFINITY, 0, NBT_NAN);
     nb_tensor *big32 = nb_from_array(NB_F32, NB_SHAPE(3), F(100, -200, 88));
     NBT_ASSERT_VALUES(nb_exp(big32), 1e32, INFINITY, 0, 1.6516362549940018e38);
-    NBT_ASSERT_VALUES(nb_sigmoid(big), 0, 0, 1, 1, 0, NAN);
-    NBT_ASSERT_VALUES(nb_sigmoid(nb_to_dtype(big, NB_F32)), 0, 0, 1, 1, 0, NAN);
-    NBT_ASSERT_VALUES(nb_tanh(big), 0, -1, 1, 1, -1, NAN);
+    NBT_ASSERT_VALUES(nb_sigmoid(big), 0, 0, 1, 1, 0, NBT_NAN);
+    NBT_ASSERT_VALUES(nb_sigmoid(nb_to_dtype(big, NB_F32)), 0, 0, 1, 1, 0, NBT_NAN);
+    NBT_ASSERT_VALUES(nb_tanh(big), 0, -1, 1, 1, -1, NBT_NAN);
     nb_tensor *l = nb_log(nb_from_array(NB_F64, NB_SHAPE(3), D(0, -1, INFINITY)));
-    NBT_ASSERT_VALUES(l, 0, -INFINITY, NAN, INFINITY);
+    NBT_ASSERT_VALUES(l, 0, -INFINITY, NBT_NAN, INFINITY);
 }
 
 /* ---- backward ---- */
