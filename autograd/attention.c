@@ -82,8 +82,8 @@ static char *head_ptr(const attention_job *j, heads_t l, int64_t b, int64_t h) {
 #define CAUSAL_BLOCK 32
 
 /* Query rows per block of the memory-efficient path: its scratch is two [ME_ROWS, T_k]
- * tiles per thread (512 KB in float32 at T_k = 2048, within a Zen 4 core's L2). */
-#define ME_ROWS 32
+ * tiles per thread (1 MB in float32 at T_k = 2048). */
+#define ME_ROWS 64
 
 static size_t keep_limit = NBA_ATTENTION_KEEP_LIMIT;
 static _Thread_local bool last_memory_efficient;

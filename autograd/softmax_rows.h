@@ -76,7 +76,7 @@ static inline softmax_walk softmax_walk_start(const softmax_plan *p) {
             const int64_t step = p->mask_step;                                                     \
             cursor_next(&w->mask_rows);                                                            \
             for (int64_t j = 0; j < limit; j++) y[j] = m[j * step] ? (T)-INFINITY : scale * x[j];  \
-        } else {                                                                                   \
+        } else if (scale != 1 || x != y) { /* x * 1 is x: attention scales in its product */       \
             nba_row_scale_##SUF(y, x, scale, limit);                                               \
         }                                                                                          \
         return limit;                                                                              \
