@@ -552,12 +552,12 @@ static nb_tensor *attention(const char *op, const nb_tensor *q, const nb_tensor 
 
     /* The context [B, T_q, H_q, hd]: nb_f_attention's [B, T_q, D], or nb_sdpa's
      * [B, H_q, T_q, hd] as its transposed view. */
-    nb_tensor *ctx = nbt_new(op, q->dtype, 4, (int64_t[]){j.B, j.Tq, Hq, j.hd});
+    nb_tensor *ctx = packed ? nbt_new(op, q->dtype, 3, (int64_t[]){j.B, j.Tq, Hq * j.hd})
+                            : nbt_new(op, q->dtype, 4, (int64_t[]){j.B, j.Tq, Hq, j.hd});
     nb_tensor *saved = j.memory_efficient ? nbt_new(op, q->dtype, 4, (int64_t[]){j.B, Hq, j.Tq, 2})
                                           : nbt_new(op, q->dtype, 4, scores_shape);
     if (!ctx || !saved) return NULL;
-    nb_tensor *out =
-        packed ? nbt_view(ctx, 3, (int64_t[]){j.B, j.Tq, Hq * j.hd}) : nbt_transpose(ctx, 1, 2);
+    nb_tensor *out = packed ? ctx : nbt_transpose(ctx, 1, 2);
     if (!out) return NULL;
     j.out = (heads_t){nbt_ptr(ctx), j.Tq * Hq * j.hd, j.hd, Hq * j.hd};
     (j.memory_efficient ? &j.stats : &j.probs)[0] = nbt_ptr(saved);
