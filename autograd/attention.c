@@ -311,17 +311,43 @@ static void softmax_backward(const attention_job *j, int64_t rows, int64_t n, bo
                                   (const double *)dS, (double *)dS);
 }
 
+/* dst = src (first) or dst += src for a [T_k, hd] float32 head, rows src_row and dst_row
+ * apart. */
+static void fold_head(const attention_job *j, const float *src, int64_t src_row, float *dst,
+                      int64_t dst_row, bool first) {
+    for (int64_t t = 0; t < j->Tk; t++, src += src_row, dst += dst_row)
+        for (int64_t i = 0; i < j->hd; i++) dst[i] = first ? src[i] : dst[i] + src[i];
+}
+
+/* The vector kernels' backward for pair p. They write dq, dk and dv with one row stride
+ * (dq's): with one query head per key/value head and equal strides, straight into place
+ * (scratch NULL); otherwise dk and dv go to scratch (2 T_k rows of that stride) and are
+ * folded into the group's sum. */
+static void small_backward(const attention_job *j, const pair_t *pr, const char *probs, bool first,
+                           char *scratch) {
+    nba_small_head h = small_head(j, pr, (char *)probs);
+    h.grad = (const float *)pr->grad, h.grad_row = j->grad.r;
+    h.d_row = j->dq.p ? j->dq.r : j->hd;
+    h.dq = (float *)pr->dq, h.dk = (float *)pr->dk, h.dv = (float *)pr->dv;
+    if (!scratch) {
+        j->small_backward(&h);
+        return;
+    }
+    float *sk = (float *)scratch, *sv = sk + j->Tk * h.d_row;
+    h.dk = pr->dk ? sk : NULL, h.dv = pr->dv ? sv : NULL;
+    j->small_backward(&h);
+    if (pr->dk) fold_head(j, sk, h.d_row, (float *)pr->dk, j->dk.r, first);
+    if (pr->dv) fold_head(j, sv, h.d_row, (float *)pr->dv, j->dv.r, first);
+}
+
 /* One pair's backward from kept probabilities; first says it is the first of its group, whose
- * dK and dV overwrite rather than add. ds is a [T_q, T_k] scratch. */
+ * dK and dV overwrite rather than add. scratch: a [T_q, T_k] tile for dS, or what
+ * small_backward needs (NULL when it writes in place). */
 static void kept_backward(const attention_job *j, int64_t p, bool first, char *ds) {
     const pair_t pr = pair_at(j, p);
     const char *probs = j->probs + j->es * (size_t)(p * j->Tq * j->Tk);
     if (j->small_backward) {
-        nba_small_head h = small_head(j, &pr, (char *)probs);
-        h.grad = (const float *)pr.grad, h.grad_row = j->grad.r;
-        h.d_row = j->dq.p ? j->dq.r : j->dk.p ? j->dk.r : j->dv.r;
-        h.dq = (float *)pr.dq, h.dk = (float *)pr.dk, h.dv = (float *)pr.dv;
-        j->small_backward(&h);
+        small_backward(j, &pr, probs, first, ds);
         return;
     }
     const double beta = first ? 0.0 : 1.0;
@@ -370,7 +396,8 @@ static void zero_head(const attention_job *j, char *at, int64_t rows, int64_t ro
 /* Task g: key/value head g % H_kv of batch g / H_kv and its group of query heads, in order. */
 static void backward_task(int64_t g, int worker, void *vjob) {
     const attention_job *j = vjob;
-    char *scratch = j->scratch + j->es * (size_t)(worker * j->scratch_per_worker);
+    char *scratch =
+        j->scratch ? j->scratch + j->es * (size_t)(worker * j->scratch_per_worker) : NULL;
     const int64_t b = g / j->Hkv, kh = g % j->Hkv, p0 = b * j->Hq + kh * j->group;
     if (j->memory_efficient) {
         if (j->dk.p) zero_head(j, head_ptr(j, j->dk, b, kh), j->Tk, j->dk.r);
@@ -507,19 +534,16 @@ static void attention_backward(nb_node *n, const nb_tensor *gout) {
     j.grad = heads_of(g, packed, j.hd);
     j.dq = heads_of(d[0], packed, j.hd), j.dk = heads_of(d[1], packed, j.hd);
     j.dv = heads_of(d[2], packed, j.hd);
-    /* The vector kernels write dq, dk and dv with one row stride, and dK of a group's heads
-     * must add up. */
-    int64_t drow = d[0] ? j.dq.r : d[1] ? j.dk.r : j.dv.r;
-    if (j.group != 1 || (d[0] && j.dq.r != drow) || (d[1] && j.dk.r != drow) ||
-        (d[2] && j.dv.r != drow))
-        j.small_backward = NULL;
     if (no_work(&j)) {
         for (int i = 0; i < 3; i++)
             if (d[i]) nb_fill_(d[i], 0.0);
     } else {
-        const int64_t per = j.small_backward     ? 0
-                            : j.memory_efficient ? 2 * ME_ROWS * j.Tk
-                                                 : j.Tq * j.Tk;
+        int64_t per = j.memory_efficient ? 2 * ME_ROWS * j.Tk : j.Tq * j.Tk;
+        if (j.small_backward) { /* in place, or scratch for dk and dv (small_backward) */
+            const int64_t drow = d[0] ? j.dq.r : j.hd;
+            bool in_place = j.group == 1 && (!d[1] || j.dk.r == drow) && (!d[2] || j.dv.r == drow);
+            per = in_place ? 0 : 2 * j.Tk * drow;
+        }
         if (!run_tasks(&j, j.B * j.Hkv, j.group * j.Tq * j.Tk * j.hd, per, backward_task)) return;
     }
     for (int i = 0; i < 3; i++)
