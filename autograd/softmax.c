@@ -111,10 +111,10 @@ static void softmax_backward_slice(int64_t begin, int64_t end, void *vjob) {
     const softmax_backward_job *j = vjob;
     int64_t off = begin * j->n * (int64_t)nbt_esize(j->dtype);
     if (j->dtype == NB_F32)
-        softmax_backward_rows_f32(end - begin, j->n, j->scale, false, (const float *)(j->y + off),
+        softmax_backward_rows_f32(end - begin, j->n, j->scale, false, 0, (const float *)(j->y + off),
                                   (const float *)(j->g + off), (float *)(j->dx + off));
     else
-        softmax_backward_rows_f64(end - begin, j->n, j->scale, false, (const double *)(j->y + off),
+        softmax_backward_rows_f64(end - begin, j->n, j->scale, false, 0, (const double *)(j->y + off),
                                   (const double *)(j->g + off), (double *)(j->dx + off));
 }
 

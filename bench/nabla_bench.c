@@ -1,4 +1,4 @@
-/* nabla's side of bench/compare: the four workloads of bench/torch_bench.py, same shapes and
+/* nabla's side of bench/compare: the workloads of bench/torch_bench.py (all but gen), same shapes and
  * model definitions, timed as median microseconds per step after warm-up.
  *
  *   nabla_bench [--threads N] [--min-time SECONDS] [workload...]
@@ -98,6 +98,7 @@ static workload workloads[] = {
     {.name = "toy", .shape = "B32 T16 D64 H4", .B = 32, .T = 16, .D = 64, .H = 4, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
     {.name = "mid", .shape = "B8 T128 D256 H8", .B = 8, .T = 128, .D = 256, .H = 8, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
     {.name = "lm", .shape = "V65 B16 T64 D128 H4 L2", .B = 16, .T = 64, .D = 128, .H = 4, .V = 65, .L = 2, .setup = lm_setup, .step = lm_step},
+    {.name = "long", .shape = "B1 T2048 D256 H8", .B = 1, .T = 2048, .D = 256, .H = 8, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
 };
 #define NUM_WORKLOADS (int)(sizeof workloads / sizeof workloads[0])
 

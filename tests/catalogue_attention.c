@@ -3,6 +3,9 @@
  * (a narrowed row stride, a broadcast batch), inputs that must be copied (transposed,
  * sliced), one tensor used as q, k and v, and a constant v. */
 #include "catalogue.h"
+#include "autograd/attention.h"
+
+#include <stdint.h>
 
 #define U8(...) ((const uint8_t[]){__VA_ARGS__})
 #define MASK(...) nb_from_array(NB_BOOL, __VA_ARGS__)
@@ -55,6 +58,50 @@ static nb_tensor *f_broadcast_kv(nb_tensor *const *in, int n, void *ctx) {
     return nb_f_attention(in[0], k, v, 2, NULL, false, 0.5);
 }
 
+/* ---- nb_sdpa: heads [B, H, T, hd] ---- */
+
+/* [B, T, H * hd] viewed as heads [B, H, T, hd] (strided: view + transpose). */
+static nb_tensor *heads(nb_tensor *x, int64_t H) {
+    int64_t B = x->shape[0], T = x->shape[1], hd = x->shape[2] / H;
+    return nb_transpose(nb_view(x, NB_SHAPE(B, T, H, hd)), 1, 2);
+}
+
+/* What an sdpa entry does: query and key/value heads, mask kind, and whether the call is
+ * forced through the memory-efficient path (keep limit 0). */
+typedef struct {
+    int64_t Hq, Hkv;
+    bool causal, memory_efficient;
+    int mask; /* 0 none, 1 key padding with a fully padded batch, 2 attn_mask, 3 per-head */
+} sdpa_case;
+
+/* Key padding pads batch 0's last key and all of batch 1 (fully blocked rows); the other
+ * masks block a scattered pattern. */
+static nb_tensor *case_mask(const sdpa_case *c, int64_t B, int64_t Tq, int64_t Tk) {
+    int64_t n = c->mask == 1 ? B * Tk : c->mask == 2 ? Tq * Tk : B * c->Hq * Tq * Tk;
+    uint8_t m[4096];
+    for (int64_t i = 0; i < n; i++) m[i] = (uint8_t)(c->mask == 1 ? i >= Tk - 1 : i * 5 % 7 == 2);
+    if (c->mask == 1) return MASK(NB_SHAPE(B, 1, 1, Tk), m);
+    if (c->mask == 2) return MASK(NB_SHAPE(Tq, Tk), m);
+    return MASK(NB_SHAPE(B, c->Hq, Tq, Tk), m);
+}
+
+/* in[0] the query projection [B, T_q, H_q * hd], in[1] and in[2] the key and value ones. */
+static nb_tensor *f_sdpa(nb_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    const sdpa_case *c = ctx;
+    nb_tensor *q = heads(in[0], c->Hq), *k = heads(in[1], c->Hkv), *v = heads(in[2], c->Hkv);
+    nb_tensor *mask = c->mask ? case_mask(c, q->shape[0], q->shape[2], k->shape[2]) : NULL;
+    size_t old = nba_attention_keep_limit(c->memory_efficient ? 0 : SIZE_MAX);
+    nb_tensor *out = nb_sdpa(q, k, v, mask, c->causal, 0.6);
+    nba_attention_keep_limit(old);
+    return out;
+}
+
+static const sdpa_case mha_causal = {2, 2, true, false, 0}, gqa = {4, 2, true, false, 1},
+                       mqa = {3, 1, false, false, 2}, me_none = {2, 2, false, true, 0},
+                       me_causal = {4, 2, true, true, 0}, me_pad = {2, 1, true, true, 1},
+                       me_attn_mask = {2, 2, false, true, 2}, me_head_mask = {2, 2, true, true, 3};
+
 /* clang-format off */
 const nbcat_entry nbcat_attention[] = {
     {"attention causal, q k v [2,3,4], 2 heads", f_causal, 3, {IN(2, 3, 4), IN(2, 3, 4), IN(2, 3, 4)}, NULL},
@@ -74,6 +121,14 @@ const nbcat_entry nbcat_attention[] = {
     {"attention k v [1,4,4] broadcast over batch 2", f_broadcast_kv, 3,
      {IN(2, 3, 4), IN(1, 4, 4), IN(1, 4, 4)}, NULL},
     {"attention with a constant v", f_causal, 3, {IN(2, 3, 4), IN(2, 3, 4), IN_C(2, 3, 4)}, NULL},
+    {"sdpa causal, heads by view + transpose", f_sdpa, 3, {IN(2, 5, 8), IN(2, 5, 8), IN(2, 5, 8)}, &mha_causal},
+    {"sdpa grouped-query 4/2 causal + key padding", f_sdpa, 3, {IN(2, 4, 8), IN(2, 4, 4), IN(2, 4, 4)}, &gqa},
+    {"sdpa multi-query 3/1 cross, attn_mask, transposed k", f_sdpa, 3, {IN(1, 3, 6), IN_T(1, 5, 2), IN(1, 5, 2)}, &mqa},
+    {"sdpa memory-efficient, no mask, 2 row blocks", f_sdpa, 3, {IN(1, 35, 4), IN(1, 6, 4), IN(1, 6, 4)}, &me_none},
+    {"sdpa memory-efficient causal 4/2 over 40 rows", f_sdpa, 3, {IN(1, 40, 8), IN(1, 40, 4), IN(1, 40, 4)}, &me_causal},
+    {"sdpa memory-efficient causal + key padding, fully padded batch", f_sdpa, 3, {IN(2, 3, 4), IN(2, 3, 2), IN(2, 3, 2)}, &me_pad},
+    {"sdpa memory-efficient attn_mask", f_sdpa, 3, {IN(1, 4, 4), IN(1, 5, 4), IN(1, 5, 4)}, &me_attn_mask},
+    {"sdpa memory-efficient per-head mask, causal", f_sdpa, 3, {IN(1, 4, 4), IN(1, 4, 4), IN(1, 4, 4)}, &me_head_mask},
 };
 /* clang-format on */
 const int nbcat_attention_count = sizeof nbcat_attention / sizeof nbcat_attention[0];
