@@ -354,3 +354,106 @@ nb_tensor *nb_f_attention(const nb_tensor *q, const nb_tensor *k, const nb_tenso
     }
     return out;
 }
+
+/* ---- test metadata (op_def.h): self and cross attention, causal and masked, fully blocked
+ * rows, inputs read in place through strides (a narrowed row stride, a broadcast batch),
+ * inputs that must be copied (transposed, sliced), one tensor as q, k and v, a constant v,
+ * and the sizes on both sides of each kernel switch: in float32 the small-head kernels take
+ * T_k <= NBA_SMALL_KEYS, T_q <= NBA_SMALL_QUERIES, head_dim <= NBA_SMALL_HEAD_DIM and no
+ * bool mask; else the rows kernel, in blocks of CAUSAL_BLOCK queries when causal. ---- */
+#include "op_def.h"
+
+#define U8(...) ((const uint8_t[]){__VA_ARGS__})
+#define MASK(...) nb_from_array(NB_BOOL, __VA_ARGS__)
+
+/* q, k, v [B, T, D] with 2 heads (of D / 2), causal. */
+static nb_tensor *cat_causal(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_f_attention(in[0], in[1], in[2], 2, NULL, true, 0.5);
+}
+/* One head, causal over a non-square score matrix when T_q != T_k. */
+static nb_tensor *cat_one_head_causal(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_f_attention(in[0], in[1], in[2], 1, NULL, true, 0.7);
+}
+/* One head, no mask: at head_dim 64 a small scale keeps the scores O(1). */
+static nb_tensor *cat_one_head(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_f_attention(in[0], in[1], in[2], 1, NULL, false, 0.125);
+}
+/* Key padding [2, 1, 1, 5]: batch 1 pads its last two keys. */
+static nb_tensor *cat_padding(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *pad = MASK(NB_SHAPE(2, 1, 1, 5), U8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1));
+    return nb_f_attention(in[0], in[1], in[2], 2, pad, false, 0.6);
+}
+/* An attention mask [3, 3] that blocks all of query row 1 (zeros, zero gradient) plus causal. */
+static nb_tensor *cat_blocked_row(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *mask = MASK(NB_SHAPE(3, 3), U8(0, 0, 1, 1, 1, 1, 0, 1, 0));
+    return nb_f_attention(in[0], in[1], in[2], 2, mask, true, 1.0);
+}
+/* A per-head mask [1, 2, 1, 3]: head 0 blocks key 2, head 1 blocks key 0. */
+static nb_tensor *cat_head_mask(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *mask = MASK(NB_SHAPE(1, 2, 1, 3), U8(0, 0, 1, 1, 0, 0));
+    return nb_f_attention(in[0], in[1], in[2], 2, mask, false, 0.8);
+}
+/* Self-attention of one tensor: q, k and v gradients all land on the same leaf. */
+static nb_tensor *cat_self(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_f_attention(in[0], in[0], in[0], 2, NULL, true, 0.5);
+}
+/* Rows read in place with a row stride of 8: q is every other row of a [2, 6, 4] leaf. */
+static nb_tensor *cat_strided_rows(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *q = nb_narrow(nb_view(in[0], NB_SHAPE(2, 3, 8)), 2, 0, 4);
+    return nb_f_attention(q, in[1], in[2], 2, NULL, true, 0.5);
+}
+/* k and v broadcast over the batch (batch stride 0): their gradients sum over it. */
+static nb_tensor *cat_broadcast_kv(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *k = nb_expand(in[1], NB_SHAPE(2, 4, 4));
+    nb_tensor *v = nb_expand(in[2], NB_SHAPE(2, 4, 4));
+    return nb_f_attention(in[0], k, v, 2, NULL, false, 0.5);
+}
+
+/* Golden runner: inputs "q", "k", "v" and an optional "mask". */
+static int golden_f_attention(nba_golden_call *c, nb_tensor **out) {
+    out[0] = nb_f_attention(c->input(c, "q", true), c->input(c, "k", true), c->input(c, "v", true),
+                            c->integer(c, "num_heads"), c->input(c, "mask", false),
+                            c->flag(c, "causal"), c->number(c, "scale"));
+    return 1;
+}
+
+/* clang-format off */
+static const nba_entry attention_entries[] = {
+    {"attention causal, q k v [2,3,4], 2 heads", NBA_RANDOM, cat_causal, 3, {IN(2, 3, 4), IN(2, 3, 4), IN(2, 3, 4)}, NULL},
+    {"attention causal over 40 queries (blocks of 32 rows)", NBA_STRIDED, cat_causal, 3,
+     {IN(1, 40, 4), IN_T(1, 40, 4), IN(1, 40, 4)}, NULL},
+    {"attention causal cross q [2,3,4] kv [2,5,4], 1 head", NBA_RANDOM, cat_one_head_causal, 3,
+     {IN(2, 3, 4), IN(2, 5, 4), IN(2, 5, 4)}, NULL},
+    {"attention 16 keys, head_dim 64 (f32: small-head kernels)", NBA_RANDOM, cat_one_head, 3,
+     {IN(1, 4, 64), IN(1, 16, 64), IN(1, 16, 64)}, NULL},
+    {"attention 17 keys (f32: rows kernel)", NBA_RANDOM, cat_causal, 3,
+     {IN(2, 3, 8), IN(2, 17, 8), IN(2, 17, 8)}, NULL},
+    {"attention 64 queries, 16 keys (f32: small-head kernels)", NBA_RANDOM, cat_one_head_causal, 3,
+     {IN(1, 64, 2), IN(1, 16, 2), IN(1, 16, 2)}, NULL},
+    {"attention 65 queries, 16 keys (f32: rows kernel)", NBA_RANDOM, cat_one_head_causal, 3,
+     {IN(1, 65, 2), IN(1, 16, 2), IN(1, 16, 2)}, NULL},
+    {"attention key padding [2,1,1,5]", NBA_BROADCAST, cat_padding, 3, {IN(2, 3, 4), IN(2, 5, 4), IN(2, 5, 4)}, NULL},
+    {"attention mask [3,3] with a fully blocked row", NBA_BROADCAST, cat_blocked_row, 3,
+     {IN(2, 3, 4), IN(2, 3, 4), IN(2, 3, 4)}, NULL},
+    {"attention per-head mask [1,2,1,3]", NBA_BROADCAST, cat_head_mask, 3, {IN(1, 3, 4), IN(1, 3, 4), IN(1, 3, 4)}, NULL},
+    {"attention transposed q, sliced k and v (copied)", NBA_STRIDED, cat_causal, 3,
+     {IN_T(2, 3, 4), IN_S(2, 3, 4), IN_S(2, 3, 4)}, NULL},
+    {"attention of one tensor as q, k and v", NBA_RANDOM, cat_self, 1, {IN(2, 3, 4)}, NULL},
+    {"attention q rows read in place with row stride 8", NBA_RANDOM, cat_strided_rows, 3,
+     {IN(2, 6, 4), IN(2, 3, 4), IN(2, 3, 4)}, NULL},
+    {"attention k v [1,4,4] broadcast over batch 2", NBA_BROADCAST, cat_broadcast_kv, 3,
+     {IN(2, 3, 4), IN(1, 4, 4), IN(1, 4, 4)}, NULL},
+    {"attention with a constant v", NBA_RANDOM, cat_causal, 3, {IN(2, 3, 4), IN(2, 3, 4), IN_C(2, 3, 4)}, NULL},
+};
+/* clang-format on */
+static const nba_golden attention_goldens[] = {{"f_attention", golden_f_attention, false}};
+NBA_OP_DEF(nba_op_attention, "attention", attention_entries, attention_goldens);

@@ -120,3 +120,236 @@ nb_tensor *nb_gelu(const nb_tensor *a) {
 nb_tensor *nb_gelu_tanh(const nb_tensor *a) {
     return unary(NBT_GELU_TANH, a, 0);
 }
+
+/* ---- test metadata (op_def.h): inputs kept away from kinks (relu) and singularities (log,
+ * sqrt, pow, div denominators) ---- */
+#include "op_def.h"
+
+typedef struct {
+    nb_tensor *(*unary)(const nb_tensor *);
+    nb_tensor *(*binary)(const nb_tensor *, const nb_tensor *);
+    nb_tensor *(*with_scalar)(const nb_tensor *, double);
+    double scalar;
+} op_ctx;
+
+static nb_tensor *cat_unary(nb_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    return ((const op_ctx *)ctx)->unary(in[0]);
+}
+static nb_tensor *cat_binary(nb_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    return ((const op_ctx *)ctx)->binary(in[0], in[1]);
+}
+static nb_tensor *cat_with_scalar(nb_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    const op_ctx *c = ctx;
+    return c->with_scalar(in[0], c->scalar);
+}
+/* op(expand(x), y): a broadcast operand that is a stride-0 view, not a leaf. */
+static nb_tensor *cat_binary_expanded(nb_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    return ((const op_ctx *)ctx)->binary(nb_expand(in[0], NB_SHAPE(3, 4)), in[1]);
+}
+/* sum(f(x)): the gradient reaching f's backward is an expanded (stride 0) tensor. */
+static nb_tensor *cat_sum_of_unary(nb_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    return nb_sum(((const op_ctx *)ctx)->unary(in[0]));
+}
+/* x * x + x: fan-out, the gradient of x is the sum of three contributions. */
+static nb_tensor *cat_fan_out(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_add(nb_mul(in[0], in[0]), in[0]);
+}
+
+static const op_ctx add_ctx = {.binary = nb_add}, sub_ctx = {.binary = nb_sub},
+                    mul_ctx = {.binary = nb_mul}, div_ctx = {.binary = nb_div};
+static const op_ctx neg_ctx = {.unary = nb_neg}, exp_ctx = {.unary = nb_exp},
+                    log_ctx = {.unary = nb_log}, sqrt_ctx = {.unary = nb_sqrt},
+                    tanh_ctx = {.unary = nb_tanh}, sigmoid_ctx = {.unary = nb_sigmoid},
+                    relu_ctx = {.unary = nb_relu}, gelu_ctx = {.unary = nb_gelu},
+                    gelu_tanh_ctx = {.unary = nb_gelu_tanh};
+static const op_ctx add_scalar_ctx = {.with_scalar = nb_add_scalar, .scalar = -1.5},
+                    mul_scalar_ctx = {.with_scalar = nb_mul_scalar, .scalar = 2.5},
+                    pow_half = {.with_scalar = nb_pow_scalar, .scalar = 0.5},
+                    pow_square = {.with_scalar = nb_pow_scalar, .scalar = 2},
+                    pow_neg = {.with_scalar = nb_pow_scalar, .scalar = -1.5};
+
+/* Golden runners: inputs "a" (and "b"), parameters "scalar" or "exponent". */
+#define GOLDEN_UNARY(op)                                                                           \
+    static int golden_##op(nba_golden_call *c, nb_tensor **out) {                                  \
+        out[0] = nb_##op(c->input(c, "a", true));                                                  \
+        return 1;                                                                                  \
+    }
+#define GOLDEN_BINARY(op)                                                                          \
+    static int golden_##op(nba_golden_call *c, nb_tensor **out) {                                  \
+        out[0] = nb_##op(c->input(c, "a", true), c->input(c, "b", true));                          \
+        return 1;                                                                                  \
+    }
+#define GOLDEN_WITH_SCALAR(op, key)                                                                \
+    static int golden_##op(nba_golden_call *c, nb_tensor **out) {                                  \
+        out[0] = nb_##op(c->input(c, "a", true), c->number(c, key));                               \
+        return 1;                                                                                  \
+    }
+GOLDEN_BINARY(add)
+GOLDEN_BINARY(sub)
+GOLDEN_BINARY(mul)
+GOLDEN_BINARY(div)
+GOLDEN_UNARY(neg)
+GOLDEN_UNARY(exp)
+GOLDEN_UNARY(log)
+GOLDEN_UNARY(sqrt)
+GOLDEN_UNARY(tanh)
+GOLDEN_UNARY(sigmoid)
+GOLDEN_UNARY(relu)
+GOLDEN_UNARY(gelu)
+GOLDEN_UNARY(gelu_tanh)
+GOLDEN_WITH_SCALAR(add_scalar, "scalar")
+GOLDEN_WITH_SCALAR(mul_scalar, "scalar")
+GOLDEN_WITH_SCALAR(pow_scalar, "exponent")
+
+#define P NBA_POSITIVE
+#define A NBA_AWAY_FROM_0
+#define UNARY_NO_BROADCAST "one input: nothing to broadcast"
+#define OP(op, entries, goldens, ...) NBA_OP_DEF(nba_op_##op, #op, entries, goldens, __VA_ARGS__)
+#define GOLDENS(op) static const nba_golden op##_goldens[] = {{#op, golden_##op, false}};
+#define UNARY_OP(op)                                                                               \
+    OP(op, op##_entries, op##_goldens, .not_applicable = {[NBA_BROADCAST] = UNARY_NO_BROADCAST})
+
+/* clang-format off */
+static const nba_entry add_entries[] = {
+    {"add [2,3] + [2,3]", NBA_RANDOM, cat_binary, 2, {IN(2, 3), IN(2, 3)}, &add_ctx},
+    {"add [2,3] + transposed [2,3]", NBA_STRIDED, cat_binary, 2, {IN(2, 3), IN_T(2, 3)}, &add_ctx},
+    {"add broadcast [3,1] + [4]", NBA_BROADCAST, cat_binary, 2, {IN(3, 1), IN(4)}, &add_ctx},
+    {"add row broadcast sliced [2,3,4] + [4]", NBA_STRIDED, cat_binary, 2, {IN_S(2, 3, 4), IN(4)}, &add_ctx},
+    {"add 0-d + [2,3]", NBA_BROADCAST, cat_binary, 2, {SCALAR, IN(2, 3)}, &add_ctx},
+    {"add expanded [4] + transposed [3,4]", NBA_STRIDED, cat_binary_expanded, 2, {IN(4), IN_T(3, 4)}, &add_ctx},
+};
+GOLDENS(add)
+OP(add, add_entries, add_goldens);
+
+static const nba_entry sub_entries[] = {
+    {"sub [3,4] - [3,4]", NBA_RANDOM, cat_binary, 2, {IN(3, 4), IN(3, 4)}, &sub_ctx},
+    {"sub [3,1] - sliced [4]", NBA_STRIDED, cat_binary, 2, {IN(3, 1), IN_S(4)}, &sub_ctx},
+    {"sub transposed [3,4] - [3,1]", NBA_STRIDED, cat_binary, 2, {IN_T(3, 4), IN(3, 1)}, &sub_ctx},
+    {"sub rows [3,4] - [4]", NBA_BROADCAST, cat_binary, 2, {IN(3, 4), IN(4)}, &sub_ctx},
+    {"sub rows [4] - [2,3,4]", NBA_BROADCAST, cat_binary, 2, {IN(4), IN(2, 3, 4)}, &sub_ctx},
+    {"sub [2,3] - 0-d", NBA_BROADCAST, cat_binary, 2, {IN(2, 3), SCALAR}, &sub_ctx},
+};
+GOLDENS(sub)
+OP(sub, sub_entries, sub_goldens);
+
+static const nba_entry mul_entries[] = {
+    {"mul [3,4] * [3,4]", NBA_RANDOM, cat_binary, 2, {IN(3, 4), IN(3, 4)}, &mul_ctx},
+    {"mul broadcast [3,1] * [4]", NBA_BROADCAST, cat_binary, 2, {IN(3, 1), IN(4)}, &mul_ctx},
+    {"mul [2,1,4] * transposed [3,4]", NBA_STRIDED, cat_binary, 2, {IN(2, 1, 4), IN_T(3, 4)}, &mul_ctx},
+    {"mul 0-d * sliced [2,3]", NBA_STRIDED, cat_binary, 2, {SCALAR, IN_S(2, 3)}, &mul_ctx},
+    {"mul with a constant operand", NBA_BROADCAST, cat_binary, 2, {IN(2, 3), IN_C(3)}, &mul_ctx},
+    {"mul expanded [4] * [3,4]", NBA_BROADCAST, cat_binary_expanded, 2, {IN(4), IN(3, 4)}, &mul_ctx},
+    {"fan-out x * x + x, transposed [3,4]", NBA_STRIDED, cat_fan_out, 1, {IN_T(3, 4)}, NULL},
+};
+GOLDENS(mul)
+OP(mul, mul_entries, mul_goldens);
+
+static const nba_entry div_entries[] = {
+    {"div [2,3] / positive [2,3]", NBA_RANDOM, cat_binary, 2, {IN(2, 3), IN_D(P, 2, 3)}, &div_ctx},
+    {"div broadcast [3,1] / positive [4]", NBA_BROADCAST, cat_binary, 2, {IN(3, 1), IN_D(P, 4)}, &div_ctx},
+    {"div rows [3,4] / positive [1,4]", NBA_BROADCAST, cat_binary, 2, {IN(3, 4), IN_D(P, 1, 4)}, &div_ctx},
+    {"div [4] / positive transposed [3,4]", NBA_STRIDED, cat_binary, 2, {IN(4), IN_TD(P, 3, 4)}, &div_ctx},
+    {"div sliced [2,3] / positive 0-d", NBA_STRIDED, cat_binary, 2, {IN_S(2, 3), {.ndim = 0, .domain = P}}, &div_ctx},
+    {"div expanded [4] / positive sliced [3,4]", NBA_STRIDED, cat_binary_expanded, 2, {IN(4), IN_SD(P, 3, 4)}, &div_ctx},
+};
+GOLDENS(div)
+OP(div, div_entries, div_goldens);
+
+static const nba_entry neg_entries[] = {
+    {"neg [2,3]", NBA_RANDOM, cat_unary, 1, {IN(2, 3)}, &neg_ctx},
+    {"neg sliced [3,4]", NBA_STRIDED, cat_unary, 1, {IN_S(3, 4)}, &neg_ctx},
+};
+GOLDENS(neg)
+UNARY_OP(neg);
+
+static const nba_entry add_scalar_entries[] = {
+    {"add_scalar [2,3]", NBA_RANDOM, cat_with_scalar, 1, {IN(2, 3)}, &add_scalar_ctx},
+    {"add_scalar transposed [3,4]", NBA_STRIDED, cat_with_scalar, 1, {IN_T(3, 4)}, &add_scalar_ctx},
+    {"add_scalar 0-d", NBA_RANDOM, cat_with_scalar, 1, {SCALAR}, &add_scalar_ctx},
+};
+GOLDENS(add_scalar)
+UNARY_OP(add_scalar);
+
+static const nba_entry mul_scalar_entries[] = {
+    {"mul_scalar [2,3]", NBA_RANDOM, cat_with_scalar, 1, {IN(2, 3)}, &mul_scalar_ctx},
+    {"mul_scalar sliced [3,4]", NBA_STRIDED, cat_with_scalar, 1, {IN_S(3, 4)}, &mul_scalar_ctx},
+};
+GOLDENS(mul_scalar)
+UNARY_OP(mul_scalar);
+
+static const nba_entry pow_scalar_entries[] = {
+    {"pow_scalar 0.5 positive [2,3]", NBA_RANDOM, cat_with_scalar, 1, {IN_D(P, 2, 3)}, &pow_half},
+    {"pow_scalar 2 transposed [3,4]", NBA_STRIDED, cat_with_scalar, 1, {IN_T(3, 4)}, &pow_square},
+    {"pow_scalar -1.5 positive sliced [3,4]", NBA_STRIDED, cat_with_scalar, 1, {IN_SD(P, 3, 4)}, &pow_neg},
+};
+GOLDENS(pow_scalar)
+UNARY_OP(pow_scalar);
+
+static const nba_entry exp_entries[] = {
+    {"exp [2,3]", NBA_RANDOM, cat_unary, 1, {IN(2, 3)}, &exp_ctx},
+    {"exp transposed [3,4]", NBA_STRIDED, cat_unary, 1, {IN_T(3, 4)}, &exp_ctx},
+    {"sum(exp) sliced [3,4]", NBA_STRIDED, cat_sum_of_unary, 1, {IN_S(3, 4)}, &exp_ctx},
+};
+GOLDENS(exp)
+UNARY_OP(exp);
+
+static const nba_entry log_entries[] = {
+    {"log positive [2,3]", NBA_RANDOM, cat_unary, 1, {IN_D(P, 2, 3)}, &log_ctx},
+    {"log positive transposed [3,4]", NBA_STRIDED, cat_unary, 1, {IN_TD(P, 3, 4)}, &log_ctx},
+    {"sum(log) positive sliced [3,4]", NBA_STRIDED, cat_sum_of_unary, 1, {IN_SD(P, 3, 4)}, &log_ctx},
+};
+GOLDENS(log)
+UNARY_OP(log);
+
+static const nba_entry sqrt_entries[] = {
+    {"sqrt positive [2,3]", NBA_RANDOM, cat_unary, 1, {IN_D(P, 2, 3)}, &sqrt_ctx},
+    {"sqrt positive sliced [3,4]", NBA_STRIDED, cat_unary, 1, {IN_SD(P, 3, 4)}, &sqrt_ctx},
+};
+GOLDENS(sqrt)
+UNARY_OP(sqrt);
+
+static const nba_entry tanh_entries[] = {
+    {"tanh [2,3]", NBA_RANDOM, cat_unary, 1, {IN(2, 3)}, &tanh_ctx},
+    {"tanh transposed [3,4]", NBA_STRIDED, cat_unary, 1, {IN_T(3, 4)}, &tanh_ctx},
+    {"sum(tanh) sliced [3,4]", NBA_STRIDED, cat_sum_of_unary, 1, {IN_S(3, 4)}, &tanh_ctx},
+};
+GOLDENS(tanh)
+UNARY_OP(tanh);
+
+static const nba_entry sigmoid_entries[] = {
+    {"sigmoid [2,3]", NBA_RANDOM, cat_unary, 1, {IN(2, 3)}, &sigmoid_ctx},
+    {"sigmoid sliced [3,4]", NBA_STRIDED, cat_unary, 1, {IN_S(3, 4)}, &sigmoid_ctx},
+};
+GOLDENS(sigmoid)
+UNARY_OP(sigmoid);
+
+static const nba_entry relu_entries[] = {
+    {"relu away from 0 [2,3]", NBA_RANDOM, cat_unary, 1, {IN_D(A, 2, 3)}, &relu_ctx},
+    {"relu away from 0 transposed [3,4]", NBA_STRIDED, cat_unary, 1, {IN_TD(A, 3, 4)}, &relu_ctx},
+    {"sum(relu) away from 0 sliced [3,4]", NBA_STRIDED, cat_sum_of_unary, 1, {IN_SD(A, 3, 4)}, &relu_ctx},
+};
+GOLDENS(relu)
+UNARY_OP(relu);
+
+static const nba_entry gelu_entries[] = {
+    {"gelu [2,3]", NBA_RANDOM, cat_unary, 1, {IN(2, 3)}, &gelu_ctx},
+    {"gelu transposed [3,4]", NBA_STRIDED, cat_unary, 1, {IN_T(3, 4)}, &gelu_ctx},
+    {"sum(gelu) sliced [3,4]", NBA_STRIDED, cat_sum_of_unary, 1, {IN_S(3, 4)}, &gelu_ctx},
+};
+GOLDENS(gelu)
+UNARY_OP(gelu);
+
+static const nba_entry gelu_tanh_entries[] = {
+    {"gelu_tanh [2,3]", NBA_RANDOM, cat_unary, 1, {IN(2, 3)}, &gelu_tanh_ctx},
+    {"gelu_tanh sliced [3,4]", NBA_STRIDED, cat_unary, 1, {IN_S(3, 4)}, &gelu_tanh_ctx},
+    {"sum(gelu_tanh) transposed [3,4]", NBA_STRIDED, cat_sum_of_unary, 1, {IN_T(3, 4)}, &gelu_tanh_ctx},
+};
+GOLDENS(gelu_tanh)
+UNARY_OP(gelu_tanh);
+/* clang-format on */

@@ -1,0 +1,128 @@
+/* The op registry: each built-in differentiable op is one nba_op_def, defined in the autograd/
+ * file that holds its forward and backward, and listed once in op_list.h. The definition
+ * carries the op's test metadata, from which the tests derive what they check:
+ *
+ *   - entries: the gradcheck catalogue (tests/test_catalogue.c runs each in float64 against
+ *     finite differences and in float32 against the float64 result), each tagged with the
+ *     kind of input it exercises. Every op needs an entry of every kind, or a sentence in
+ *     not_applicable saying why that kind does not apply;
+ *   - goldens: how a PyTorch golden case (tests/goldens/ops_*.json, written by
+ *     tests/gen_goldens.py) calls the op; tests/test_parity.c dispatches through them and
+ *     fails for a registered op without a golden case.
+ *
+ * An entry counts for the op that defines it and for no other, although its function may
+ * call other ops as helpers. */
+#ifndef NABLA_OP_DEF_H
+#define NABLA_OP_DEF_H
+
+#include "nabla/nabla.h"
+
+/* ---- catalogue entries ---- */
+typedef enum {
+    NBA_CONTIGUOUS = 0,
+    NBA_TRANSPOSED, /* made as the last two dims swapped, then transposed back: strided */
+    NBA_SLICED      /* every other element of a twice-as-wide last dim: stride 2 */
+} nba_layout;
+
+typedef enum {
+    NBA_NORMAL = 0,  /* randn */
+    NBA_POSITIVE,    /* uniform in [0.5, 2] (log, sqrt, pow, div denominators) */
+    NBA_AWAY_FROM_0, /* randn with |x| >= 0.2 (relu and other kinks at 0) */
+    NBA_DISTINCT     /* a shuffled ramp with gaps of 0.1 (max: no ties) */
+} nba_domain;
+
+typedef struct {
+    int ndim;
+    int64_t shape[NB_MAX_DIMS];
+    nba_layout layout;
+    nba_domain domain;
+    bool constant; /* an input that does not require grad */
+} nba_input_spec;
+
+/* What an entry exercises. NBA_STRIDED entries must have a transposed or sliced input (the
+ * catalogue test checks); NBA_BROADCAST entries broadcast an operand (a smaller shape, an
+ * expanded view or a mask of a smaller shape). */
+typedef enum { NBA_RANDOM = 0, NBA_BROADCAST, NBA_STRIDED, NBA_NUM_KINDS } nba_entry_kind;
+
+#define NBA_MAX_INPUTS 4
+
+typedef struct {
+    const char *name; /* "add: broadcast [3,1] + [4]" */
+    nba_entry_kind kind;
+    nb_grad_fn fn; /* builds the output from the inputs (may create masks, indices...) */
+    int ninputs;
+    nba_input_spec inputs[NBA_MAX_INPUTS];
+    const void *ctx;
+} nba_entry;
+
+/* Input specs for the tables: IN(2, 3) is a contiguous [2, 3] input; IN_T and IN_S make it
+ * transposed or sliced; IN_C is a constant (no grad); IN_D/IN_TD/IN_SD take a value domain
+ * first: IN_D(NBA_POSITIVE, 4); SCALAR is a 0-d input. */
+/* clang-format off */
+#define NBA_DIMS(...) .ndim = (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), .shape = {__VA_ARGS__}
+#define IN(...) {NBA_DIMS(__VA_ARGS__)}
+#define IN_T(...) {NBA_DIMS(__VA_ARGS__), .layout = NBA_TRANSPOSED}
+#define IN_S(...) {NBA_DIMS(__VA_ARGS__), .layout = NBA_SLICED}
+#define IN_C(...) {NBA_DIMS(__VA_ARGS__), .constant = true}
+#define IN_D(dom, ...) {NBA_DIMS(__VA_ARGS__), .domain = dom}
+#define IN_TD(dom, ...) {NBA_DIMS(__VA_ARGS__), .layout = NBA_TRANSPOSED, .domain = dom}
+#define IN_SD(dom, ...) {NBA_DIMS(__VA_ARGS__), .layout = NBA_SLICED, .domain = dom}
+#define SCALAR {.ndim = 0}
+/* clang-format on */
+
+/* ---- PyTorch golden cases ---- */
+/* One golden case as the op's runner sees it; implemented by tests/test_parity.c. Missing
+ * inputs or parameters mark the case as not matching the op (the test fails it). */
+typedef struct nba_golden_call nba_golden_call;
+struct nba_golden_call {
+    nb_tensor *(*input)(nba_golden_call *c, const char *name, bool required);
+    double (*number)(nba_golden_call *c, const char *key);
+    int64_t (*integer)(nba_golden_call *c, const char *key);
+    bool (*flag)(nba_golden_call *c, const char *key);
+    /* An integer list into out (at most max); returns its length. */
+    int (*integers)(nba_golden_call *c, const char *key, int64_t *out, int max);
+    const char *(*string)(nba_golden_call *c, const char *key);
+    int ninputs;
+    nb_tensor **inputs; /* every input in file order (concat, stack) */
+};
+
+typedef struct {
+    const char *op; /* the case's "op" in the golden files: "sum_dims", "f_linear" */
+    /* Calls the op; writes the outputs, returns how many (0 on failure). */
+    int (*run)(nba_golden_call *c, nb_tensor **out);
+    bool contiguous_only; /* like PyTorch's view, fails on layouts that cannot be viewed */
+} nba_golden;
+
+#define NBA_MAX_GOLDEN_OUTPUTS 8
+
+/* ---- the definition ---- */
+typedef struct {
+    const char *name; /* what nba_record records for this op */
+    const nba_entry *entries;
+    int nentries;
+    /* Indexed by nba_entry_kind: why this op has no entry of that kind, or NULL. */
+    const char *not_applicable[NBA_NUM_KINDS];
+    /* float32 against float64: |f32 - f64| <= f32_rtol * max|f64| per output and gradient
+     * (0: NBA_F32_RTOL). Larger for ops whose results cancel (see docs/design.md). */
+    double f32_rtol;
+    const nba_golden *goldens;
+    int ngoldens;
+} nba_op_def;
+
+#define NBA_F32_RTOL 1e-5
+
+/* NBA_OP_DEF(def, "name", entries, goldens, .not_applicable = {...}, ...) */
+#define NBA_COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define NBA_OP_DEF(def, op_name, entry_table, golden_table, ...)                                   \
+    const nba_op_def def = {.name = op_name,                                                       \
+                            .entries = entry_table,                                                \
+                            .nentries = NBA_COUNT(entry_table),                                    \
+                            .goldens = golden_table,                                               \
+                            .ngoldens = NBA_COUNT(golden_table),                                   \
+                            __VA_ARGS__}
+
+/* Every registered op, in op_list.h's order. */
+extern const nba_op_def *const nba_op_registry[];
+extern const int nba_op_registry_count;
+
+#endif
