@@ -1,16 +1,19 @@
 #!/usr/bin/python3
 """Writes the PyTorch golden files for nabla's op parity test (tests/test_parity.c).
 
-Run it with Debian's PyTorch (apt-get install python3-torch), from anywhere:
+Run it with Debian's PyTorch (apt-get install python3-torch), from anywhere, after building:
 
-    /usr/bin/python3 tests/gen_goldens.py
+    /usr/bin/python3 tests/gen_goldens.py [--registry BUILD/tests/op_registry_json]
 
 It rewrites tests/goldens/ops_<family>.json, which are committed: the C tests read them
 with jansson and need no Python. Rerun it only when cases change (an op is added to
 include/nabla/ops.h, or a case below is added or edited), then commit the JSON with the
 script. Each case draws its random numbers from its own generator seeded by a hash of its
 name, so editing one case leaves every other case's numbers unchanged. The script refuses to
-write anything if a function declared in include/nabla/ops.h has no case.
+write anything unless its cases' ops are exactly the golden ops of the op registry (each
+registered op's golden runners, autograd/op_def.h; the registry is read from the
+op_registry_json program the build makes, default build/tests/op_registry_json), and every
+function declared in include/nabla/ops.h has a case.
 
 File format (one JSON object per family):
 
@@ -40,9 +43,12 @@ nabla conventions that differ from PyTorch are computed here by hand (look for "
     float32 backward leaves ~4e-6 of rounding residue, so that f32 case is PyTorch's float64
     result on the same float32 inputs, rounded to float32 (case(..., f32_via_f64=True)).
 """
+import argparse
+import json
 import math
 import os
 import re
+import subprocess
 import sys
 import zlib
 
@@ -54,6 +60,7 @@ from golden_json import TORCH_DTYPE, tensor_json, write_json
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN_DIR = os.path.join(HERE, "goldens")
 OPS_H = os.path.join(HERE, "..", "include", "nabla", "ops.h")
+DEFAULT_REGISTRY = os.path.join(HERE, "..", "build", "tests", "op_registry_json")
 
 # ---- input specifications ----------------------------------------------------------------
 
@@ -312,6 +319,44 @@ masked_softmax_case("[2,3,4] attn mask, one row fully blocked", [2, 3, 4],
 masked_softmax_case("[2,3,4] attn mask, none fully blocked", [2, 3, 4], MASK_3x4, False, 1.0)
 masked_softmax_case("[3,4] every row fully blocked", [3, 4], [[True] * 4] * 3, False, 1.0)
 
+# ---- fused attention ------------------------------------------------------------------------
+
+
+def attention_ref(q, k, v, mask, num_heads, causal, scale):
+    """nabla's nb_f_attention: heads split from [B, T, D], masked_softmax_ref(q k^T) v per
+    head (fully blocked rows give 0), heads merged back."""
+    b, tq, d = q.shape
+    tk, hd = k.shape[1], d // num_heads
+
+    def heads(t, n):
+        return t.reshape(b, n, num_heads, hd).transpose(1, 2)
+    p = masked_softmax_ref(heads(q, tq) @ heads(k, tk).transpose(-1, -2), mask, causal, scale)
+    return (p @ heads(v, tk)).transpose(1, 2).reshape(b, tq, d)
+
+
+def attention_case(label, q_shape, kv_shape, num_heads, causal, scale, mask=None):
+    inputs = [Float("q", q_shape), Float("k", kv_shape), Float("v", kv_shape)]
+    inputs += [Mask("mask", mask)] if mask is not None else []
+    case("attention", "f_attention", label, inputs,
+         lambda x, p: attention_ref(x[0], x[1], x[2], x[3] if len(x) > 3 else None,
+                                    p["num_heads"], p["causal"], p["scale"]),
+         {"num_heads": num_heads, "causal": causal, "scale": scale})
+
+
+# Sizes on both sides of each kernel switch (autograd/attention.c): in float32 the small-head
+# kernels take at most 16 keys, 64 queries and head_dim 64 without a bool mask; otherwise the
+# rows kernel runs, in blocks of 32 queries when causal and longer.
+attention_case("[2,3,4] 2 heads causal", [2, 3, 4], [2, 3, 4], 2, True, 0.5)
+attention_case("q [1,1,64] kv [1,2,64] head_dim 64", [1, 1, 64], [1, 2, 64], 1, False, 0.125)
+attention_case("q [1,2,2] kv [1,17,2] 17 keys", [1, 2, 2], [1, 17, 2], 1, False, 0.5)
+attention_case("[1,33,1] causal, blocks of 32 queries", [1, 33, 1], [1, 33, 1], 1, True, 0.7)
+attention_case("cross q [2,3,4] kv [2,5,4] key padding, batch 1 fully padded", [2, 3, 4],
+               [2, 5, 4], 2, False, 0.6,
+               mask=[[[[False, False, False, True, True]]], [[[True] * 5]]])
+attention_case("[2,3,4] attn mask [3,3] with a fully blocked row, causal", [2, 3, 4], [2, 3, 4],
+               2, True, 1.0,
+               mask=[[False, False, True], [True, True, True], [False, True, False]])
+
 # ---- losses --------------------------------------------------------------------------------
 
 
@@ -441,7 +486,29 @@ def declared_ops():
     return set(re.findall(r"^(?:nb_tensor \*|int )nb_(\w+)\(", text, re.M))
 
 
+def registered_golden_ops(program):
+    """The golden ops of every registered op, from the registry the build dumps."""
+    if not os.path.exists(program):
+        sys.exit(f"gen_goldens: {program} not found: build first (meson compile -C build) or "
+                 "pass --registry")
+    registry = json.loads(subprocess.run([program], check=True, capture_output=True).stdout)
+    return {g for op in registry["ops"] for g in op["goldens"]}, \
+        [op["name"] for op in registry["ops"] if not op["goldens"]]
+
+
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--registry", default=DEFAULT_REGISTRY,
+                        help="the op_registry_json program of a build")
+    args = parser.parse_args()
+    registered, without = registered_golden_ops(args.registry)
+    if without:
+        sys.exit(f"gen_goldens: registered ops {without} have no golden runner")
+    if registered - COVERED:
+        sys.exit(f"gen_goldens: no case for the registered golden ops {sorted(registered - COVERED)}")
+    if COVERED - registered:
+        sys.exit(f"gen_goldens: cases for {sorted(COVERED - registered)}, which no registered op "
+                 "runs (autograd/op_def.h)")
     missing = declared_ops() - COVERED
     if missing:
         sys.exit(f"gen_goldens: no case for {sorted(missing)} declared in include/nabla/ops.h")
