@@ -3,6 +3,10 @@
  * broadcast-shaped gradients; nba_accumulate sums them down to each input's shape. */
 #include "node.h"
 #include "../tensor/elementwise_kernels.h"
+#include "../tensor/simd.h"
+#include "../tensor/vecmath.h"
+
+#include <math.h>
 
 /* ---- binary ---- */
 static nb_tensor *binary(nbt_binary_op op, const nb_tensor *a, const nb_tensor *b,
@@ -54,14 +58,146 @@ nb_tensor *nb_div(const nb_tensor *a, const nb_tensor *b) {
     return binary(NBT_DIV, a, b, div_backward);
 }
 
-/* ---- unary: the kernel layer knows each derivative; the node keeps the op and scalar ---- */
+/* ---- unary: derivative kernels, gx[i] = g[i] * f'(v[i]) on contiguous arrays, v being the
+ * input x or the output y = f(x), whichever the derivative is cheapest from. Run over any
+ * layout by nbt_map2; operation orders follow PyTorch's CPU kernels. ---- */
+/* S: dtype suffix; T: element type; FN(name): the libm function for T. */
+#define V(S, p) nbt_vload_##S(p)
+#define ST(S, p, v) nbt_vstore_##S(p, v)
+#define SPLAT(S, x) nbt_vsplat_##S(x)
+#define CHUNK 256
+/* 1 / sqrt(2 pi), the standard normal density at 0. */
+#define INV_SQRT_2PI 0.3989422804014327
+#define GRAD_KERNELS(S, T, FN)                                                                     \
+    static void neg_grad_##S(int64_t n, T *gx, const T *g, const T *v, T p) {                      \
+        (void)v, (void)p;                                                                          \
+        NBT_VFOR(S, i, n, ST(S, gx + i, -V(S, g + i)), gx[i] = -g[i]);                             \
+    }                                                                                              \
+    static void mul_scalar_grad_##S(int64_t n, T *gx, const T *g, const T *v, T p) {               \
+        (void)v;                                                                                   \
+        const nbt_v##S vp = SPLAT(S, p);                                                           \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * vp), gx[i] = g[i] * p);                      \
+    }                                                                                              \
+    /* p x^(p-1); PyTorch makes the gradient of x^0 zero everywhere, even at x = 0. */             \
+    static void pow_scalar_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {               \
+        if (p == 0) {                                                                              \
+            for (int64_t i = 0; i < n; i++) gx[i] = 0;                                             \
+            return;                                                                                \
+        }                                                                                          \
+        if (p == 2) {                                                                              \
+            NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * (2 * V(S, x + i))),                      \
+                     gx[i] = g[i] * (2 * x[i]));                                                   \
+            return;                                                                                \
+        }                                                                                          \
+        for (int64_t i = 0; i < n; i++) gx[i] = g[i] * (p * FN(pow)(x[i], p - 1));                 \
+    }                                                                                              \
+    static void exp_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                      \
+        (void)p;                                                                                   \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * V(S, y + i)), gx[i] = g[i] * y[i]);          \
+    }                                                                                              \
+    static void log_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {                      \
+        (void)p;                                                                                   \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) / V(S, x + i)), gx[i] = g[i] / x[i]);          \
+    }                                                                                              \
+    static void sqrt_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                     \
+        (void)p;                                                                                   \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) / (2 * V(S, y + i))),                          \
+                 gx[i] = g[i] / (2 * y[i]));                                                       \
+    }                                                                                              \
+    static void tanh_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                     \
+        (void)p;                                                                                   \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * (1 - V(S, y + i) * V(S, y + i))),            \
+                 gx[i] = g[i] * (1 - y[i] * y[i]));                                                \
+    }                                                                                              \
+    static void sigmoid_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                  \
+        (void)p;                                                                                   \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * (1 - V(S, y + i)) * V(S, y + i)),            \
+                 gx[i] = g[i] * (1 - y[i]) * y[i]);                                                \
+    }                                                                                              \
+    /* Passes the gradient where y > 0 (and where y is NaN, as PyTorch does). */                   \
+    static void relu_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                     \
+        (void)p;                                                                                   \
+        NBT_VFOR(S, i, n,                                                                          \
+                 ST(S, gx + i, nbt_vselect_##S(~(nbt_vmask_##S)(V(S, y + i) <= 0), V(S, g + i))),  \
+                 gx[i] = y[i] <= 0 ? 0 : g[i]);                                                    \
+    }                                                                                              \
+    /* gelu'(x) = Phi(x) + x phi(x) from the Phi the forward saved: only the density's exp is      \
+     * left. (Then times g, as one product: the rounding of g (Phi + x phi).) */                   \
+    static void gelu_derivative_##S(int64_t n, T *d, const T *x, const T *cdf, T p) {              \
+        (void)p;                                                                                   \
+        T pdf[CHUNK];                                                                              \
+        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
+            int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
+            const T *xc = x + i0, *cc = cdf + i0;                                                  \
+            T *dc = d + i0;                                                                        \
+            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i);                                           \
+                     ST(S, pdf + i, v * v * (T)-0.5), pdf[i] = xc[i] * xc[i] * (T)-0.5);           \
+            nbt_vexp_##S(pdf, pdf, m);                                                             \
+            NBT_VFOR(S, i, m, nbt_v##S dens = (T)INV_SQRT_2PI * V(S, pdf + i);                     \
+                     ST(S, dc + i, V(S, cc + i) + V(S, xc + i) * dens),                            \
+                     T dens = (T)INV_SQRT_2PI * pdf[i];                                            \
+                     dc[i] = cc[i] + xc[i] * dens);                                                \
+        }                                                                                          \
+    }                                                                                              \
+    /* d/dx of x/2 (1 + tanh(u)), u = beta (x + kappa x^3), in PyTorch's operation order. */       \
+    static void gelu_tanh_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {                \
+        (void)p;                                                                                   \
+        T t[CHUNK];                                                                                \
+        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
+            int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
+            const T *xc = x + i0, *gc = g + i0;                                                    \
+            T *gxc = gx + i0;                                                                      \
+            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i);                                           \
+                     ST(S, t + i, (T)NBT_GELU_BETA * (v + (T)NBT_GELU_KAPPA * (v * v * v))),       \
+                     t[i] = (T)NBT_GELU_BETA *                                                     \
+                            (xc[i] + (T)NBT_GELU_KAPPA * (xc[i] * xc[i] * xc[i])));                \
+            nbt_vtanh_##S(t, t, m);                                                                \
+            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i); nbt_v##S th = V(S, t + i);                \
+                     nbt_v##S dright = (T)0.5 * v * (1 - th * th) * (T)NBT_GELU_BETA *             \
+                                       (1 + 3 * (T)NBT_GELU_KAPPA * v * v);                        \
+                     ST(S, gxc + i, V(S, gc + i) * ((T)0.5 * (1 + th) + dright)), T v = xc[i];     \
+                     T th = t[i]; T dright = (T)0.5 * v * (1 - th * th) * (T)NBT_GELU_BETA *       \
+                                             (1 + 3 * (T)NBT_GELU_KAPPA * v * v);                  \
+                     gxc[i] = gc[i] * ((T)0.5 * (1 + th) + dright));                               \
+        }                                                                                          \
+    }
+
+#define FN_F32(name) name##f
+#define FN_F64(name) name
+GRAD_KERNELS(f32, float, FN_F32)
+GRAD_KERNELS(f64, double, FN_F64)
+
+/* Each unary op's derivative and whether it reads the output (else the input); add_scalar
+ * passes the gradient through and has none. */
+#define DERIVATIVE(name, reads_output)                                                             \
+    { {name##_grad_f32, name##_grad_f64}, reads_output }
+static const struct {
+    nbt_map2_kernel kernel;
+    bool reads_output;
+} derivatives[] = {
+    [NBT_NEG] = DERIVATIVE(neg, false),
+    [NBT_MUL_SCALAR] = DERIVATIVE(mul_scalar, false),
+    [NBT_POW_SCALAR] = DERIVATIVE(pow_scalar, false),
+    [NBT_EXP] = DERIVATIVE(exp, true),
+    [NBT_LOG] = DERIVATIVE(log, false),
+    [NBT_SQRT] = DERIVATIVE(sqrt, true),
+    [NBT_TANH] = DERIVATIVE(tanh, true),
+    [NBT_SIGMOID] = DERIVATIVE(sigmoid, true),
+    [NBT_RELU] = DERIVATIVE(relu, true),
+    [NBT_GELU_TANH] = DERIVATIVE(gelu_tanh, false),
+};
+static const nbt_map2_kernel gelu_derivative = {gelu_derivative_f32, gelu_derivative_f64};
+
+/* The node keeps the op and its scalar. gelu never gets here: nb_gelu records its own
+ * backward, which reuses the forward's Phi(x). */
 static void unary_backward(nb_node *n, const nb_tensor *gout) {
     nbt_unary_op op = (nbt_unary_op)n->i[0];
     if (op == NBT_ADD_SCALAR) {
         nba_accumulate(n, 0, gout);
         return;
     }
-    nba_accumulate(n, 0, nbt_unary_grad(op, gout, n->inputs[0], n->out, n->f[0]));
+    const nb_tensor *v = derivatives[op].reads_output ? n->out : n->inputs[0];
+    nba_accumulate(n, 0, nbt_map2(nbt_unary_name(op), &derivatives[op].kernel, gout, v, n->f[0]));
 }
 
 static nb_tensor *unary(nbt_unary_op op, const nb_tensor *a, double param) {
@@ -105,7 +241,8 @@ nb_tensor *nb_relu(const nb_tensor *a) {
 }
 /* saved: [0] Phi(x) from the forward, so the backward evaluates only the density. */
 static void gelu_backward(nb_node *n, const nb_tensor *gout) {
-    nba_accumulate(n, 0, nbt_gelu_grad_from_cdf(gout, n->inputs[0], n->saved[0]));
+    nb_tensor *d = nbt_map2("gelu", &gelu_derivative, n->inputs[0], n->saved[0], 0);
+    if (d) nba_accumulate(n, 0, nbt_mul(gout, d));
 }
 
 nb_tensor *nb_gelu(const nb_tensor *a) {
