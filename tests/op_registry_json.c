@@ -1,14 +1,28 @@
 /* Prints the op registry (autograd/op_def.h) as JSON on stdout, for the scripts that must
- * agree with it (tests/gen_goldens.py, scripts/check_op_lists): per op its name, golden ops,
- * catalogue entries with their kinds, and why a kind does not apply. */
+ * agree with it: per op its name, golden ops, catalogue entries with their kinds, and why a
+ * kind does not apply (tests/gen_goldens.py reads it). With --names, one line per registered
+ * name instead, "op name": each op and each of its golden ops (tests/op_lists_check.sh). */
 #include "autograd/op_def.h"
 
 #include <jansson.h>
 #include <stdio.h>
+#include <string.h>
 
 static const char *const kind_names[NBA_NUM_KINDS] = {"random", "broadcast", "strided"};
 
-int main(void) {
+static int print_names(void) {
+    for (int o = 0; o < nba_op_registry_count; o++) {
+        const nba_op_def *def = nba_op_registry[o];
+        printf("%s %s\n", def->name, def->name);
+        for (int g = 0; g < def->ngoldens; g++)
+            if (strcmp(def->goldens[g].op, def->name) != 0)
+                printf("%s %s\n", def->name, def->goldens[g].op);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--names") == 0) return print_names();
     json_t *ops = json_array();
     for (int o = 0; o < nba_op_registry_count; o++) {
         const nba_op_def *def = nba_op_registry[o];

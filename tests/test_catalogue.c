@@ -292,8 +292,54 @@ static void test_checker_catches_a_deleted_entry(void) {
     CU_ASSERT_EQUAL(caught, deletions);
 }
 
+/* Bad input gives an error naming the op: every op's first entry, with its inputs NULL, must
+ * fail with "<op>: " in nb_last_error() (or a golden name's, as nb_sum_dims says
+ * "sum_dims: "); with int64 or bool tensors of the same shapes it must fail the same way,
+ * naming the dtype and the first input's shape, unless the op takes any dtype (views). */
+static bool error_names_op(const nba_op_def *op) {
+    const char *err = nb_last_error();
+    char want[80];
+    snprintf(want, sizeof want, "%s: ", op->name);
+    if (strstr(err, want)) return true;
+    for (int g = 0; g < op->ngoldens; g++) {
+        snprintf(want, sizeof want, "%s: ", op->goldens[g].op);
+        if (strstr(err, want)) return true;
+    }
+    return false;
+}
+
+static void test_bad_inputs_name_the_op(void) {
+    static const nb_dtype bad_dtypes[] = {NB_I64, NB_BOOL};
+    int failures = 0;
+    for (int o = 0; o < nba_op_registry_count; o++) {
+        const nba_op_def *op = nba_op_registry[o];
+        const nba_entry *e = &op->entries[0];
+        for (int pass = 0; pass < 3; pass++) {
+            nb_tensor *bad[NBA_MAX_INPUTS] = {0};
+            for (int i = 0; pass > 0 && i < e->ninputs; i++)
+                bad[i] = nb_zeros(bad_dtypes[pass - 1], e->inputs[i].ndim, e->inputs[i].shape);
+            nb_clear_error();
+            nb_tensor *out = e->fn(bad, e->ninputs, (void *)e->ctx);
+            if (out && pass > 0) continue; /* the op takes any dtype */
+            char shape[128] = "";
+            if (pass > 0) nb_shape_str(bad[0], shape, sizeof shape);
+            bool ok = !out && error_names_op(op) &&
+                      (pass == 0 || (strstr(nb_last_error(), nb_dtype_name(bad_dtypes[pass - 1])) &&
+                                     strstr(nb_last_error(), shape)));
+            if (!ok) {
+                printf("  op '%s' (%s) on %s inputs: %s, error \"%s\"\n", op->name, e->name,
+                       pass ? nb_dtype_name(bad_dtypes[pass - 1]) : "NULL",
+                       out ? "no failure" : "failed", nb_last_error());
+                failures++;
+            }
+        }
+    }
+    CU_ASSERT_EQUAL(failures, 0);
+}
+
 int main(void) {
     const nbtest_case cases[] = {
+        {"bad inputs give an error naming the op", test_bad_inputs_name_the_op},
         {"gradcheck f64 and f32 against f64, every entry", test_every_entry},
         {"every entry records its declared op", test_every_entry_reaches_its_op},
         {"every op has every kind of entry or says why not", test_every_kind_covered},
