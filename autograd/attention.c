@@ -455,5 +455,17 @@ static const nba_entry attention_entries[] = {
     {"attention with a constant v", NBA_RANDOM, cat_causal, 3, {IN(2, 3, 4), IN(2, 3, 4), IN_C(2, 3, 4)}, NULL},
 };
 /* clang-format on */
-static const nba_golden attention_goldens[] = {{"f_attention", golden_f_attention, false}};
+/* Sizes on both sides of each kernel switch (see above). */
+static const nba_golden_case attention_cases[] = {
+    {"q: [2,3,4]; k: [2,3,4]; v: [2,3,4]", "num_heads=2, causal=True, scale=0.5"},
+    {"q: [1,1,64]; k: [1,2,64]; v: [1,2,64]", "num_heads=1, causal=False, scale=0.125"},
+    {"q: [1,2,2]; k: [1,17,2]; v: [1,17,2]", "num_heads=1, causal=False, scale=0.5"},
+    {"q: [1,33,1]; k: [1,33,1]; v: [1,33,1]", "num_heads=1, causal=True, scale=0.7"},
+    {"q: [2,3,4]; k: [2,5,4]; v: [2,5,4]; mask: bool [[[[0,0,0,1,1]]],[[[1,1,1,1,1]]]]",
+     "num_heads=2, causal=False, scale=0.6"},
+    {"q: [2,3,4]; k: [2,3,4]; v: [2,3,4]; mask: bool [[0,0,1],[1,1,1],[0,1,0]]",
+     "num_heads=2, causal=True, scale=1.0"}};
+static const nba_golden attention_goldens[] = {
+    NBA_GOLDEN("f_attention", golden_f_attention,
+               "attention_ref(q, k, v, mask, num_heads, causal, scale)", attention_cases)};
 NBA_OP_DEF(nba_op_attention, "attention", attention_entries, attention_goldens);

@@ -348,7 +348,36 @@ GOLDEN_WITH_SCALAR(pow_scalar, "exponent")
 #define A NBA_AWAY_FROM_0
 #define UNARY_NO_BROADCAST "one input: nothing to broadcast"
 #define OP(op, entries, goldens, ...) NBA_OP_DEF(nba_op_##op, #op, entries, goldens, __VA_ARGS__)
-#define GOLDENS(op) static const nba_golden op##_goldens[] = {{#op, golden_##op, false}};
+#define GOLDENS(op, torch, cases)                                                                  \
+    static const nba_golden op##_goldens[] = {NBA_GOLDEN(#op, golden_##op, torch, cases)};
+
+/* Golden cases: binary ops on equal, broadcast and 0-d shapes and with a constant operand;
+ * unary ops on 1-3 dims and 0-d, and a wide range reaching the tails of exp, tanh, sigmoid
+ * and gelu and their vector loops. */
+static const nba_golden_case binary_cases[] = {
+    {"a: [3,4]; b: [3,4]", ""},    {"a: [3,1]; b: [1,4]", ""}, {"a: [2,3,4]; b: [4]", ""},
+    {"a: [2,1,4]; b: [3,1]", ""},  {"a: []; b: [2,3]", ""},    {"a: [5]; b: []", ""},
+    {"a: [2,3]; b: [3] const", ""}};
+static const nba_golden_case div_cases[] = {
+    {"a: [3,4]; b: positive [3,4]", ""},    {"a: [3,1]; b: positive [1,4]", ""},
+    {"a: [2,3,4]; b: positive [4]", ""},    {"a: [2,1,4]; b: positive [3,1]", ""},
+    {"a: []; b: positive [2,3]", ""},       {"a: [5]; b: positive []", ""},
+    {"a: [2,3]; b: positive [3] const", ""}};
+#define UNARY_CASES(domain)                                                                        \
+    {"a: " domain "[5]", ""}, {"a: " domain "[3,4]", ""}, {"a: " domain "[2,3,4]", ""}, {          \
+        "a: " domain "[]", ""                                                                      \
+    }
+static const nba_golden_case unary_cases[] = {UNARY_CASES("")};
+static const nba_golden_case unary_wide_cases[] = {UNARY_CASES(""), {"a: [37] scale 4", ""}};
+static const nba_golden_case positive_cases[] = {UNARY_CASES("positive ")};
+static const nba_golden_case away_cases[] = {UNARY_CASES("away ")};
+static const nba_golden_case scalar_cases[] = {
+    {"a: [3,4]", "scalar=2.5"}, {"a: [2,3,4]", "scalar=-0.75"}, {"a: []", "scalar=3.0"}};
+static const nba_golden_case pow_cases[] = {{"a: [3,4]", "exponent=2.0"},
+                                            {"a: positive [2,3,4]", "exponent=0.5"},
+                                            {"a: positive [5]", "exponent=-1.5"},
+                                            {"a: [3,4]", "exponent=3.0"},
+                                            {"a: positive []", "exponent=1.7"}};
 #define UNARY_OP(op)                                                                               \
     OP(op, op##_entries, op##_goldens, .not_applicable = {[NBA_BROADCAST] = UNARY_NO_BROADCAST})
 
@@ -361,7 +390,7 @@ static const nba_entry add_entries[] = {
     {"add 0-d + [2,3]", NBA_BROADCAST, cat_binary, 2, {SCALAR, IN(2, 3)}, &add_ctx},
     {"add expanded [4] + transposed [3,4]", NBA_STRIDED, cat_binary_expanded, 2, {IN(4), IN_T(3, 4)}, &add_ctx},
 };
-GOLDENS(add)
+GOLDENS(add, "torch.add(a, b)", binary_cases)
 OP(add, add_entries, add_goldens);
 
 static const nba_entry sub_entries[] = {
@@ -372,7 +401,7 @@ static const nba_entry sub_entries[] = {
     {"sub rows [4] - [2,3,4]", NBA_BROADCAST, cat_binary, 2, {IN(4), IN(2, 3, 4)}, &sub_ctx},
     {"sub [2,3] - 0-d", NBA_BROADCAST, cat_binary, 2, {IN(2, 3), SCALAR}, &sub_ctx},
 };
-GOLDENS(sub)
+GOLDENS(sub, "torch.sub(a, b)", binary_cases)
 OP(sub, sub_entries, sub_goldens);
 
 static const nba_entry mul_entries[] = {
@@ -384,7 +413,7 @@ static const nba_entry mul_entries[] = {
     {"mul expanded [4] * [3,4]", NBA_BROADCAST, cat_binary_expanded, 2, {IN(4), IN(3, 4)}, &mul_ctx},
     {"fan-out x * x + x, transposed [3,4]", NBA_STRIDED, cat_fan_out, 1, {IN_T(3, 4)}, NULL},
 };
-GOLDENS(mul)
+GOLDENS(mul, "torch.mul(a, b)", binary_cases)
 OP(mul, mul_entries, mul_goldens);
 
 static const nba_entry div_entries[] = {
@@ -395,14 +424,14 @@ static const nba_entry div_entries[] = {
     {"div sliced [2,3] / positive 0-d", NBA_STRIDED, cat_binary, 2, {IN_S(2, 3), {.ndim = 0, .domain = P}}, &div_ctx},
     {"div expanded [4] / positive sliced [3,4]", NBA_STRIDED, cat_binary_expanded, 2, {IN(4), IN_SD(P, 3, 4)}, &div_ctx},
 };
-GOLDENS(div)
+GOLDENS(div, "torch.div(a, b)", div_cases)
 OP(div, div_entries, div_goldens);
 
 static const nba_entry neg_entries[] = {
     {"neg [2,3]", NBA_RANDOM, cat_unary, 1, {IN(2, 3)}, &neg_ctx},
     {"neg sliced [3,4]", NBA_STRIDED, cat_unary, 1, {IN_S(3, 4)}, &neg_ctx},
 };
-GOLDENS(neg)
+GOLDENS(neg, "torch.neg(a)", unary_cases)
 UNARY_OP(neg);
 
 static const nba_entry add_scalar_entries[] = {
@@ -410,14 +439,14 @@ static const nba_entry add_scalar_entries[] = {
     {"add_scalar transposed [3,4]", NBA_STRIDED, cat_with_scalar, 1, {IN_T(3, 4)}, &add_scalar_ctx},
     {"add_scalar 0-d", NBA_RANDOM, cat_with_scalar, 1, {SCALAR}, &add_scalar_ctx},
 };
-GOLDENS(add_scalar)
+GOLDENS(add_scalar, "a + scalar", scalar_cases)
 UNARY_OP(add_scalar);
 
 static const nba_entry mul_scalar_entries[] = {
     {"mul_scalar [2,3]", NBA_RANDOM, cat_with_scalar, 1, {IN(2, 3)}, &mul_scalar_ctx},
     {"mul_scalar sliced [3,4]", NBA_STRIDED, cat_with_scalar, 1, {IN_S(3, 4)}, &mul_scalar_ctx},
 };
-GOLDENS(mul_scalar)
+GOLDENS(mul_scalar, "a * scalar", scalar_cases)
 UNARY_OP(mul_scalar);
 
 static const nba_entry pow_scalar_entries[] = {
@@ -425,7 +454,7 @@ static const nba_entry pow_scalar_entries[] = {
     {"pow_scalar 2 transposed [3,4]", NBA_STRIDED, cat_with_scalar, 1, {IN_T(3, 4)}, &pow_square},
     {"pow_scalar -1.5 positive sliced [3,4]", NBA_STRIDED, cat_with_scalar, 1, {IN_SD(P, 3, 4)}, &pow_neg},
 };
-GOLDENS(pow_scalar)
+GOLDENS(pow_scalar, "a ** exponent", pow_cases)
 UNARY_OP(pow_scalar);
 
 static const nba_entry exp_entries[] = {
@@ -433,7 +462,7 @@ static const nba_entry exp_entries[] = {
     {"exp transposed [3,4]", NBA_STRIDED, cat_unary, 1, {IN_T(3, 4)}, &exp_ctx},
     {"sum(exp) sliced [3,4]", NBA_STRIDED, cat_sum_of_unary, 1, {IN_S(3, 4)}, &exp_ctx},
 };
-GOLDENS(exp)
+GOLDENS(exp, "torch.exp(a)", unary_wide_cases)
 UNARY_OP(exp);
 
 static const nba_entry log_entries[] = {
@@ -441,14 +470,14 @@ static const nba_entry log_entries[] = {
     {"log positive transposed [3,4]", NBA_STRIDED, cat_unary, 1, {IN_TD(P, 3, 4)}, &log_ctx},
     {"sum(log) positive sliced [3,4]", NBA_STRIDED, cat_sum_of_unary, 1, {IN_SD(P, 3, 4)}, &log_ctx},
 };
-GOLDENS(log)
+GOLDENS(log, "torch.log(a)", positive_cases)
 UNARY_OP(log);
 
 static const nba_entry sqrt_entries[] = {
     {"sqrt positive [2,3]", NBA_RANDOM, cat_unary, 1, {IN_D(P, 2, 3)}, &sqrt_ctx},
     {"sqrt positive sliced [3,4]", NBA_STRIDED, cat_unary, 1, {IN_SD(P, 3, 4)}, &sqrt_ctx},
 };
-GOLDENS(sqrt)
+GOLDENS(sqrt, "torch.sqrt(a)", positive_cases)
 UNARY_OP(sqrt);
 
 static const nba_entry tanh_entries[] = {
@@ -456,14 +485,14 @@ static const nba_entry tanh_entries[] = {
     {"tanh transposed [3,4]", NBA_STRIDED, cat_unary, 1, {IN_T(3, 4)}, &tanh_ctx},
     {"sum(tanh) sliced [3,4]", NBA_STRIDED, cat_sum_of_unary, 1, {IN_S(3, 4)}, &tanh_ctx},
 };
-GOLDENS(tanh)
+GOLDENS(tanh, "torch.tanh(a)", unary_wide_cases)
 UNARY_OP(tanh);
 
 static const nba_entry sigmoid_entries[] = {
     {"sigmoid [2,3]", NBA_RANDOM, cat_unary, 1, {IN(2, 3)}, &sigmoid_ctx},
     {"sigmoid sliced [3,4]", NBA_STRIDED, cat_unary, 1, {IN_S(3, 4)}, &sigmoid_ctx},
 };
-GOLDENS(sigmoid)
+GOLDENS(sigmoid, "torch.sigmoid(a)", unary_wide_cases)
 UNARY_OP(sigmoid);
 
 static const nba_entry relu_entries[] = {
@@ -471,7 +500,7 @@ static const nba_entry relu_entries[] = {
     {"relu away from 0 transposed [3,4]", NBA_STRIDED, cat_unary, 1, {IN_TD(A, 3, 4)}, &relu_ctx},
     {"sum(relu) away from 0 sliced [3,4]", NBA_STRIDED, cat_sum_of_unary, 1, {IN_SD(A, 3, 4)}, &relu_ctx},
 };
-GOLDENS(relu)
+GOLDENS(relu, "torch.relu(a)", away_cases)
 UNARY_OP(relu);
 
 static const nba_entry gelu_entries[] = {
@@ -479,7 +508,7 @@ static const nba_entry gelu_entries[] = {
     {"gelu transposed [3,4]", NBA_STRIDED, cat_unary, 1, {IN_T(3, 4)}, &gelu_ctx},
     {"sum(gelu) sliced [3,4]", NBA_STRIDED, cat_sum_of_unary, 1, {IN_S(3, 4)}, &gelu_ctx},
 };
-GOLDENS(gelu)
+GOLDENS(gelu, "F.gelu(a)", unary_wide_cases)
 UNARY_OP(gelu);
 
 static const nba_entry gelu_tanh_entries[] = {
@@ -487,6 +516,6 @@ static const nba_entry gelu_tanh_entries[] = {
     {"gelu_tanh sliced [3,4]", NBA_STRIDED, cat_unary, 1, {IN_S(3, 4)}, &gelu_tanh_ctx},
     {"sum(gelu_tanh) transposed [3,4]", NBA_STRIDED, cat_sum_of_unary, 1, {IN_T(3, 4)}, &gelu_tanh_ctx},
 };
-GOLDENS(gelu_tanh)
+GOLDENS(gelu_tanh, "F.gelu(a, approximate='tanh')", unary_wide_cases)
 UNARY_OP(gelu_tanh);
 /* clang-format on */

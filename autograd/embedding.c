@@ -110,7 +110,13 @@ static const nba_entry embedding_entries[] = {
     {"embedding of a sliced [3,2], one index three times", NBA_STRIDED, cat_embedding_flat, 1, {IN_S(3, 2)}, NULL},
 };
 /* clang-format on */
-static const nba_golden embedding_goldens[] = {{"embedding", golden_embedding, false}};
+static const nba_golden_case embedding_cases[] = {
+    {"weight: [10,4]; indices: i64 [[1,3,1],[9,0,3]]", ""},
+    {"weight: [5,3]; indices: i64 [4,4,2,0]", ""},
+    {"weight: [6,2]; indices: i64 5", ""},
+    {"weight: [7,3]; indices: i64 [[[0,6]],[[6,6]]]", ""}};
+static const nba_golden embedding_goldens[] = {
+    NBA_GOLDEN("embedding", golden_embedding, "F.embedding(indices, weight)", embedding_cases)};
 NBA_OP_DEF(nba_op_embedding, "embedding", embedding_entries, embedding_goldens,
            .not_applicable = {[NBA_BROADCAST] = "one differentiable input, the weight table, "
                                                 "gathered by index: nothing broadcasts"});

@@ -392,7 +392,21 @@ static const nba_entry layer_norm_entries[] = {
     {"layer_norm bias only [3,4]", NBA_STRIDED, cat_bias_only, 2, {IN_T(3, 4), IN(4)}, NULL},
 };
 /* clang-format on */
-static const nba_golden layer_norm_goldens[] = {{"layer_norm", golden_layer_norm, false}};
+/* Over one element x - mean is exactly 0, and so are the x and weight gradients; PyTorch's
+ * float32 backward leaves ~4e-6 of rounding there, so that f32 case comes from float64. */
+static const nba_golden_case layer_norm_cases[] = {
+    {"x: [4,6]; weight: [6]; bias: [6]", "eps=1e-5"},
+    {"x: [2,3,6]; weight: [6]; bias: [6]", "eps=1e-5"},
+    {"x: [2,3,4]; weight: [3,4]; bias: [3,4]", "eps=1e-3"},
+    {"x: [4,6]", "eps=1e-5"},
+    {"x: [3,5]; weight: [5]", "eps=1e-6"},
+    {"x: [3,5]; bias: [5]", "eps=1e-5"},
+    {"x: [2,1]; weight: [1]; bias: [1]", "eps=1e-5, _f32_via_f64=True"}};
+static const nba_golden layer_norm_goldens[] = {
+    NBA_GOLDEN("layer_norm", golden_layer_norm,
+               "F.layer_norm(x, weight.shape if weight is not None else x.shape[-1:], weight, "
+               "bias, eps)",
+               layer_norm_cases)};
 NBA_OP_DEF(nba_op_layer_norm, "layer_norm", layer_norm_entries, layer_norm_goldens,
            .not_applicable = {[NBA_BROADCAST] = "weight and bias have the normalized shape, as "
                                                 "in F.layer_norm: nothing broadcasts"});

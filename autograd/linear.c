@@ -203,7 +203,12 @@ static const nba_entry linear_entries[] = {
     {"linear, gradient transposed [3,4] W [5,4]", NBA_STRIDED, cat_linear_then_t, 3, {IN(3, 4), IN(5, 4), IN_S(5)}, NULL},
 };
 /* clang-format on */
-static const nba_golden linear_goldens[] = {{"f_linear", golden_f_linear, false}};
+static const nba_golden_case linear_cases[] = {{"x: [3,4]; weight: [5,4]; bias: [5]", ""},
+                                               {"x: [2,3,4]; weight: [2,4]; bias: [2]", ""},
+                                               {"x: [4]; weight: [3,4]; bias: [3]", ""},
+                                               {"x: [2,3]; weight: [4,3]", ""}};
+static const nba_golden linear_goldens[] = {
+    NBA_GOLDEN("f_linear", golden_f_linear, "F.linear(x, weight, bias)", linear_cases)};
 NBA_OP_DEF(nba_op_linear, "linear", linear_entries, linear_goldens,
            .not_applicable = {
                [NBA_BROADCAST] = "weight and bias have fixed shapes ([out, in], "

@@ -309,7 +309,17 @@ static const nba_entry cross_entropy_entries[] = {
     {"cross_entropy none of a sliced [4,5]", NBA_STRIDED, cat_ce, 1, {IN_S(4, 5)}, &red_none},
     {"cross_entropy mean [2,3,4], ignore_index 2", NBA_STRIDED, cat_ce_sequence, 1, {IN_T(2, 3, 4)}, NULL},
 };
-static const nba_golden cross_entropy_goldens[] = {{"cross_entropy", golden_cross_entropy, false}};
+#define CE_CASES(inputs, ignore)                                                                   \
+    {inputs, ignore ", reduction='mean'"}, {inputs, ignore ", reduction='sum'"},                   \
+        {inputs, ignore ", reduction='none'"}
+static const nba_golden_case cross_entropy_cases[] = {
+    CE_CASES("logits: [4,5]; target: i64 [1,0,4,2]", "ignore_index=-100"),
+    CE_CASES("logits: [4,5]; target: i64 [1,-100,4,-100]", "ignore_index=-100"),
+    CE_CASES("logits: [2,3,4]; target: i64 [[0,2,3],[2,1,1]]", "ignore_index=2"),
+    CE_CASES("logits: [1,3]; target: i64 [2]", "ignore_index=-100")};
+static const nba_golden cross_entropy_goldens[] = {
+    NBA_GOLDEN("cross_entropy", golden_cross_entropy,
+               "cross_entropy_ref(logits, target, ignore_index, reduction)", cross_entropy_cases)};
 NBA_OP_DEF(nba_op_cross_entropy, "cross_entropy", cross_entropy_entries, cross_entropy_goldens,
            .not_applicable = {[NBA_BROADCAST] = "target has the logits' shape without the class "
                                                 "dim: nothing broadcasts"});
@@ -321,6 +331,12 @@ static const nba_entry mse_loss_entries[] = {
     {"mse_loss mean [2,3] vs broadcast [3]", NBA_BROADCAST, cat_mse, 2, {IN(2, 3), IN(3)}, &red_mean},
     {"mse_loss mean against a constant target", NBA_RANDOM, cat_mse, 2, {IN(5), IN_C(5)}, &red_mean},
 };
-static const nba_golden mse_loss_goldens[] = {{"mse_loss", golden_mse_loss, false}};
+#define MSE_CASES(inputs)                                                                          \
+    {inputs, "reduction='mean'"}, {inputs, "reduction='sum'"}, {inputs, "reduction='none'"}
+static const nba_golden_case mse_loss_cases[] = {
+    MSE_CASES("a: [3,4]; b: [3,4]"), MSE_CASES("a: [2,3,4]; b: [4]"),
+    MSE_CASES("a: [5]; b: [5] const"), MSE_CASES("a: [2,3]; b: [2,1]")};
+static const nba_golden mse_loss_goldens[] = {
+    NBA_GOLDEN("mse_loss", golden_mse_loss, "mse_ref(a, b, reduction)", mse_loss_cases)};
 NBA_OP_DEF(nba_op_mse_loss, "mse_loss", mse_loss_entries, mse_loss_goldens);
 /* clang-format on */

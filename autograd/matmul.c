@@ -313,5 +313,14 @@ static const nba_entry matmul_entries[] = {
     {"matmul q k^T v", NBA_STRIDED, cat_attention_products, 3, {IN(2, 2, 3, 4), IN_T(2, 2, 3, 4), IN_S(2, 2, 3, 2)}, NULL},
 };
 /* clang-format on */
-static const nba_golden matmul_goldens[] = {{"matmul", golden_matmul, false}};
+static const nba_golden_case matmul_cases[] = {
+    {"a: [4]; b: [4]", ""},           {"a: [3,4]; b: [4,5]", ""},
+    {"a: [4]; b: [4,5]", ""},         {"a: [3,4]; b: [4]", ""},
+    {"a: [1,1]; b: [1,1]", ""},       {"a: [2,3,4]; b: [4,5]", ""},
+    {"a: [3,4]; b: [2,4,5]", ""},     {"a: [2,3,4]; b: [2,4,5]", ""},
+    {"a: [2,1,3,4]; b: [3,4,2]", ""}, {"a: [2,3,4]; b: [4]", ""},
+    {"a: [4]; b: [2,4,3]", ""},       {"a: [7,9]; b: [9,6]", ""},
+    {"a: [3,4]; b: [4,5] const", ""}};
+static const nba_golden matmul_goldens[] = {
+    NBA_GOLDEN("matmul", golden_matmul, "torch.matmul(a, b)", matmul_cases)};
 NBA_OP_DEF(nba_op_matmul, "matmul", matmul_entries, matmul_goldens);

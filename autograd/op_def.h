@@ -6,9 +6,11 @@
  *     finite differences and in float32 against the float64 result), each tagged with the
  *     kind of input it exercises. Every op needs an entry of every kind, or a sentence in
  *     not_applicable saying why that kind does not apply;
- *   - goldens: how a PyTorch golden case (tests/goldens/ops_*.json, written by
- *     tests/gen_goldens.py) calls the op; tests/test_parity.c dispatches through them and
- *     fails for a registered op without a golden case.
+ *   - goldens: the op's PyTorch golden spec: the PyTorch expression nabla's op must match,
+ *     the cases (inputs and parameters) to generate, and how nabla runs a case.
+ *     tests/gen_goldens.py reads them (through tests/op_registry_json) and writes
+ *     tests/goldens/ops_<file>.json; tests/test_parity.c runs every case through its op and
+ *     fails for a registered op without golden cases.
  *
  * An entry counts for the op that defines it and for no other, although its function may
  * call other ops as helpers. */
@@ -45,6 +47,7 @@ typedef struct {
 typedef enum { NBA_RANDOM = 0, NBA_BROADCAST, NBA_STRIDED, NBA_NUM_KINDS } nba_entry_kind;
 
 #define NBA_MAX_INPUTS 4
+#define NBA_COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 typedef struct {
     const char *name; /* "add: broadcast [3,1] + [4]" */
@@ -86,18 +89,49 @@ struct nba_golden_call {
     nb_tensor **inputs; /* every input in file order (concat, stack) */
 };
 
+/* One golden case, as tests/gen_goldens.py reads it.
+ * inputs: "name: [words] shape" per input, separated by ';'. A float input is drawn at
+ *   random: "a: [3,4]" normal, "positive" uniform in [0.5, 2], "away" |x| >= 0.2, "distinct"
+ *   a shuffled ramp (no ties); "const" needs no gradient; "scale 4" multiplies it. "i64" and
+ *   "bool" inputs give their values instead of a shape: "target: i64 [1,0,4]",
+ *   "mask: bool [[0,1],[1,0]]".
+ * params: Python keyword arguments, "dim=-1, keepdim=True" ("" for none); they become the
+ *   case's parameters, and names in the torch expression. A name starting with '_' is an
+ *   option of the generator instead ("_f32_via_f64=True": the f32 case from PyTorch's
+ *   float64 on the same float32 inputs, where float32 PyTorch leaves rounding residue). */
+typedef struct {
+    const char *inputs;
+    const char *params;
+} nba_golden_case;
+
 typedef struct {
     const char *op; /* the case's "op" in the golden files: "sum_dims", "f_linear" */
     /* Calls the op; writes the outputs, returns how many (0 on failure). */
     int (*run)(nba_golden_call *c, nb_tensor **out);
+    /* The PyTorch reference: a Python expression over the inputs and parameters by name
+     * ("inputs" is the list of all inputs; a missing optional input is None), with torch,
+     * F = torch.nn.functional and the helpers of tests/gen_goldens.py for nabla's
+     * conventions in scope. Its value is the output or a tuple of outputs. */
+    const char *torch;
+    const nba_golden_case *cases;
+    int ncases;
     bool contiguous_only; /* like PyTorch's view, fails on layouts that cannot be viewed */
 } nba_golden;
+
+/* NBA_GOLDEN("sum_dims", run, "a.sum(dim=dims, keepdim=keepdim)", cases[, .contiguous_only = true])
+ */
+#define NBA_GOLDEN(golden_op, runner, torch_expr, case_table, ...)                                 \
+    {                                                                                              \
+        .op = golden_op, .run = runner, .torch = torch_expr, .cases = case_table,                  \
+        .ncases = NBA_COUNT(case_table), __VA_ARGS__                                               \
+    }
 
 #define NBA_MAX_GOLDEN_OUTPUTS 8
 
 /* ---- the definition ---- */
 typedef struct {
     const char *name; /* what nba_record records for this op */
+    const char *file; /* the defining source file (__FILE__): golden files are per file */
     const nba_entry *entries;
     int nentries;
     /* Indexed by nba_entry_kind: why this op has no entry of that kind, or NULL. */
@@ -112,9 +146,9 @@ typedef struct {
 #define NBA_F32_RTOL 1e-5
 
 /* NBA_OP_DEF(def, "name", entries, goldens, .not_applicable = {...}, ...) */
-#define NBA_COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define NBA_OP_DEF(def, op_name, entry_table, golden_table, ...)                                   \
     const nba_op_def def = {.name = op_name,                                                       \
+                            .file = __FILE__,                                                      \
                             .entries = entry_table,                                                \
                             .nentries = NBA_COUNT(entry_table),                                    \
                             .goldens = golden_table,                                               \

@@ -226,7 +226,15 @@ static const nba_entry sum_entries[] = {
     {"sum_dims (1,0,2) of [2,3,4]", NBA_RANDOM, cat_dims, 1, {IN(2, 3, 4)}, &sum_all3},
     {"sum_dims (0,2) of expanded [3,1]", NBA_BROADCAST, cat_dims_of_expanded, 1, {IN(3, 1)}, &sum02},
 };
-static const nba_golden sum_goldens[] = {{"sum", golden_sum, false}, {"sum_dims", golden_sum_dims, false}};
+static const nba_golden_case all_cases[] = {{"a: [5]", ""}, {"a: [3,4]", ""}, {"a: [2,3,4]", ""}, {"a: []", ""}};
+static const nba_golden_case dims_cases[] = {
+    {"a: [3,4]", "dims=[0], keepdim=False"},        {"a: [3,4]", "dims=[1], keepdim=True"},
+    {"a: [2,3,4]", "dims=[0,2], keepdim=False"},    {"a: [2,3,4]", "dims=[-1], keepdim=True"},
+    {"a: [2,3,4]", "dims=[1,0], keepdim=True"},     {"a: [2,3,4,5]", "dims=[1,3], keepdim=False"},
+    {"a: [2,3,4]", "dims=[0,1,2], keepdim=False"}};
+static const nba_golden sum_goldens[] = {
+    NBA_GOLDEN("sum", golden_sum, "a.sum()", all_cases),
+    NBA_GOLDEN("sum_dims", golden_sum_dims, "a.sum(dim=dims, keepdim=keepdim)", dims_cases)};
 NBA_OP_DEF(nba_op_sum, "sum", sum_entries, sum_goldens);
 
 static const nba_entry mean_entries[] = {
@@ -237,7 +245,9 @@ static const nba_entry mean_entries[] = {
     {"mean_dims -1 of sliced [3,4]", NBA_STRIDED, cat_dims, 1, {IN_S(3, 4)}, &mean_last},
     {"mean_dims (0,1) keepdim of expanded [4]", NBA_BROADCAST, cat_dims_of_expanded, 1, {IN(4)}, &mean01_keep},
 };
-static const nba_golden mean_goldens[] = {{"mean", golden_mean, false}, {"mean_dims", golden_mean_dims, false}};
+static const nba_golden mean_goldens[] = {
+    NBA_GOLDEN("mean", golden_mean, "a.mean()", all_cases),
+    NBA_GOLDEN("mean_dims", golden_mean_dims, "a.mean(dim=dims, keepdim=keepdim)", dims_cases)};
 NBA_OP_DEF(nba_op_mean, "mean", mean_entries, mean_goldens);
 
 static const nba_entry max_dim_entries[] = {
@@ -247,7 +257,12 @@ static const nba_entry max_dim_entries[] = {
     {"max_dim -1 of transposed [4,5]", NBA_STRIDED, cat_max, 1, {IN_TD(NBA_DISTINCT, 4, 5)}, &max_last},
     {"max_dim 1 keepdim * mean_dims 1 of [3,4]", NBA_RANDOM, cat_max_times_mean, 1, {IN_D(NBA_DISTINCT, 3, 4)}, NULL},
 };
-static const nba_golden max_dim_goldens[] = {{"max_dim", golden_max_dim, false}};
+static const nba_golden_case max_dim_cases[] = {
+    {"a: distinct [5]", "dim=0, keepdim=False"},    {"a: distinct [3,4]", "dim=1, keepdim=False"},
+    {"a: distinct [3,4]", "dim=0, keepdim=True"},   {"a: distinct [2,3,4]", "dim=-1, keepdim=True"},
+    {"a: distinct [2,3,4]", "dim=1, keepdim=False"}, {"a: distinct [2,5,3]", "dim=1, keepdim=True"}};
+static const nba_golden max_dim_goldens[] = {
+    NBA_GOLDEN("max_dim", golden_max_dim, "tuple(torch.max(a, dim, keepdim))", max_dim_cases)};
 NBA_OP_DEF(nba_op_max_dim, "max_dim", max_dim_entries, max_dim_goldens,
            .not_applicable = {[NBA_BROADCAST] = "an expanded input repeats values: the max has ties, "
                                                 "where the gradient is not defined"});

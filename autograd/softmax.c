@@ -425,7 +425,12 @@ static const nba_entry softmax_entries[] = {
     {"softmax dim 1 of a sliced [2,3,2]", NBA_STRIDED, cat_softmax_middle, 1, {IN_S(2, 3, 2)}, NULL},
     {"softmax of [1,4] expanded to [3,4]", NBA_BROADCAST, cat_softmax_expanded, 1, {IN(1, 4)}, NULL},
 };
-static const nba_golden softmax_goldens[] = {{"softmax", golden_softmax, false}};
+/* Large logits: only a max-subtracted softmax stays finite. */
+static const nba_golden_case softmax_cases[] = {
+    {"a: [5]", "dim=0"},     {"a: [3,4]", "dim=-1"},   {"a: [3,4]", "dim=0"},
+    {"a: [2,3,4]", "dim=1"}, {"a: [2,3,4]", "dim=-1"}, {"a: [2,5] scale 100", "dim=-1"}};
+static const nba_golden softmax_goldens[] = {
+    NBA_GOLDEN("softmax", golden_softmax, "F.softmax(a, dim=dim)", softmax_cases)};
 NBA_OP_DEF(nba_op_softmax, "softmax", softmax_entries, softmax_goldens);
 
 static const nba_entry log_softmax_entries[] = {
@@ -436,7 +441,8 @@ static const nba_entry log_softmax_entries[] = {
     {"log_softmax dim 1 of a transposed [2,4,3]", NBA_STRIDED, cat_log_softmax_middle, 1, {IN_T(2, 4, 3)}, NULL},
     {"log_softmax of [3] expanded to [2,3] dim -1", NBA_BROADCAST, cat_log_softmax_expanded, 1, {IN(3)}, NULL},
 };
-static const nba_golden log_softmax_goldens[] = {{"log_softmax", golden_log_softmax, false}};
+static const nba_golden log_softmax_goldens[] = {
+    NBA_GOLDEN("log_softmax", golden_log_softmax, "F.log_softmax(a, dim=dim)", softmax_cases)};
 NBA_OP_DEF(nba_op_log_softmax, "log_softmax", log_softmax_entries, log_softmax_goldens);
 
 static const nba_entry masked_fill_entries[] = {
@@ -445,7 +451,12 @@ static const nba_entry masked_fill_entries[] = {
     {"masked_fill sliced [3,4] with a [4] mask", NBA_STRIDED, cat_masked_fill_row_mask, 1, {IN_S(3, 4)}, NULL},
     {"masked_fill -inf then softmax [3,4]", NBA_RANDOM, cat_masked_fill_then_softmax, 1, {IN(3, 4)}, NULL},
 };
-static const nba_golden masked_fill_goldens[] = {{"masked_fill", golden_masked_fill, false}};
+static const nba_golden_case masked_fill_cases[] = {
+    {"a: [3,4]; mask: bool [[0,1,0,0],[1,1,0,1],[0,0,0,0]]", "value=-1.5"},
+    {"a: [2,3,4]; mask: bool [0,1,1,0]", "value=-inf"},
+    {"a: [2,3,4]; mask: bool [[[1,0,0,1]],[[0,0,1,0]]]", "value=0.0"}};
+static const nba_golden masked_fill_goldens[] = {
+    NBA_GOLDEN("masked_fill", golden_masked_fill, "a.masked_fill(mask, value)", masked_fill_cases)};
 NBA_OP_DEF(nba_op_masked_fill, "masked_fill", masked_fill_entries, masked_fill_goldens);
 
 static const nba_entry masked_softmax_entries[] = {
@@ -459,6 +470,20 @@ static const nba_entry masked_softmax_entries[] = {
     {"masked_softmax [3,1] mask broadcast over keys", NBA_STRIDED, cat_query_mask, 1, {IN_S(3, 4)}, NULL},
     {"masked_softmax causal of [3] expanded to [2,3,3]", NBA_BROADCAST, cat_masked_softmax_expanded, 1, {IN(3)}, NULL},
 };
-static const nba_golden masked_softmax_goldens[] = {{"masked_softmax", golden_masked_softmax, false}};
+/* Key padding [B,1,1,T_k] as in attention (a fully padded batch), an attention mask [T_q,T_k]
+ * with a fully blocked row, every row blocked. */
+static const nba_golden_case masked_softmax_cases[] = {
+    {"a: [3,5]", "causal=False, scale=1.0"},
+    {"a: [2,4,4]", "causal=True, scale=0.5"},
+    {"a: [2,3,5]", "causal=True, scale=1.0"},
+    {"a: [2,5,3]", "causal=True, scale=1.0"},
+    {"a: [2,2,3,4]; mask: bool [[[[0,0,1,1]]],[[[1,1,1,1]]]]", "causal=False, scale=0.7"},
+    {"a: [2,2,4,4]; mask: bool [[[[0,0,0,1]]],[[[1,0,0,0]]]]", "causal=True, scale=0.7"},
+    {"a: [2,3,4]; mask: bool [[0,1,0,0],[1,1,1,1],[0,0,0,0]]", "causal=False, scale=1.3"},
+    {"a: [2,3,4]; mask: bool [[0,1,0,0],[1,1,0,1],[0,0,0,0]]", "causal=False, scale=1.0"},
+    {"a: [3,4]; mask: bool [[1,1,1,1],[1,1,1,1],[1,1,1,1]]", "causal=False, scale=1.0"}};
+static const nba_golden masked_softmax_goldens[] = {
+    NBA_GOLDEN("masked_softmax", golden_masked_softmax, "masked_softmax_ref(a, mask, causal, scale)",
+               masked_softmax_cases)};
 NBA_OP_DEF(nba_op_masked_softmax, "masked_softmax", masked_softmax_entries, masked_softmax_goldens);
 /* clang-format on */

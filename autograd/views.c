@@ -401,7 +401,11 @@ static const nba_entry view_entries[] = {
     {"view [4,6] -> [3,-1]", NBA_RANDOM, cat_view, 1, {IN(4, 6)}, NULL},
     {"view of a transposed [4,6] -> [4,2,3] (a strided dim split)", NBA_STRIDED, cat_view_split, 1, {IN_T(4, 6)}, NULL},
 };
-static const nba_golden view_goldens[] = {{"view", golden_view, true}};
+static const nba_golden_case view_cases[] = {
+    {"a: [4,6]", "shape=[3,-1]"}, {"a: [2,3,4]", "shape=[6,4]"},
+    {"a: [6]", "shape=[1,2,3]"}, {"a: [2,3]", "shape=[6]"}};
+static const nba_golden view_goldens[] = {
+    NBA_GOLDEN("view", golden_view, "a.view(shape)", view_cases, .contiguous_only = true)};
 NBA_OP_DEF(nba_op_view, "view", view_entries, view_goldens,
            .not_applicable = {[NBA_BROADCAST] = NO_BROADCAST});
 
@@ -409,7 +413,8 @@ static const nba_entry reshape_entries[] = {
     {"reshape [3,4] -> [-1]", NBA_RANDOM, cat_reshape, 1, {IN(3, 4)}, NULL},
     {"reshape of a transposed [4,3] (copies)", NBA_STRIDED, cat_reshape, 1, {IN_T(4, 3)}, NULL},
 };
-static const nba_golden reshape_goldens[] = {{"reshape", golden_reshape, false}};
+static const nba_golden reshape_goldens[] = {
+    NBA_GOLDEN("reshape", golden_reshape, "a.reshape(shape)", view_cases)};
 NBA_OP_DEF(nba_op_reshape, "reshape", reshape_entries, reshape_goldens,
            .not_applicable = {[NBA_BROADCAST] = NO_BROADCAST});
 
@@ -417,7 +422,11 @@ static const nba_entry transpose_entries[] = {
     {"transpose [2,3,4]", NBA_RANDOM, cat_transpose, 1, {IN(2, 3, 4)}, NULL},
     {"transpose of a sliced [3,4]", NBA_STRIDED, cat_transpose, 1, {IN_S(3, 4)}, NULL},
 };
-static const nba_golden transpose_goldens[] = {{"transpose", golden_transpose, false}};
+static const nba_golden_case transpose_cases[] = {
+    {"a: [3,4]", "dim0=0, dim1=1"}, {"a: [2,3,4]", "dim0=0, dim1=2"},
+    {"a: [2,3,4]", "dim0=-1, dim1=-2"}, {"a: [2,3]", "dim0=1, dim1=1"}};
+static const nba_golden transpose_goldens[] = {
+    NBA_GOLDEN("transpose", golden_transpose, "a.transpose(dim0, dim1)", transpose_cases)};
 NBA_OP_DEF(nba_op_transpose, "transpose", transpose_entries, transpose_goldens,
            .not_applicable = {[NBA_BROADCAST] = NO_BROADCAST});
 
@@ -425,7 +434,10 @@ static const nba_entry permute_entries[] = {
     {"permute [2,3,4] -> (2,0,1)", NBA_RANDOM, cat_permute, 1, {IN(2, 3, 4)}, NULL},
     {"permute transposed [2,3,4] -> (2,0,1)", NBA_STRIDED, cat_permute, 1, {IN_T(2, 3, 4)}, NULL},
 };
-static const nba_golden permute_goldens[] = {{"permute", golden_permute, false}};
+static const nba_golden_case permute_cases[] = {
+    {"a: [2,3,4]", "dims=[2,0,1]"}, {"a: [2,3,4,5]", "dims=[1,3,0,2]"}, {"a: [3,4]", "dims=[1,0]"}};
+static const nba_golden permute_goldens[] = {
+    NBA_GOLDEN("permute", golden_permute, "a.permute(dims)", permute_cases)};
 NBA_OP_DEF(nba_op_permute, "permute", permute_entries, permute_goldens,
            .not_applicable = {[NBA_BROADCAST] = NO_BROADCAST});
 
@@ -433,7 +445,10 @@ static const nba_entry unsqueeze_entries[] = {
     {"unsqueeze [3,4] at 1", NBA_RANDOM, cat_unsqueeze, 1, {IN(3, 4)}, NULL},
     {"unsqueeze sliced [3,4] at 1", NBA_STRIDED, cat_unsqueeze, 1, {IN_S(3, 4)}, NULL},
 };
-static const nba_golden unsqueeze_goldens[] = {{"unsqueeze", golden_unsqueeze, false}};
+static const nba_golden_case unsqueeze_cases[] = {
+    {"a: [3,4]", "dim=0"}, {"a: [3,4]", "dim=-1"}, {"a: [3,4]", "dim=1"}};
+static const nba_golden unsqueeze_goldens[] = {
+    NBA_GOLDEN("unsqueeze", golden_unsqueeze, "a.unsqueeze(dim)", unsqueeze_cases)};
 NBA_OP_DEF(nba_op_unsqueeze, "unsqueeze", unsqueeze_entries, unsqueeze_goldens,
            .not_applicable = {[NBA_BROADCAST] = NO_BROADCAST});
 
@@ -442,8 +457,12 @@ static const nba_entry squeeze_entries[] = {
     {"squeeze_all sliced [1,3,1,4]", NBA_STRIDED, cat_squeeze_all, 1, {IN_S(1, 3, 1, 4)}, NULL},
     {"squeeze transposed [2,1,3] at 1", NBA_STRIDED, cat_squeeze, 1, {IN_T(2, 1, 3)}, NULL},
 };
-static const nba_golden squeeze_goldens[] = {{"squeeze", golden_squeeze, false},
-                                             {"squeeze_all", golden_squeeze_all, false}};
+static const nba_golden_case squeeze_cases[] = {
+    {"a: [3,1,4]", "dim=1"}, {"a: [3,1,4]", "dim=0"}, {"a: [1,4]", "dim=-2"}};
+static const nba_golden_case squeeze_all_cases[] = {{"a: [3,1,4,1]", ""}, {"a: [1,1]", ""}};
+static const nba_golden squeeze_goldens[] = {
+    NBA_GOLDEN("squeeze", golden_squeeze, "a.squeeze(dim)", squeeze_cases),
+    NBA_GOLDEN("squeeze_all", golden_squeeze_all, "a.squeeze()", squeeze_all_cases)};
 NBA_OP_DEF(nba_op_squeeze, "squeeze", squeeze_entries, squeeze_goldens,
            .not_applicable = {[NBA_BROADCAST] = NO_BROADCAST});
 
@@ -452,7 +471,11 @@ static const nba_entry expand_entries[] = {
     {"expand [2,3,4] -> [2,3,4] (no new dims)", NBA_RANDOM, cat_expand, 1, {IN(2, 3, 4)}, NULL},
     {"expand sliced [4] -> [2,3,4]", NBA_STRIDED, cat_expand, 1, {IN_S(4)}, NULL},
 };
-static const nba_golden expand_goldens[] = {{"expand", golden_expand, false}};
+static const nba_golden_case expand_cases[] = {
+    {"a: [3,1]", "shape=[3,4]"}, {"a: [4]", "shape=[2,3,4]"},
+    {"a: [1,3,1]", "shape=[2,-1,5]"}, {"a: []", "shape=[2,2]"}};
+static const nba_golden expand_goldens[] = {
+    NBA_GOLDEN("expand", golden_expand, "a.expand(shape)", expand_cases)};
 NBA_OP_DEF(nba_op_expand, "expand", expand_entries, expand_goldens);
 
 static const nba_entry narrow_entries[] = {
@@ -460,8 +483,15 @@ static const nba_entry narrow_entries[] = {
     {"narrow dim 1 of a transposed [3,4,5]", NBA_STRIDED, cat_narrow, 1, {IN_T(3, 4, 5)}, NULL},
     {"split sliced [2,6] by 2, reordered", NBA_STRIDED, cat_split, 1, {IN_S(2, 6)}, NULL},
 };
-static const nba_golden narrow_goldens[] = {{"narrow", golden_narrow, false},
-                                            {"split", golden_split, false}};
+static const nba_golden_case narrow_cases[] = {
+    {"a: [5,4]", "dim=0, start=1, length=3"}, {"a: [3,6]", "dim=-1, start=2, length=4"},
+    {"a: [2,5,3]", "dim=1, start=0, length=5"}};
+static const nba_golden_case split_cases[] = {
+    {"a: [5,3]", "split_size=2, dim=0"}, {"a: [2,6]", "split_size=3, dim=-1"},
+    {"a: [2,3]", "split_size=5, dim=1"}};
+static const nba_golden narrow_goldens[] = {
+    NBA_GOLDEN("narrow", golden_narrow, "a.narrow(dim, start, length)", narrow_cases),
+    NBA_GOLDEN("split", golden_split, "torch.split(a, split_size, dim)", split_cases)};
 NBA_OP_DEF(nba_op_narrow, "narrow", narrow_entries, narrow_goldens,
            .not_applicable = {[NBA_BROADCAST] = NO_BROADCAST});
 
@@ -469,7 +499,11 @@ static const nba_entry select_entries[] = {
     {"select index 2 of the last dim of [3,4]", NBA_RANDOM, cat_select, 1, {IN(3, 4)}, NULL},
     {"select of a transposed [3,4,5]", NBA_STRIDED, cat_select, 1, {IN_T(3, 4, 5)}, NULL},
 };
-static const nba_golden select_goldens[] = {{"select", golden_select, false}};
+static const nba_golden_case select_cases[] = {
+    {"a: [5,4]", "dim=0, index=2"}, {"a: [3,6]", "dim=-1, index=5"},
+    {"a: [2,5,3]", "dim=1, index=-1"}, {"a: [4]", "dim=0, index=3"}};
+static const nba_golden select_goldens[] = {
+    NBA_GOLDEN("select", golden_select, "a.select(dim, index)", select_cases)};
 NBA_OP_DEF(nba_op_select, "select", select_entries, select_goldens,
            .not_applicable = {[NBA_BROADCAST] = NO_BROADCAST});
 
@@ -477,7 +511,9 @@ static const nba_entry contiguous_entries[] = {
     {"contiguous of a transposed [3,4]", NBA_STRIDED, cat_contiguous, 1, {IN_T(3, 4)}, NULL},
     {"contiguous of a sliced [3,4]", NBA_STRIDED, cat_contiguous, 1, {IN_S(3, 4)}, NULL},
 };
-static const nba_golden contiguous_goldens[] = {{"contiguous", golden_contiguous, false}};
+static const nba_golden_case contiguous_cases[] = {{"a: [3,4]", ""}, {"a: [2,3,4]", ""}};
+static const nba_golden contiguous_goldens[] = {
+    NBA_GOLDEN("contiguous", golden_contiguous, "a.contiguous()", contiguous_cases)};
 NBA_OP_DEF(nba_op_contiguous, "contiguous", contiguous_entries, contiguous_goldens,
            .not_applicable = {[NBA_RANDOM] = "a contiguous input is returned as it is: no node",
                               [NBA_BROADCAST] = NO_BROADCAST});
@@ -487,7 +523,11 @@ static const nba_entry concat_entries[] = {
     {"concat dim 1 of [2,3] transposed [2,1] sliced [2,2]", NBA_STRIDED, cat_concat, 3,
      {IN(2, 3), IN_T(2, 1), IN_S(2, 2)}, NULL},
 };
-static const nba_golden concat_goldens[] = {{"concat", golden_concat, false}};
+static const nba_golden_case concat_cases[] = {
+    {"t0: [2,3]; t1: [4,3]", "dim=0"}, {"t0: [2,3]; t1: [2,1]; t2: [2,2]", "dim=-1"},
+    {"t0: [2,3,4]; t1: [2,2,4]", "dim=1"}, {"t0: [2,3]; t1: [2,3] const", "dim=0"}};
+static const nba_golden concat_goldens[] = {
+    NBA_GOLDEN("concat", golden_concat, "torch.cat(inputs, dim)", concat_cases)};
 NBA_OP_DEF(nba_op_concat, "concat", concat_entries, concat_goldens,
            .not_applicable = {[NBA_BROADCAST] = JOIN_NO_BROADCAST});
 
@@ -495,7 +535,11 @@ static const nba_entry stack_entries[] = {
     {"stack two [3,2] at dim -1", NBA_RANDOM, cat_stack, 2, {IN(3, 2), IN(3, 2)}, NULL},
     {"stack [3,2] and a transposed [3,2] at dim -1", NBA_STRIDED, cat_stack, 2, {IN(3, 2), IN_T(3, 2)}, NULL},
 };
-static const nba_golden stack_goldens[] = {{"stack", golden_stack, false}};
+static const nba_golden_case stack_cases[] = {
+    {"t0: [2,3]; t1: [2,3]", "dim=0"}, {"t0: [2,3]; t1: [2,3]; t2: [2,3]", "dim=-1"},
+    {"t0: [4]; t1: [4]", "dim=1"}, {"t0: [2,3,4]; t1: [2,3,4]", "dim=2"}};
+static const nba_golden stack_goldens[] = {
+    NBA_GOLDEN("stack", golden_stack, "torch.stack(inputs, dim)", stack_cases)};
 NBA_OP_DEF(nba_op_stack, "stack", stack_entries, stack_goldens,
            .not_applicable = {[NBA_BROADCAST] = JOIN_NO_BROADCAST});
 /* clang-format on */
