@@ -624,3 +624,172 @@ nb_tensor *nb_sdpa(const nb_tensor *q, const nb_tensor *k, const nb_tensor *v,
                          (long long)Hkv, (long long)Hq, nbt_shape(q), nbt_shape(k));
     return attention(op, q, k, v, false, Hq, Hkv, mask, causal, scale);
 }
+
+/* ---- test metadata (op_def.h): self and cross attention, causal and masked, fully blocked
+ * rows, inputs read in place through strides (a narrowed row stride, a broadcast batch),
+ * inputs that must be copied (transposed, sliced), one tensor as q, k and v, a constant v,
+ * and the sizes on both sides of each kernel switch: in float32 the small-head kernels take
+ * T_k <= NBA_SMALL_KEYS, T_q <= NBA_SMALL_QUERIES, head_dim <= NBA_SMALL_HEAD_DIM and no
+ * bool mask; else the rows kernel, in blocks of CAUSAL_BLOCK queries when causal. ---- */
+#include "op_def.h"
+
+#define U8(...) ((const uint8_t[]){__VA_ARGS__})
+#define MASK(...) nb_from_array(NB_BOOL, __VA_ARGS__)
+
+/* q, k, v [B, T, D] with 2 heads (of D / 2), causal. */
+static nb_tensor *cat_causal(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_f_attention(in[0], in[1], in[2], 2, NULL, true, 0.5);
+}
+/* One head, causal over a non-square score matrix when T_q != T_k. */
+static nb_tensor *cat_one_head_causal(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_f_attention(in[0], in[1], in[2], 1, NULL, true, 0.7);
+}
+/* One head, no mask: at head_dim 64 a small scale keeps the scores O(1). */
+static nb_tensor *cat_one_head(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_f_attention(in[0], in[1], in[2], 1, NULL, false, 0.125);
+}
+/* Key padding [2, 1, 1, 5]: batch 1 pads its last two keys. */
+static nb_tensor *cat_padding(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *pad = MASK(NB_SHAPE(2, 1, 1, 5), U8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1));
+    return nb_f_attention(in[0], in[1], in[2], 2, pad, false, 0.6);
+}
+/* An attention mask [3, 3] that blocks all of query row 1 (zeros, zero gradient) plus causal. */
+static nb_tensor *cat_blocked_row(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *mask = MASK(NB_SHAPE(3, 3), U8(0, 0, 1, 1, 1, 1, 0, 1, 0));
+    return nb_f_attention(in[0], in[1], in[2], 2, mask, true, 1.0);
+}
+/* A per-head mask [1, 2, 1, 3]: head 0 blocks key 2, head 1 blocks key 0. */
+static nb_tensor *cat_head_mask(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *mask = MASK(NB_SHAPE(1, 2, 1, 3), U8(0, 0, 1, 1, 0, 0));
+    return nb_f_attention(in[0], in[1], in[2], 2, mask, false, 0.8);
+}
+/* Self-attention of one tensor: q, k and v gradients all land on the same leaf. */
+static nb_tensor *cat_self(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_f_attention(in[0], in[0], in[0], 2, NULL, true, 0.5);
+}
+/* Rows read in place with a row stride of 8: q is every other row of a [2, 6, 4] leaf. */
+static nb_tensor *cat_strided_rows(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *q = nb_narrow(nb_view(in[0], NB_SHAPE(2, 3, 8)), 2, 0, 4);
+    return nb_f_attention(q, in[1], in[2], 2, NULL, true, 0.5);
+}
+/* k and v broadcast over the batch (batch stride 0): their gradients sum over it. */
+static nb_tensor *cat_broadcast_kv(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *k = nb_expand(in[1], NB_SHAPE(2, 4, 4));
+    nb_tensor *v = nb_expand(in[2], NB_SHAPE(2, 4, 4));
+    return nb_f_attention(in[0], k, v, 2, NULL, false, 0.5);
+}
+
+/* ---- nb_sdpa: heads [B, H, T, hd] ---- */
+
+/* [B, T, H * hd] viewed as heads [B, H, T, hd] (strided: view + transpose). */
+static nb_tensor *cat_heads(nb_tensor *x, int64_t H) {
+    int64_t B = x->shape[0], T = x->shape[1], hd = x->shape[2] / H;
+    return nb_transpose(nb_view(x, NB_SHAPE(B, T, H, hd)), 1, 2);
+}
+
+/* What an sdpa entry does: query and key/value heads, mask kind, and whether the call is
+ * forced through the memory-efficient path (keep limit 0). */
+typedef struct {
+    int64_t Hq, Hkv;
+    bool causal, memory_efficient;
+    int mask; /* 0 none, 1 key padding with a fully padded batch, 2 attn_mask, 3 per-head */
+} sdpa_case;
+
+/* Key padding pads batch 0's last key and all of batch 1 (fully blocked rows); the other
+ * masks block a scattered pattern. */
+static nb_tensor *sdpa_case_mask(const sdpa_case *c, int64_t B, int64_t Tq, int64_t Tk) {
+    int64_t n = c->mask == 1 ? B * Tk : c->mask == 2 ? Tq * Tk : B * c->Hq * Tq * Tk;
+    uint8_t m[4096];
+    for (int64_t i = 0; i < n; i++) m[i] = (uint8_t)(c->mask == 1 ? i >= Tk - 1 : i * 5 % 7 == 2);
+    if (c->mask == 1) return MASK(NB_SHAPE(B, 1, 1, Tk), m);
+    if (c->mask == 2) return MASK(NB_SHAPE(Tq, Tk), m);
+    return MASK(NB_SHAPE(B, c->Hq, Tq, Tk), m);
+}
+
+/* in[0] the query projection [B, T_q, H_q * hd], in[1] and in[2] the key and value ones. */
+static nb_tensor *cat_sdpa(nb_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    const sdpa_case *c = ctx;
+    nb_tensor *q = cat_heads(in[0], c->Hq), *k = cat_heads(in[1], c->Hkv);
+    nb_tensor *v = cat_heads(in[2], c->Hkv);
+    nb_tensor *mask = c->mask ? sdpa_case_mask(c, q->shape[0], q->shape[2], k->shape[2]) : NULL;
+    size_t old = nba_attention_keep_limit(c->memory_efficient ? 0 : SIZE_MAX);
+    nb_tensor *out = nb_sdpa(q, k, v, mask, c->causal, 0.6);
+    nba_attention_keep_limit(old);
+    return out;
+}
+
+static const sdpa_case sdpa_mha_causal = {2, 2, true, false, 0}, sdpa_gqa = {4, 2, true, false, 1},
+                       sdpa_mqa = {3, 1, false, false, 2}, sdpa_me_none = {2, 2, false, true, 0},
+                       sdpa_me_causal = {4, 2, true, true, 0}, sdpa_me_pad = {2, 1, true, true, 1},
+                       sdpa_me_attn_mask = {2, 2, false, true, 2},
+                       sdpa_me_head_mask = {2, 2, true, true, 3};
+
+/* Golden runner: inputs "q", "k", "v" and an optional "mask". */
+static int golden_f_attention(nba_golden_call *c, nb_tensor **out) {
+    out[0] = nb_f_attention(c->input(c, "q", true), c->input(c, "k", true), c->input(c, "v", true),
+                            c->integer(c, "num_heads"), c->input(c, "mask", false),
+                            c->flag(c, "causal"), c->number(c, "scale"));
+    return 1;
+}
+
+/* clang-format off */
+static const nba_entry attention_entries[] = {
+    {"attention causal, q k v [2,3,4], 2 heads", NBA_RANDOM, cat_causal, 3, {IN(2, 3, 4), IN(2, 3, 4), IN(2, 3, 4)}, NULL},
+    {"attention causal over 40 queries (blocks of 32 rows)", NBA_STRIDED, cat_causal, 3,
+     {IN(1, 40, 4), IN_T(1, 40, 4), IN(1, 40, 4)}, NULL},
+    {"attention causal cross q [2,3,4] kv [2,5,4], 1 head", NBA_RANDOM, cat_one_head_causal, 3,
+     {IN(2, 3, 4), IN(2, 5, 4), IN(2, 5, 4)}, NULL},
+    {"attention 16 keys, head_dim 64 (f32: small-head kernels)", NBA_RANDOM, cat_one_head, 3,
+     {IN(1, 4, 64), IN(1, 16, 64), IN(1, 16, 64)}, NULL},
+    {"attention 17 keys (f32: rows kernel)", NBA_RANDOM, cat_causal, 3,
+     {IN(2, 3, 8), IN(2, 17, 8), IN(2, 17, 8)}, NULL},
+    {"attention 64 queries, 16 keys (f32: small-head kernels)", NBA_RANDOM, cat_one_head_causal, 3,
+     {IN(1, 64, 2), IN(1, 16, 2), IN(1, 16, 2)}, NULL},
+    {"attention 65 queries, 16 keys (f32: rows kernel)", NBA_RANDOM, cat_one_head_causal, 3,
+     {IN(1, 65, 2), IN(1, 16, 2), IN(1, 16, 2)}, NULL},
+    {"attention key padding [2,1,1,5]", NBA_BROADCAST, cat_padding, 3, {IN(2, 3, 4), IN(2, 5, 4), IN(2, 5, 4)}, NULL},
+    {"attention mask [3,3] with a fully blocked row", NBA_BROADCAST, cat_blocked_row, 3,
+     {IN(2, 3, 4), IN(2, 3, 4), IN(2, 3, 4)}, NULL},
+    {"attention per-head mask [1,2,1,3]", NBA_BROADCAST, cat_head_mask, 3, {IN(1, 3, 4), IN(1, 3, 4), IN(1, 3, 4)}, NULL},
+    {"attention transposed q, sliced k and v (copied)", NBA_STRIDED, cat_causal, 3,
+     {IN_T(2, 3, 4), IN_S(2, 3, 4), IN_S(2, 3, 4)}, NULL},
+    {"attention of one tensor as q, k and v", NBA_RANDOM, cat_self, 1, {IN(2, 3, 4)}, NULL},
+    {"attention q rows read in place with row stride 8", NBA_RANDOM, cat_strided_rows, 3,
+     {IN(2, 6, 4), IN(2, 3, 4), IN(2, 3, 4)}, NULL},
+    {"attention k v [1,4,4] broadcast over batch 2", NBA_BROADCAST, cat_broadcast_kv, 3,
+     {IN(2, 3, 4), IN(1, 4, 4), IN(1, 4, 4)}, NULL},
+    {"attention with a constant v", NBA_RANDOM, cat_causal, 3, {IN(2, 3, 4), IN(2, 3, 4), IN_C(2, 3, 4)}, NULL},
+    {"sdpa causal, heads by view + transpose", NBA_RANDOM, cat_sdpa, 3, {IN(2, 5, 8), IN(2, 5, 8), IN(2, 5, 8)}, &sdpa_mha_causal},
+    {"sdpa grouped-query 4/2 causal + key padding", NBA_BROADCAST, cat_sdpa, 3, {IN(2, 4, 8), IN(2, 4, 4), IN(2, 4, 4)}, &sdpa_gqa},
+    {"sdpa multi-query 3/1 cross, attn_mask, transposed k", NBA_STRIDED, cat_sdpa, 3, {IN(1, 3, 6), IN_T(1, 5, 2), IN(1, 5, 2)}, &sdpa_mqa},
+    {"sdpa memory-efficient, no mask, 2 row blocks", NBA_RANDOM, cat_sdpa, 3, {IN(1, 35, 4), IN(1, 6, 4), IN(1, 6, 4)}, &sdpa_me_none},
+    {"sdpa memory-efficient causal 4/2 over 40 rows", NBA_RANDOM, cat_sdpa, 3, {IN(1, 40, 8), IN(1, 40, 4), IN(1, 40, 4)}, &sdpa_me_causal},
+    {"sdpa memory-efficient causal + key padding, fully padded batch", NBA_BROADCAST, cat_sdpa, 3, {IN(2, 3, 4), IN(2, 3, 2), IN(2, 3, 2)}, &sdpa_me_pad},
+    {"sdpa memory-efficient attn_mask", NBA_BROADCAST, cat_sdpa, 3, {IN(1, 4, 4), IN(1, 5, 4), IN(1, 5, 4)}, &sdpa_me_attn_mask},
+    {"sdpa memory-efficient per-head mask, causal", NBA_RANDOM, cat_sdpa, 3, {IN(1, 4, 4), IN(1, 4, 4), IN(1, 4, 4)}, &sdpa_me_head_mask},
+};
+/* clang-format on */
+/* Sizes on both sides of each kernel switch (see above). */
+static const nba_golden_case attention_cases[] = {
+    {"q: [2,3,4]; k: [2,3,4]; v: [2,3,4]", "num_heads=2, causal=True, scale=0.5"},
+    {"q: [1,1,64]; k: [1,2,64]; v: [1,2,64]", "num_heads=1, causal=False, scale=0.125"},
+    {"q: [1,2,2]; k: [1,17,2]; v: [1,17,2]", "num_heads=1, causal=False, scale=0.5"},
+    {"q: [1,33,1]; k: [1,33,1]; v: [1,33,1]", "num_heads=1, causal=True, scale=0.7"},
+    {"q: [2,3,4]; k: [2,5,4]; v: [2,5,4]; mask: bool [[[[0,0,0,1,1]]],[[[1,1,1,1,1]]]]",
+     "num_heads=2, causal=False, scale=0.6"},
+    {"q: [2,3,4]; k: [2,3,4]; v: [2,3,4]; mask: bool [[0,0,1],[1,1,1],[0,1,0]]",
+     "num_heads=2, causal=True, scale=1.0"}};
+static const nba_golden attention_goldens[] = {
+    NBA_GOLDEN("f_attention", golden_f_attention,
+               "attention_ref(q, k, v, mask, num_heads, causal, scale)", attention_cases)};
+NBA_OP_DEF(nba_op_attention, "attention", attention_entries, attention_goldens);

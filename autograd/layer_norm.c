@@ -188,3 +188,61 @@ nb_tensor *nb_layer_norm(const nb_tensor *x, const nb_tensor *weight, const nb_t
     if (n) n->saved[0] = xc, n->saved[1] = w, n->saved[2] = mean, n->saved[3] = rstd;
     return y;
 }
+
+/* ---- test metadata (op_def.h) ---- */
+#include "op_def.h"
+
+static nb_tensor *cat_affine(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_layer_norm(in[0], in[1], in[2], 1e-5);
+}
+static nb_tensor *cat_plain(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_layer_norm(in[0], NULL, NULL, 1e-5);
+}
+static nb_tensor *cat_weight_only(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_layer_norm(in[0], in[1], NULL, 1e-5);
+}
+static nb_tensor *cat_bias_only(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_layer_norm(in[0], NULL, in[1], 1e-5);
+}
+
+/* Golden runner: inputs "x", optional "weight" and "bias", parameter "eps". */
+static int golden_layer_norm(nba_golden_call *c, nb_tensor **out) {
+    out[0] = nb_layer_norm(c->input(c, "x", true), c->input(c, "weight", false),
+                           c->input(c, "bias", false), c->number(c, "eps"));
+    return 1;
+}
+
+/* clang-format off */
+static const nba_entry layer_norm_entries[] = {
+    {"layer_norm [3,5] with weight and bias", NBA_RANDOM, cat_affine, 3, {IN(3, 5), IN(5), IN(5)}, NULL},
+    {"layer_norm [2,40] with weight and bias (f32: vector rows)", NBA_RANDOM, cat_affine, 3, {IN(2, 40), IN(40), IN(40)}, NULL},
+    {"layer_norm over 2 dims: [2,3,4], weight/bias [3,4]", NBA_STRIDED, cat_affine, 3,
+     {IN_T(2, 3, 4), IN_S(3, 4), IN_T(3, 4)}, NULL},
+    {"layer_norm without weight or bias, transposed [4,6]", NBA_STRIDED, cat_plain, 1, {IN_T(4, 6)}, NULL},
+    {"layer_norm without weight or bias, sliced [2,3,4]", NBA_STRIDED, cat_plain, 1, {IN_S(2, 3, 4)}, NULL},
+    {"layer_norm weight only [3,4]", NBA_STRIDED, cat_weight_only, 2, {IN(3, 4), IN_S(4)}, NULL},
+    {"layer_norm bias only [3,4]", NBA_STRIDED, cat_bias_only, 2, {IN_T(3, 4), IN(4)}, NULL},
+};
+/* clang-format on */
+/* Over one element x - mean is exactly 0, and so are the x and weight gradients; PyTorch's
+ * float32 backward leaves ~4e-6 of rounding there, so that f32 case comes from float64. */
+static const nba_golden_case layer_norm_cases[] = {
+    {"x: [4,6]; weight: [6]; bias: [6]", "eps=1e-5"},
+    {"x: [2,3,6]; weight: [6]; bias: [6]", "eps=1e-5"},
+    {"x: [2,3,4]; weight: [3,4]; bias: [3,4]", "eps=1e-3"},
+    {"x: [4,6]", "eps=1e-5"},
+    {"x: [3,5]; weight: [5]", "eps=1e-6"},
+    {"x: [3,5]; bias: [5]", "eps=1e-5"},
+    {"x: [2,1]; weight: [1]; bias: [1]", "eps=1e-5, _f32_via_f64=True"}};
+static const nba_golden layer_norm_goldens[] = {
+    NBA_GOLDEN("layer_norm", golden_layer_norm,
+               "F.layer_norm(x, weight.shape if weight is not None else x.shape[-1:], weight, "
+               "bias, eps)",
+               layer_norm_cases)};
+NBA_OP_DEF(nba_op_layer_norm, "layer_norm", layer_norm_entries, layer_norm_goldens,
+           .not_applicable = {[NBA_BROADCAST] = "weight and bias have the normalized shape, as "
+                                                "in F.layer_norm: nothing broadcasts"});
