@@ -16,7 +16,7 @@
  * bitwise identical for any thread count. The softmax rows are the masked softmax's own
  * kernels (softmax_rows.h), so a fully blocked row gives zeros and zero gradient here too. */
 #include "node.h"
-#include "attention_small.h"
+#include "../tensor/kernels/attention_small.h"
 #include "softmax_rows.h"
 #include "../tensor/gemm.h"
 

@@ -1,5 +1,6 @@
 /* MultiHeadAttention, written the way the PyTorch tutorials write it. */
-#include "module.h"
+#include "nabla/nn.h"
+#include "tensor/nbt.h" /* nbt_error, nbt_shape */
 
 #include <math.h>
 
@@ -13,7 +14,7 @@ nb_mha *nb_mha_new(nb_module *parent, const char *name, int64_t d_in, int64_t d_
     if (d_out % num_heads != 0)
         return nbt_error("MultiHeadAttention", "d_out %lld is not divisible by num_heads %lld",
                          (long long)d_out, (long long)num_heads);
-    nb_mha *m = nbn_module_new(parent, name, "MultiHeadAttention", sizeof *m);
+    nb_mha *m = nb_module_new(parent, name, "MultiHeadAttention", sizeof *m);
     if (!m) return NULL;
     m->d_in = d_in;
     m->d_out = d_out;
@@ -24,7 +25,7 @@ nb_mha *nb_mha_new(nb_module *parent, const char *name, int64_t d_in, int64_t d_
         !(m->W_value = nb_linear_new(&m->base, "W_value", d_in, d_out, qkv_bias)) ||
         !(m->out_proj = nb_linear_new(&m->base, "out_proj", d_out, d_out, true)) ||
         !(m->dropout = nb_dropout_new(&m->base, "dropout", dropout)))
-        return NULL;
+        return nb_module_discard(&m->base);
     return m;
 }
 
@@ -112,13 +113,13 @@ nb_tensor *nb_mha_forward(nb_mha *m, const nb_tensor *x, const nb_mha_opts *opts
 
 nb_transformer_block *nb_transformer_block_new(nb_module *parent, const char *name, int64_t dim,
                                                int64_t num_heads, double dropout) {
-    nb_transformer_block *m = nbn_module_new(parent, name, "TransformerBlock", sizeof *m);
+    nb_transformer_block *m = nb_module_new(parent, name, "TransformerBlock", sizeof *m);
     if (!m) return NULL;
     if (!(m->norm1 = nb_layernorm_new(&m->base, "norm1", dim)) ||
         !(m->attn = nb_mha_new(&m->base, "attn", dim, dim, num_heads, false, dropout)) ||
         !(m->norm2 = nb_layernorm_new(&m->base, "norm2", dim)) ||
         !(m->ff = nb_feedforward_new(&m->base, "ff", dim, 4 * dim)))
-        return NULL;
+        return nb_module_discard(&m->base);
     return m;
 }
 

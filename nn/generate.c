@@ -1,6 +1,7 @@
 /* generate(): a prompt continued token by token through a KV cache, with greedy, temperature,
  * top-k and top-p (nucleus) choices from a seeded generator. */
-#include "module.h"
+#include "nabla/module.h"
+#include "tensor/nbt.h"
 #include "nabla/generate.h"
 
 #include <math.h>

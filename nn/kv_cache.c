@@ -3,7 +3,8 @@
  * (linear, layer norm, GELU) with grad mode off; the attention of a few new queries against
  * the cached keys is a small kernel of its own below, one (sequence, head, query) row at a
  * time through the GEMM's row and dot kernels. */
-#include "module.h"
+#include "nabla/module.h"
+#include "tensor/nbt.h"
 #include "nabla/generate.h"
 #include "tensor/gemm.h"
 #include "tensor/vecmath.h"

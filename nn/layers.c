@@ -1,14 +1,16 @@
 /* LayerNorm, Embedding, Dropout and the GELU feed-forward block. */
-#include "module.h"
+#include "nabla/nn.h"
+#include "tensor/nbt.h" /* nbt_error, nbt_shape */
 
 nb_layernorm *nb_layernorm_new(nb_module *parent, const char *name, int64_t dim) {
     if (dim <= 0) return nbt_error("LayerNorm", "dim must be positive, got %lld", (long long)dim);
-    nb_layernorm *m = nbn_module_new(parent, name, "LayerNorm", sizeof *m);
+    nb_layernorm *m = nb_module_new(parent, name, "LayerNorm", sizeof *m);
     if (!m) return NULL;
     m->eps = 1e-5;
-    m->weight = nbn_param_fill(&m->base, "weight", NB_SHAPE(dim), 1.0);
-    m->bias = nbn_param_fill(&m->base, "bias", NB_SHAPE(dim), 0.0);
-    return m->weight && m->bias ? m : NULL;
+    if (!(m->weight = nb_module_add_param(&m->base, "weight", NB_SHAPE(dim), nb_init_ones())) ||
+        !(m->bias = nb_module_add_param(&m->base, "bias", NB_SHAPE(dim), nb_init_zeros())))
+        return nb_module_discard(&m->base);
+    return m;
 }
 
 nb_tensor *nb_layernorm_forward(nb_layernorm *m, const nb_tensor *x) {
@@ -21,10 +23,10 @@ nb_embedding_layer *nb_embedding_new(nb_module *parent, const char *name, int64_
     if (num <= 0 || dim <= 0)
         return nbt_error("Embedding", "sizes must be positive, got %lld x %lld", (long long)num,
                          (long long)dim);
-    nb_embedding_layer *m = nbn_module_new(parent, name, "Embedding", sizeof *m);
+    nb_embedding_layer *m = nb_module_new(parent, name, "Embedding", sizeof *m);
     if (!m) return NULL;
-    m->weight = nbn_param_normal(&m->base, "weight", NB_SHAPE(num, dim));
-    return m->weight ? m : NULL;
+    m->weight = nb_module_add_param(&m->base, "weight", NB_SHAPE(num, dim), nb_init_embedding());
+    return m->weight ? m : nb_module_discard(&m->base);
 }
 
 nb_tensor *nb_embedding_forward(nb_embedding_layer *m, const nb_tensor *indices) {
@@ -34,26 +36,27 @@ nb_tensor *nb_embedding_forward(nb_embedding_layer *m, const nb_tensor *indices)
 
 nb_dropout_layer *nb_dropout_new(nb_module *parent, const char *name, double p) {
     if (!(p >= 0 && p < 1)) return nbt_error("Dropout", "p must be in [0, 1), got %g", p);
-    nb_dropout_layer *m = nbn_module_new(parent, name, "Dropout", sizeof *m);
+    nb_dropout_layer *m = nb_module_new(parent, name, "Dropout", sizeof *m);
     if (!m) return NULL;
     m->p = p;
-    nb_rng_seed(&m->rng, nb_rng_next(&m->base.root->rng));
+    nb_rng_seed(&m->rng, nb_rng_next(nb_module_rng(&m->base)));
     return m;
 }
 
 nb_tensor *nb_dropout_forward(nb_dropout_layer *m, const nb_tensor *x) {
     if (!m) return nbt_error("Dropout", "NULL module");
-    if (!m->base.training || m->p == 0) return (nb_tensor *)x;
+    if (!nb_module_is_training(&m->base) || m->p == 0) return (nb_tensor *)x;
     return nb_dropout(x, m->p, true, &m->rng);
 }
 
 nb_feedforward *nb_feedforward_new(nb_module *parent, const char *name, int64_t dim,
                                    int64_t hidden) {
-    nb_feedforward *m = nbn_module_new(parent, name, "FeedForward", sizeof *m);
+    nb_feedforward *m = nb_module_new(parent, name, "FeedForward", sizeof *m);
     if (!m) return NULL;
-    m->fc1 = nb_linear_new(&m->base, "fc1", dim, hidden, true);
-    m->fc2 = m->fc1 ? nb_linear_new(&m->base, "fc2", hidden, dim, true) : NULL;
-    return m->fc2 ? m : NULL;
+    if (!(m->fc1 = nb_linear_new(&m->base, "fc1", dim, hidden, true)) ||
+        !(m->fc2 = nb_linear_new(&m->base, "fc2", hidden, dim, true)))
+        return nb_module_discard(&m->base);
+    return m;
 }
 
 nb_tensor *nb_feedforward_forward(nb_feedforward *m, const nb_tensor *x) {

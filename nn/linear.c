@@ -1,21 +1,22 @@
 /* Linear: y = x W^T + b. */
-#include "module.h"
-
-#include <math.h>
+#include "nabla/nn.h"
+#include "tensor/nbt.h" /* nbt_error, nbt_shape */
 
 nb_linear *nb_linear_new(nb_module *parent, const char *name, int64_t in, int64_t out,
                          bool bias) {
     if (in <= 0 || out <= 0)
         return nbt_error("Linear", "features must be positive, got in %lld out %lld",
                          (long long)in, (long long)out);
-    nb_linear *m = nbn_module_new(parent, name, "Linear", sizeof *m);
+    nb_linear *m = nb_module_new(parent, name, "Linear", sizeof *m);
     if (!m) return NULL;
     m->in_features = in;
     m->out_features = out;
-    double bound = 1.0 / sqrt((double)in);
-    m->weight = nbn_param_uniform(&m->base, "weight", NB_SHAPE(out, in), bound);
-    if (bias) m->bias = nbn_param_uniform(&m->base, "bias", NB_SHAPE(out), bound);
-    if (!m->weight || (bias && !m->bias)) return NULL;
+    /* PyTorch's default for both: uniform in +-1/sqrt(in); the weight first. */
+    m->weight = nb_module_add_param(&m->base, "weight", NB_SHAPE(out, in), nb_init_linear(in));
+    if (!m->weight) return nb_module_discard(&m->base);
+    if (bias && !(m->bias = nb_module_add_param(&m->base, "bias", NB_SHAPE(out),
+                                                nb_init_linear(in))))
+        return nb_module_discard(&m->base);
     return m;
 }
 

@@ -1,30 +1,22 @@
-/* Checkpoints of a module's parameters in the safetensors format. */
-#include "module.h"
+/* Checkpoints of a module's parameters and buffers in the safetensors format. */
+#include "module_tree.h"
 #include "nabla/optim.h"
 
 #include <stdlib.h>
 
-/* The subtree's parameters as a heap array the caller frees; NULL with an error. */
-static nb_param *all_params(const nb_module *m, int *n) {
-    *n = nb_module_param_count(m);
-    nb_param *p = malloc(sizeof *p * (size_t)(*n ? *n : 1));
-    if (!p) return nbt_error("module_save", "out of memory");
-    nb_module_params(m, p, *n);
-    return p;
-}
-
-/* The parameters, then (if opt) the optimizer's state under "optim.", as one list the caller
- * frees; NULL with an error. */
+/* The subtree's parameters, then its buffers, then (if opt) the optimizer's state under
+ * "optim.", as one heap list the caller frees; NULL with an error. */
 static nb_param *checkpoint_entries(const nb_module *m, nb_optimizer *opt, int *n) {
-    int np;
-    nb_param *p = all_params(m, &np);
+    int np = nb_module_param_count(m), nb = nb_module_buffer_count(m);
     const nb_named_tensor *state = NULL;
     int ns = opt ? nb_optimizer_state(opt, "optim.", &state) : 0;
-    if (!p || ns < 0) return free(p), NULL;
-    nb_param *all = realloc(p, sizeof *all * (size_t)(np + ns + 1));
-    if (!all) return free(p), nbt_error("module_save", "out of memory");
-    for (int i = 0; i < ns; i++) all[np + i] = state[i];
-    *n = np + ns;
+    if (ns < 0) return NULL;
+    nb_param *all = malloc(sizeof *all * (size_t)(np + nb + ns + 1));
+    if (!all) return nbt_error("module_save", "out of memory");
+    nb_module_params(m, all, np);
+    nb_module_buffers(m, all + np, nb);
+    for (int i = 0; i < ns; i++) all[np + nb + i] = state[i];
+    *n = np + nb + ns;
     return all;
 }
 
@@ -50,4 +42,6 @@ bool nb_module_save(const nb_module *m, const char *path) {
     return nb_module_save_with(m, NULL, path);
 }
 
-bool nb_module_load(nb_module *m, const char *path) { return nb_module_load_with(m, NULL, path); }
+bool nb_module_load(nb_module *m, const char *path) {
+    return nb_module_load_with(m, NULL, path);
+}

@@ -1,5 +1,6 @@
 /* A small GPT-style transformer: embeddings, pre-LN blocks, final norm, vocabulary head. */
-#include "module.h"
+#include "nabla/nn.h"
+#include "tensor/nbt.h" /* nbt_error, nbt_shape */
 
 #include <stdio.h>
 
@@ -8,7 +9,7 @@ nb_transformer_lm *nb_transformer_lm_new(nb_module *parent, const char *name, in
                                          int layers, double dropout) {
     if (layers < 1 || layers > 16)
         return nbt_error("TransformerLM", "layers must be 1 to 16, got %d", layers);
-    nb_transformer_lm *m = nbn_module_new(parent, name, "TransformerLM", sizeof *m);
+    nb_transformer_lm *m = nb_module_new(parent, name, "TransformerLM", sizeof *m);
     if (!m) return NULL;
     m->vocab = vocab;
     m->max_len = max_len;
@@ -18,17 +19,17 @@ nb_transformer_lm *nb_transformer_lm_new(nb_module *parent, const char *name, in
     if (!(m->tok_emb = nb_embedding_new(&m->base, "tok_emb", vocab, dim)) ||
         !(m->pos_emb = nb_embedding_new(&m->base, "pos_emb", max_len, dim)) ||
         !(m->blocks_container = nb_module_container(&m->base, "blocks")))
-        return NULL;
+        return nb_module_discard(&m->base);
     for (int i = 0; i < layers; i++) {
         char idx[16];
         snprintf(idx, sizeof idx, "%d", i);
         if (!(m->blocks[i] =
                   nb_transformer_block_new(m->blocks_container, idx, dim, num_heads, dropout)))
-            return NULL;
+            return nb_module_discard(&m->base);
     }
     if (!(m->norm_f = nb_layernorm_new(&m->base, "norm_f", dim)) ||
         !(m->head = nb_linear_new(&m->base, "head", dim, vocab, true)))
-        return NULL;
+        return nb_module_discard(&m->base);
     return m;
 }
 

@@ -5,16 +5,32 @@
 
 static _Thread_local char last_error[1024];
 
-const char *nb_last_error(void) { return last_error; }
+const char *nb_last_error(void) {
+    return last_error;
+}
 
-void nb_clear_error(void) { last_error[0] = '\0'; }
+void nb_clear_error(void) {
+    last_error[0] = '\0';
+}
+
+static void record(const char *op, const char *fmt, va_list ap) {
+    int n = snprintf(last_error, sizeof last_error, "%s: ", op ? op : "(unnamed)");
+    if (n < 0 || (size_t)n >= sizeof last_error) return;
+    vsnprintf(last_error + n, sizeof last_error - (size_t)n, fmt ? fmt : "", ap);
+}
 
 void *nbt_error(const char *op, const char *fmt, ...) {
-    int n = snprintf(last_error, sizeof last_error, "%s: ", op);
-    if (n < 0 || (size_t)n >= sizeof last_error) return NULL;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error + n, sizeof last_error - (size_t)n, fmt, ap);
+    record(op, fmt, ap);
+    va_end(ap);
+    return NULL;
+}
+
+void *nb_error(const char *op, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    record(op, fmt, ap);
     va_end(ap);
     return NULL;
 }
@@ -36,6 +52,10 @@ const char *nbt_dims(int ndim, const int64_t *shape) {
 const char *nbt_shape(const nb_tensor *t) {
     if (!t) return "(null)";
     return nbt_dims(t->ndim, t->shape);
+}
+
+const char *nb_shape_text(const nb_tensor *t) {
+    return nbt_shape(t);
 }
 
 char *nb_shape_str(const nb_tensor *t, char *buf, size_t len) {

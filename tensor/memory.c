@@ -286,6 +286,16 @@ nb_tensor *nb_keep(nb_tensor *t) {
     return t;
 }
 
+void nbt_release(nb_tensor *t) {
+    if (!t) return;
+    if (t->grad && t->grad->scope) {
+        unlink_tensor(t->grad);
+        release_tensor(t->grad);
+    }
+    unlink_tensor(t);
+    release_tensor(t);
+}
+
 int64_t nb_scope_tensor_count(void) { return current->count; }
 
 void nb_shutdown(void) {

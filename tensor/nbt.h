@@ -36,6 +36,9 @@ nb_tensor *nbt_alias(const nb_tensor *t, int ndim, const int64_t *shape, const i
                      int64_t offset);
 /* A new tensor in scope s (used for leaf grads, which live with their leaf). */
 nb_tensor *nbt_new_in(nb_scope *s, const char *op, nb_dtype dt, int ndim, const int64_t *shape);
+/* Releases t (and its leaf gradient) now instead of at its scope's end. Nothing may use t
+ * afterwards (a module constructor that failed releases its parameters this way). */
+void nbt_release(nb_tensor *t);
 void nbt_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 /* Checks ndim <= 8, sizes >= 0 and that numel * elemsize fits; sets an error naming op. */
 bool nbt_check_shape(const char *op, int ndim, const int64_t *shape, nb_dtype dt);

@@ -7,8 +7,10 @@
 #include "nabla/autograd.h"
 #include "nabla/ops.h"
 #include "nabla/checkpoint.h"
+#include "nabla/module.h"
 #include "nabla/nn.h"
 #include "nabla/optim.h"
 #include "nabla/generate.h"
+#include "nabla/dist.h"
 
 #endif

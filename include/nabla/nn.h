@@ -1,80 +1,22 @@
-/* nabla nn: modules with named parameters, and the transformer pieces built from them.
+/* nabla nn: the built-in layers and transformer pieces, each a module made with the public
+ * module API of nabla/module.h (the model tree, parameters, buffers, checkpoints).
  *
- * A model is a tree of modules under a root made by nb_model_new. The root owns a scope that
- * holds every parameter, its gradient and (through nb_module_params) what optimizers and
- * checkpoints see; nb_module_free(root) releases all of it. Forward functions create their
- * results in the current scope, so a training step inside nb_scope_begin/end leaves nothing
- * behind but updated parameters and gradients. */
+ * Constructors take the parent module and a local name, and are all-or-nothing: on failure
+ * they return NULL with an error and leave the model as it was. Forward functions create
+ * their results in the current scope, so a training step inside nb_scope_begin/end leaves
+ * nothing behind but updated parameters and gradients. */
 #ifndef NABLA_NN_H
 #define NABLA_NN_H
 
 #include "nabla/autograd.h"
 #include "nabla/checkpoint.h"
+#include "nabla/module.h"
 #include "nabla/ops.h"
 #include "nabla/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct nb_module nb_module;
-
-/* A parameter and its dotted name ("blocks.0.attn.W_query.weight"). */
-typedef nb_named_tensor nb_param;
-
-struct nb_module {
-    const char *type; /* "Linear", "MultiHeadAttention", ... */
-    char *path;       /* dotted path from the root ("" for the root itself) */
-    nb_module *root, *parent;
-    nb_module **children;
-    int nchildren, cap_children;
-    nb_param *params; /* this module's own parameters, full dotted names */
-    int nparams, cap_params;
-    bool training;
-    /* root only */
-    nb_scope *scope;
-    nb_rng rng;
-    nb_dtype dtype;
-};
-
-/* ---- Models and the module tree ------------------------------------------------------ */
-/* A root module (type "Model") whose descendants draw their initial values from a generator
- * seeded with seed and hold parameters of dtype dt. Caller owns; free with nb_module_free. */
-nb_module *nb_model_new(nb_dtype dt, uint64_t seed);
-/* Frees the root's whole tree and every parameter, gradient and tensor in its scope.
- * Only roots can be freed; a child's memory belongs to its root. */
-void nb_module_free(nb_module *root);
-/* A plain container child (for grouping, e.g. "blocks"); owned by the root. */
-nb_module *nb_module_container(nb_module *parent, const char *name);
-
-/* Number of parameter tensors in m's subtree, and their total element count. */
-int nb_module_param_count(const nb_module *m);
-int64_t nb_module_numel(const nb_module *m);
-/* Fills out (capacity max) with m's subtree's parameters in a stable order: a module's own
- * parameters in creation order, then its children depth-first in creation order. Names and
- * tensors are owned by the model. Returns the count, or -1 with an error if max is too small. */
-int nb_module_params(const nb_module *m, nb_param *out, int max);
-/* The parameter with this dotted name, or NULL with an error. Owned by the model. */
-nb_tensor *nb_module_param(const nb_module *m, const char *name);
-/* Zeroes every parameter gradient in the subtree (keeps the buffers). */
-void nb_module_zero_grad(nb_module *m);
-/* Training mode (dropout active) or evaluation mode, for the whole subtree. */
-void nb_module_train(nb_module *m, bool training);
-/* Saves every parameter of m's subtree under its dotted name to a safetensors file (written
- * to a temporary file and renamed, so a failed save leaves an older file intact). */
-bool nb_module_save(const nb_module *m, const char *path);
-/* Loads every parameter of m's subtree from a safetensors file written by nb_module_save or
- * PyTorch (same names, dtypes and shapes, nothing extra). On any problem returns false with
- * an error and leaves every parameter unchanged. */
-bool nb_module_load(nb_module *m, const char *path);
-/* The same with an optimizer's state too (moments, step counts), stored under "optim." names
- * next to the parameters, so training can resume exactly. opt may be NULL. Loading is
- * all-or-nothing across parameters and optimizer state alike. */
-typedef struct nb_optimizer nb_optimizer;
-bool nb_module_save_with(const nb_module *m, nb_optimizer *opt, const char *path);
-bool nb_module_load_with(nb_module *m, nb_optimizer *opt, const char *path);
-/* Prints a table of names, shapes and counts. */
-void nb_module_fprint(FILE *f, const nb_module *m);
 
 /* ---- Layers ------------------------------------------------------------------------------ */
 /* y = x W^T + b, with W [out, in] and b [out] uniform in +-1/sqrt(in) (PyTorch's default). */

@@ -51,6 +51,16 @@ struct nb_tensor {
 /* Message of the most recent failed call on this thread ("" if none). Owned by nabla. */
 const char *nb_last_error(void);
 void nb_clear_error(void);
+/* Records "op: message" (printf-style) as this thread's last error, as nabla's own ops and
+ * modules do; for user ops and modules. Always returns NULL, for `return nb_error(...);`. */
+void *nb_error(const char *op, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* "[2, 3]" for t ("(null)" for NULL), for error messages. The text lives in a small rotating
+ * thread-local buffer: valid for the next few calls only. Owned by nabla. */
+const char *nb_shape_text(const nb_tensor *t);
 
 /* ---- Scopes ----------------------------------------------------------------------------- */
 /* Opens a scope on the thread's scope stack; tensors created until the matching end live in it. */

@@ -1,0 +1,93 @@
+/* nabla dist: data-parallel training across processes with MPI (Open MPI).
+ *
+ * Every rank holds the whole model, draws its own micro-batch, and after backward the ranks
+ * average their gradients, so every rank takes the same optimizer step and keeps
+ * bitwise-identical parameters. Without MPI (nabla built with -Dmpi=disabled, or a program
+ * started without mpirun) the world is one process and every call below behaves as the
+ * one-rank case: the same program runs unchanged.
+ *
+ * Determinism: gradients are summed in rank order, each element starting from zero
+ * (0 + g_0 + g_1 + ...), then scaled by 1 / (ranks * micro-batches). A gradient reducer that
+ * accumulates K micro-batches in one process does exactly the same arithmetic, so N ranks
+ * with one micro-batch each give bit for bit the result of one process accumulating N
+ * micro-batches of the same size, in the same order.
+ *
+ * Faults: MPI errors are returned as nabla errors (MPI_ERRORS_RETURN), never aborts inside
+ * MPI; every collective waits at most the timeout (nb_dist_set_timeout) for the other ranks,
+ * so a rank that died or hangs makes the others fail with a message instead of hanging.
+ * Programs stop the whole job with nb_dist_abort. */
+#ifndef NABLA_DIST_H
+#define NABLA_DIST_H
+
+#include "nabla/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* True when nabla was built with MPI support. */
+bool nb_dist_built_with_mpi(void);
+/* Starts MPI (once; later calls do nothing) and reads NABLA_DIST_TIMEOUT (seconds). argc and
+ * argv may be NULL. Without MPI support this only sets up a world of one. Returns false with
+ * an error if MPI fails to start. */
+bool nb_dist_init(int *argc, char ***argv);
+/* Shuts MPI down after the last collective; a no-op without MPI or before nb_dist_init. */
+void nb_dist_finalize(void);
+/* This process's rank in [0, world size) and the number of ranks (0 and 1 before init). */
+int nb_dist_rank(void);
+int nb_dist_world_size(void);
+/* How long a collective waits for the other ranks before failing (default 300 s, or the
+ * NABLA_DIST_TIMEOUT environment variable). False with an error unless seconds > 0. */
+bool nb_dist_set_timeout(double seconds);
+/* Prints "rank R: msg" to stderr and ends every rank of the job with exit code `code`
+ * (MPI_Abort under MPI, exit otherwise). */
+_Noreturn void nb_dist_abort(int code, const char *msg);
+
+/* ---- Collectives (every rank must call them in the same order) ------------------------- */
+/* True on every rank exactly when ok is true on every rank. On a communication failure
+ * returns false with an error. */
+bool nb_dist_all_ok(bool ok);
+/* Replaces v[0..n) on every rank by the sum over ranks, added in rank order starting from 0. */
+bool nb_dist_sum_doubles(double *v, int n);
+/* Copies rank 0's values of the n tensors into every rank's (contiguous float, int or bool
+ * tensors of the same dtype and shape on every rank; checked first: a mismatch is an error on
+ * every rank, naming the tensor's index). */
+bool nb_dist_broadcast(int n, nb_tensor *const *tensors);
+
+/* ---- Modules --------------------------------------------------------------------------- */
+/* Checks that every rank built the same model: the names, dtypes and shapes of m's
+ * parameters are hashed and compared; on a difference every rank returns false with an error
+ * naming the first differing parameter and both ranks' versions of it. */
+bool nb_dist_check_module(const nb_module *m);
+/* nb_dist_check_module, then copies rank 0's parameters into every rank's model (at start,
+ * and after rank 0 loaded a checkpoint). */
+bool nb_dist_broadcast_module(nb_module *m);
+
+/* ---- Gradient averaging -------------------------------------------------------------- */
+/* Averages the gradients of a fixed list of parameters over micro-batches and ranks, through
+ * preallocated buckets of about bucket_bytes (one exchange per bucket, not per tensor; <= 0
+ * for 4 MiB). Parameters are bucketed in reverse order, the order backward finishes them.
+ * Owns its buffers; no allocation after creation. */
+typedef struct nb_grad_reducer nb_grad_reducer;
+/* params: float leaves of one dtype that require grad (copied array; they must outlive the
+ * reducer). Gives every parameter a zeroed gradient if it has none yet. Caller frees with
+ * nb_grad_reducer_free; NULL with an error on bad input. */
+nb_grad_reducer *nb_grad_reducer_new(nb_tensor *const *params, int n, double bucket_bytes);
+void nb_grad_reducer_free(nb_grad_reducer *r);
+/* Adds the parameters' current gradients into the reducer's running sum (elementwise, in call
+ * order, starting from zero) and zeroes the gradients: call it after each micro-batch's
+ * backward. */
+bool nb_grad_reducer_add(nb_grad_reducer *r);
+/* Sums the running sums over ranks in rank order, writes sum / (ranks * micro-batches) into
+ * every parameter's gradient on every rank, and resets the running sum. With one rank and one
+ * micro-batch the gradients come back unchanged. False with an error (gradients unchanged on
+ * this rank) if no micro-batch was added or the exchange fails or times out. */
+bool nb_grad_reducer_finish(nb_grad_reducer *r);
+/* Number of buckets, and the bytes exchanged per rank per finish (for benchmarks). */
+int nb_grad_reducer_buckets(const nb_grad_reducer *r);
+int64_t nb_grad_reducer_bytes(const nb_grad_reducer *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

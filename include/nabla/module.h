@@ -1,0 +1,180 @@
+/* nabla modules: the model tree, parameters, buffers and checkpoints, for built-in and user
+ * modules alike (every layer in nabla/nn.h is written with this header only).
+ *
+ * A model is a tree of modules under a root made by nb_model_new. The root owns a scope that
+ * holds every parameter, its gradient and every buffer; nb_module_free(root) releases all of
+ * it. A module is a C struct whose first member is nb_module:
+ *
+ *     typedef struct { nb_module base; nb_tensor *weight; } my_scale;
+ *     my_scale *my_scale_new(nb_module *parent, const char *name, int64_t dim) {
+ *         my_scale *m = nb_module_new(parent, name, "Scale", sizeof *m);
+ *         if (!m) return NULL;
+ *         m->weight = nb_module_add_param(&m->base, "weight", NB_SHAPE(dim), nb_init_ones());
+ *         if (!m->weight) return nb_module_discard(&m->base);
+ *         return m;
+ *     }
+ *
+ * Parameters are trainable (requires_grad, returned by nb_module_params, so optimizers,
+ * zero_grad, save and load see them). Buffers are state that is saved and loaded with the
+ * parameters but never trained or zeroed (PyTorch's register_buffer): masks, running
+ * statistics, rotary tables. Constructors are all-or-nothing: a constructor that fails after
+ * nb_module_new calls nb_module_discard, which removes the module and everything made under
+ * it, so a failed constructor leaves the model as it was. */
+#ifndef NABLA_MODULE_H
+#define NABLA_MODULE_H
+
+#include "nabla/checkpoint.h"
+#include "nabla/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nb_module nb_module;
+
+/* A parameter or buffer and its dotted name ("blocks.0.attn.W_query.weight"). */
+typedef nb_named_tensor nb_param;
+
+/* Embed as the first member of a module struct. Read it through the nb_module_* accessors;
+ * the fields are the library's bookkeeping. */
+struct nb_module {
+    char *type; /* "Linear", "MultiHeadAttention", ... */
+    char *path; /* dotted path from the root ("" for the root itself) */
+    nb_module *root, *parent;
+    nb_module **children;
+    int nchildren, cap_children;
+    nb_param *params; /* this module's own parameters, full dotted names */
+    int nparams, cap_params;
+    nb_param *buffers; /* this module's own buffers, full dotted names */
+    int nbuffers, cap_buffers;
+    bool training;
+    /* root only */
+    nb_scope *scope;
+    nb_rng rng;
+    nb_dtype dtype;
+};
+
+/* ---- Models and the module tree ------------------------------------------------------ */
+/* A root module (type "Model") whose descendants draw their initial values from a generator
+ * seeded with seed and hold parameters of dtype dt. Caller owns; free with nb_module_free. */
+nb_module *nb_model_new(nb_dtype dt, uint64_t seed);
+/* Frees the root's whole tree and every parameter, gradient and buffer in its scope.
+ * Only roots can be freed; a child's memory belongs to its root. */
+void nb_module_free(nb_module *root);
+/* Allocates a zeroed module struct of `size` bytes (at least sizeof(nb_module); its first
+ * member is the nb_module) as child `name` of parent, with type name `type` (copied) and
+ * training mode inherited. The name must be non-empty without '.', and unique among the
+ * parent's children, parameters and buffers. Owned by the root; NULL with an error naming
+ * type and path. */
+void *nb_module_new(nb_module *parent, const char *name, const char *type, size_t size);
+/* A plain container child (for grouping, e.g. "blocks"); owned by the root. */
+nb_module *nb_module_container(nb_module *parent, const char *name);
+/* For a constructor that fails after nb_module_new: detaches m from its parent and releases
+ * m, its children and all their parameters and buffers (the error message is kept). m must
+ * be the parent's most recent child and not a root. Always returns NULL, for
+ * `return nb_module_discard(&m->base);`. */
+void *nb_module_discard(nb_module *m);
+
+/* Accessors. Strings are owned by the module. */
+const char *nb_module_type(const nb_module *m);
+/* Dotted path from the root ("" for the root); use it in error messages. */
+const char *nb_module_path(const nb_module *m);
+nb_module *nb_module_parent(const nb_module *m); /* NULL for a root */
+nb_module *nb_module_root(const nb_module *m);
+/* Direct children in creation order: count, and child i (NULL with an error out of range). */
+int nb_module_child_count(const nb_module *m);
+nb_module *nb_module_child(const nb_module *m, int i);
+/* True in training mode (nb_module_train), false in evaluation mode. */
+bool nb_module_is_training(const nb_module *m);
+/* The dtype of the model's parameters. */
+nb_dtype nb_module_dtype(const nb_module *m);
+/* The model's seeded generator (e.g. to seed a module's own dropout generator). Owned by the
+ * root. */
+nb_rng *nb_module_rng(nb_module *m);
+
+/* ---- Parameters and buffers --------------------------------------------------------------- */
+/* How a new parameter is filled. Make one with the nb_init_* functions below. */
+typedef enum {
+    NB_INIT_CONSTANT, /* every element a */
+    NB_INIT_UNIFORM,  /* uniform in [a, b) */
+    NB_INIT_NORMAL    /* normal with mean a and standard deviation b */
+} nb_init_kind;
+typedef struct {
+    nb_init_kind kind;
+    double a, b;
+} nb_init;
+static inline nb_init nb_init_constant(double value) {
+    return (nb_init){NB_INIT_CONSTANT, value, 0};
+}
+static inline nb_init nb_init_zeros(void) {
+    return nb_init_constant(0);
+}
+static inline nb_init nb_init_ones(void) {
+    return nb_init_constant(1);
+}
+/* Uniform in [-bound, bound). */
+static inline nb_init nb_init_uniform(double bound) {
+    return (nb_init){NB_INIT_UNIFORM, -bound, bound};
+}
+static inline nb_init nb_init_normal(double mean, double std) {
+    return (nb_init){NB_INIT_NORMAL, mean, std};
+}
+/* PyTorch's nn.Linear default for weight and bias alike: kaiming_uniform(a=sqrt(5)) on the
+ * weight is uniform in +-1/sqrt(fan_in), and the bias uses the same bound. */
+nb_init nb_init_linear(int64_t fan_in);
+/* PyTorch's nn.Embedding default: N(0, 1). */
+static inline nb_init nb_init_embedding(void) {
+    return nb_init_normal(0, 1);
+}
+
+/* A new parameter `name` of m: a tensor of the model's dtype and this shape in the root's
+ * scope, filled by init from the model's generator, requires_grad set. Owned by the model;
+ * NULL with an error naming m's path (bad init, duplicate name, out of memory). */
+nb_tensor *nb_module_add_param(nb_module *m, const char *name, int ndim, const int64_t *shape,
+                               nb_init init);
+/* A new buffer `name` of m: a contiguous copy of value (any dtype; value is not kept) in the
+ * root's scope, without requires_grad. Saved and loaded with the parameters, printed with
+ * them, never given to optimizers or zeroed. Update it in place (nb_copy_, nb_fill_). Owned by
+ * the model; NULL with an error naming m's path. */
+nb_tensor *nb_module_add_buffer(nb_module *m, const char *name, const nb_tensor *value);
+
+/* Number of parameter tensors in m's subtree, and their total element count. */
+int nb_module_param_count(const nb_module *m);
+int64_t nb_module_numel(const nb_module *m);
+/* Fills out (capacity max) with m's subtree's parameters in a stable order: a module's own
+ * parameters in creation order, then its children depth-first in creation order. Names and
+ * tensors are owned by the model. Returns the count, or -1 with an error if max is too small. */
+int nb_module_params(const nb_module *m, nb_param *out, int max);
+/* The parameter with this dotted name, or NULL with an error. Owned by the model. */
+nb_tensor *nb_module_param(const nb_module *m, const char *name);
+/* The same three for buffers. */
+int nb_module_buffer_count(const nb_module *m);
+int nb_module_buffers(const nb_module *m, nb_param *out, int max);
+nb_tensor *nb_module_buffer(const nb_module *m, const char *name);
+
+/* Zeroes every parameter gradient in the subtree (buffers are left alone). */
+void nb_module_zero_grad(nb_module *m);
+/* Training mode (dropout active) or evaluation mode, for the whole subtree. */
+void nb_module_train(nb_module *m, bool training);
+/* Prints a table of names, shapes and counts: parameters, then buffers marked (buffer). */
+void nb_module_fprint(FILE *f, const nb_module *m);
+
+/* ---- Checkpoints ------------------------------------------------------------------------ */
+/* Saves every parameter and buffer of m's subtree under its dotted name to a safetensors file
+ * (written to a temporary file and renamed, so a failed save leaves an older file intact). */
+bool nb_module_save(const nb_module *m, const char *path);
+/* Loads every parameter and buffer of m's subtree from a safetensors file written by
+ * nb_module_save or PyTorch's state_dict (same names, dtypes and shapes, nothing extra). On any
+ * problem returns false with an error and leaves every tensor unchanged. */
+bool nb_module_load(nb_module *m, const char *path);
+/* The same with an optimizer's state too (moments, step counts), stored under "optim." names
+ * next to the parameters, so training can resume exactly. opt may be NULL. Loading is
+ * all-or-nothing across parameters, buffers and optimizer state alike. */
+typedef struct nb_optimizer nb_optimizer;
+bool nb_module_save_with(const nb_module *m, nb_optimizer *opt, const char *path);
+bool nb_module_load_with(nb_module *m, nb_optimizer *opt, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

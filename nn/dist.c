@@ -1,0 +1,336 @@
+/* The MPI world, the small collectives, and checking and broadcasting a module's parameters.
+ * Without MPI (or without mpirun) the world is one rank and every collective is the identity. */
+#define _POSIX_C_SOURCE 200809L
+#include "dist_impl.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int world_rank = 0, world_size = 1;
+static double timeout_s = 300;
+#ifdef NABLA_HAVE_MPI
+static bool mpi_started; /* by nb_dist_init, so nb_dist_finalize ends it */
+static bool mpi_active;
+bool nbd_mpi_active(void) {
+    return mpi_active;
+}
+#endif
+
+bool nb_dist_built_with_mpi(void) {
+#ifdef NABLA_HAVE_MPI
+    return true;
+#else
+    return false;
+#endif
+}
+
+/* mpirun (Open MPI, or any PMI/PMIx launcher) tells its processes so in the environment; a
+ * program started on its own stays a world of one without paying MPI's start-up. */
+static bool launched_by_mpirun(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return true;
+    return false;
+}
+
+bool nb_dist_init(int *argc, char ***argv) {
+    const char *env = getenv("NABLA_DIST_TIMEOUT");
+    if (env) {
+        char *end;
+        double s = strtod(env, &end);
+        if (*end || !(s > 0) || s > 1e9)
+            return nbt_error("dist", "NABLA_DIST_TIMEOUT='%s' is not a number of seconds > 0",
+                             env) != NULL;
+        timeout_s = s;
+    }
+#ifdef NABLA_HAVE_MPI
+    if (mpi_active) return true;
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+        if (!launched_by_mpirun()) return true;
+        int provided, rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+        if (rc != MPI_SUCCESS) return nbd_mpi_error("MPI_Init_thread", rc);
+        mpi_started = true;
+    }
+    /* Errors come back as codes (turned into nabla errors), never as aborts inside MPI. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    mpi_active = true;
+#else
+    (void)argc, (void)argv;
+#endif
+    return true;
+}
+
+void nb_dist_finalize(void) {
+#ifdef NABLA_HAVE_MPI
+    if (mpi_started) MPI_Finalize();
+    mpi_started = mpi_active = false;
+    world_rank = 0;
+    world_size = 1;
+#endif
+}
+
+int nb_dist_rank(void) {
+    return world_rank;
+}
+int nb_dist_world_size(void) {
+    return world_size;
+}
+
+bool nb_dist_set_timeout(double seconds) {
+    if (!(seconds > 0) || seconds > 1e9)
+        return nbt_error("dist", "timeout must be a number of seconds > 0, got %g", seconds) !=
+               NULL;
+    timeout_s = seconds;
+    return true;
+}
+
+_Noreturn void nb_dist_abort(int code, const char *msg) {
+    fprintf(stderr, "rank %d: %s\n", world_rank, msg ? msg : "aborted");
+    fflush(stderr);
+#ifdef NABLA_HAVE_MPI
+    if (mpi_active) MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+    exit(code);
+}
+
+#ifdef NABLA_HAVE_MPI
+bool nbd_mpi_error(const char *what, int rc) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", rc);
+    nbt_error("dist", "rank %d: %s failed: %s", world_rank, what, text);
+    return false;
+}
+
+MPI_Datatype nbd_mpi_type(nb_dtype dt) {
+    return dt == NB_F32 ? MPI_FLOAT : dt == NB_F64 ? MPI_DOUBLE : MPI_BYTE;
+}
+
+/* Polls instead of blocking so a peer that died or hangs costs at most the timeout. Spins
+ * briefly (collectives between live ranks finish in microseconds), then sleeps 50 us a turn. */
+bool nbd_wait(int n, MPI_Request *reqs, const char *what) {
+    double deadline = MPI_Wtime() + timeout_s;
+    for (long turn = 0;; turn++) {
+        int done = 0, rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) return nbd_mpi_error(what, rc);
+        if (done) return true;
+        if (MPI_Wtime() > deadline) {
+            nbt_error("dist",
+                      "rank %d: %s timed out after %g s waiting for the other ranks (a rank "
+                      "died, failed or hangs)",
+                      world_rank, what, timeout_s);
+            return false;
+        }
+        if (turn > 2000) nanosleep(&(struct timespec){0, 50000}, NULL);
+    }
+}
+#endif
+
+bool nb_dist_all_ok(bool ok) {
+#ifdef NABLA_HAVE_MPI
+    if (mpi_active) {
+        int mine = ok ? 1 : 0, all = 0;
+        MPI_Request req;
+        int rc = MPI_Iallreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req);
+        if (rc != MPI_SUCCESS) return nbd_mpi_error("agreeing on success", rc);
+        if (!nbd_wait(1, &req, "agreeing on success")) return false;
+        return all == 1;
+    }
+#endif
+    return ok;
+}
+
+bool nb_dist_sum_doubles(double *v, int n) {
+    if (n < 0 || (n > 0 && !v)) return nbt_error("dist", "sum of %d doubles at %p", n, (void *)v);
+#ifdef NABLA_HAVE_MPI
+    if (mpi_active && world_size > 1 && n > 0) {
+        /* Gathered, then added in rank order on every rank: MPI's own sum may add in any order,
+         * which would make ranks disagree in the last bit. */
+        double local[256], *all = (int64_t)n * world_size <= 256
+                                      ? local
+                                      : malloc(sizeof *all * (size_t)n * (size_t)world_size);
+        if (!all) return nbt_error("dist", "out of memory gathering %d doubles", n);
+        MPI_Request req;
+        int rc = MPI_Iallgather(v, n, MPI_DOUBLE, all, n, MPI_DOUBLE, MPI_COMM_WORLD, &req);
+        bool ok = rc == MPI_SUCCESS ? nbd_wait(1, &req, "summing over ranks")
+                                    : nbd_mpi_error("summing over ranks", rc);
+        if (ok)
+            for (int i = 0; i < n; i++) {
+                double s = 0;
+                for (int r = 0; r < world_size; r++) s += all[(size_t)r * (size_t)n + (size_t)i];
+                v[i] = s;
+            }
+        if (all != local) free(all);
+        return ok;
+    }
+#endif
+    return true;
+}
+
+/* FNV-1a, to compare what each rank has without sending all of it. */
+static uint64_t fnv1a(uint64_t h, const void *data, size_t len) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+static uint64_t layout_hash(const nb_tensor *t) {
+    uint64_t h = fnv1a(0xcbf29ce484222325ULL, &t->dtype, sizeof t->dtype);
+    h = fnv1a(h, &t->ndim, sizeof t->ndim);
+    return fnv1a(h, t->shape, sizeof t->shape[0] * (size_t)t->ndim);
+}
+
+#ifdef NABLA_HAVE_MPI
+/* The first index where this rank's hashes differ from rank 0's, agreed on by every rank
+ * together with the lowest rank that differs there: *index = -1 when all agree. */
+static bool first_difference(int n, const uint64_t *hashes, int *index, int *rank) {
+    uint64_t count = (uint64_t)n;
+    MPI_Request req;
+    uint64_t root_count = count;
+    int rc = MPI_Ibcast(&root_count, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD, &req);
+    if (rc != MPI_SUCCESS || !nbd_wait(1, &req, "comparing models"))
+        return rc == MPI_SUCCESS ? false : nbd_mpi_error("comparing models", rc);
+    uint64_t *root = malloc(sizeof *root * (size_t)(root_count + 1));
+    if (!root) return nbt_error("dist", "out of memory comparing models") != NULL;
+    if (world_rank == 0) memcpy(root, hashes, sizeof *root * (size_t)n);
+    rc = MPI_Ibcast(root, (int)root_count, MPI_UINT64_T, 0, MPI_COMM_WORLD, &req);
+    bool ok = rc == MPI_SUCCESS ? nbd_wait(1, &req, "comparing models")
+                                : nbd_mpi_error("comparing models", rc);
+    int mine = INT_MAX;
+    if (ok) {
+        uint64_t common = count < root_count ? count : root_count;
+        for (uint64_t i = 0; i < common && mine == INT_MAX; i++)
+            if (hashes[i] != root[i]) mine = (int)i;
+        if (mine == INT_MAX && count != root_count) mine = (int)common;
+    }
+    free(root);
+    if (!ok) return false;
+    struct {
+        int index, rank;
+    } in = {mine, world_rank}, out;
+    rc = MPI_Iallreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD, &req);
+    if (rc != MPI_SUCCESS) return nbd_mpi_error("comparing models", rc);
+    if (!nbd_wait(1, &req, "comparing models")) return false;
+    *index = out.index == INT_MAX ? -1 : out.index;
+    *rank = out.rank;
+    return true;
+}
+
+/* Sends `text` (at most len bytes) from rank `from` to every rank. */
+static bool share_text(int from, char *text, int len) {
+    MPI_Request req;
+    int rc = MPI_Ibcast(text, len, MPI_CHAR, from, MPI_COMM_WORLD, &req);
+    if (rc != MPI_SUCCESS) return nbd_mpi_error("comparing models", rc);
+    return nbd_wait(1, &req, "comparing models");
+}
+#endif
+
+static void describe_param(const nb_param *p, int count, int i, char *buf, size_t len) {
+    if (i >= count) {
+        snprintf(buf, len, "no parameter #%d (%d in all)", i, count);
+        return;
+    }
+    char shape[128];
+    nb_shape_str(p[i].tensor, shape, sizeof shape);
+    snprintf(buf, len, "'%s' %s %s", p[i].name, nb_dtype_name(p[i].tensor->dtype), shape);
+}
+
+bool nb_dist_check_module(const nb_module *m) {
+    if (!m) return nbt_error("dist", "check_module: NULL module") != NULL;
+    int n = nb_module_param_count(m);
+    if (n < 0) return false;
+    nb_param *params = malloc(sizeof *params * (size_t)(n + 1));
+    uint64_t *hashes = malloc(sizeof *hashes * (size_t)(n + 1));
+    bool ok = params && hashes && nb_module_params(m, params, n) == n;
+    if (!params || !hashes) nbt_error("dist", "out of memory checking a model of %d tensors", n);
+    for (int i = 0; ok && i < n; i++)
+        hashes[i] = fnv1a(layout_hash(params[i].tensor), params[i].name, strlen(params[i].name));
+#ifdef NABLA_HAVE_MPI
+    ok = nb_dist_all_ok(ok);
+    int index = -1, rank = 0;
+    if (ok && mpi_active && world_size > 1) ok = first_difference(n, hashes, &index, &rank);
+    if (ok && index >= 0) {
+        char theirs[512] = "", root[512] = "";
+        describe_param(params, n, index, theirs, sizeof theirs);
+        describe_param(params, n, index, root, sizeof root);
+        ok = share_text(rank, theirs, sizeof theirs) && share_text(0, root, sizeof root);
+        if (ok) {
+            nbt_error("dist",
+                      "rank %d's model differs from rank 0's at parameter #%d: rank 0 has %s, "
+                      "rank %d has %s",
+                      rank, index, root, rank, theirs);
+            ok = false;
+        }
+    }
+#endif
+    free(params);
+    free(hashes);
+    return ok;
+}
+
+bool nb_dist_broadcast(int n, nb_tensor *const *tensors) {
+    if (n < 0 || (n > 0 && !tensors))
+        return nbt_error("dist", "broadcast of %d tensors", n) != NULL;
+    for (int i = 0; i < n; i++)
+        if (!tensors[i] || !nb_is_contiguous(tensors[i]))
+            return nbt_error("dist", "broadcast: tensor #%d is %s", i,
+                             tensors[i] ? "not contiguous" : "NULL") != NULL;
+#ifdef NABLA_HAVE_MPI
+    if (!mpi_active || world_size == 1) return nb_dist_all_ok(true);
+    uint64_t *hashes = malloc(sizeof *hashes * (size_t)(n + 1));
+    if (!nb_dist_all_ok(hashes != NULL)) {
+        free(hashes);
+        return nbt_error("dist", "out of memory broadcasting %d tensors", n) != NULL;
+    }
+    for (int i = 0; i < n; i++) hashes[i] = layout_hash(tensors[i]);
+    int index = -1, rank = 0;
+    bool ok = first_difference(n, hashes, &index, &rank);
+    free(hashes);
+    if (!ok) return false;
+    if (index >= 0)
+        return nbt_error("dist",
+                         "broadcast: tensor #%d has another dtype or shape on rank %d "
+                         "than on rank 0",
+                         index, rank) != NULL;
+    for (int i = 0; i < n; i++) {
+        /* MPI counts are ints: large tensors go in pieces of at most 1 GiB. */
+        char *p = nb_data(tensors[i]);
+        size_t left = (size_t)nb_numel(tensors[i]) * nb_dtype_size(tensors[i]->dtype);
+        while (left > 0) {
+            int piece = left > (1u << 30) ? (1 << 30) : (int)left;
+            MPI_Request req;
+            int rc = MPI_Ibcast(p, piece, MPI_BYTE, 0, MPI_COMM_WORLD, &req);
+            if (rc != MPI_SUCCESS) return nbd_mpi_error("broadcasting tensors", rc);
+            if (!nbd_wait(1, &req, "broadcasting tensors")) return false;
+            p += piece;
+            left -= (size_t)piece;
+        }
+    }
+#endif
+    return true;
+}
+
+bool nb_dist_broadcast_module(nb_module *m) {
+    if (!nb_dist_check_module(m)) return false;
+    int n = nb_module_param_count(m);
+    nb_param *params = malloc(sizeof *params * (size_t)(n + 1));
+    nb_tensor **ts = malloc(sizeof *ts * (size_t)(n + 1));
+    bool ok = params && ts && nb_module_params(m, params, n) == n;
+    for (int i = 0; ok && i < n; i++) ts[i] = params[i].tensor;
+    if (!nb_dist_all_ok(ok)) {
+        free(params);
+        free(ts);
+        return ok ? false : nbt_error("dist", "out of memory broadcasting a model") != NULL;
+    }
+    ok = nb_dist_broadcast(n, ts);
+    free(params);
+    free(ts);
+    return ok;
+}

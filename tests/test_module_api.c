@@ -1,0 +1,292 @@
+/* The public module API (nabla/module.h) as a user writes modules with it: a custom module
+ * with a parameter, a buffer and a child; initialisers; names; all-or-nothing constructors;
+ * buffers in checkpoints, optimizers, zero_grad and the printed table. */
+#include "harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* y = (x * gain) masked where `keep` is false, then a Linear. gain is a parameter, keep a
+ * buffer (like register_buffer('mask', ...)), proj a child. */
+typedef struct {
+    nb_module base;
+    nb_tensor *gain, *keep;
+    nb_linear *proj;
+} gated;
+
+static gated *gated_new(nb_module *parent, const char *name, int64_t dim) {
+    gated *m = nb_module_new(parent, name, "Gated", sizeof *m);
+    if (!m) return NULL;
+    nb_scope_begin();
+    nb_tensor *keep = nb_ones(NB_BOOL, NB_SHAPE(dim));
+    nb_set(keep, NB_IDX(0), 0); /* the first feature is dropped */
+    m->keep = nb_module_add_buffer(&m->base, "keep", keep);
+    nb_scope_end();
+    if (!m->keep ||
+        !(m->gain = nb_module_add_param(&m->base, "gain", NB_SHAPE(dim), nb_init_ones())) ||
+        !(m->proj = nb_linear_new(&m->base, "proj", dim, 2, true)))
+        return nb_module_discard(&m->base);
+    return m;
+}
+
+static nb_tensor *gated_forward(gated *m, const nb_tensor *x) {
+    nb_tensor *h = nb_mul(x, m->gain);
+    h = nb_mul(h, nb_to_dtype(m->keep, nb_module_dtype(&m->base)));
+    return nb_linear_forward(m->proj, h);
+}
+
+static void test_tree_names_and_accessors(void) {
+    nb_module *model = nb_model_new(NB_F64, 1);
+    nb_module *stack = nb_module_container(model, "stack");
+    gated *g = gated_new(stack, "g0", 4);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    CU_ASSERT_STRING_EQUAL(nb_module_path(&g->base), "stack.g0");
+    CU_ASSERT_STRING_EQUAL(nb_module_type(&g->base), "Gated");
+    CU_ASSERT_STRING_EQUAL(nb_module_path(model), "");
+    CU_ASSERT_PTR_EQUAL(nb_module_parent(&g->base), stack);
+    CU_ASSERT_PTR_EQUAL(nb_module_root(&g->base), model);
+    CU_ASSERT_EQUAL(nb_module_dtype(&g->base), NB_F64);
+    CU_ASSERT_EQUAL(nb_module_child_count(stack), 1);
+    CU_ASSERT_PTR_EQUAL(nb_module_child(stack, 0), &g->base);
+    CU_ASSERT_PTR_EQUAL(nb_module_child(&g->base, 0), &g->proj->base);
+    CU_ASSERT_PTR_NULL(nb_module_child(stack, 1));
+    NBT_ASSERT_ERROR("'stack' has 1 children, no child 1");
+    /* Parameters: gain, proj.weight, proj.bias; the buffer is not one of them. */
+    nb_param p[8];
+    CU_ASSERT_EQUAL(nb_module_params(model, p, 8), 3);
+    CU_ASSERT_STRING_EQUAL(p[0].name, "stack.g0.gain");
+    CU_ASSERT_STRING_EQUAL(p[1].name, "stack.g0.proj.weight");
+    CU_ASSERT_EQUAL(nb_module_numel(model), 4 + 8 + 2);
+    CU_ASSERT_EQUAL(nb_module_buffer_count(model), 1);
+    CU_ASSERT_EQUAL(nb_module_buffers(model, p, 8), 1);
+    CU_ASSERT_STRING_EQUAL(p[0].name, "stack.g0.keep");
+    CU_ASSERT_PTR_EQUAL(nb_module_buffer(model, "stack.g0.keep"), g->keep);
+    CU_ASSERT_FALSE(g->keep->requires_grad);
+    CU_ASSERT_EQUAL(g->keep->dtype, NB_BOOL);
+    NBT_ASSERT_VALUES(g->keep, 0, 0, 1, 1, 1);
+    CU_ASSERT_PTR_NULL(nb_module_buffer(model, "stack.g0.gain"));
+    NBT_ASSERT_ERROR("no buffer named 'stack.g0.gain'");
+    CU_ASSERT_TRUE(g->gain->requires_grad);
+    /* Training flag: inherited at creation, set for a subtree. */
+    CU_ASSERT_TRUE(nb_module_is_training(&g->base));
+    nb_module_train(model, false);
+    CU_ASSERT_FALSE(nb_module_is_training(&g->proj->base));
+    nb_module_free(model);
+}
+
+static void test_initialisers(void) {
+    nb_module *model = nb_model_new(NB_F64, 5);
+    nb_tensor *z = nb_module_add_param(model, "z", NB_SHAPE(3), nb_init_zeros());
+    nb_tensor *o = nb_module_add_param(model, "o", NB_SHAPE(2), nb_init_ones());
+    nb_tensor *c = nb_module_add_param(model, "c", NB_SHAPE(2), nb_init_constant(-2.5));
+    NBT_ASSERT_VALUES(z, 0, 0, 0, 0);
+    NBT_ASSERT_VALUES(o, 0, 1, 1);
+    NBT_ASSERT_VALUES(c, 0, -2.5, -2.5);
+    enum { N = 20000 };
+    static double v[N];
+    /* uniform(0.3): inside [-0.3, 0.3), spread over it (mean ~0, variance 0.3^2/3) */
+    nb_to_doubles(nb_module_add_param(model, "u", NB_SHAPE(N), nb_init_uniform(0.3)), v);
+    double lo = 1, hi = -1, sum = 0, sq = 0;
+    for (int i = 0; i < N; i++) lo = fmin(lo, v[i]), hi = fmax(hi, v[i]), sum += v[i];
+    CU_ASSERT_TRUE(lo >= -0.3 && hi < 0.3 && lo < -0.29 && hi > 0.29);
+    CU_ASSERT_TRUE(fabs(sum / N) < 0.01);
+    /* normal(2, 0.5): sample mean and standard deviation within 4 standard errors */
+    nb_to_doubles(nb_module_add_param(model, "n", NB_SHAPE(N), nb_init_normal(2, 0.5)), v);
+    sum = sq = 0;
+    for (int i = 0; i < N; i++) sum += v[i];
+    double mean = sum / N;
+    for (int i = 0; i < N; i++) sq += (v[i] - mean) * (v[i] - mean);
+    CU_ASSERT_TRUE(fabs(mean - 2) < 4 * 0.5 / sqrt(N));
+    CU_ASSERT_TRUE(fabs(sqrt(sq / (N - 1)) - 0.5) < 0.02);
+    /* nb_init_linear(fan_in) is uniform(1/sqrt(fan_in)), and nb_init_embedding N(0, 1): the
+     * same draws as nb_uniform / nb_randn from the same generator state. */
+    nb_module *a = nb_model_new(NB_F32, 9);
+    nb_tensor *w = nb_module_add_param(a, "w", NB_SHAPE(4, 16), nb_init_linear(16));
+    nb_tensor *e = nb_module_add_param(a, "e", NB_SHAPE(3, 5), nb_init_embedding());
+    nb_rng rng;
+    nb_rng_seed(&rng, 9);
+    NBT_ASSERT_CLOSE(w, nb_uniform(&rng, NB_F32, NB_SHAPE(4, 16), -0.25, 0.25), 0, 0);
+    NBT_ASSERT_CLOSE(e, nb_randn(&rng, NB_F32, NB_SHAPE(3, 5)), 0, 0);
+    /* Bad initialisers are errors naming the module. */
+    CU_ASSERT_PTR_NULL(nb_module_add_param(a, "bad", NB_SHAPE(2), nb_init_linear(0)));
+    NBT_ASSERT_ERROR("fan_in > 0");
+    CU_ASSERT_PTR_NULL(nb_module_add_param(a, "bad", NB_SHAPE(2), nb_init_normal(0, -1)));
+    NBT_ASSERT_ERROR("invalid initialiser");
+    CU_ASSERT_PTR_NULL(nb_module_add_param(a, "bad", NB_SHAPE(-2), nb_init_zeros()));
+    NBT_ASSERT_ERROR("parameter 'bad'");
+    CU_ASSERT_EQUAL(nb_module_param_count(a), 2);
+    nb_module_free(model);
+    nb_module_free(a);
+}
+
+static void test_duplicate_and_bad_names(void) {
+    nb_module *model = nb_model_new(NB_F32, 1);
+    nb_module *blocks = nb_module_container(model, "blocks");
+    CU_ASSERT_PTR_NOT_NULL(nb_linear_new(blocks, "0", 2, 2, true));
+    CU_ASSERT_PTR_NULL(nb_linear_new(blocks, "0", 2, 2, true));
+    NBT_ASSERT_ERROR("'blocks' already has a child module named '0'");
+    CU_ASSERT_PTR_NULL(nb_module_container(model, "blocks"));
+    NBT_ASSERT_ERROR("already has a child module named 'blocks'");
+    CU_ASSERT_PTR_NULL(nb_module_container(model, "a.b"));
+    NBT_ASSERT_ERROR("contain no '.'");
+    nb_module *lin = nb_module_child(blocks, 0);
+    CU_ASSERT_PTR_NULL(nb_module_add_param(lin, "weight", NB_SHAPE(2), nb_init_zeros()));
+    NBT_ASSERT_ERROR("'blocks.0' already has a parameter named 'weight'");
+    CU_ASSERT_PTR_NULL(nb_module_add_buffer(lin, "bias", nb_zeros(NB_F32, NB_SHAPE(2))));
+    NBT_ASSERT_ERROR("'blocks.0' already has a parameter named 'bias'");
+    CU_ASSERT_PTR_NOT_NULL(nb_module_add_buffer(lin, "mask", nb_zeros(NB_BOOL, NB_SHAPE(2))));
+    CU_ASSERT_PTR_NULL(nb_module_add_param(lin, "mask", NB_SHAPE(2), nb_init_zeros()));
+    NBT_ASSERT_ERROR("already has a buffer named 'mask'");
+    CU_ASSERT_PTR_NULL(nb_module_add_param(lin, "", NB_SHAPE(2), nb_init_zeros()));
+    NBT_ASSERT_ERROR("must be non-empty");
+    /* A child with an empty name is named like its parent: its tensors must not clash. */
+    CU_ASSERT_PTR_NOT_NULL(nb_module_add_param(model, "weight", NB_SHAPE(2), nb_init_ones()));
+    CU_ASSERT_PTR_NULL(nb_linear_new(model, "", 2, 2, false));
+    NBT_ASSERT_ERROR("already has a tensor named 'weight'");
+    CU_ASSERT_PTR_NULL(nb_module_new(model, "x", "Tiny", 4));
+    NBT_ASSERT_ERROR("sizeof(nb_module)");
+    CU_ASSERT_EQUAL(nb_module_param_count(model), 3);
+    CU_ASSERT_EQUAL(nb_module_child_count(model), 1);
+    nb_module_free(model);
+}
+
+/* A failed constructor leaves the model exactly as it was: no parameters, no child, and the
+ * generator where it was (the next module gets the weights it would have had). */
+static void test_constructors_are_all_or_nothing(void) {
+    nb_module *model = nb_model_new(NB_F32, 3), *clean = nb_model_new(NB_F32, 3);
+    CU_ASSERT_PTR_NULL(nb_transformer_block_new(model, "block", 8, 2, 1.0));
+    NBT_ASSERT_ERROR("p must be in [0, 1)");
+    CU_ASSERT_PTR_NULL(nb_mha_new(model, "attn", 6, 6, 4, false, 0.0));
+    NBT_ASSERT_ERROR("not divisible by num_heads");
+    CU_ASSERT_PTR_NULL(nb_transformer_lm_new(model, "lm", 10, 8, 6, 4, 2, 0.0));
+    NBT_ASSERT_ERROR("not divisible by num_heads");
+    CU_ASSERT_PTR_NULL(gated_new(model, "g", 0)); /* its buffer fails first */
+    CU_ASSERT_EQUAL(nb_module_param_count(model), 0);
+    CU_ASSERT_EQUAL(nb_module_buffer_count(model), 0);
+    CU_ASSERT_EQUAL(nb_module_child_count(model), 0);
+    /* The names are free again, and the weights are those of a model that never failed. */
+    nb_linear *a = nb_linear_new(model, "block", 3, 2, true);
+    nb_linear *b = nb_linear_new(clean, "block", 3, 2, true);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+    NBT_ASSERT_CLOSE(a->weight, b->weight, 0, 0);
+    nb_module_free(model);
+    nb_module_free(clean);
+}
+
+static char *temp_path(void) {
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/nabla_module_api_XXXXXX");
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    return path;
+}
+
+/* Buffers are saved and loaded with the parameters, but optimizers and zero_grad leave them. */
+static void test_buffers_in_checkpoints_not_optimized(void) {
+    nb_module *model = nb_model_new(NB_F32, 2);
+    gated *g = gated_new(model, "g", 3);
+    nb_tensor *stats = nb_module_add_buffer(&g->base, "stats", nb_full(NB_F32, NB_SHAPE(2), 7));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(stats);
+    nb_param p[4];
+    int np = nb_module_params(model, p, 4);
+    nb_tensor *params[4];
+    for (int i = 0; i < np; i++) params[i] = p[i].tensor;
+    nb_optimizer *opt = nb_sgd_new(params, np, nb_sgd_defaults(0.1));
+    nb_tensor *gain_before = nb_clone(g->gain);
+    nb_scope_begin();
+    nb_tensor *x = nb_full(NB_F32, NB_SHAPE(2, 3), 1.0);
+    CU_ASSERT_TRUE(nb_backward(nb_sum(gated_forward(g, x)), NULL));
+    nb_scope_end();
+    CU_ASSERT_TRUE(nb_optimizer_step(opt));
+    nb_module_zero_grad(model);
+    NBT_ASSERT_VALUES(stats, 0, 7, 7);
+    NBT_ASSERT_VALUES(g->keep, 0, 0, 1, 1);
+    CU_ASSERT_PTR_NULL(nb_grad(stats));
+    /* The masked feature's gain got no gradient and kept its value; the others moved. */
+    CU_ASSERT_EQUAL(nb_get(g->gain, NB_IDX(0)), nb_get(gain_before, NB_IDX(0)));
+    CU_ASSERT_NOT_EQUAL(nb_get(g->gain, NB_IDX(1)), nb_get(gain_before, NB_IDX(1)));
+
+    char *path = temp_path();
+    CU_ASSERT_TRUE(nb_module_save(model, path));
+    nb_named_tensor *saved;
+    int count;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(saved = nb_safetensors_read(path, &count));
+    CU_ASSERT_EQUAL(count, 3 + 2); /* gain, proj.weight, proj.bias; keep, stats */
+    nb_tensor *kept = NULL;
+    for (int i = 0; i < count; i++)
+        if (strcmp(saved[i].name, "g.keep") == 0) kept = saved[i].tensor;
+    CU_ASSERT_TRUE(kept && kept->dtype == NB_BOOL);
+    /* Change everything, then load: parameters and buffers come back. */
+    nb_fill_(stats, -1);
+    nb_fill_(g->keep, 1);
+    nb_tensor *gain_saved = nb_clone(g->gain);
+    nb_fill_(g->gain, 0);
+    CU_ASSERT_TRUE(nb_module_load(model, path));
+    NBT_ASSERT_VALUES(stats, 0, 7, 7);
+    NBT_ASSERT_VALUES(g->keep, 0, 0, 1, 1);
+    NBT_ASSERT_CLOSE(g->gain, gain_saved, 0, 0);
+    /* A model without the buffer refuses the file (it holds a tensor the model lacks). */
+    nb_module *other = nb_model_new(NB_F32, 2);
+    CU_ASSERT_PTR_NOT_NULL(gated_new(other, "g", 3));
+    CU_ASSERT_FALSE(nb_module_load(other, path));
+    NBT_ASSERT_ERROR("g.stats");
+    remove(path);
+    nb_optimizer_free(opt);
+    nb_module_free(model);
+    nb_module_free(other);
+}
+
+static void test_print_lists_buffers(void) {
+    nb_module *model = nb_model_new(NB_F32, 2);
+    CU_ASSERT_PTR_NOT_NULL(gated_new(model, "g", 3));
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    nb_module_fprint(f, model);
+    fclose(f);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "g.gain"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "g.proj.weight"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "g.keep"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "(buffer, bool)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "3 tensors, 11 parameters; 1 buffers, 3 elements"));
+    free(text);
+    nb_module_fprint(NULL, model);
+    NBT_ASSERT_ERROR("module_fprint");
+    nb_module_free(model);
+}
+
+/* The custom module gradchecks like a built-in one: x and every parameter. */
+static nb_tensor *run_gated(nb_tensor *const *in, int n, void *ctx) {
+    (void)in, (void)n;
+    return gated_forward(ctx, in[0]);
+}
+
+static void test_gradcheck_custom_module(void) {
+    nb_module *model = nb_model_new(NB_F64, 4);
+    gated *g = gated_new(model, "g", 3);
+    nb_fill_(g->gain, 0.5);
+    nb_rng rng;
+    nb_rng_seed(&rng, 8);
+    nb_tensor *in[4] = {nb_requires_grad_(nb_randn(&rng, NB_F64, NB_SHAPE(2, 3)), true)};
+    nb_param p[3];
+    CU_ASSERT_EQUAL_FATAL(nb_module_params(model, p, 3), 3);
+    for (int i = 0; i < 3; i++) in[i + 1] = p[i].tensor;
+    nb_gradcheck_result res;
+    CU_ASSERT_TRUE(nb_gradcheck(run_gated, 4, in, g, NULL, &res));
+    printf("  %s\n", res.message);
+    nb_module_free(model);
+}
+
+int main(void) {
+    const nbtest_case cases[] = {
+        {"tree, names and accessors", test_tree_names_and_accessors},
+        {"initialisers", test_initialisers},
+        {"duplicate and bad names", test_duplicate_and_bad_names},
+        {"constructors are all-or-nothing", test_constructors_are_all_or_nothing},
+        {"buffers saved and loaded, not optimized", test_buffers_in_checkpoints_not_optimized},
+        {"printed table lists buffers", test_print_lists_buffers},
+        {"gradcheck a custom module", test_gradcheck_custom_module},
+    };
+    return nbtest_run("module api", cases, (int)(sizeof cases / sizeof cases[0]));
+}
