@@ -26,14 +26,19 @@ typedef struct {
     json_t *header;
     nbst_entry *entries; /* in header order */
     int count;
-    unsigned char *data; /* the data section, once nbst_read_data has run */
+    unsigned char *data;    /* the data section, once nbst_read_data has run */
+    const json_t *metadata; /* the __metadata__ object (borrowed from header), or NULL */
+    bool has_crc;           /* the metadata holds NB_SAFETENSORS_CRC_KEY ... */
+    uint32_t crc;           /* ... with this CRC-32 of the data section */
 } nbst_file;
 
 /* Opens path and validates its header: length against the file size, JSON, each entry's
- * dtype, shape and offsets, and that the entries cover the data section exactly once.
+ * dtype, shape and offsets, that the entries cover the data section exactly once, and that
+ * __metadata__ holds only strings (its checksum, if any, 8 lowercase hex digits).
  * Errors name op and path. On failure everything is already released. */
 bool nbst_open(nbst_file *f, const char *op, const char *path);
-/* Reads the whole data section into f->data and checks that bool tensors hold only 0 and 1. */
+/* Reads the whole data section into f->data, checks it against the CRC-32 of the metadata (if
+ * the file has one) and that bool tensors hold only 0 and 1. */
 bool nbst_read_data(nbst_file *f);
 /* Releases what nbst_open and nbst_read_data acquired. Safe to call twice. */
 void nbst_close(nbst_file *f);
