@@ -173,6 +173,10 @@ bool nb_module_load(nb_module *m, const char *path);
 typedef struct nb_optimizer nb_optimizer;
 bool nb_module_save_with(const nb_module *m, nb_optimizer *opt, const char *path);
 bool nb_module_load_with(nb_module *m, nb_optimizer *opt, const char *path);
+/* nb_module_save_with, also writing n_meta string entries into the file's __metadata__ (see
+ * nb_safetensors_save_with_metadata); read them back with nb_safetensors_read_metadata. */
+bool nb_module_save_with_metadata(const nb_module *m, nb_optimizer *opt, const char *path,
+                                  int n_meta, const nb_metadata_entry *meta);
 
 #ifdef __cplusplus
 }
