@@ -147,6 +147,10 @@ int64_t nb_module_numel(const nb_module *m);
 int nb_module_params(const nb_module *m, nb_param *out, int max);
 /* The parameter with this dotted name, or NULL with an error. Owned by the model. */
 nb_tensor *nb_module_param(const nb_module *m, const char *name);
+/* m's subtree's parameter tensors, in nb_module_params order, as a new array of *count
+ * pointers for optimizers and nb_clip_grad_norm (PyTorch's model.parameters()). The caller
+ * frees the array with free(); the tensors belong to the model. NULL with an error. */
+nb_tensor **nb_module_parameters(const nb_module *m, int *count);
 /* The same three for buffers. */
 int nb_module_buffer_count(const nb_module *m);
 int nb_module_buffers(const nb_module *m, nb_param *out, int max);
