@@ -281,7 +281,8 @@ nb_tensor *nb_transformer_lm_forward_cached(nb_transformer_lm *m, const nb_tenso
     nb_tensor *x = nb_add(nb_embedding_forward(m->tok_emb, tokens),
                           nb_embedding_forward(m->pos_emb, positions));
     for (int i = 0; i < m->num_layers && x; i++) x = block_cached(m->blocks[i], x, c, i);
-    nb_tensor *logits = nb_linear_forward(m->head, nb_layernorm_forward(m->norm_f, x));
+    nb_tensor *logits =
+        nb_f_linear(nb_layernorm_forward(m->norm_f, x), m->head_weight, m->head_bias);
     nb_set_grad_enabled(prev);
     return logits;
 }

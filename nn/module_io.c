@@ -20,13 +20,18 @@ static nb_param *checkpoint_entries(const nb_module *m, nb_optimizer *opt, int *
     return all;
 }
 
-bool nb_module_save_with(const nb_module *m, nb_optimizer *opt, const char *path) {
+bool nb_module_save_with_metadata(const nb_module *m, nb_optimizer *opt, const char *path,
+                                  int n_meta, const nb_metadata_entry *meta) {
     if (!m || !path) return nbt_error("module_save", "NULL argument"), false;
     int n;
     nb_param *p = checkpoint_entries(m, opt, &n);
-    bool ok = p && nb_safetensors_save(path, n, p);
+    bool ok = p && nb_safetensors_save_with_metadata(path, n, p, n_meta, meta);
     free(p);
     return ok;
+}
+
+bool nb_module_save_with(const nb_module *m, nb_optimizer *opt, const char *path) {
+    return nb_module_save_with_metadata(m, opt, path, 0, NULL);
 }
 
 bool nb_module_load_with(nb_module *m, nb_optimizer *opt, const char *path) {

@@ -148,6 +148,10 @@ int64_t nb_module_numel(const nb_module *m);
 int nb_module_params(const nb_module *m, nb_param *out, int max);
 /* The parameter with this dotted name, or NULL with an error. Owned by the model. */
 nb_tensor *nb_module_param(const nb_module *m, const char *name);
+/* m's subtree's parameter tensors, in nb_module_params order, as a new array of *count
+ * pointers for optimizers and nb_clip_grad_norm (PyTorch's model.parameters()). The caller
+ * frees the array with free(); the tensors belong to the model. NULL with an error. */
+nb_tensor **nb_module_parameters(const nb_module *m, int *count);
 /* The same three for buffers. */
 int nb_module_buffer_count(const nb_module *m);
 int nb_module_buffers(const nb_module *m, nb_param *out, int max);
@@ -174,6 +178,10 @@ bool nb_module_load(nb_module *m, const char *path);
 typedef struct nb_optimizer nb_optimizer;
 bool nb_module_save_with(const nb_module *m, nb_optimizer *opt, const char *path);
 bool nb_module_load_with(nb_module *m, nb_optimizer *opt, const char *path);
+/* nb_module_save_with, also writing n_meta string entries into the file's __metadata__ (see
+ * nb_safetensors_save_with_metadata); read them back with nb_safetensors_read_metadata. */
+bool nb_module_save_with_metadata(const nb_module *m, nb_optimizer *opt, const char *path,
+                                  int n_meta, const nb_metadata_entry *meta);
 
 #ifdef __cplusplus
 }

@@ -175,11 +175,35 @@ bool nb_all_finite(const nb_tensor *t);
 /* Elementwise a | b of two NB_BOOL masks, broadcast. New tensor in the current scope. */
 nb_tensor *nb_logical_or(const nb_tensor *a, const nb_tensor *b);
 
+/* ---- Comparisons, counting, argmax (no autograd) ---------------------------------------- */
+/* Elementwise a == b, a != b, a < b, a <= b, a > b, a >= b as NB_BOOL (1 = true), broadcast,
+ * any dtypes (the same dtype compares natively, mixed ones as doubles; NaN is unequal to
+ * everything). New tensors in the current scope; not differentiable. */
+nb_tensor *nb_eq(const nb_tensor *a, const nb_tensor *b);
+nb_tensor *nb_ne(const nb_tensor *a, const nb_tensor *b);
+nb_tensor *nb_lt(const nb_tensor *a, const nb_tensor *b);
+nb_tensor *nb_le(const nb_tensor *a, const nb_tensor *b);
+nb_tensor *nb_gt(const nb_tensor *a, const nb_tensor *b);
+nb_tensor *nb_ge(const nb_tensor *a, const nb_tensor *b);
+/* Number of nonzero (true) elements of t, any dtype; -1 with an error for NULL. */
+int64_t nb_count_nonzero(const nb_tensor *t);
+/* Index of the largest element along dim (the first of equal maxima), NB_I64, dim removed
+ * unless keepdim. New tensor in the current scope. */
+nb_tensor *nb_argmax(const nb_tensor *a, int dim, bool keepdim);
+/* Fraction of positions where argmax(logits [..., C], -1) equals target (NB_I64 [...]),
+ * leaving out targets equal to ignore_index; NaN if all are left out, -1 with an error on bad
+ * input. */
+double nb_accuracy(const nb_tensor *logits, const nb_tensor *target, int64_t ignore_index);
+
 /* ---- Printing --------------------------------------------------------------------------- */
 /* PyTorch style: tensor([[1., 2.], [3., 4.]]) followed by shape and dtype; "tensor(NULL)" for
  * a NULL t. A NULL f is an error (nothing printed). */
 void nb_fprint(FILE *f, const nb_tensor *t);
 void nb_print(const nb_tensor *t);
+/* The values alone, as PyTorch prints a float32 tensor: tensor([[1., 2.], [3., 4.]]) with no
+ * shape or dtype suffix, for comparing output with the tutorials' printouts. */
+void nb_fprint_values(FILE *f, const nb_tensor *t);
+void nb_print_values(const nb_tensor *t);
 /* The same text as nb_fprint; caller frees with free(). */
 char *nb_to_string(const nb_tensor *t);
 
