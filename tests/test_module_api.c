@@ -162,6 +162,10 @@ static void test_constructors_are_all_or_nothing(void) {
     CU_ASSERT_PTR_NULL(nb_transformer_lm_new(model, "lm", 10, 8, 6, 4, 2, 0.0));
     NBT_ASSERT_ERROR("not divisible by num_heads");
     CU_ASSERT_PTR_NULL(gated_new(model, "g", 0)); /* its buffer fails first */
+    /* An oversized Linear reports its weight's overflow (the first failure), not the bias's. */
+    CU_ASSERT_PTR_NULL(nb_linear_new(model, "big", INT64_C(1) << 40, INT64_C(1) << 40, true));
+    NBT_ASSERT_ERROR("Linear: 'big': parameter 'weight'");
+    NBT_ASSERT_ERROR("overflows");
     CU_ASSERT_EQUAL(nb_module_param_count(model), 0);
     CU_ASSERT_EQUAL(nb_module_buffer_count(model), 0);
     CU_ASSERT_EQUAL(nb_module_child_count(model), 0);
