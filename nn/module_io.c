@@ -4,17 +4,17 @@
 
 #include <stdlib.h>
 
-/* The subtree's parameters, then its buffers, then (if opt) the optimizer's state under
+/* The subtree's parameters, then its persistent buffers, then (if opt) the optimizer's state under
  * "optim.", as one heap list the caller frees; NULL with an error. */
 static nb_param *checkpoint_entries(const nb_module *m, nb_optimizer *opt, int *n) {
-    int np = nb_module_param_count(m), nb = nb_module_buffer_count(m);
+    int np = nb_module_param_count(m), nb = nbn_saved_buffers(m, NULL, 0);
     const nb_named_tensor *state = NULL;
     int ns = opt ? nb_optimizer_state(opt, "optim.", &state) : 0;
     if (ns < 0) return NULL;
     nb_param *all = malloc(sizeof *all * (size_t)(np + nb + ns + 1));
     if (!all) return nbt_error("module_save", "out of memory");
     nb_module_params(m, all, np);
-    nb_module_buffers(m, all + np, nb);
+    nbn_saved_buffers(m, all + np, nb);
     for (int i = 0; i < ns; i++) all[np + nb + i] = state[i];
     *n = np + nb + ns;
     return all;

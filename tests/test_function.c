@@ -75,6 +75,15 @@ static void test_gradcheck_with_index_input(void) {
     printf("  %s\n", res.message);
     CU_ASSERT_TRUE(gc.c.backward_calls >= 1);
     CU_ASSERT_FALSE(gc.c.grad_mode_in_backward);
+    /* A non-contiguous x (a transposed leaf) and a strided w (every other element). */
+    nb_tensor *xt = nb_requires_grad_(
+        nb_detach(nb_transpose(nb_randn(&rng, NB_F64, NB_SHAPE(3, 4)), 0, 1)), true);
+    nb_tensor *ws = nb_requires_grad_(
+        nb_detach(nb_select(nb_view(nb_randn(&rng, NB_F64, NB_SHAPE(6)), NB_SHAPE(3, 2)), 1, 0)),
+        true);
+    CU_ASSERT_FALSE(nb_is_contiguous(xt) || nb_is_contiguous(ws));
+    CU_ASSERT_TRUE(nb_gradcheck(run_gather, 2, (nb_tensor *[]){xt, ws}, &gc, NULL, &res));
+    printf("  non-contiguous: %s\n", res.message);
     /* Values by hand: x = 0..11 as [4, 3], w = (1, 2, 3), idx = (3, 0): out = x[idx] * w. */
     nb_tensor *xv = nb_requires_grad_(nb_view(nb_arange(NB_F64, 0, 12, 1), NB_SHAPE(4, 3)), true);
     nb_tensor *wv = nb_from_array(NB_F64, NB_SHAPE(3), (double[]){1, 2, 3});
@@ -296,8 +305,11 @@ static void test_second_backward(void) {
     nb_tensor *g = run_gather((nb_tensor *[]){nb_ones(NB_F64, NB_SHAPE(1, 2)), w}, 2, &gc);
     nb_tensor *seed = nb_ones(NB_F64, NB_SHAPE(1, 2));
     CU_ASSERT_TRUE(nb_backward_with(g, seed, &retain));
+    CU_ASSERT_PTR_NOT_NULL(nb_ctx_saved(g->node, 0)); /* retained */
     CU_ASSERT_TRUE(nb_backward(g, seed));
     CU_ASSERT_EQUAL(gc.c.backward_calls, 2);
+    CU_ASSERT_PTR_NULL(nb_ctx_saved(g->node, 0)); /* released by the last pass */
+    NBT_ASSERT_ERROR("released after backward ran");
     NBT_ASSERT_VALUES(nb_grad(w), 0, 2, 2);
     CU_ASSERT_FALSE(nb_backward(g, seed));
     NBT_ASSERT_ERROR("gather_scale");

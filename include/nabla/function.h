@@ -20,7 +20,9 @@
  * - Forward runs with grad mode off. Its outputs must be new tensors (not inputs, not views of
  *   inputs), made in the current scope; float outputs become differentiable, others (indices,
  *   masks) are not.
- * - Inputs and saved tensors are referenced, not copied: do not modify them in place later.
+ * - Inputs and saved tensors are referenced, not copied: do not modify them in place later,
+ *   and do not save a tensor from a scope that ends before backward runs (make intermediates
+ *   in the scope current at apply, as the forward's own results are).
  * - Backward runs once per nb_backward, after every output's gradient is in, with grad mode off.
  *   grad_outputs[k] has output k's shape and dtype; an output that got no gradient gets zeros
  *   (PyTorch's default), a non-float output NULL. Set grad_inputs[i] for each input that needs

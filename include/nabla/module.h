@@ -47,6 +47,8 @@ struct nb_module {
     int nparams, cap_params;
     nb_param *buffers; /* this module's own buffers, full dotted names */
     int nbuffers, cap_buffers;
+    nb_param *unsaved; /* its non-persistent buffers (not in checkpoints) */
+    int nunsaved, cap_unsaved;
     bool training;
     /* root only */
     nb_scope *scope;
@@ -139,6 +141,12 @@ nb_tensor *nb_module_add_param(nb_module *m, const char *name, int ndim, const i
  * the model; NULL with an error naming m's path. */
 nb_tensor *nb_module_add_buffer(nb_module *m, const char *name, const nb_tensor *value);
 
+/* A buffer left out of checkpoints (PyTorch's register_buffer(..., persistent=False)): state
+ * derived from the configuration, such as rotary cos/sin tables, which a PyTorch state_dict
+ * does not hold either. Otherwise as nb_module_add_buffer. Owned by the model. */
+nb_tensor *nb_module_add_nonpersistent_buffer(nb_module *m, const char *name,
+                                              const nb_tensor *value);
+
 /* Number of parameter tensors in m's subtree, and their total element count. */
 int nb_module_param_count(const nb_module *m);
 int64_t nb_module_numel(const nb_module *m);
@@ -152,7 +160,8 @@ nb_tensor *nb_module_param(const nb_module *m, const char *name);
  * pointers for optimizers and nb_clip_grad_norm (PyTorch's model.parameters()). The caller
  * frees the array with free(); the tensors belong to the model. NULL with an error. */
 nb_tensor **nb_module_parameters(const nb_module *m, int *count);
-/* The same three for buffers. */
+/* The same three for buffers, persistent and not: each module's persistent buffers, then its
+ * non-persistent ones, then its children's. */
 int nb_module_buffer_count(const nb_module *m);
 int nb_module_buffers(const nb_module *m, nb_param *out, int max);
 nb_tensor *nb_module_buffer(const nb_module *m, const char *name);
@@ -161,14 +170,15 @@ nb_tensor *nb_module_buffer(const nb_module *m, const char *name);
 void nb_module_zero_grad(nb_module *m);
 /* Training mode (dropout active) or evaluation mode, for the whole subtree. */
 void nb_module_train(nb_module *m, bool training);
-/* Prints a table of names, shapes and counts: parameters, then buffers marked (buffer). */
+/* Prints a table of names, shapes and counts: parameters, then buffers marked (buffer), and
+ * "not saved" for non-persistent ones. Errors (no output) for a NULL argument. */
 void nb_module_fprint(FILE *f, const nb_module *m);
 
 /* ---- Checkpoints ------------------------------------------------------------------------ */
-/* Saves every parameter and buffer of m's subtree under its dotted name to a safetensors file
- * (written to a temporary file and renamed, so a failed save leaves an older file intact). */
+/* Saves every parameter and persistent buffer of m's subtree under its dotted name to a safetensors
+ * file (written to a temporary file and renamed, so a failed save leaves an older file intact). */
 bool nb_module_save(const nb_module *m, const char *path);
-/* Loads every parameter and buffer of m's subtree from a safetensors file written by
+/* Loads every parameter and persistent buffer of m's subtree from a safetensors file written by
  * nb_module_save or PyTorch's state_dict (same names, dtypes and shapes, nothing extra). On any
  * problem returns false with an error and leaves every tensor unchanged. */
 bool nb_module_load(nb_module *m, const char *path);
