@@ -807,7 +807,8 @@ static const nba_golden_case sdpa_cases[] = {
     {"q: [1,3,4,2]; k: [1,1,6,2]; v: [1,1,6,2]; "
      "mask: bool [[0,1,0,0,0,0],[0,0,0,1,0,0],[1,0,0,0,0,0],[0,0,0,0,0,0]]",
      "causal=True, scale=0.6, memory_efficient=False"},
-    {"q: [1,2,35,1]; k: [1,1,35,1]; v: [1,1,35,1]", "causal=True, scale=0.7, memory_efficient=True"},
+    {"q: [1,2,35,1]; k: [1,1,35,1]; v: [1,1,35,1]",
+     "causal=True, scale=0.7, memory_efficient=True"},
     {"q: [1,2,3,2]; k: [1,2,4,2]; v: [1,2,4,2]; "
      "mask: bool [[[[0,1,0,0],[0,0,1,0],[1,1,1,1]],[[1,0,0,0],[0,0,0,1],[0,1,0,0]]]]",
      "causal=False, scale=0.8, memory_efficient=True"}};
