@@ -789,7 +789,31 @@ static const nba_golden_case attention_cases[] = {
      "num_heads=2, causal=False, scale=0.6"},
     {"q: [2,3,4]; k: [2,3,4]; v: [2,3,4]; mask: bool [[0,0,1],[1,1,1],[0,1,0]]",
      "num_heads=2, causal=True, scale=1.0"}};
+/* nb_sdpa: multi-head, grouped-query (with a fully padded batch) and multi-query heads, on
+ * the kept-probabilities path and forced through the memory-efficient one. */
+static int golden_sdpa(nba_golden_call *c, nb_tensor **out) {
+    size_t old = nba_attention_keep_limit(c->flag(c, "memory_efficient") ? 0 : SIZE_MAX);
+    out[0] = nb_sdpa(c->input(c, "q", true), c->input(c, "k", true), c->input(c, "v", true),
+                     c->input(c, "mask", false), c->flag(c, "causal"), c->number(c, "scale"));
+    nba_attention_keep_limit(old);
+    return 1;
+}
+#define GQA_PADDED                                                                                 \
+    "q: [2,4,3,2]; k: [2,2,5,2]; v: [2,2,5,2]; mask: bool [[[[0,0,0,0,1]]],[[[1,1,1,1,1]]]]"
+static const nba_golden_case sdpa_cases[] = {
+    {"q: [1,2,3,4]; k: [1,2,3,4]; v: [1,2,3,4]", "causal=True, scale=0.5, memory_efficient=False"},
+    {GQA_PADDED, "causal=False, scale=0.7, memory_efficient=False"},
+    {GQA_PADDED, "causal=False, scale=0.7, memory_efficient=True"},
+    {"q: [1,3,4,2]; k: [1,1,6,2]; v: [1,1,6,2]; "
+     "mask: bool [[0,1,0,0,0,0],[0,0,0,1,0,0],[1,0,0,0,0,0],[0,0,0,0,0,0]]",
+     "causal=True, scale=0.6, memory_efficient=False"},
+    {"q: [1,2,35,1]; k: [1,1,35,1]; v: [1,1,35,1]",
+     "causal=True, scale=0.7, memory_efficient=True"},
+    {"q: [1,2,3,2]; k: [1,2,4,2]; v: [1,2,4,2]; "
+     "mask: bool [[[[0,1,0,0],[0,0,1,0],[1,1,1,1]],[[1,0,0,0],[0,0,0,1],[0,1,0,0]]]]",
+     "causal=False, scale=0.8, memory_efficient=True"}};
 static const nba_golden attention_goldens[] = {
     NBA_GOLDEN("f_attention", golden_f_attention,
-               "attention_ref(q, k, v, mask, num_heads, causal, scale)", attention_cases)};
+               "attention_ref(q, k, v, mask, num_heads, causal, scale)", attention_cases),
+    NBA_GOLDEN("sdpa", golden_sdpa, "sdpa_ref(q, k, v, mask, causal, scale)", sdpa_cases)};
 NBA_OP_DEF(nba_op_attention, "attention", attention_entries, attention_goldens);

@@ -197,6 +197,14 @@ def attention_ref(q, k, v, mask, num_heads, causal, scale):
     return (p @ heads(v, tk)).transpose(1, 2).reshape(b, tq, d)
 
 
+def sdpa_ref(q, k, v, mask, causal, scale):
+    """nabla's nb_sdpa on heads [B, H, T, hd]: query head h reads key/value head
+    h // (H_q / H_kv); masks as in masked_softmax_ref (fully blocked rows give 0)."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    return masked_softmax_ref(q @ k.transpose(-1, -2), mask, causal, scale) @ v
+
+
 def cross_entropy_ref(logits, target, ignore_index, reduction):
     """nabla: class dim last; PyTorch wants [N, C], so flatten and reshape back."""
     c = logits.shape[-1]
@@ -274,7 +282,8 @@ class Names(dict):
 
 
 HELPERS = {"torch": torch, "F": F, "math": math, "masked_softmax_ref": masked_softmax_ref,
-           "attention_ref": attention_ref, "cross_entropy_ref": cross_entropy_ref,
+           "attention_ref": attention_ref, "sdpa_ref": sdpa_ref,
+           "cross_entropy_ref": cross_entropy_ref,
            "mse_ref": mse_ref, "tuple": tuple}
 
 
