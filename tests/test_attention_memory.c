@@ -99,6 +99,23 @@ static void test_threads_bitwise(void) {
     compare(one, two, 0);
 }
 
+/* Without the hook the path follows the probabilities' size: [1, 1, 2100, 2100] float32 is
+ * 17.6 MB, above the 16 MB keep limit; [1, 1, 2000, 2000] (16.0 MB) is kept. */
+static void test_automatic_choice(void) {
+    const int64_t sizes[2] = {2100, 2000};
+    for (int i = 0; i < 2; i++) {
+        int64_t T = sizes[i];
+        nb_tensor *q = nb_requires_grad_(nb_ones(NB_F32, NB_SHAPE(1, 1, T, 2)), true);
+        nb_tensor *out = nb_sdpa(q, q, q, NULL, true, 1.0);
+        CU_ASSERT_FATAL(out != NULL);
+        CU_ASSERT_EQUAL(nba_attention_last_memory_efficient(), i == 0);
+        /* Equal keys: every query averages the values it sees, all ones (float32 sum of T terms).
+         */
+        CU_ASSERT_DOUBLE_EQUAL(nb_get(out, NB_IDX(0, 0, T - 1, 1)), 1.0, 1e-4); /* 2000 terms */
+        CU_ASSERT_TRUE(nb_backward(nb_sum(out), NULL));
+    }
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"memory-efficient = kept: no mask", test_no_mask},
@@ -107,6 +124,7 @@ int main(void) {
         {"memory-efficient = kept: attention mask", test_attn_mask},
         {"memory-efficient = kept: per-head bool mask", test_bool_mask},
         {"memory-efficient: 1 and 2 threads bitwise equal", test_threads_bitwise},
+        {"the path follows the probabilities' size", test_automatic_choice},
     };
     return nbtest_run("attention_memory", cases, sizeof cases / sizeof cases[0]);
 }
