@@ -195,6 +195,10 @@ void nb_fprint(FILE *f, const nb_tensor *t) {
         fputs("tensor(NULL)\n", f);
         return;
     }
+    if (!nbt_check_live("nb_fprint", t)) {
+        fputs("tensor(released)\n", f);
+        return;
+    }
     printer p = {.f = f, .t = t};
     fputs("tensor(", f);
     if (nbt_numel(t) == 0) {
