@@ -59,6 +59,15 @@ expected='tensor([[0., 3.],
 out=$(LD_LIBRARY_PATH="$libdir" "$tmp/user_shared") || fail "the shared-linked program failed"
 [ "$out" = "$expected" ] || fail "the shared-linked program printed: $out"
 
+# Shared without LD_LIBRARY_PATH, as the README builds it: the library directory recorded as
+# an rpath, so the program starts from anywhere.
+# shellcheck disable=SC2046
+"$@" -std=c11 "$tmp/user.c" -o "$tmp/user_rpath" $(pkgconf --cflags --libs nabla) \
+    -Wl,-rpath,"$(pkgconf --variable=libdir nabla)" ||
+    fail "a program does not build with pkg-config's flags and an rpath"
+out=$(env -u LD_LIBRARY_PATH "$tmp/user_rpath") || fail "the rpath-linked program failed to start"
+[ "$out" = "$expected" ] || fail "the rpath-linked program printed: $out"
+
 # Static: the archive plus the private dependencies from pkg-config --static (sleef, -lm).
 # shellcheck disable=SC2046
 "$@" -std=c11 "$tmp/user.c" -o "$tmp/user_static" $(pkgconf --cflags nabla) \
