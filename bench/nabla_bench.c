@@ -1,4 +1,4 @@
-/* nabla's side of bench/compare: the four workloads of bench/torch_bench.py, same shapes and
+/* nabla's side of bench/compare: the workloads of bench/torch_bench.py (all but gen), same shapes and
  * model definitions, timed as median microseconds per step after warm-up.
  *
  *   nabla_bench [--threads N] [--min-time SECONDS] [workload...]
@@ -119,58 +119,16 @@ static void gen_step(workload *w) {
         fprintf(stderr, "gen: %s\n", nb_last_error());
 }
 
+/* clang-format off */
 static workload workloads[] = {
-    {.name = "seed",
-     .shape = "B1 T3 D6 H2",
-     .B = 1,
-     .T = 3,
-     .D = 6,
-     .H = 2,
-     .V = 0,
-     .L = 0,
-     .setup = mha_setup,
-     .step = mha_step},
-    {.name = "toy",
-     .shape = "B32 T16 D64 H4",
-     .B = 32,
-     .T = 16,
-     .D = 64,
-     .H = 4,
-     .V = 0,
-     .L = 0,
-     .setup = mha_setup,
-     .step = mha_step},
-    {.name = "mid",
-     .shape = "B8 T128 D256 H8",
-     .B = 8,
-     .T = 128,
-     .D = 256,
-     .H = 8,
-     .V = 0,
-     .L = 0,
-     .setup = mha_setup,
-     .step = mha_step},
-    {.name = "lm",
-     .shape = "V65 B16 T64 D128 H4 L2",
-     .B = 16,
-     .T = 64,
-     .D = 128,
-     .H = 4,
-     .V = 65,
-     .L = 2,
-     .setup = lm_setup,
-     .step = lm_step},
-    {.name = "gen",
-     .shape = "V65 T256 D128 H4 L2 (token)",
-     .B = 1,
-     .T = 256,
-     .D = 128,
-     .H = 4,
-     .V = 65,
-     .L = 2,
-     .setup = gen_setup,
-     .step = gen_step},
+    {.name = "seed", .shape = "B1 T3 D6 H2", .B = 1, .T = 3, .D = 6, .H = 2, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
+    {.name = "toy", .shape = "B32 T16 D64 H4", .B = 32, .T = 16, .D = 64, .H = 4, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
+    {.name = "mid", .shape = "B8 T128 D256 H8", .B = 8, .T = 128, .D = 256, .H = 8, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
+    {.name = "lm", .shape = "V65 B16 T64 D128 H4 L2", .B = 16, .T = 64, .D = 128, .H = 4, .V = 65, .L = 2, .setup = lm_setup, .step = lm_step},
+    {.name = "long", .shape = "B1 T2048 D256 H8", .B = 1, .T = 2048, .D = 256, .H = 8, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
+    {.name = "gen", .shape = "V65 T256 D128 H4 L2 (token)", .B = 1, .T = 256, .D = 128, .H = 4, .V = 65, .L = 2, .setup = gen_setup, .step = gen_step},
 };
+/* clang-format on */
 #define NUM_WORKLOADS (int)(sizeof workloads / sizeof workloads[0])
 
 /* Softmax and GELU alone, at the shapes and counts one step of w uses (forward + backward),

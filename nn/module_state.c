@@ -211,7 +211,7 @@ static void print_tree(FILE *f, const nb_module *m, int64_t *buffer_numel) {
 
 void nb_module_fprint(FILE *f, const nb_module *m) {
     if (!f || !m) {
-        nbt_error("module_fprint", "NULL %s", f ? "module" : "file");
+        nbt_error("nb_module_fprint", "NULL %s", f ? "module" : "file");
         return;
     }
     fprintf(f, "%s '%s' (%s, %s)\n", m->type, m->path, nb_dtype_name(m->root->dtype),

@@ -188,6 +188,11 @@ static bool parse_entry(nbst_file *f, const char *name, const json_t *desc, nbst
         }
         e->shape[i] = (int64_t)dim;
     }
+    /* Sizes beside a 0 must still give strides that fit (nabla's limit on any shape). */
+    if (!nbt_check_shape(f->op, e->ndim, e->shape, e->dtype)) {
+        FILE_ERROR(f, "tensor '%s': shape %s is too large", name, nbt_dims(e->ndim, e->shape));
+        return false;
+    }
     const json_t *offsets = json_object_get(desc, "data_offsets");
     if (!json_is_array(offsets) || json_array_size(offsets) != 2 ||
         !get_count(json_array_get(offsets, 0), &e->begin) ||

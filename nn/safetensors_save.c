@@ -142,14 +142,18 @@ static bool write_all(int fd, const void *buf, size_t len) {
 }
 
 /* t's data row-major: t's own memory when contiguous, else packed into *packed (which the
- * caller frees). NULL with errno ENOMEM when packing fails. */
+ * caller frees). Bools are always packed, as 0/1 whatever bytes were written through nb_data
+ * (the loader accepts nothing else). NULL with errno ENOMEM when packing fails. */
 static const void *row_major_bytes(const nb_tensor *t, void **packed) {
     *packed = NULL;
-    if (nb_is_contiguous(t)) return nbt_ptr(t);
-    *packed = nbt_malloc((size_t)nbst_nbytes(t));
-    if (!*packed) return errno = ENOMEM, NULL;
-    nbst_gather(*packed, t);
-    return *packed;
+    if (nb_is_contiguous(t) && t->dtype != NB_BOOL) return nbt_ptr(t);
+    size_t nbytes = (size_t)nbst_nbytes(t);
+    unsigned char *bytes = *packed = nbt_malloc(nbytes ? nbytes : 1);
+    if (!bytes) return errno = ENOMEM, NULL;
+    nbst_gather(bytes, t);
+    if (t->dtype == NB_BOOL)
+        for (size_t i = 0; i < nbytes; i++) bytes[i] = bytes[i] != 0;
+    return bytes;
 }
 
 /* Writes one tensor's data. */

@@ -64,7 +64,13 @@ nb_tensor *nb_from_array(nb_dtype dt, int ndim, const int64_t *shape, const void
         if (n > 0) return nbt_error("from_array", "data is NULL for shape %s", nbt_dims(ndim, shape));
     }
     nb_tensor *t = nbt_new("from_array", dt, ndim, shape);
-    if (t && data) memcpy(t->storage->data, data, (size_t)nbt_numel(t) * nbt_esize(dt));
+    if (!t || !data) return t;
+    size_t nbytes = (size_t)nbt_numel(t) * nbt_esize(dt);
+    memcpy(t->storage->data, data, nbytes);
+    if (dt == NB_BOOL) { /* any non-zero byte is true, stored as 1 like every other bool */
+        uint8_t *b = t->storage->data;
+        for (size_t i = 0; i < nbytes; i++) b[i] = b[i] != 0;
+    }
     return t;
 }
 

@@ -188,6 +188,10 @@ static void print_dim(const printer *p, int dim, int64_t offset, int indent) {
 
 /* tensor(values), then the shape / dtype suffix if asked for. */
 static void print_tensor(FILE *f, const nb_tensor *t, bool suffix) {
+    if (!f) {
+        nbt_error(suffix ? "nb_fprint" : "nb_fprint_values", "NULL file");
+        return;
+    }
     if (!t) {
         fputs("tensor(NULL)\n", f);
         return;

@@ -69,10 +69,11 @@ void nb_module_free(nb_module *root);
 void *nb_module_new(nb_module *parent, const char *name, const char *type, size_t size);
 /* A plain container child (for grouping, e.g. "blocks"); owned by the root. */
 nb_module *nb_module_container(nb_module *parent, const char *name);
-/* For a constructor that fails after nb_module_new: detaches m from its parent and releases
- * m, its children and all their parameters and buffers (the error message is kept). m must
- * be the parent's most recent child and not a root. Always returns NULL, for
- * `return nb_module_discard(&m->base);`. */
+/* For a constructor that fails after nb_module_new: detaches m from its parent, releases m,
+ * its children and all their parameters and buffers, and rewinds the model's generator to
+ * where it was when m was made, so the model is as if m had never been built. Nothing may use
+ * m or its tensors afterwards. The error message is kept. A root is left alone (free it with
+ * nb_module_free). Always returns NULL, for `return nb_module_discard(&m->base);`. */
 void *nb_module_discard(nb_module *m);
 
 /* Accessors. Strings are owned by the module. */
