@@ -50,7 +50,7 @@ bool plot_train_val(const char *train_csv, const char *val_csv, const char *png_
     char script[2048];
     /* bits per character = nats / ln 2; the training loss is a 50-step moving average. */
     snprintf(script, sizeof script,
-             "set terminal pngcairo size 900,500 font ',11'\n"
+             "set terminal pngcairo noenhanced size 900,500 font ',11'\n"
              "set output '%s'\n"
              "set datafile separator ','\n"
              "set title '%s'\n"
