@@ -10,9 +10,11 @@ The module goldens of tests/gen_module_goldens.py all ask for the attention weig
 sends nb_mha_forward down the op-by-op path. These cases ask for none, so nabla takes the fused
 op, and they are chosen around its kernel switches (autograd/attention.c): the float32
 small-head kernels (at most 16 keys and 64 queries, head_dim up to 64, no mask), the rows
-kernel (T_q * T_k * head_dim <= 64^3) and the full GEMM past it, causal blocks of 32 query
-rows (causal self-attention longer than 32), and the softmax's short rows (at most 32 keys).
-Each switch has a case on each side. Also causal, key padding (with a fully padded sequence),
+kernel (rows * T_k * head_dim <= 64^3, rows being T_q, or 64 in the memory-efficient path's
+blocks) and the full GEMM past it, causal blocks of 32 query rows (causal self-attention
+longer than 32), and the softmax's short rows (at most 32 keys). Each switch has a case on
+each side. The C test runs every case on both sides of the last switch, the kept
+probabilities and the memory-efficient path. Also causal, key padding (with a fully padded sequence),
 an attention mask with a fully blocked row, cross-attention with T_q != T_k, head dims from 1
 to 64, float32 and float64, and three cases whose inputs are scaled by 1e3.
 
@@ -270,12 +272,14 @@ def main():
     fused_case("causal T 33 (long rows, blocks of 32)", 30, 1, 4, 2, 1, 33, causal=True)
     fused_case("T 33, key padding", 31, 1, 4, 2, 2, 33,
                key_padding=[[False] * 30 + [True] * 3, [True] * 5 + [False] * 28])
-    # The rows kernel up to T_q T_k head_dim = 64^3, the full GEMM past it.
-    fused_case("causal T 512, head_dim 1 (the rows kernel's last size)", 32, 1, 1, 1, 1, 512,
-               causal=True)
+    # The rows kernel up to T_q T_k head_dim = 64^3, the full GEMM past it (with causal blocks).
     fused_case("causal T 513, head_dim 1 (the full GEMM)", 33, 1, 1, 1, 1, 513, causal=True)
-    fused_case("T 513, head_dim 1, key padding (the full GEMM, masked)", 34, 1, 1, 1, 1, 513,
-               key_padding=[[i % 7 == 3 for i in range(513)]])
+    # 64 query rows (the memory-efficient path's block): 64 x 256 x 16 is the rows kernel's
+    # last size, 64 x 257 x 16 the GEMM, on both paths.
+    fused_case("cross T_q 64 T_k 256, head_dim 16 (the rows kernel's last size)", 42, 1, 16, 1,
+               1, 64, t_k=256)
+    fused_case("cross T_q 64 T_k 257, head_dim 16, key padding (the GEMM, masked)", 43, 1, 16,
+               1, 1, 64, t_k=257, key_padding=[[i % 7 == 3 for i in range(257)]])
     # Masks: a fully padded sequence, a row blocked by causal + padding, a fully blocked row.
     fused_case("key padding, one sequence fully padded", 35, 2, 3, 4, 2, 5,
                key_padding=[[False, False, False, True, True], [True] * 5])

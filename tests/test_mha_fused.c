@@ -10,11 +10,14 @@
  * fully padded sequence must also get exactly zero input gradients. The gradients in the
  * golden are PyTorch's of nabla's function (see the generator), NaN-free.
  *
- * Cases whose inputs are scaled by 1e3 run in float32 under every instruction set this CPU
- * runs (tensor/isa.h) and must meet the tolerance against the exact float64 answer, as
- * PyTorch's own float32 does there. The cases together must cover the list in `coverage`. */
+ * Every case runs twice, keeping the probabilities for backward and on the memory-efficient
+ * path (forced through nba_attention_keep_limit; the test checks the path taken). Cases whose
+ * inputs are scaled by 1e3 run in float32 under every instruction set this CPU runs
+ * (tensor/isa.h) and must meet the tolerance against the exact float64 answer, as PyTorch's
+ * own float32 does there. The cases together must cover the features of `features`. */
 #include "harness.h"
 #include "golden.h"
+#include "autograd/attention.h"
 #include "autograd/node.h"
 #include "tensor/isa.h"
 
@@ -103,8 +106,9 @@ typedef struct {
     nb_tensor *out;
 } run_result;
 
-/* Builds the module, copies the parameters in and runs forward and backward. */
-static bool run(const fused_case *f, run_result *r) {
+/* Builds the module, copies the parameters in and runs forward and backward, keeping the
+ * probabilities or (memory_efficient) not. */
+static bool run(const fused_case *f, bool memory_efficient, run_result *r) {
     r->model = nb_model_new(f->dt, 1);
     r->mha = nb_mha_new(r->model, "", f->d_in, f->d_out, f->heads, f->qkv_bias, 0.0);
     if (!r->mha) return printf("    cannot build: %s\n", nb_last_error()), false;
@@ -122,15 +126,19 @@ static bool run(const fused_case *f, run_result *r) {
         .causal = f->causal, .key_padding_mask = f->padding, .attn_mask = f->attn_mask};
     saw_attention = saw_masked_softmax = false;
     nba_set_record_hook(record);
+    size_t limit = nba_attention_keep_limit(memory_efficient ? 0 : SIZE_MAX);
     r->out = f->cross ? nb_mha_forward_cross(r->mha, f->x_q, f->x_kv, &opts)
                       : nb_mha_forward(r->mha, f->x_q, &opts);
+    bool took_memory_efficient = nba_attention_last_memory_efficient();
     nba_set_record_hook(NULL);
-    if (!r->out) return printf("    forward: %s\n", nb_last_error()), false;
-    if (!saw_attention || saw_masked_softmax)
-        return printf("    forward did not take the fused attention\n"), false;
     nb_tensor *g = golden_tensor(json_object_get(f->twin, "grad_output"), GOLDEN_CONTIGUOUS);
-    if (!g || !nb_backward(r->out, nb_to_dtype(g, f->dt)))
-        return printf("    backward: %s\n", nb_last_error()), false;
+    bool ok = r->out && g && nb_backward(r->out, nb_to_dtype(g, f->dt));
+    nba_attention_keep_limit(limit);
+    if (!ok) return printf("    forward or backward: %s\n", nb_last_error()), false;
+    if (!saw_attention || saw_masked_softmax || took_memory_efficient != memory_efficient)
+        return printf("    forward did not take the fused attention's %s path\n",
+                      memory_efficient ? "memory-efficient" : "kept"),
+               false;
     return true;
 }
 
@@ -253,11 +261,11 @@ static unsigned features(const fused_case *f) {
            (f->Tk <= 32 ? F_SHORT_ROWS : F_LONG_ROWS) | (f->scale != 1 ? F_SCALED : 0u);
 }
 
-static bool check(const fused_case *f, double *worst) {
+static bool check(const fused_case *f, bool memory_efficient, double *worst) {
     tally t = {.ok = true};
     run_result r = {0};
     nb_scope_begin();
-    t.ok = run(f, &r);
+    t.ok = run(f, memory_efficient, &r);
     if (t.ok) compare_output(&t, f, &r);
     if (t.ok) compare_gradients(&t, f, &r);
     nb_scope_end();
@@ -279,12 +287,14 @@ static void test_every_case(void) {
         const char *name = json_string_value(json_object_get(c, "name"));
         nb_scope_begin();
         fused_case f;
-        double worst = 0;
-        bool ok = load_case(root, c, &f) && check(&f, &worst);
+        double kept = 0, memory_efficient = 0;
+        bool ok =
+            load_case(root, c, &f) && check(&f, false, &kept) && check(&f, true, &memory_efficient);
         if (ok) covered[f.dt == NB_F64] |= features(&f);
         nb_scope_end();
         failures += !ok;
-        printf("  %-4s %-72s %.2g of tolerance\n", ok ? "ok" : "FAIL", name ? name : "?", worst);
+        printf("  %-4s %-66s %.2g, %.2g of tolerance\n", ok ? "ok" : "FAIL", name ? name : "?",
+               kept, memory_efficient);
     }
     json_decref(root);
     CU_ASSERT_EQUAL(failures, 0);
@@ -320,9 +330,9 @@ static void test_scaled_inputs_every_isa(void) {
         CU_ASSERT_TRUE(f.pytorch_f32_worst > 0 && f.pytorch_f32_worst <= 1);
         for (int isa = NBT_ISA_COUNT - 1; isa >= 0; isa--) {
             if (!nbt_isa_force((nbt_isa)isa)) continue;
-            double worst = 0;
-            bool ok = check(&f, &worst);
-            printf(" %s %.2g", nbt_isa_name((nbt_isa)isa), worst);
+            double kept = 0, memory_efficient = 0;
+            bool ok = check(&f, false, &kept) && check(&f, true, &memory_efficient);
+            printf(" %s %.2g, %.2g", nbt_isa_name((nbt_isa)isa), kept, memory_efficient);
             CU_ASSERT_TRUE(ok);
         }
         printf("\n");
