@@ -71,6 +71,8 @@ void NBK_FN(nbk_layer_norm_backward_rows_f32)(int64_t rows, int64_t D, const flo
                                               const float *w, const float *mean, const float *rstd,
                                               const float *g, float *dx, double *dw, double *db);
 void NBK_FN(nbk_add_row_f32)(double *acc, const float *x, int64_t n);
+void NBK_FN(nba_small_head_forward)(const nba_small_head *h);
+void NBK_FN(nba_small_head_backward)(const nba_small_head *h);
 #endif
 
 #endif
