@@ -6,8 +6,8 @@
 
 #include <stdlib.h>
 
-/* The subtree's parameters, then its persistent buffers, then (if opt) the optimizer's state under
- * "optim.", as one heap list the caller frees; NULL with an error. */
+/* The subtree's parameters, then its persistent buffers, then (if opt) the optimizer's state
+ * under "optim.", as one heap list the caller frees; NULL with an error. */
 static nb_param *checkpoint_entries(const nb_module *m, nb_optimizer *opt, int *n) {
     int np = nb_module_param_count(m), nb = nbn_saved_buffers(m, NULL, 0);
     const nb_named_tensor *state = NULL;
