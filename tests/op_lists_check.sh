@@ -7,12 +7,28 @@
 #   - it names half of all registered names or more (a mirror of the registry).
 # Exempt: autograd/op_list.h (the one list) and tensor/ (raw kernels name themselves in their
 # errors; not scanned).
-# Usage: op_lists_check.sh OP_REGISTRY_JSON SOURCE_ROOT
+# And the other way round: every op definition the library holds (an nba_op_<name> symbol in
+# LIBNABLA_A) must be listed in autograd/op_list.h, or the tests would never see it.
+# Usage: op_lists_check.sh OP_REGISTRY_JSON SOURCE_ROOT LIBNABLA_A
 # First checks that the detector finds planted lists, then scans the tree.
 set -euo pipefail
 registry=$1
 root=$2
+library=$3
 pairs=$("$registry" --names) # "op name" per line
+
+defined=$(nm --defined-only "$library" | awk '$3 ~ /^nba_op_/ { sub(/^nba_op_/, "", $3); print $3 }' |
+    grep -vx 'registry\|registry_count' | sort -u)
+listed=$(grep -o 'NB_OP([a-z_0-9]*)' "$root/autograd/op_list.h" | sed 's/NB_OP(\(.*\))/\1/' | sort -u)
+if [ -z "$defined" ]; then
+    echo "op_lists_check: no nba_op_ definitions found in $library" >&2
+    exit 1
+fi
+unlisted=$(comm -23 <(echo "$defined") <(echo "$listed"))
+if [ -n "$unlisted" ]; then
+    echo "op_lists_check: op definitions not listed in autograd/op_list.h:" $unlisted >&2
+    exit 1
+fi
 
 # Prints FILE:LINE: WHY for every hand list in the given files; exit status 1 if any.
 find_lists() {
