@@ -82,3 +82,45 @@ nb_tensor *nb_dropout(const nb_tensor *x, double p, bool train, nb_rng *rng) {
     if (n) n->saved[0] = keep, n->f[0] = scale;
     return out;
 }
+
+/* ---- test metadata (op_def.h): each call re-seeds its own generator, so every
+ * finite-difference evaluation sees the same mask ---- */
+#include "op_def.h"
+
+static nb_tensor *cat_train(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_rng rng;
+    nb_rng_seed(&rng, 99);
+    return nb_dropout(in[0], 0.4, true, &rng);
+}
+static nb_tensor *cat_eval(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_dropout(in[0], 0.4, false, NULL);
+}
+static nb_tensor *cat_all(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_dropout(in[0], 1.0, true, NULL);
+}
+
+/* Only eval mode and p = 0 have goldens: nabla's generator is not PyTorch's. */
+static int golden_dropout(nba_golden_call *c, nb_tensor **out) {
+    nb_rng rng;
+    nb_rng_seed(&rng, 1);
+    out[0] = nb_dropout(c->input(c, "a", true), c->number(c, "p"), c->flag(c, "train"), &rng);
+    return 1;
+}
+
+/* clang-format off */
+static const nba_entry dropout_entries[] = {
+    {"dropout train p=0.4 fixed seed [4,5]", NBA_RANDOM, cat_train, 1, {IN(4, 5)}, NULL},
+    {"dropout train p=0.4 fixed seed, transposed [4,5]", NBA_STRIDED, cat_train, 1, {IN_T(4, 5)}, NULL},
+    {"dropout eval sliced [3,4]", NBA_STRIDED, cat_eval, 1, {IN_S(3, 4)}, NULL},
+    {"dropout p=1 gives zeros [3]", NBA_RANDOM, cat_all, 1, {IN(3)}, NULL},
+};
+/* clang-format on */
+static const nba_golden_case dropout_cases[] = {{"a: [3,4]", "p=0.5, train=False"},
+                                                {"a: [3,4]", "p=0.0, train=True"}};
+static const nba_golden dropout_goldens[] = {
+    NBA_GOLDEN("dropout", golden_dropout, "F.dropout(a, p, train)", dropout_cases)};
+NBA_OP_DEF(nba_op_dropout, "dropout", dropout_entries, dropout_goldens,
+           .not_applicable = {[NBA_BROADCAST] = "one input: nothing to broadcast"});

@@ -82,3 +82,41 @@ nb_tensor *nb_embedding(const nb_tensor *weight, const nb_tensor *indices) {
     if (n) n->saved[0] = idx;
     return out;
 }
+
+/* ---- test metadata (op_def.h): V = 6, indices built inside each function (constants of the
+ * check), repeated so their rows' gradients accumulate ---- */
+#include "op_def.h"
+
+#define IDX(...) ((const int64_t[]){__VA_ARGS__})
+
+static nb_tensor *cat_embedding(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_embedding(in[0], nb_from_array(NB_I64, NB_SHAPE(2, 3), IDX(1, 4, 1, 0, 5, 4)));
+}
+static nb_tensor *cat_embedding_flat(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_embedding(in[0], nb_from_array(NB_I64, NB_SHAPE(4), IDX(2, 2, 2, 0)));
+}
+
+static int golden_embedding(nba_golden_call *c, nb_tensor **out) {
+    out[0] = nb_embedding(c->input(c, "weight", true), c->input(c, "indices", true));
+    return 1;
+}
+
+/* clang-format off */
+static const nba_entry embedding_entries[] = {
+    {"embedding [6,3] with indices [2,3], repeated", NBA_RANDOM, cat_embedding, 1, {IN(6, 3)}, NULL},
+    {"embedding of a transposed [6,3]", NBA_STRIDED, cat_embedding, 1, {IN_T(6, 3)}, NULL},
+    {"embedding of a sliced [3,2], one index three times", NBA_STRIDED, cat_embedding_flat, 1, {IN_S(3, 2)}, NULL},
+};
+/* clang-format on */
+static const nba_golden_case embedding_cases[] = {
+    {"weight: [10,4]; indices: i64 [[1,3,1],[9,0,3]]", ""},
+    {"weight: [5,3]; indices: i64 [4,4,2,0]", ""},
+    {"weight: [6,2]; indices: i64 5", ""},
+    {"weight: [7,3]; indices: i64 [[[0,6]],[[6,6]]]", ""}};
+static const nba_golden embedding_goldens[] = {
+    NBA_GOLDEN("embedding", golden_embedding, "F.embedding(indices, weight)", embedding_cases)};
+NBA_OP_DEF(nba_op_embedding, "embedding", embedding_entries, embedding_goldens,
+           .not_applicable = {[NBA_BROADCAST] = "one differentiable input, the weight table, "
+                                                "gathered by index: nothing broadcasts"});

@@ -2,11 +2,15 @@
 #include "node.h"
 #include "../tensor/elementwise_kernels.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* All of the tape's state is per thread (grad mode, node free list, traversal buffers), so
+ * threads training separate models never share it; a thread's buffers are freed when it
+ * exits (free_thread_state). */
 static _Thread_local bool grad_enabled = true;
-static uint64_t visit_epoch;
+static _Thread_local uint64_t visit_epoch;
 
 bool nb_set_grad_enabled(bool enabled) {
     bool prev = grad_enabled;
@@ -16,17 +20,59 @@ bool nb_set_grad_enabled(bool enabled) {
 
 bool nb_is_grad_enabled(void) { return grad_enabled; }
 
-/* ---- nodes ---- */
-static nb_node *node_free;
+/* ---- per-thread buffers, freed at thread exit ---- */
+static _Thread_local nb_node *node_free;
+static _Thread_local nb_node **order;
+static _Thread_local size_t order_cap;
+static _Thread_local nb_node **stack; /* topo_sort's (node, next input index) stack */
+static _Thread_local int *next_input;
+static _Thread_local size_t stack_cap;
+static _Thread_local bool exit_hook;
 
+static void free_thread_state(void *unused) {
+    (void)unused;
+    while (node_free) {
+        nb_node *n = node_free;
+        node_free = (nb_node *)n->owned.next;
+        free(n);
+    }
+    free(order);
+    free(stack);
+    free(next_input);
+    order = stack = NULL;
+    next_input = NULL;
+    order_cap = stack_cap = 0;
+}
+
+static pthread_key_t exit_key;
+static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
+static void make_exit_key(void) {
+    pthread_key_create(&exit_key, free_thread_state);
+}
+
+/* Called before this thread's buffers first hold memory. */
+static void thread_state_in_use(void) {
+    if (exit_hook) return;
+    pthread_once(&exit_key_once, make_exit_key);
+    pthread_setspecific(exit_key, &exit_hook); /* non-NULL: the destructor runs at exit */
+    exit_hook = true;
+}
+
+/* ---- nodes ---- */
 static void release_node(nbt_owned *o) {
     nb_node *n = (nb_node *)o;
     /* A kept output outlives its node: remember that its history is gone. */
-    if (n->out && n->out->node == n) {
-        n->out->node = NULL;
-        n->out->graph_released = true;
+    for (int k = 0; k < n->noutputs; k++) {
+        nb_tensor *t = n->outputs[k];
+        if (t && t->node == n) {
+            t->node = NULL;
+            t->graph_released = true;
+        }
     }
+    if (n->function) nba_function_release(n);
     if (n->inputs != n->inline_inputs) nbt_free(n->inputs);
+    if (n->outputs != &n->out) nbt_free(n->outputs);
+    thread_state_in_use();
     n->owned.next = (nbt_owned *)node_free;
     node_free = n;
 }
@@ -42,30 +88,62 @@ bool nba_any_requires_grad(int n, const nb_tensor *const *inputs) {
     return false;
 }
 
-nb_node *nba_record(const char *op, nb_tensor *out, int n, const nb_tensor *const *inputs,
-                    nba_backward_fn backward) {
-    if (!out || !nba_any_requires_grad(n, inputs)) return NULL;
+/* A cleared node from the free list or the heap, with room for n inputs and nout outputs. */
+static nb_node *new_node(const char *op, int n, int nout) {
     nb_node *node = node_free;
     if (node) node_free = (nb_node *)node->owned.next;
     else if (!(node = nbt_malloc(sizeof *node))) return nbt_error(op, "out of memory");
     memset(node, 0, sizeof *node);
     node->owned.release = release_node;
     node->inputs = node->inline_inputs;
-    if (n > NBA_INLINE_INPUTS && !(node->inputs = nbt_malloc(sizeof(nb_tensor *) * (size_t)n))) {
+    node->outputs = &node->out;
+    node->grads = &node->grad;
+    bool ok = n <= NBA_INLINE_INPUTS ||
+              (node->inputs = nbt_malloc(sizeof(nb_tensor *) * (size_t)n)) != NULL;
+    if (ok && nout > 1) {
+        /* outputs then their gradients, one block */
+        node->outputs = nbt_malloc(2 * sizeof(nb_tensor *) * (size_t)nout);
+        if (node->outputs) {
+            memset(node->outputs, 0, 2 * sizeof(nb_tensor *) * (size_t)nout);
+            node->grads = node->outputs + nout;
+        }
+        ok = node->outputs != NULL;
+    }
+    if (!ok) {
+        if (node->inputs != node->inline_inputs) nbt_free(node->inputs);
         node->owned.next = (nbt_owned *)node_free;
         node_free = node;
         return nbt_error(op, "out of memory");
     }
+    return node;
+}
+
+nb_node *nba_record_outputs(const char *op, int nout, nb_tensor *const *outs, int n,
+                            const nb_tensor *const *inputs, nba_backward_fn backward) {
+    if (!nba_any_requires_grad(n, inputs)) return NULL;
+    nb_node *node = new_node(op, n, nout);
+    if (!node) return NULL;
     for (int i = 0; i < n; i++) node->inputs[i] = (nb_tensor *)inputs[i];
     node->ninputs = n;
     node->op = op;
     node->backward = backward;
-    node->out = out;
+    node->noutputs = nout;
+    for (int k = 0; k < nout; k++) node->outputs[k] = outs[k];
     nbt_scope_own(&node->owned);
     if (record_hook) record_hook(op);
-    out->node = node;
-    out->requires_grad = true;
+    /* Only float outputs carry gradients; others (indices, masks) are not differentiable. */
+    for (int k = 0; k < nout; k++)
+        if (outs[k] && nb_is_float(outs[k])) {
+            outs[k]->node = node;
+            outs[k]->requires_grad = true;
+        }
     return node;
+}
+
+nb_node *nba_record(const char *op, nb_tensor *out, int n, const nb_tensor *const *inputs,
+                    nba_backward_fn backward) {
+    if (!out) return NULL;
+    return nba_record_outputs(op, 1, &out, n, inputs, backward);
 }
 
 bool nba_input_needs_grad(const nb_node *n, int i) {
@@ -74,7 +152,7 @@ bool nba_input_needs_grad(const nb_node *n, int i) {
 
 /* ---- leaves ---- */
 nb_tensor *nb_requires_grad_(nb_tensor *t, bool requires_grad) {
-    if (!t) return NULL;
+    if (!t || !nbt_check_live("requires_grad_", t)) return NULL;
     if (t->node)
         return nbt_error("requires_grad_", "tensor of shape %s is not a leaf (it was produced "
                          "by %s); use nb_detach() to make a leaf", nbt_shape(t), t->node->op);
@@ -85,7 +163,9 @@ nb_tensor *nb_requires_grad_(nb_tensor *t, bool requires_grad) {
     return t;
 }
 
-nb_tensor *nb_grad(const nb_tensor *t) { return t ? t->grad : NULL; }
+nb_tensor *nb_grad(const nb_tensor *t) {
+    return t && nbt_check_live("grad", t) ? t->grad : NULL;
+}
 
 void nb_zero_grad(nb_tensor *t) {
     if (t && t->grad) nb_fill_(t->grad, 0.0);
@@ -97,15 +177,18 @@ void nba_accumulate(nb_node *n, int i, const nb_tensor *g) {
     if (!x || !x->requires_grad || !g) return;
     if (x->node) {
         nb_node *p = x->node;
-        if (!p->grad) {
+        int k = 0; /* which of p's outputs x is */
+        while (k < p->noutputs - 1 && p->outputs[k] != x) k++;
+        nb_tensor **pg = &p->grads[k];
+        if (!*pg) {
             /* Borrow g; a second contribution makes a fresh sum, never writes into g. */
-            p->grad = nb_same_shape(g, x) ? (nb_tensor *)g : nba_sum_to_shape(g, x->ndim, x->shape);
-        } else if (nb_same_shape(g, x)) { /* one pass: a fresh sum, p->grad may be borrowed */
-            p->grad = nbt_add(p->grad, g);
+            *pg = nb_same_shape(g, x) ? (nb_tensor *)g : nba_sum_to_shape(g, x->ndim, x->shape);
+        } else if (nb_same_shape(g, x)) { /* one pass: a fresh sum, *pg may be borrowed */
+            *pg = nbt_add(*pg, g);
         } else {
-            nb_tensor *sum = nbt_contiguous_as(p->grad, p->grad->dtype);
+            nb_tensor *sum = nbt_contiguous_as(*pg, (*pg)->dtype);
             if (sum) nba_add_into(sum, g);
-            p->grad = sum;
+            *pg = sum;
         }
         return;
     }
@@ -129,11 +212,9 @@ nb_tensor *nba_leaf_grad(const nb_node *n, int i) {
 }
 
 /* ---- traversal ---- */
-static nb_node **order;
-static size_t order_cap;
-
 static bool push(size_t *len, nb_node *n) {
     if (*len == order_cap) {
+        thread_state_in_use();
         size_t cap = order_cap ? 2 * order_cap : 256;
         nb_node **grown = realloc(order, cap * sizeof *grown);
         if (!grown) return false;
@@ -144,19 +225,25 @@ static bool push(size_t *len, nb_node *n) {
     return true;
 }
 
+/* A node whose backward already ran without retain_graph has dropped what it saved. */
+static bool usable(const nb_node *n) {
+    if (!n->consumed) return true;
+    nbt_error("backward", "trying to backward through the graph a second time: %s's backward "
+              "already ran and released what it saved; pass retain_graph = true "
+              "(nb_backward_with) to the first backward to go through it again", n->op);
+    return false;
+}
+
 /* Post-order DFS without recursion: order[] ends with out's node; visiting it backwards
  * runs each node after every node that consumes its output. */
 static bool topo_sort(nb_node *root, size_t *len) {
     uint64_t epoch = ++visit_epoch;
-    /* stack of (node, next input index) kept in two parallel static arrays */
-    static nb_node **stack;
-    static int *next_input;
-    static size_t stack_cap;
     size_t sp = 0;
     *len = 0;
 #define STACK_PUSH(nd)                                                                             \
     do {                                                                                           \
         if (sp == stack_cap) {                                                                     \
+            thread_state_in_use();                                                                 \
             size_t cap = stack_cap ? 2 * stack_cap : 256;                                          \
             nb_node **s2 = realloc(stack, cap * sizeof *s2);                                       \
             if (!s2) return false;                                                                 \
@@ -170,6 +257,7 @@ static bool topo_sort(nb_node *root, size_t *len) {
         stack[sp] = (nd);                                                                          \
         next_input[sp++] = 0;                                                                      \
     } while (0)
+    if (!usable(root)) return false;
     STACK_PUSH(root);
     while (sp > 0) {
         nb_node *n = stack[sp - 1];
@@ -182,7 +270,10 @@ static bool topo_sort(nb_node *root, size_t *len) {
                           "nb_scope_end", k, n->op, nbt_shape(x));
                 return false;
             }
-            if (x && x->node && x->node->visit != epoch) STACK_PUSH(x->node);
+            if (x && x->node && x->node->visit != epoch) {
+                if (!usable(x->node)) return false;
+                STACK_PUSH(x->node);
+            }
         } else {
             sp--;
             if (!push(len, n)) return false;
@@ -192,8 +283,39 @@ static bool topo_sort(nb_node *root, size_t *len) {
     return true;
 }
 
+/* Runs n's backward; false (with the error it recorded, or a generic one) if it failed. */
+static bool run_backward(nb_node *n) {
+    uint64_t errors = nbt_error_count();
+    n->backward(n, n->grad);
+    if (nbt_error_count() == errors) return true;
+    /* The message names the failing op already; say that it happened in backward. */
+    char cause[768];
+    snprintf(cause, sizeof cause, "%s", nb_last_error());
+    nbt_error("backward", "in the backward of %s: %s", n->op, cause);
+    return false;
+}
+
+static bool has_grad(const nb_node *n) {
+    for (int k = 0; k < n->noutputs; k++)
+        if (n->grads[k]) return true;
+    return false;
+}
+
+/* What backward saved is dropped once it ran (PyTorch frees its saved tensors the same way);
+ * the node stays so that a second pass through it can name it in the error. */
+static void consume(nb_node *n) {
+    memset(n->saved, 0, sizeof n->saved);
+    if (n->function) nba_function_consume(n);
+    n->consumed = true;
+}
+
 bool nb_backward(nb_tensor *out, const nb_tensor *grad_output) {
+    return nb_backward_with(out, grad_output, NULL);
+}
+
+bool nb_backward_with(nb_tensor *out, const nb_tensor *grad_output, const nb_backward_opts *opts) {
     if (!out) return nbt_error("backward", "NULL tensor"), false;
+    if (!nbt_check_live("backward", out) || !nbt_check_live("backward", grad_output)) return false;
     if (out->graph_released)
         return nbt_error("backward", "the graph of this tensor (shape %s) was released when "
                          "its scope ended", nbt_shape(out)), false;
@@ -209,28 +331,39 @@ bool nb_backward(nb_tensor *out, const nb_tensor *grad_output) {
         return nbt_error("backward", "grad can be implicitly created only for outputs with one "
                          "element, got shape %s; pass grad_output", nbt_shape(out)), false;
     }
+    const bool retain = opts && opts->retain_graph;
     bool prev = nb_set_grad_enabled(false);
-    bool ok = true;
+    uint64_t errors = nbt_error_count();
     nb_tensor *seed = grad_output ? (nb_tensor *)grad_output
                                   : nb_ones(out->dtype, out->ndim, out->shape);
     if (!out->node) { /* a leaf: its gradient is the seed itself */
         nb_node fake = {.ninputs = 1, .inputs = fake.inline_inputs, .inline_inputs = {out}};
-        nba_accumulate(&fake, 0, seed);
+        if (seed) nba_accumulate(&fake, 0, seed);
         nb_set_grad_enabled(prev);
-        return true;
+        return nbt_error_count() == errors;
     }
     size_t len = 0;
-    if (!topo_sort(out->node, &len)) {
-        if (!nb_last_error()[0]) nbt_error("backward", "out of memory ordering the graph");
+    bool ok = seed != NULL;
+    if (ok && !topo_sort(out->node, &len)) {
+        if (nbt_error_count() == errors) nbt_error("backward", "out of memory ordering the graph");
         ok = false;
         len = 0;
     }
-    if (ok) out->node->grad = seed;
-    for (size_t k = len; k-- > 0;) {
-        nb_node *n = order[k];
-        if (n->grad) n->backward(n, n->grad);
+    if (ok) {
+        nb_node *root = out->node;
+        int k = 0;
+        while (k < root->noutputs - 1 && root->outputs[k] != out) k++;
+        root->grads[k] = seed;
     }
-    for (size_t k = 0; k < len; k++) order[k]->grad = NULL;
+    /* Stop at the first backward that fails: later ones would work on a wrong gradient. */
+    for (size_t k = len; ok && k-- > 0;) {
+        nb_node *n = order[k];
+        if (!has_grad(n)) continue;
+        ok = run_backward(n);
+        if (!retain) consume(n);
+    }
+    for (size_t k = 0; k < len; k++)
+        for (int j = 0; j < order[k]->noutputs; j++) order[k]->grads[j] = NULL;
     nb_set_grad_enabled(prev);
     return ok;
 }

@@ -3,6 +3,7 @@
  * storing it. Statistics and reductions accumulate in double. */
 #include "node.h"
 #include "rows.h"
+#include "../tensor/isa.h"
 
 #include <math.h>
 #include <string.h>
@@ -55,172 +56,6 @@
 
 DEFINE_LAYER_NORM_KERNELS(double, f64)
 
-/* ---- float32 rows on whole vectors ----
- * The same formulas on eight floats at a time, the double sums in eight lanes (lane j % 8,
- * combined in a fixed order as nba_row_sum does), so results never depend on the thread
- * count. Built three times, chosen at run time: for AVX-512 (eight doubles in one register),
- * for AVX2 (the compiler splits them in two) and for the baseline (in four). Every lane
- * computes the same operations in the same order in each build, and nothing is fused, so all
- * three give the same bits as each other. */
-typedef float ln_v8f __attribute__((vector_size(32)));
-typedef double ln_v8d __attribute__((vector_size(64)));
-
-/* Unaligned, aliasing views for loads and stores, as the intrinsics headers define them. */
-typedef float ln_v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
-typedef double ln_v8d_u __attribute__((vector_size(64), aligned(8), may_alias));
-#define LN_LOAD8(p) (*(const ln_v8f_u *)(p))
-#define LN_STORE8(p, v) (*(ln_v8f_u *)(p) = (v))
-#define LN_LOAD8D(p) (*(const ln_v8d_u *)(p))
-#define LN_STORE8D(p, v) (*(ln_v8d_u *)(p) = (v))
-#define LN_WIDEN(v) __builtin_convertvector(v, ln_v8d)
-#define LN_SPLAT8(x) ((ln_v8f){x, x, x, x, x, x, x, x})
-#define LN_SPLAT8D(x) ((ln_v8d){x, x, x, x, x, x, x, x})
-#define LN_COMBINE(a) (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])))
-
-#define LN_VECTOR_KERNELS(ATTR, SUF)                                                               \
-    ATTR static void ln_rows_##SUF(int64_t rows, int64_t D, const float *x, const float *w,        \
-                                   const float *b, double eps, float *y, float *mean,              \
-                                   float *rstd) {                                                  \
-        int64_t Dv = D / 8 * 8;                                                                    \
-        for (int64_t r = 0; r < rows; r++, x += D, y += D) {                                       \
-            ln_v8d sum = {0};                                                                      \
-            for (int64_t j = 0; j < Dv; j += 8) sum += LN_WIDEN(LN_LOAD8(x + j));                  \
-            double tail[8] = {0};                                                                  \
-            for (int64_t j = Dv; j < D; j++) tail[j - Dv] = (double)x[j];                          \
-            sum += LN_LOAD8D(tail);                                                                \
-            const double mu = LN_COMBINE(sum) / (double)D;                                         \
-            const ln_v8d vmu = LN_SPLAT8D(mu);                                                     \
-            ln_v8d sq = {0};                                                                       \
-            for (int64_t j = 0; j < Dv; j += 8) {                                                  \
-                ln_v8d d = LN_WIDEN(LN_LOAD8(x + j)) - vmu;                                        \
-                sq += d * d;                                                                       \
-            }                                                                                      \
-            double sq_tail[8] = {0};                                                               \
-            for (int64_t j = Dv; j < D; j++)                                                       \
-                sq_tail[j - Dv] = ((double)x[j] - mu) * ((double)x[j] - mu);                       \
-            sq += LN_LOAD8D(sq_tail);                                                              \
-            const double rs = 1.0 / sqrt(LN_COMBINE(sq) / (double)D + eps);                        \
-            const float m = (float)mu, q = (float)rs;                                              \
-            mean[r] = m, rstd[r] = q;                                                              \
-            const ln_v8f vm = LN_SPLAT8(m), vq = LN_SPLAT8(q);                                     \
-            for (int64_t j = 0; j < Dv; j += 8) {                                                  \
-                ln_v8f v = (LN_LOAD8(x + j) - vm) * vq;                                            \
-                if (w) v *= LN_LOAD8(w + j);                                                       \
-                if (b) v += LN_LOAD8(b + j);                                                       \
-                LN_STORE8(y + j, v);                                                               \
-            }                                                                                      \
-            for (int64_t j = Dv; j < D; j++) {                                                     \
-                float v = (x[j] - m) * q;                                                          \
-                if (w) v *= w[j];                                                                  \
-                if (b) v += b[j];                                                                  \
-                y[j] = v;                                                                          \
-            }                                                                                      \
-        }                                                                                          \
-    }                                                                                              \
-    ATTR static void ln_backward_rows_##SUF(int64_t rows, int64_t D, const float *x,               \
-                                            const float *w, const float *mean, const float *rstd,  \
-                                            const float *g, float *dx, double *dw, double *db) {   \
-        int64_t Dv = D / 8 * 8;                                                                    \
-        for (int64_t r = 0; r < rows; r++, x += D, g += D) {                                       \
-            const float m = mean[r], q = rstd[r];                                                  \
-            const ln_v8f vm = LN_SPLAT8(m), vq = LN_SPLAT8(q);                                     \
-            ln_v8d sum_gh = {0}, sum_ghxh = {0};                                                   \
-            for (int64_t j = 0; j < Dv; j += 8) {                                                  \
-                ln_v8f xh = (LN_LOAD8(x + j) - vm) * vq, gv = LN_LOAD8(g + j);                     \
-                ln_v8f gh = w ? gv * LN_LOAD8(w + j) : gv;                                         \
-                ln_v8d xd = LN_WIDEN(xh), ghd = LN_WIDEN(gh);                                      \
-                sum_gh += ghd, sum_ghxh += ghd * xd;                                               \
-                if (dw) LN_STORE8D(dw + j, LN_LOAD8D(dw + j) + LN_WIDEN(gv) * xd);                 \
-                if (db) LN_STORE8D(db + j, LN_LOAD8D(db + j) + LN_WIDEN(gv));                      \
-            }                                                                                      \
-            double ta[8] = {0}, tc[8] = {0};                                                       \
-            for (int64_t j = Dv; j < D; j++) {                                                     \
-                const float xh = (x[j] - m) * q, gh = w ? g[j] * w[j] : g[j];                      \
-                ta[j - Dv] = gh, tc[j - Dv] = (double)gh * (double)xh;                             \
-                if (dw) dw[j] += (double)g[j] * (double)xh;                                        \
-                if (db) db[j] += g[j];                                                             \
-            }                                                                                      \
-            sum_gh += LN_LOAD8D(ta), sum_ghxh += LN_LOAD8D(tc);                                    \
-            if (!dx) continue;                                                                     \
-            const float a = (float)(LN_COMBINE(sum_gh) / (double)D),                               \
-                        c = (float)(LN_COMBINE(sum_ghxh) / (double)D);                             \
-            const ln_v8f va = LN_SPLAT8(a), vc = LN_SPLAT8(c);                                     \
-            for (int64_t j = 0; j < Dv; j += 8) {                                                  \
-                ln_v8f xh = (LN_LOAD8(x + j) - vm) * vq, gv = LN_LOAD8(g + j);                     \
-                ln_v8f gh = w ? gv * LN_LOAD8(w + j) : gv;                                         \
-                LN_STORE8(dx + j, vq * (gh - va - xh * vc));                                       \
-            }                                                                                      \
-            for (int64_t j = Dv; j < D; j++) {                                                     \
-                const float xh = (x[j] - m) * q, gh = w ? g[j] * w[j] : g[j];                      \
-                dx[j] = q * (gh - a - xh * c);                                                     \
-            }                                                                                      \
-            dx += D;                                                                               \
-        }                                                                                          \
-    }
-
-static nba_ln_build ln_max_build = NBA_LN_AVX512;
-
-void nba_layer_norm_max_build(nba_ln_build build) {
-    ln_max_build = build;
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-LN_VECTOR_KERNELS(__attribute__((target("avx512f"))), avx512)
-LN_VECTOR_KERNELS(__attribute__((target("avx2"))), avx2)
-/* The widest build this CPU runs, within the test hook's limit. */
-static nba_ln_build ln_build(void) {
-    static int known; /* 0 unknown, else 1 + the widest build; a race computes it twice */
-    if (!known) {
-        __builtin_cpu_init();
-        known = 1 + (__builtin_cpu_supports("avx512f") ? NBA_LN_AVX512
-                     : __builtin_cpu_supports("avx2")  ? NBA_LN_AVX2
-                                                       : NBA_LN_BASE);
-    }
-    nba_ln_build widest = (nba_ln_build)(known - 1);
-    return widest < ln_max_build ? widest : ln_max_build;
-}
-#else
-static nba_ln_build ln_build(void) {
-    return NBA_LN_BASE;
-}
-#define ln_rows_avx512 ln_rows_base
-#define ln_backward_rows_avx512 ln_backward_rows_base
-#define ln_rows_avx2 ln_rows_base
-#define ln_backward_rows_avx2 ln_backward_rows_base
-#endif
-LN_VECTOR_KERNELS(, base)
-
-static void layer_norm_rows_v32(int64_t rows, int64_t D, const float *x, const float *w,
-                                const float *b, double eps, float *y, float *mean, float *rstd) {
-    switch (ln_build()) {
-    case NBA_LN_AVX512:
-        ln_rows_avx512(rows, D, x, w, b, eps, y, mean, rstd);
-        break;
-    case NBA_LN_AVX2:
-        ln_rows_avx2(rows, D, x, w, b, eps, y, mean, rstd);
-        break;
-    default:
-        ln_rows_base(rows, D, x, w, b, eps, y, mean, rstd);
-        break;
-    }
-}
-
-static void layer_norm_backward_rows_v32(int64_t rows, int64_t D, const float *x, const float *w,
-                                         const float *mean, const float *rstd, const float *g,
-                                         float *dx, double *dw, double *db) {
-    switch (ln_build()) {
-    case NBA_LN_AVX512:
-        ln_backward_rows_avx512(rows, D, x, w, mean, rstd, g, dx, dw, db);
-        break;
-    case NBA_LN_AVX2:
-        ln_backward_rows_avx2(rows, D, x, w, mean, rstd, g, dx, dw, db);
-        break;
-    default:
-        ln_backward_rows_base(rows, D, x, w, mean, rstd, g, dx, dw, db);
-        break;
-    }
-}
-
 #define F32(t) ((t) ? (float *)nbt_ptr(t) : NULL)
 #define F64(t) ((t) ? (double *)nbt_ptr(t) : NULL)
 
@@ -235,8 +70,9 @@ static void layer_norm_slice(int64_t begin, int64_t end, void *vjob) {
     const layer_norm_job *j = vjob;
     int64_t at = begin * j->D;
     if (j->x->dtype == NB_F32)
-        layer_norm_rows_v32(end - begin, j->D, F32(j->x) + at, F32(j->w), F32(j->b), j->eps,
-                            F32(j->y) + at, F32(j->mean) + begin, F32(j->rstd) + begin);
+        nbt_kernels()->layer_norm_rows_f32(end - begin, j->D, F32(j->x) + at, F32(j->w), F32(j->b),
+                                           j->eps, F32(j->y) + at, F32(j->mean) + begin,
+                                           F32(j->rstd) + begin);
     else
         layer_norm_rows_f64(end - begin, j->D, F64(j->x) + at, F64(j->w), F64(j->b), j->eps,
                             F64(j->y) + at, F64(j->mean) + begin, F64(j->rstd) + begin);
@@ -262,9 +98,9 @@ static void layer_norm_backward_chunks(int64_t begin, int64_t end, void *vjob) {
         double *dw = j->dw_parts ? j->dw_parts + c * j->D : NULL;
         double *db = j->db_parts ? j->db_parts + c * j->D : NULL;
         if (j->x->dtype == NB_F32)
-            layer_norm_backward_rows_v32(r1 - r0, j->D, F32(j->x) + at, F32(j->w),
-                                         F32(j->mean) + r0, F32(j->rstd) + r0, F32(j->g) + at,
-                                         j->dx ? F32(j->dx) + at : NULL, dw, db);
+            nbt_kernels()->layer_norm_backward_rows_f32(
+                r1 - r0, j->D, F32(j->x) + at, F32(j->w), F32(j->mean) + r0, F32(j->rstd) + r0,
+                F32(j->g) + at, j->dx ? F32(j->dx) + at : NULL, dw, db);
         else
             layer_norm_backward_rows_f64(r1 - r0, j->D, F64(j->x) + at, F64(j->w),
                                          F64(j->mean) + r0, F64(j->rstd) + r0, F64(j->g) + at,
@@ -352,3 +188,61 @@ nb_tensor *nb_layer_norm(const nb_tensor *x, const nb_tensor *weight, const nb_t
     if (n) n->saved[0] = xc, n->saved[1] = w, n->saved[2] = mean, n->saved[3] = rstd;
     return y;
 }
+
+/* ---- test metadata (op_def.h) ---- */
+#include "op_def.h"
+
+static nb_tensor *cat_affine(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_layer_norm(in[0], in[1], in[2], 1e-5);
+}
+static nb_tensor *cat_plain(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_layer_norm(in[0], NULL, NULL, 1e-5);
+}
+static nb_tensor *cat_weight_only(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_layer_norm(in[0], in[1], NULL, 1e-5);
+}
+static nb_tensor *cat_bias_only(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_layer_norm(in[0], NULL, in[1], 1e-5);
+}
+
+/* Golden runner: inputs "x", optional "weight" and "bias", parameter "eps". */
+static int golden_layer_norm(nba_golden_call *c, nb_tensor **out) {
+    out[0] = nb_layer_norm(c->input(c, "x", true), c->input(c, "weight", false),
+                           c->input(c, "bias", false), c->number(c, "eps"));
+    return 1;
+}
+
+/* clang-format off */
+static const nba_entry layer_norm_entries[] = {
+    {"layer_norm [3,5] with weight and bias", NBA_RANDOM, cat_affine, 3, {IN(3, 5), IN(5), IN(5)}, NULL},
+    {"layer_norm [2,40] with weight and bias (f32: vector rows)", NBA_RANDOM, cat_affine, 3, {IN(2, 40), IN(40), IN(40)}, NULL},
+    {"layer_norm over 2 dims: [2,3,4], weight/bias [3,4]", NBA_STRIDED, cat_affine, 3,
+     {IN_T(2, 3, 4), IN_S(3, 4), IN_T(3, 4)}, NULL},
+    {"layer_norm without weight or bias, transposed [4,6]", NBA_STRIDED, cat_plain, 1, {IN_T(4, 6)}, NULL},
+    {"layer_norm without weight or bias, sliced [2,3,4]", NBA_STRIDED, cat_plain, 1, {IN_S(2, 3, 4)}, NULL},
+    {"layer_norm weight only [3,4]", NBA_STRIDED, cat_weight_only, 2, {IN(3, 4), IN_S(4)}, NULL},
+    {"layer_norm bias only [3,4]", NBA_STRIDED, cat_bias_only, 2, {IN_T(3, 4), IN(4)}, NULL},
+};
+/* clang-format on */
+/* Over one element x - mean is exactly 0, and so are the x and weight gradients; PyTorch's
+ * float32 backward leaves ~4e-6 of rounding there, so that f32 case comes from float64. */
+static const nba_golden_case layer_norm_cases[] = {
+    {"x: [4,6]; weight: [6]; bias: [6]", "eps=1e-5"},
+    {"x: [2,3,6]; weight: [6]; bias: [6]", "eps=1e-5"},
+    {"x: [2,3,4]; weight: [3,4]; bias: [3,4]", "eps=1e-3"},
+    {"x: [4,6]", "eps=1e-5"},
+    {"x: [3,5]; weight: [5]", "eps=1e-6"},
+    {"x: [3,5]; bias: [5]", "eps=1e-5"},
+    {"x: [2,1]; weight: [1]; bias: [1]", "eps=1e-5, _f32_via_f64=True"}};
+static const nba_golden layer_norm_goldens[] = {
+    NBA_GOLDEN("layer_norm", golden_layer_norm,
+               "F.layer_norm(x, weight.shape if weight is not None else x.shape[-1:], weight, "
+               "bias, eps)",
+               layer_norm_cases)};
+NBA_OP_DEF(nba_op_layer_norm, "layer_norm", layer_norm_entries, layer_norm_goldens,
+           .not_applicable = {[NBA_BROADCAST] = "weight and bias have the normalized shape, as "
+                                                "in F.layer_norm: nothing broadcasts"});

@@ -165,3 +165,51 @@ nb_tensor *nb_f_linear(const nb_tensor *x, const nb_tensor *weight, const nb_ten
                linear_backward);
     return out;
 }
+
+/* ---- test metadata (op_def.h) ---- */
+#include "op_def.h"
+
+static nb_tensor *cat_linear(nb_tensor *const *in, int n, void *ctx) {
+    (void)ctx;
+    return nb_f_linear(in[0], in[1], n > 2 ? in[2] : NULL);
+}
+/* The output transposed afterwards, so the gradient reaches linear's backward transposed. */
+static nb_tensor *cat_linear_then_t(nb_tensor *const *in, int n, void *ctx) {
+    (void)ctx;
+    return nb_transpose(nb_f_linear(in[0], in[1], n > 2 ? in[2] : NULL), 0, -1);
+}
+/* x [3,2,4] with its first two dims swapped: rows contiguous, but the leading dims do not
+ * collapse into one row stride. */
+static nb_tensor *cat_linear_swapped_batch(nb_tensor *const *in, int n, void *ctx) {
+    (void)ctx;
+    return nb_f_linear(nb_transpose(in[0], 0, 1), in[1], n > 2 ? in[2] : NULL);
+}
+
+static int golden_f_linear(nba_golden_call *c, nb_tensor **out) {
+    out[0] = nb_f_linear(c->input(c, "x", true), c->input(c, "weight", true),
+                         c->input(c, "bias", false));
+    return 1;
+}
+
+/* clang-format off */
+static const nba_entry linear_entries[] = {
+    {"linear [2,3,4] W [5,4] b [5]", NBA_RANDOM, cat_linear, 3, {IN(2, 3, 4), IN(5, 4), IN(5)}, NULL},
+    {"linear transposed x, transposed W, sliced b", NBA_STRIDED, cat_linear, 3, {IN_T(3, 4), IN_T(5, 4), IN_S(5)}, NULL},
+    {"linear sliced x (copied), no bias", NBA_STRIDED, cat_linear, 2, {IN_S(2, 4), IN(3, 4)}, NULL},
+    {"linear [4] (1-D input) W [2,4]", NBA_STRIDED, cat_linear, 2, {IN(4), IN_S(2, 4)}, NULL},
+    {"linear x [3,2,4] dims 0, 1 swapped", NBA_RANDOM, cat_linear_swapped_batch, 3, {IN(3, 2, 4), IN(5, 4), IN(5)}, NULL},
+    {"linear 3-D transposed x [2,3,4]", NBA_STRIDED, cat_linear, 3, {IN_T(2, 3, 4), IN(5, 4), IN(5)}, NULL},
+    {"linear [1,3,1,4] sliced x, size-1 dims", NBA_STRIDED, cat_linear, 3, {IN_S(1, 3, 1, 4), IN_T(2, 4), IN(2)}, NULL},
+    {"linear, gradient transposed [3,4] W [5,4]", NBA_STRIDED, cat_linear_then_t, 3, {IN(3, 4), IN(5, 4), IN_S(5)}, NULL},
+};
+/* clang-format on */
+static const nba_golden_case linear_cases[] = {{"x: [3,4]; weight: [5,4]; bias: [5]", ""},
+                                               {"x: [2,3,4]; weight: [2,4]; bias: [2]", ""},
+                                               {"x: [4]; weight: [3,4]; bias: [3]", ""},
+                                               {"x: [2,3]; weight: [4,3]", ""}};
+static const nba_golden linear_goldens[] = {
+    NBA_GOLDEN("f_linear", golden_f_linear, "F.linear(x, weight, bias)", linear_cases)};
+NBA_OP_DEF(nba_op_linear, "linear", linear_entries, linear_goldens,
+           .not_applicable = {
+               [NBA_BROADCAST] = "weight and bias have fixed shapes ([out, in], "
+                                 "[out]); x's leading dims are rows, not a broadcast"});

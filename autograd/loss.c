@@ -256,3 +256,87 @@ nb_tensor *nb_mse_loss(const nb_tensor *a, const nb_tensor *b, nb_reduction redu
     if (node) node->saved[0] = diff, node->i[0] = reduction, node->f[0] = factor;
     return out;
 }
+
+/* ---- test metadata (op_def.h). Class targets are built inside each function, so they are
+ * constants of the check. ---- */
+#include "op_def.h"
+
+/* An int64 tensor from a literal: I64(NB_SHAPE(2), IDX(1, 0)). */
+#define IDX(...) ((const int64_t[]){__VA_ARGS__})
+#define I64(...) nb_from_array(NB_I64, __VA_ARGS__)
+
+/* cross_entropy: logits [4, 5], the third target ignored. */
+static nb_tensor *ce_targets(void) {
+    return I64(NB_SHAPE(4), IDX(1, 0, -100, 4));
+}
+static nb_tensor *cat_ce(nb_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    return nb_cross_entropy(in[0], ce_targets(), -100, *(const nb_reduction *)ctx);
+}
+/* Logits [2, 3, 4] (batch, time, classes), ignore_index 2 is also a valid class. */
+static nb_tensor *cat_ce_sequence(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_cross_entropy(in[0], I64(NB_SHAPE(2, 3), IDX(0, 2, 3, 1, 1, 2)), 2, NB_REDUCE_MEAN);
+}
+static nb_tensor *cat_mse(nb_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    return nb_mse_loss(in[0], in[1], *(const nb_reduction *)ctx);
+}
+static const nb_reduction red_mean = NB_REDUCE_MEAN, red_sum = NB_REDUCE_SUM,
+                          red_none = NB_REDUCE_NONE;
+
+/* Golden runners: parameter "reduction" is "mean", "sum" or "none". */
+static nb_reduction golden_reduction(nba_golden_call *c) {
+    const char *s = c->string(c, "reduction");
+    return s && strcmp(s, "sum") == 0    ? NB_REDUCE_SUM
+           : s && strcmp(s, "none") == 0 ? NB_REDUCE_NONE
+                                         : NB_REDUCE_MEAN;
+}
+static int golden_cross_entropy(nba_golden_call *c, nb_tensor **out) {
+    out[0] = nb_cross_entropy(c->input(c, "logits", true), c->input(c, "target", true),
+                              c->integer(c, "ignore_index"), golden_reduction(c));
+    return 1;
+}
+static int golden_mse_loss(nba_golden_call *c, nb_tensor **out) {
+    out[0] = nb_mse_loss(c->input(c, "a", true), c->input(c, "b", true), golden_reduction(c));
+    return 1;
+}
+
+/* clang-format off */
+static const nba_entry cross_entropy_entries[] = {
+    {"cross_entropy mean, ignore_index -100, [4,5]", NBA_RANDOM, cat_ce, 1, {IN(4, 5)}, &red_mean},
+    {"cross_entropy sum of a transposed [4,5]", NBA_STRIDED, cat_ce, 1, {IN_T(4, 5)}, &red_sum},
+    {"cross_entropy none of a sliced [4,5]", NBA_STRIDED, cat_ce, 1, {IN_S(4, 5)}, &red_none},
+    {"cross_entropy mean [2,3,4], ignore_index 2", NBA_STRIDED, cat_ce_sequence, 1, {IN_T(2, 3, 4)}, NULL},
+};
+#define CE_CASES(inputs, ignore)                                                                   \
+    {inputs, ignore ", reduction='mean'"}, {inputs, ignore ", reduction='sum'"},                   \
+        {inputs, ignore ", reduction='none'"}
+static const nba_golden_case cross_entropy_cases[] = {
+    CE_CASES("logits: [4,5]; target: i64 [1,0,4,2]", "ignore_index=-100"),
+    CE_CASES("logits: [4,5]; target: i64 [1,-100,4,-100]", "ignore_index=-100"),
+    CE_CASES("logits: [2,3,4]; target: i64 [[0,2,3],[2,1,1]]", "ignore_index=2"),
+    CE_CASES("logits: [1,3]; target: i64 [2]", "ignore_index=-100")};
+static const nba_golden cross_entropy_goldens[] = {
+    NBA_GOLDEN("cross_entropy", golden_cross_entropy,
+               "cross_entropy_ref(logits, target, ignore_index, reduction)", cross_entropy_cases)};
+NBA_OP_DEF(nba_op_cross_entropy, "cross_entropy", cross_entropy_entries, cross_entropy_goldens,
+           .not_applicable = {[NBA_BROADCAST] = "target has the logits' shape without the class "
+                                                "dim: nothing broadcasts"});
+
+static const nba_entry mse_loss_entries[] = {
+    {"mse_loss mean [3,4] vs transposed [3,4]", NBA_STRIDED, cat_mse, 2, {IN(3, 4), IN_T(3, 4)}, &red_mean},
+    {"mse_loss sum sliced [3,4] vs broadcast [4]", NBA_STRIDED, cat_mse, 2, {IN_S(3, 4), IN(4)}, &red_sum},
+    {"mse_loss none transposed [2,3,2] vs broadcast [3,1]", NBA_STRIDED, cat_mse, 2, {IN_T(2, 3, 2), IN(3, 1)}, &red_none},
+    {"mse_loss mean [2,3] vs broadcast [3]", NBA_BROADCAST, cat_mse, 2, {IN(2, 3), IN(3)}, &red_mean},
+    {"mse_loss mean against a constant target", NBA_RANDOM, cat_mse, 2, {IN(5), IN_C(5)}, &red_mean},
+};
+#define MSE_CASES(inputs)                                                                          \
+    {inputs, "reduction='mean'"}, {inputs, "reduction='sum'"}, {inputs, "reduction='none'"}
+static const nba_golden_case mse_loss_cases[] = {
+    MSE_CASES("a: [3,4]; b: [3,4]"), MSE_CASES("a: [2,3,4]; b: [4]"),
+    MSE_CASES("a: [5]; b: [5] const"), MSE_CASES("a: [2,3]; b: [2,1]")};
+static const nba_golden mse_loss_goldens[] = {
+    NBA_GOLDEN("mse_loss", golden_mse_loss, "mse_ref(a, b, reduction)", mse_loss_cases)};
+NBA_OP_DEF(nba_op_mse_loss, "mse_loss", mse_loss_entries, mse_loss_goldens);
+/* clang-format on */

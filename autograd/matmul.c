@@ -249,3 +249,78 @@ nb_tensor *nb_matmul(const nb_tensor *a, const nb_tensor *b) {
     }
     return out;
 }
+
+/* ---- test metadata (op_def.h): every torch.matmul shape case, transposed and sliced
+ * operands, broadcast batches, a non-contiguous output gradient, and products big enough for
+ * the tiled kernels ---- */
+#include "op_def.h"
+
+static nb_tensor *cat_matmul(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_matmul(in[0], in[1]);
+}
+/* The right operand read through a transpose view: a flag for the kernel, not a copy. */
+static nb_tensor *cat_matmul_bt(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_matmul(in[0], nb_transpose(in[1], -1, -2));
+}
+/* The output transposed afterwards: its gradient arrives transposed. */
+static nb_tensor *cat_matmul_then_t(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_transpose(nb_matmul(in[0], in[1]), -1, -2);
+}
+/* A batch made by expand: batch stride 0, gradient summed over it. */
+static nb_tensor *cat_matmul_expanded(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_matmul(nb_expand(in[0], NB_SHAPE(3, -1, -1)), in[1]);
+}
+/* Attention's pattern: scores = q k^T, then scores v, all batched over heads. */
+static nb_tensor *cat_attention_products(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_matmul(nb_matmul(in[0], nb_transpose(in[1], -1, -2)), in[2]);
+}
+
+static int golden_matmul(nba_golden_call *c, nb_tensor **out) {
+    out[0] = nb_matmul(c->input(c, "a", true), c->input(c, "b", true));
+    return 1;
+}
+
+/* clang-format off */
+static const nba_entry matmul_entries[] = {
+    {"matmul 1-D . 1-D [5] [5]", NBA_RANDOM, cat_matmul, 2, {IN(5), IN(5)}, NULL},
+    {"matmul 1-D . 1-D sliced [4] [4]", NBA_STRIDED, cat_matmul, 2, {IN_S(4), IN_S(4)}, NULL},
+    {"matmul 2-D [3,4]@[4,5]", NBA_RANDOM, cat_matmul, 2, {IN(3, 4), IN(4, 5)}, NULL},
+    {"matmul 2-D transposed [3,4]@[4,5]", NBA_STRIDED, cat_matmul, 2, {IN_T(3, 4), IN_T(4, 5)}, NULL},
+    {"matmul 2-D sliced (copied) [3,4]@[4,2]", NBA_STRIDED, cat_matmul, 2, {IN_S(3, 4), IN_S(4, 2)}, NULL},
+    {"matmul 2-D [4,3]@transpose([5,3])", NBA_RANDOM, cat_matmul_bt, 2, {IN(4, 3), IN(5, 3)}, NULL},
+    {"matmul 1-D@2-D [4]@[4,3]", NBA_STRIDED, cat_matmul, 2, {IN(4), IN_T(4, 3)}, NULL},
+    {"matmul 2-D@1-D [3,4]@[4]", NBA_STRIDED, cat_matmul, 2, {IN_T(3, 4), IN_S(4)}, NULL},
+    {"matmul 1-D@3-D [4]@[2,4,3]", NBA_BROADCAST, cat_matmul, 2, {IN(4), IN(2, 4, 3)}, NULL},
+    {"matmul 3-D@1-D [2,3,4]@[4]", NBA_STRIDED, cat_matmul, 2, {IN_S(2, 3, 4), IN(4)}, NULL},
+    {"matmul batched [2,3,4]@[2,4,5]", NBA_STRIDED, cat_matmul, 2, {IN(2, 3, 4), IN_T(2, 4, 5)}, NULL},
+    {"matmul batched, both T [2,3,4]@[2,4,5]", NBA_STRIDED, cat_matmul, 2, {IN_T(2, 3, 4), IN_T(2, 4, 5)}, NULL},
+    {"matmul broadcast [2,1,3,4]@[5,4,6]", NBA_BROADCAST, cat_matmul, 2, {IN(2, 1, 3, 4), IN(5, 4, 6)}, NULL},
+    {"matmul broadcast right [2,3,4]@[4,5]", NBA_BROADCAST, cat_matmul, 2, {IN(2, 3, 4), IN(4, 5)}, NULL},
+    {"matmul broadcast left [3,4]@[2,4,5]", NBA_STRIDED, cat_matmul, 2, {IN_T(3, 4), IN(2, 4, 5)}, NULL},
+    {"matmul broadcast [1,3,4]@[2,1,4,2]", NBA_STRIDED, cat_matmul, 2, {IN(1, 3, 4), IN_S(2, 1, 4, 2)}, NULL},
+    {"matmul expanded [3,4]->[3,3,4]@[3,4,2]", NBA_BROADCAST, cat_matmul_expanded, 2, {IN(3, 4), IN(3, 4, 2)}, NULL},
+    {"matmul constant left [3,4]@[4,2]", NBA_RANDOM, cat_matmul, 2, {IN_C(3, 4), IN(4, 2)}, NULL},
+    {"matmul constant right [2,3,4]@[4,2]", NBA_BROADCAST, cat_matmul, 2, {IN(2, 3, 4), IN_C(4, 2)}, NULL},
+    {"matmul then transpose [2,3,4]@[2,4,5]", NBA_RANDOM, cat_matmul_then_t, 2, {IN(2, 3, 4), IN(2, 4, 5)}, NULL},
+    /* big enough for the tiled kernels (the products above take the tiny-product path) */
+    {"matmul tiled [2,9,17]@[17,13]", NBA_STRIDED, cat_matmul, 2, {IN(2, 9, 17), IN_T(17, 13)}, NULL},
+    {"matmul tiled [2,1,9,16]@[3,16,12]^T", NBA_STRIDED, cat_matmul_bt, 2, {IN_S(2, 1, 9, 16), IN(3, 12, 16)}, NULL},
+    {"matmul q k^T v", NBA_STRIDED, cat_attention_products, 3, {IN(2, 2, 3, 4), IN_T(2, 2, 3, 4), IN_S(2, 2, 3, 2)}, NULL},
+};
+/* clang-format on */
+static const nba_golden_case matmul_cases[] = {
+    {"a: [4]; b: [4]", ""},           {"a: [3,4]; b: [4,5]", ""},
+    {"a: [4]; b: [4,5]", ""},         {"a: [3,4]; b: [4]", ""},
+    {"a: [1,1]; b: [1,1]", ""},       {"a: [2,3,4]; b: [4,5]", ""},
+    {"a: [3,4]; b: [2,4,5]", ""},     {"a: [2,3,4]; b: [2,4,5]", ""},
+    {"a: [2,1,3,4]; b: [3,4,2]", ""}, {"a: [2,3,4]; b: [4]", ""},
+    {"a: [4]; b: [2,4,3]", ""},       {"a: [7,9]; b: [9,6]", ""},
+    {"a: [3,4]; b: [4,5] const", ""}};
+static const nba_golden matmul_goldens[] = {
+    NBA_GOLDEN("matmul", golden_matmul, "torch.matmul(a, b)", matmul_cases)};
+NBA_OP_DEF(nba_op_matmul, "matmul", matmul_entries, matmul_goldens);

@@ -31,12 +31,19 @@ struct nb_node {
     nb_tensor **inputs; /* inline_inputs, or a heap array for many inputs */
     nb_tensor *inline_inputs[NBA_INLINE_INPUTS];
     nb_tensor *out;
-    /* What backward needs: tensors (held by this scope), numbers, integers. */
+    /* What backward needs: tensors (held by this scope), numbers, integers. The engine drops
+     * the tensors once backward has run (unless the graph is retained). */
     nb_tensor *saved[4];
     double f[4];
     int64_t i[NB_MAX_DIMS + 4];
     nb_tensor *grad; /* gradient of out, accumulated while backward runs */
     uint64_t visit;  /* traversal epoch */
+    /* Outputs: built-in ops have one (outputs == &out, grads == &grad); a user function
+     * (function.c) may have several, each with its gradient, and backward runs once for all. */
+    int noutputs;
+    nb_tensor **outputs, **grads;
+    bool consumed; /* backward ran and released what it saved: a second pass is an error */
+    struct nba_function_state *function; /* user functions only (function.c), else NULL */
 };
 
 /* True when grad mode is on and any of the n inputs requires grad. */
@@ -46,6 +53,15 @@ bool nba_any_requires_grad(int n, const nb_tensor *const *inputs);
  * referenced, not copied: ops must not modify them afterwards. */
 nb_node *nba_record(const char *op, nb_tensor *out, int n, const nb_tensor *const *inputs,
                     nba_backward_fn backward);
+/* Releases what a user function's node holds (function.c); called when the node goes. */
+void nba_function_release(nb_node *n);
+/* Drops what backward needed (saved tensors), after backward ran without retain_graph. */
+void nba_function_consume(nb_node *n);
+/* nba_record for an op with several outputs (a user function's): one node, whose backward
+ * runs once after every output's gradient is in (n->grads[k]; NULL for an output that got
+ * none). Only float outputs are marked as requiring grad. */
+nb_node *nba_record_outputs(const char *op, int nout, nb_tensor *const *outs, int n,
+                            const nb_tensor *const *inputs, nba_backward_fn backward);
 /* True if input i of n needs a gradient (skip computing it otherwise). */
 bool nba_input_needs_grad(const nb_node *n, int i);
 /* Adds g into input i's gradient. g may be broadcast-shaped: extra leading dims and dims
@@ -58,10 +74,6 @@ nb_tensor *nba_leaf_grad(const nb_node *n, int i);
 
 /* Test hook: called with the op name of every node recorded (NULL to remove). */
 void nba_set_record_hook(void (*hook)(const char *op));
-/* Test hook: layer_norm's float32 rows run the widest build the CPU has, but no wider than
- * `build` (default NBA_LN_AVX512); all builds give the same bits. */
-typedef enum { NBA_LN_BASE, NBA_LN_AVX2, NBA_LN_AVX512 } nba_ln_build;
-void nba_layer_norm_max_build(nba_ln_build build);
 
 /* ---- raw helpers shared by backward functions ---- */
 /* Sums t down to the given shape (t's shape must broadcast-reduce to it). New tensor. */

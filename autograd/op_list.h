@@ -1,6 +1,7 @@
-/* Every differentiable op, by the name it records in its node. The gradcheck catalogue in
- * tests/ must exercise each one; the suite fails for any op that no catalogue entry reaches.
- * X-macro: define NB_OP(name) before including. */
+/* Every built-in differentiable op, one line each: NB_OP(name) refers to the nba_op_def
+ * nba_op_<name> that the op's own file defines (see op_def.h); op_registry.c makes the
+ * registry from this list. Nothing else lists ops by hand. X-macro: define NB_OP(name)
+ * before including. */
 /* views.c */
 NB_OP(view)
 NB_OP(reshape)

@@ -133,3 +133,137 @@ nb_tensor *nb_max_dim(const nb_tensor *a, int dim, bool keepdim, nb_tensor **ind
     if (indices) *indices = idx;
     return values;
 }
+
+/* ---- test metadata (op_def.h): sum and mean over everything and over dims (with and
+ * without keepdim, negative dims), max over a dim on distinct values (no ties) ---- */
+#include "op_def.h"
+
+typedef struct {
+    int ndims;
+    int dims[3];
+    bool keepdim;
+    bool mean;
+} dims_ctx;
+
+static nb_tensor *cat_sum(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_sum(in[0]);
+}
+static nb_tensor *cat_mean(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_mean(in[0]);
+}
+static nb_tensor *cat_dims(nb_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    const dims_ctx *c = ctx;
+    return c->mean ? nb_mean_dims(in[0], c->ndims, c->dims, c->keepdim)
+                   : nb_sum_dims(in[0], c->ndims, c->dims, c->keepdim);
+}
+/* The reduction of an expanded (stride 0) view of the input. */
+static nb_tensor *cat_dims_of_expanded(nb_tensor *const *in, int n, void *ctx) {
+    return cat_dims((nb_tensor *const[]){nb_expand(in[0], NB_SHAPE(2, 3, 4))}, n, ctx);
+}
+static nb_tensor *cat_max(nb_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    const dims_ctx *c = ctx;
+    nb_tensor *idx = NULL;
+    nb_tensor *v = nb_max_dim(in[0], c->dims[0], c->keepdim, &idx);
+    return idx ? v : NULL;
+}
+/* Both outputs in one expression: max values times the mean of the input over that dim. */
+static nb_tensor *cat_max_times_mean(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_mul(nb_max_dim(in[0], 1, true, NULL), nb_mean_dims(in[0], 1, (int[]){1}, true));
+}
+
+static const dims_ctx sum0 = {1, {0}, false, false}, sum_last_keep = {1, {-1}, true, false},
+                      sum02 = {2, {0, 2}, false, false}, sum20_keep = {2, {2, -3}, true, false},
+                      sum_all3 = {3, {1, 0, 2}, false, false}, mean1 = {1, {1}, false, true},
+                      mean01_keep = {2, {0, 1}, true, true}, mean_last = {1, {-1}, false, true};
+static const dims_ctx max0 = {1, {0}, false, false}, max1_keep = {1, {1}, true, false},
+                      max_last = {1, {-1}, false, false};
+
+/* Golden runners: input "a", parameters "dims"/"dim" and "keepdim". */
+static int golden_sum(nba_golden_call *c, nb_tensor **out) {
+    out[0] = nb_sum(c->input(c, "a", true));
+    return 1;
+}
+static int golden_mean(nba_golden_call *c, nb_tensor **out) {
+    out[0] = nb_mean(c->input(c, "a", true));
+    return 1;
+}
+static int golden_dims(nba_golden_call *c, nb_tensor **out, bool mean) {
+    int64_t wide[NB_MAX_DIMS];
+    int dims[NB_MAX_DIMS], n = c->integers(c, "dims", wide, NB_MAX_DIMS);
+    for (int k = 0; k < n; k++) dims[k] = (int)wide[k];
+    nb_tensor *a = c->input(c, "a", true);
+    bool keep = c->flag(c, "keepdim");
+    out[0] = mean ? nb_mean_dims(a, n, dims, keep) : nb_sum_dims(a, n, dims, keep);
+    return 1;
+}
+static int golden_sum_dims(nba_golden_call *c, nb_tensor **out) {
+    return golden_dims(c, out, false);
+}
+static int golden_mean_dims(nba_golden_call *c, nb_tensor **out) {
+    return golden_dims(c, out, true);
+}
+static int golden_max_dim(nba_golden_call *c, nb_tensor **out) {
+    out[1] = NULL;
+    out[0] = nb_max_dim(c->input(c, "a", true), (int)c->integer(c, "dim"), c->flag(c, "keepdim"),
+                        &out[1]);
+    return 2;
+}
+
+/* clang-format off */
+static const nba_entry sum_entries[] = {
+    {"sum [3,4]", NBA_RANDOM, cat_sum, 1, {IN(3, 4)}, NULL},
+    {"sum transposed [3,4]", NBA_STRIDED, cat_sum, 1, {IN_T(3, 4)}, NULL},
+    {"sum 0-d", NBA_RANDOM, cat_sum, 1, {SCALAR}, NULL},
+    {"sum_dims 0 of [3,4]", NBA_RANDOM, cat_dims, 1, {IN(3, 4)}, &sum0},
+    {"sum_dims -1 keepdim of transposed [3,4]", NBA_STRIDED, cat_dims, 1, {IN_T(3, 4)}, &sum_last_keep},
+    {"sum_dims (0,2) of sliced [2,3,4]", NBA_STRIDED, cat_dims, 1, {IN_S(2, 3, 4)}, &sum02},
+    {"sum_dims (2,-3) keepdim of transposed [2,3,4]", NBA_STRIDED, cat_dims, 1, {IN_T(2, 3, 4)}, &sum20_keep},
+    {"sum_dims (1,0,2) of [2,3,4]", NBA_RANDOM, cat_dims, 1, {IN(2, 3, 4)}, &sum_all3},
+    {"sum_dims (0,2) of expanded [3,1]", NBA_BROADCAST, cat_dims_of_expanded, 1, {IN(3, 1)}, &sum02},
+};
+static const nba_golden_case all_cases[] = {{"a: [5]", ""}, {"a: [3,4]", ""}, {"a: [2,3,4]", ""}, {"a: []", ""}};
+static const nba_golden_case dims_cases[] = {
+    {"a: [3,4]", "dims=[0], keepdim=False"},        {"a: [3,4]", "dims=[1], keepdim=True"},
+    {"a: [2,3,4]", "dims=[0,2], keepdim=False"},    {"a: [2,3,4]", "dims=[-1], keepdim=True"},
+    {"a: [2,3,4]", "dims=[1,0], keepdim=True"},     {"a: [2,3,4,5]", "dims=[1,3], keepdim=False"},
+    {"a: [2,3,4]", "dims=[0,1,2], keepdim=False"}};
+static const nba_golden sum_goldens[] = {
+    NBA_GOLDEN("sum", golden_sum, "a.sum()", all_cases),
+    NBA_GOLDEN("sum_dims", golden_sum_dims, "a.sum(dim=dims, keepdim=keepdim)", dims_cases)};
+NBA_OP_DEF(nba_op_sum, "sum", sum_entries, sum_goldens);
+
+static const nba_entry mean_entries[] = {
+    {"mean [2,3,4]", NBA_RANDOM, cat_mean, 1, {IN(2, 3, 4)}, NULL},
+    {"mean sliced [3,4]", NBA_STRIDED, cat_mean, 1, {IN_S(3, 4)}, NULL},
+    {"mean_dims 1 of [2,3,4]", NBA_RANDOM, cat_dims, 1, {IN(2, 3, 4)}, &mean1},
+    {"mean_dims (0,1) keepdim of transposed [2,3,4]", NBA_STRIDED, cat_dims, 1, {IN_T(2, 3, 4)}, &mean01_keep},
+    {"mean_dims -1 of sliced [3,4]", NBA_STRIDED, cat_dims, 1, {IN_S(3, 4)}, &mean_last},
+    {"mean_dims (0,1) keepdim of expanded [4]", NBA_BROADCAST, cat_dims_of_expanded, 1, {IN(4)}, &mean01_keep},
+};
+static const nba_golden mean_goldens[] = {
+    NBA_GOLDEN("mean", golden_mean, "a.mean()", all_cases),
+    NBA_GOLDEN("mean_dims", golden_mean_dims, "a.mean(dim=dims, keepdim=keepdim)", dims_cases)};
+NBA_OP_DEF(nba_op_mean, "mean", mean_entries, mean_goldens);
+
+static const nba_entry max_dim_entries[] = {
+    {"max_dim 0 of [3,4]", NBA_RANDOM, cat_max, 1, {IN_D(NBA_DISTINCT, 3, 4)}, &max0},
+    {"max_dim 1 keepdim of transposed [2,3,4]", NBA_STRIDED, cat_max, 1, {IN_TD(NBA_DISTINCT, 2, 3, 4)}, &max1_keep},
+    {"max_dim -1 of sliced [3,4]", NBA_STRIDED, cat_max, 1, {IN_SD(NBA_DISTINCT, 3, 4)}, &max_last},
+    {"max_dim -1 of transposed [4,5]", NBA_STRIDED, cat_max, 1, {IN_TD(NBA_DISTINCT, 4, 5)}, &max_last},
+    {"max_dim 1 keepdim * mean_dims 1 of [3,4]", NBA_RANDOM, cat_max_times_mean, 1, {IN_D(NBA_DISTINCT, 3, 4)}, NULL},
+};
+static const nba_golden_case max_dim_cases[] = {
+    {"a: distinct [5]", "dim=0, keepdim=False"},    {"a: distinct [3,4]", "dim=1, keepdim=False"},
+    {"a: distinct [3,4]", "dim=0, keepdim=True"},   {"a: distinct [2,3,4]", "dim=-1, keepdim=True"},
+    {"a: distinct [2,3,4]", "dim=1, keepdim=False"}, {"a: distinct [2,5,3]", "dim=1, keepdim=True"}};
+static const nba_golden max_dim_goldens[] = {
+    NBA_GOLDEN("max_dim", golden_max_dim, "tuple(torch.max(a, dim, keepdim))", max_dim_cases)};
+NBA_OP_DEF(nba_op_max_dim, "max_dim", max_dim_entries, max_dim_goldens,
+           .not_applicable = {[NBA_BROADCAST] = "an expanded input repeats values: the max has ties, "
+                                                "where the gradient is not defined"});
+/* clang-format on */

@@ -111,10 +111,10 @@ static void softmax_backward_slice(int64_t begin, int64_t end, void *vjob) {
     const softmax_backward_job *j = vjob;
     int64_t off = begin * j->n * (int64_t)nbt_esize(j->dtype);
     if (j->dtype == NB_F32)
-        softmax_backward_rows_f32(end - begin, j->n, j->scale, false, (const float *)(j->y + off),
+        softmax_backward_rows_f32(end - begin, j->n, j->scale, false, 0, (const float *)(j->y + off),
                                   (const float *)(j->g + off), (float *)(j->dx + off));
     else
-        softmax_backward_rows_f64(end - begin, j->n, j->scale, false, (const double *)(j->y + off),
+        softmax_backward_rows_f64(end - begin, j->n, j->scale, false, 0, (const double *)(j->y + off),
                                   (const double *)(j->g + off), (double *)(j->dx + off));
 }
 
@@ -300,3 +300,190 @@ nb_tensor *nb_masked_softmax(const nb_tensor *a, const nb_tensor *mask, bool cau
     if (node) node->saved[0] = y, node->f[0] = scale;
     return y;
 }
+
+/* ---- test metadata (op_def.h). Masks are built inside each function, so they are
+ * constants of the check. ---- */
+#include "op_def.h"
+
+/* A bool mask from a literal: MASK(NB_SHAPE(2, 2), U8(1, 0, 0, 1)). */
+#define U8(...) ((const uint8_t[]){__VA_ARGS__})
+#define MASK(...) nb_from_array(NB_BOOL, __VA_ARGS__)
+
+static nb_tensor *cat_softmax_last(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_softmax(in[0], -1);
+}
+static nb_tensor *cat_softmax_first(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_softmax(in[0], 0);
+}
+static nb_tensor *cat_softmax_middle(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_softmax(in[0], 1);
+}
+/* Broadcast input: every row reads the same [1, 4] leaf, so row gradients must add up. */
+static nb_tensor *cat_softmax_expanded(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_softmax(nb_expand(in[0], NB_SHAPE(3, 4)), -1);
+}
+static nb_tensor *cat_log_softmax_last(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_log_softmax(in[0], -1);
+}
+static nb_tensor *cat_log_softmax_first(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_log_softmax(in[0], 0);
+}
+static nb_tensor *cat_log_softmax_middle(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_log_softmax(in[0], 1);
+}
+static nb_tensor *cat_log_softmax_expanded(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_log_softmax(nb_expand(in[0], NB_SHAPE(2, 3)), -1);
+}
+
+/* [3, 4] input, [4] mask broadcast over rows; a finite fill keeps the output finite. */
+static nb_tensor *cat_masked_fill_row_mask(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_masked_fill(in[0], MASK(NB_SHAPE(4), U8(0, 1, 0, 1)), 0.75);
+}
+/* [3, 4] input, [3, 1] mask broadcast over columns. */
+static nb_tensor *cat_masked_fill_col_mask(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_masked_fill(in[0], MASK(NB_SHAPE(3, 1), U8(1, 0, 0)), -2.0);
+}
+/* The PyTorch idiom: fill with -inf, then softmax; blocked entries get 0 and no gradient. */
+static nb_tensor *cat_masked_fill_then_softmax(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *mask = MASK(NB_SHAPE(3, 4), U8(0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0));
+    return nb_softmax(nb_masked_fill(in[0], mask, -INFINITY), -1);
+}
+
+static nb_tensor *cat_causal(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_masked_softmax(in[0], NULL, true, 0.5);
+}
+/* Key padding: mask [2, 1, 1, 4] over scores [2, 2, 3, 4] (batch, heads, queries, keys). */
+static nb_tensor *cat_padding(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *mask = MASK(NB_SHAPE(2, 1, 1, 4), U8(0, 0, 0, 1, 0, 0, 1, 1));
+    return nb_masked_softmax(in[0], mask, false, 0.5);
+}
+/* Padding and causal together, with the second batch's keys all padded: its rows are fully
+ * blocked and must give zeros and zero gradient. */
+static nb_tensor *cat_padding_causal_blocked(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *mask = MASK(NB_SHAPE(2, 1, 4), U8(0, 0, 1, 0, 1, 1, 1, 1));
+    return nb_masked_softmax(in[0], mask, true, 0.7);
+}
+/* A [3, 4] mask whose middle row is all true. */
+static nb_tensor *cat_blocked_row(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    nb_tensor *mask = MASK(NB_SHAPE(3, 4), U8(1, 0, 0, 0, 1, 1, 1, 1, 0, 0, 1, 0));
+    return nb_masked_softmax(in[0], mask, false, 1.0);
+}
+/* A per-key mask broadcast along the keys' own dim ([3, 1]): the first query sees nothing. */
+static nb_tensor *cat_query_mask(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_masked_softmax(in[0], MASK(NB_SHAPE(3, 1), U8(1, 0, 0)), false, 2.0);
+}
+static nb_tensor *cat_masked_softmax_expanded(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_masked_softmax(nb_expand(in[0], NB_SHAPE(2, 3, 3)), NULL, true, 1.0);
+}
+
+/* Golden runners: input "a" (and "mask"), parameters "dim", "value", "causal", "scale". */
+static int golden_softmax(nba_golden_call *c, nb_tensor **out) {
+    out[0] = nb_softmax(c->input(c, "a", true), (int)c->integer(c, "dim"));
+    return 1;
+}
+static int golden_log_softmax(nba_golden_call *c, nb_tensor **out) {
+    out[0] = nb_log_softmax(c->input(c, "a", true), (int)c->integer(c, "dim"));
+    return 1;
+}
+static int golden_masked_fill(nba_golden_call *c, nb_tensor **out) {
+    out[0] =
+        nb_masked_fill(c->input(c, "a", true), c->input(c, "mask", true), c->number(c, "value"));
+    return 1;
+}
+static int golden_masked_softmax(nba_golden_call *c, nb_tensor **out) {
+    out[0] = nb_masked_softmax(c->input(c, "a", true), c->input(c, "mask", false),
+                               c->flag(c, "causal"), c->number(c, "scale"));
+    return 1;
+}
+
+#define NO_BROADCAST_ONE_INPUT "one input: nothing to broadcast"
+
+/* clang-format off */
+static const nba_entry softmax_entries[] = {
+    {"softmax dim -1 [3,5]", NBA_RANDOM, cat_softmax_last, 1, {IN(3, 5)}, NULL},
+    {"softmax dim -1 [2,40] (rows longer than NBA_SHORT_ROW)", NBA_RANDOM, cat_softmax_last, 1, {IN(2, 40)}, NULL},
+    {"softmax dim -1 of a sliced [2,4]", NBA_STRIDED, cat_softmax_last, 1, {IN_S(2, 4)}, NULL},
+    {"softmax dim 0 of a transposed [4,3]", NBA_STRIDED, cat_softmax_first, 1, {IN_T(4, 3)}, NULL},
+    {"softmax dim 1 [2,3,4]", NBA_RANDOM, cat_softmax_middle, 1, {IN(2, 3, 4)}, NULL},
+    {"softmax dim 1 of a sliced [2,3,2]", NBA_STRIDED, cat_softmax_middle, 1, {IN_S(2, 3, 2)}, NULL},
+    {"softmax of [1,4] expanded to [3,4]", NBA_BROADCAST, cat_softmax_expanded, 1, {IN(1, 4)}, NULL},
+};
+/* Large logits: only a max-subtracted softmax stays finite. */
+static const nba_golden_case softmax_cases[] = {
+    {"a: [5]", "dim=0"},     {"a: [3,4]", "dim=-1"},   {"a: [3,4]", "dim=0"},
+    {"a: [2,3,4]", "dim=1"}, {"a: [2,3,4]", "dim=-1"}, {"a: [2,5] scale 100", "dim=-1"}};
+static const nba_golden softmax_goldens[] = {
+    NBA_GOLDEN("softmax", golden_softmax, "F.softmax(a, dim=dim)", softmax_cases)};
+NBA_OP_DEF(nba_op_softmax, "softmax", softmax_entries, softmax_goldens);
+
+static const nba_entry log_softmax_entries[] = {
+    {"log_softmax dim -1 [3,4]", NBA_RANDOM, cat_log_softmax_last, 1, {IN(3, 4)}, NULL},
+    {"log_softmax dim -1 [2,40] (rows longer than NBA_SHORT_ROW)", NBA_RANDOM, cat_log_softmax_last, 1, {IN(2, 40)}, NULL},
+    {"log_softmax dim -1 of a transposed [3,4]", NBA_STRIDED, cat_log_softmax_last, 1, {IN_T(3, 4)}, NULL},
+    {"log_softmax dim 0 of a sliced [3,4]", NBA_STRIDED, cat_log_softmax_first, 1, {IN_S(3, 4)}, NULL},
+    {"log_softmax dim 1 of a transposed [2,4,3]", NBA_STRIDED, cat_log_softmax_middle, 1, {IN_T(2, 4, 3)}, NULL},
+    {"log_softmax of [3] expanded to [2,3] dim -1", NBA_BROADCAST, cat_log_softmax_expanded, 1, {IN(3)}, NULL},
+};
+static const nba_golden log_softmax_goldens[] = {
+    NBA_GOLDEN("log_softmax", golden_log_softmax, "F.log_softmax(a, dim=dim)", softmax_cases)};
+NBA_OP_DEF(nba_op_log_softmax, "log_softmax", log_softmax_entries, log_softmax_goldens);
+
+static const nba_entry masked_fill_entries[] = {
+    {"masked_fill [3,4] with a [4] mask", NBA_BROADCAST, cat_masked_fill_row_mask, 1, {IN(3, 4)}, NULL},
+    {"masked_fill transposed [3,4] with a [3,1] mask", NBA_STRIDED, cat_masked_fill_col_mask, 1, {IN_T(3, 4)}, NULL},
+    {"masked_fill sliced [3,4] with a [4] mask", NBA_STRIDED, cat_masked_fill_row_mask, 1, {IN_S(3, 4)}, NULL},
+    {"masked_fill -inf then softmax [3,4]", NBA_RANDOM, cat_masked_fill_then_softmax, 1, {IN(3, 4)}, NULL},
+};
+static const nba_golden_case masked_fill_cases[] = {
+    {"a: [3,4]; mask: bool [[0,1,0,0],[1,1,0,1],[0,0,0,0]]", "value=-1.5"},
+    {"a: [2,3,4]; mask: bool [0,1,1,0]", "value=-inf"},
+    {"a: [2,3,4]; mask: bool [[[1,0,0,1]],[[0,0,1,0]]]", "value=0.0"}};
+static const nba_golden masked_fill_goldens[] = {
+    NBA_GOLDEN("masked_fill", golden_masked_fill, "a.masked_fill(mask, value)", masked_fill_cases)};
+NBA_OP_DEF(nba_op_masked_fill, "masked_fill", masked_fill_entries, masked_fill_goldens);
+
+static const nba_entry masked_softmax_entries[] = {
+    {"masked_softmax causal [2,4,4] scale 0.5", NBA_RANDOM, cat_causal, 1, {IN(2, 4, 4)}, NULL},
+    {"masked_softmax causal [1,40,40] (rows longer than NBA_SHORT_ROW)", NBA_RANDOM, cat_causal, 1, {IN(1, 40, 40)}, NULL},
+    {"masked_softmax causal non-square [3,5]", NBA_STRIDED, cat_causal, 1, {IN_T(3, 5)}, NULL},
+    {"masked_softmax padding mask [2,1,1,4] on [2,2,3,4]", NBA_BROADCAST, cat_padding, 1, {IN(2, 2, 3, 4)}, NULL},
+    {"masked_softmax padding on a sliced [2,2,3,4]", NBA_STRIDED, cat_padding, 1, {IN_S(2, 2, 3, 4)}, NULL},
+    {"masked_softmax padding + causal, fully blocked batch", NBA_STRIDED, cat_padding_causal_blocked, 1, {IN_T(2, 4, 4)}, NULL},
+    {"masked_softmax with a fully blocked row [3,4]", NBA_RANDOM, cat_blocked_row, 1, {IN(3, 4)}, NULL},
+    {"masked_softmax [3,1] mask broadcast over keys", NBA_STRIDED, cat_query_mask, 1, {IN_S(3, 4)}, NULL},
+    {"masked_softmax causal of [3] expanded to [2,3,3]", NBA_BROADCAST, cat_masked_softmax_expanded, 1, {IN(3)}, NULL},
+};
+/* Key padding [B,1,1,T_k] as in attention (a fully padded batch), an attention mask [T_q,T_k]
+ * with a fully blocked row, every row blocked. */
+static const nba_golden_case masked_softmax_cases[] = {
+    {"a: [3,5]", "causal=False, scale=1.0"},
+    {"a: [2,4,4]", "causal=True, scale=0.5"},
+    {"a: [2,3,5]", "causal=True, scale=1.0"},
+    {"a: [2,5,3]", "causal=True, scale=1.0"},
+    {"a: [2,2,3,4]; mask: bool [[[[0,0,1,1]]],[[[1,1,1,1]]]]", "causal=False, scale=0.7"},
+    {"a: [2,2,4,4]; mask: bool [[[[0,0,0,1]]],[[[1,0,0,0]]]]", "causal=True, scale=0.7"},
+    {"a: [2,3,4]; mask: bool [[0,1,0,0],[1,1,1,1],[0,0,0,0]]", "causal=False, scale=1.3"},
+    {"a: [2,3,4]; mask: bool [[0,1,0,0],[1,1,0,1],[0,0,0,0]]", "causal=False, scale=1.0"},
+    {"a: [3,4]; mask: bool [[1,1,1,1],[1,1,1,1],[1,1,1,1]]", "causal=False, scale=1.0"}};
+static const nba_golden masked_softmax_goldens[] = {
+    NBA_GOLDEN("masked_softmax", golden_masked_softmax, "masked_softmax_ref(a, mask, causal, scale)",
+               masked_softmax_cases)};
+NBA_OP_DEF(nba_op_masked_softmax, "masked_softmax", masked_softmax_entries, masked_softmax_goldens);
+/* clang-format on */

@@ -76,24 +76,60 @@ static inline softmax_walk softmax_walk_start(const softmax_plan *p) {
             const int64_t step = p->mask_step;                                                     \
             cursor_next(&w->mask_rows);                                                            \
             for (int64_t j = 0; j < limit; j++) y[j] = m[j * step] ? (T)-INFINITY : scale * x[j];  \
-        } else {                                                                                   \
+        } else if (scale != 1 || x != y) { /* x * 1 is x: attention scales in its product */       \
             nba_row_scale_##SUF(y, x, scale, limit);                                               \
         }                                                                                          \
+        return limit;                                                                              \
+    }                                                                                              \
+    /* The walk's next row of scores x as probabilities y, up to the causal limit, which it        \
+     * returns (entries from there on are left to the caller). *max and *inv get the row's max     \
+     * and 1/sum of exps (what memory-efficient attention saves to replay the row); a fully        \
+     * blocked row returns 0 with max -inf and inv 0. */                                           \
+    static inline int64_t softmax_row_##SUF(const softmax_plan *p, softmax_walk *w, const T *x,    \
+                                            T *y, T *max_out, T *inv_out) {                        \
+        const int64_t limit = scaled_row_##SUF(p, w, x, y);                                        \
+        const T max = nba_row_max_##SUF(y, limit);                                                 \
+        if (max == -INFINITY && p->zero_blocked_rows && !any_nan_##SUF(y, limit)) {                \
+            *max_out = (T)-INFINITY, *inv_out = 0;                                                 \
+            return 0;                                                                              \
+        }                                                                                          \
+        nba_row_shift_##SUF(y, y, -max, limit);                                                    \
+        nbt_vexp_##SUF(y, y, limit);                                                               \
+        const T inv = (T)(1.0 / nba_row_sum_##SUF(y, limit));                                      \
+        nba_row_scale_##SUF(y, y, inv, limit);                                                     \
+        *max_out = max, *inv_out = inv;                                                            \
+        return limit;                                                                              \
+    }                                                                                              \
+    /* softmax_row again from its saved max and inv: the same operations, so the same bits. */     \
+    static inline int64_t softmax_row_replay_##SUF(const softmax_plan *p, softmax_walk *w,         \
+                                                   const T *x, T *y, T max, T inv) {               \
+        const int64_t limit = scaled_row_##SUF(p, w, x, y);                                        \
+        if (inv == 0) return 0; /* fully blocked */                                                \
+        nba_row_shift_##SUF(y, y, -max, limit);                                                    \
+        nbt_vexp_##SUF(y, y, limit);                                                               \
+        nba_row_scale_##SUF(y, y, inv, limit);                                                     \
         return limit;                                                                              \
     }                                                                                              \
     static inline void softmax_rows_##SUF(const softmax_plan *p, const T *x, T *y) {               \
         softmax_walk w = softmax_walk_start(p);                                                    \
         for (int64_t r = 0; r < p->rows; r++, x += p->n, y += p->n) {                              \
-            const int64_t limit = scaled_row_##SUF(p, &w, x, y);                                   \
-            const T max = nba_row_max_##SUF(y, limit);                                             \
-            if (max == -INFINITY && p->zero_blocked_rows && !any_nan_##SUF(y, limit)) {            \
-                memset(y, 0, sizeof(T) * (size_t)p->n);                                            \
-                continue;                                                                          \
-            }                                                                                      \
-            nba_row_shift_##SUF(y, y, -max, limit);                                                \
-            nbt_vexp_##SUF(y, y, limit);                                                           \
-            const T inv = (T)(1.0 / nba_row_sum_##SUF(y, limit));                                  \
-            nba_row_scale_##SUF(y, y, inv, limit);                                                 \
+            T max, inv;                                                                            \
+            const int64_t limit = softmax_row_##SUF(p, &w, x, y, &max, &inv);                      \
+            for (int64_t j = limit; j < p->n; j++) y[j] = 0;                                       \
+        }                                                                                          \
+    }                                                                                              \
+    /* softmax_rows saving each row's max and inv in stats (two per row), and its replay. */       \
+    static inline void softmax_rows_stats_##SUF(const softmax_plan *p, T *y, T *stats) {           \
+        softmax_walk w = softmax_walk_start(p);                                                    \
+        for (int64_t r = 0; r < p->rows; r++, y += p->n, stats += 2) {                             \
+            const int64_t limit = softmax_row_##SUF(p, &w, y, y, &stats[0], &stats[1]);            \
+            for (int64_t j = limit; j < p->n; j++) y[j] = 0;                                       \
+        }                                                                                          \
+    }                                                                                              \
+    static inline void softmax_rows_replay_##SUF(const softmax_plan *p, T *y, const T *stats) {    \
+        softmax_walk w = softmax_walk_start(p);                                                    \
+        for (int64_t r = 0; r < p->rows; r++, y += p->n, stats += 2) {                             \
+            const int64_t limit = softmax_row_replay_##SUF(p, &w, y, y, stats[0], stats[1]);       \
             for (int64_t j = limit; j < p->n; j++) y[j] = 0;                                       \
         }                                                                                          \
     }                                                                                              \
@@ -121,13 +157,14 @@ static inline softmax_walk softmax_walk_start(const softmax_plan *p) {
         }                                                                                          \
     }                                                                                              \
     /* dx = scale * y * (g - sum(g * y)); blocked entries have y = 0, so their dx is 0. With       \
-     * causal, row r reads only its first r + 1 entries (g past them may be unset) and the rest    \
-     * of its dx is 0. */                                                                          \
+     * causal, row r (query row0 + r) reads only its first row0 + r + 1 entries (g past them may   \
+     * be unset) and the rest of its dx is 0. */                                                   \
     static inline void softmax_backward_rows_##SUF(int64_t rows, int64_t n, double scale,          \
-                                                   bool causal, const T *y, const T *g, T *dx) {   \
+                                                   bool causal, int64_t row0, const T *y,          \
+                                                   const T *g, T *dx) {                            \
         const T s = (T)scale;                                                                      \
         for (int64_t r = 0; r < rows; r++, y += n, g += n, dx += n) {                              \
-            const int64_t limit = causal && r + 1 < n ? r + 1 : n;                                 \
+            const int64_t limit = causal && row0 + r + 1 < n ? row0 + r + 1 : n;                   \
             const T d = (T)nba_row_dot_##SUF(g, y, limit);                                         \
             int64_t j = 0;                                                                         \
             for (; j + NBA_ROW_LANES <= limit; j += NBA_ROW_LANES) {                               \

@@ -2,10 +2,11 @@
  * at square sizes, next to the FMA peak of this machine measured with a tight loop of
  * independent FMAs on one core (times the thread count); then the time per call of the
  * products the bench workloads make, from seed's tiny ones to mid's attention heads.
- * Usage: gemm_bench [--isa avx512f|avx2|generic] [--reps N] [--threads N]
+ * Usage: gemm_bench [--isa avx512|avx2|generic] [--reps N] [--threads N]
  * A timing is an output, never a pass/fail check. The machine may be shared: each figure is
  * the best of a few repetitions. */
 #include "tensor/gemm.h"
+#include "tensor/isa.h"
 
 #include <immintrin.h>
 #include <nabla/nabla.h>
@@ -78,10 +79,10 @@ static double peak_scalar(float seed) {
 }
 
 /* One timed run of the peak loop (about 0.1 s). */
-static double peak_once(nbt_gemm_isa isa) {
-    return isa == NBT_GEMM_AVX512 ? peak_avx512(1.0f)
-           : isa == NBT_GEMM_AVX2 ? peak_avx2(1.0f)
-                                  : peak_scalar(1.0f);
+static double peak_once(nbt_isa isa) {
+    return isa == NBT_ISA_AVX512 ? peak_avx512(1.0f)
+           : isa == NBT_ISA_AVX2 ? peak_avx2(1.0f)
+                                 : peak_scalar(1.0f);
 }
 
 static float *random_matrix(int64_t n, unsigned *state) {
@@ -96,7 +97,7 @@ static float *random_matrix(int64_t n, unsigned *state) {
 /* Best GFLOP/s of C = A * B over reps timed runs of about 0.1 s each. Each run is
  * followed by a run of the peak loop, so both see the same conditions on a shared machine;
  * *peak gets the best of those. */
-static double sgemm_gflops(int64_t n, int reps, nbt_gemm_isa isa, double *peak) {
+static double sgemm_gflops(int64_t n, int reps, nbt_isa isa, double *peak) {
     unsigned state = 7;
     float *A = random_matrix(n, &state), *B = random_matrix(n, &state),
           *C = random_matrix(n, &state);
@@ -146,10 +147,10 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--isa") == 0 && i + 1 < argc) {
             const char *name = argv[++i];
-            nbt_gemm_isa isa = strcmp(name, "avx512f") == 0 ? NBT_GEMM_AVX512
-                               : strcmp(name, "avx2") == 0  ? NBT_GEMM_AVX2
-                                                            : NBT_GEMM_GENERIC;
-            if (strcmp(nbt_gemm_isa_name(isa), name) != 0 || !nbt_gemm_force_isa(isa)) {
+            nbt_isa isa = strcmp(name, "avx512") == 0 ? NBT_ISA_AVX512
+                          : strcmp(name, "avx2") == 0 ? NBT_ISA_AVX2
+                                                      : NBT_ISA_GENERIC;
+            if (strcmp(nbt_isa_name(isa), name) != 0 || !nbt_isa_force(isa)) {
                 fprintf(stderr, "gemm_bench: this CPU cannot run '%s'\n", name);
                 return 1;
             }
@@ -160,20 +161,20 @@ int main(int argc, char **argv) {
             threads = atoi(argv[++i]);
             if (threads < 1) threads = 1;
         } else {
-            fprintf(stderr, "usage: %s [--isa avx512f|avx2|generic] [--reps N] [--threads N]\n",
+            fprintf(stderr, "usage: %s [--isa avx512|avx2|generic] [--reps N] [--threads N]\n",
                     argv[0]);
             return 1;
         }
     }
     nb_set_num_threads(threads);
-    nbt_gemm_isa isa = nbt_gemm_current_isa();
+    nbt_isa isa = nbt_isa_current();
     const char *blas = nbt_gemm_blas();
     char what[64];
-    snprintf(what, sizeof what, "%s%s", blas ? blas : "the ", blas ? "" : nbt_gemm_isa_name(isa));
+    snprintf(what, sizeof what, "%s%s", blas ? blas : "the ", blas ? "" : nbt_isa_name(isa));
     printf("sgemm with %s%s on %d thread(s), against %d x the FMA peak of one core (%s),\n"
            "each the best of %d runs taken in turn\n",
            what, blas ? "" : " kernels", threads, threads,
-           isa == NBT_GEMM_GENERIC ? "scalar" : nbt_gemm_isa_name(isa), reps);
+           isa == NBT_ISA_GENERIC ? "scalar" : nbt_isa_name(isa), reps);
     printf("%6s %10s %10s %10s\n", "n", "GFLOP/s", "peak", "% of peak");
     const int64_t sizes[] = {64, 128, 256, 512, 1024};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {

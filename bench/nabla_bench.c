@@ -1,4 +1,4 @@
-/* nabla's side of bench/compare: the four workloads of bench/torch_bench.py, same shapes and
+/* nabla's side of bench/compare: the workloads of bench/torch_bench.py (all but gen), same shapes and
  * model definitions, timed as median microseconds per step after warm-up.
  *
  *   nabla_bench [--threads N] [--min-time SECONDS] [workload...]
@@ -6,7 +6,8 @@
  * Each workload runs in a child process so its peak RSS is its own. Printed per line:
  * name, threads, us/step, GFLOP/s (model FLOPs: 2*m*n*k per matmul, forward + backward),
  * peak RSS, mallocs per step after the first, and the share of the step that the causal
- * softmax and the GELU take (forward + backward, timed alone at the step's shapes). */
+ * softmax and the GELU take (forward + backward, timed alone at the step's shapes). The gen
+ * workload is timed per generated token ("step" = one token there). */
 #define _POSIX_C_SOURCE 200809L
 #include <nabla/nabla.h>
 
@@ -38,6 +39,9 @@ struct workload {
     nb_tensor *x, *idx, *tgt;
     nb_tensor *params[256];
     int nparams;
+    int64_t per_step; /* results are reported per this many units (tokens for gen); 0 = 1 */
+    nb_kv_cache *cache;
+    int64_t prompt[16], out[240];
 };
 
 /* ---- MHA forward + backward (torch_bench.py mha_step) ---- */
@@ -86,19 +90,45 @@ static void lm_step(workload *w) {
     nb_scope_begin();
     nb_optimizer_zero_grad(w->opt);
     nb_tensor *logits = nb_transformer_lm_forward(w->lm, w->idx, true, NULL, NULL);
-    nb_tensor *loss = nb_cross_entropy(nb_view(logits, NB_SHAPE(-1, w->V)), w->tgt, -100,
-                                       NB_REDUCE_MEAN);
+    nb_tensor *loss =
+        nb_cross_entropy(nb_view(logits, NB_SHAPE(-1, w->V)), w->tgt, -100, NB_REDUCE_MEAN);
     nb_backward(loss, NULL);
     nb_optimizer_step(w->opt);
     nb_scope_end();
 }
 
+/* ---- Greedy generation with a KV cache (torch_bench.py gen_cached): a 16-token prompt,
+ * then 240 new tokens, batch 1; reported per generated token. The prompt goes in as one
+ * chunk (PyTorch feeds it token by token), and the 240th token is chosen without being fed. */
+static void gen_setup(workload *w) {
+    w->model = nb_model_new(NB_F32, 0);
+    w->lm = nb_transformer_lm_new(w->model, "", w->V, w->T, w->D, w->H, (int)w->L, 0.0);
+    w->cache = nb_kv_cache_for_lm(w->lm, 1);
+    nb_rng rng;
+    nb_rng_seed(&rng, 0);
+    for (int i = 0; i < 16; i++) w->prompt[i] = (int64_t)(nb_rng_next(&rng) % (uint64_t)w->V);
+    w->per_step = 240;
+    double D = (double)w->D, ctx = 16 + 240 / 2.0; /* mean keys attended per token */
+    double per_layer = 2 * 12 * D * D + 2 * 2 * ctx * D;
+    w->flops = (double)w->L * per_layer + 2 * D * (double)w->V; /* per token */
+}
+
+static void gen_step(workload *w) {
+    nb_generate_opts o = nb_generate_defaults(240);
+    if (nb_generate(w->lm, w->prompt, 16, &o, w->out, w->cache) != 240)
+        fprintf(stderr, "gen: %s\n", nb_last_error());
+}
+
+/* clang-format off */
 static workload workloads[] = {
     {.name = "seed", .shape = "B1 T3 D6 H2", .B = 1, .T = 3, .D = 6, .H = 2, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
     {.name = "toy", .shape = "B32 T16 D64 H4", .B = 32, .T = 16, .D = 64, .H = 4, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
     {.name = "mid", .shape = "B8 T128 D256 H8", .B = 8, .T = 128, .D = 256, .H = 8, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
     {.name = "lm", .shape = "V65 B16 T64 D128 H4 L2", .B = 16, .T = 64, .D = 128, .H = 4, .V = 65, .L = 2, .setup = lm_setup, .step = lm_step},
+    {.name = "long", .shape = "B1 T2048 D256 H8", .B = 1, .T = 2048, .D = 256, .H = 8, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
+    {.name = "gen", .shape = "V65 T256 D128 H4 L2 (token)", .B = 1, .T = 256, .D = 128, .H = 4, .V = 65, .L = 2, .setup = gen_setup, .step = gen_step},
 };
+/* clang-format on */
 #define NUM_WORKLOADS (int)(sizeof workloads / sizeof workloads[0])
 
 /* Softmax and GELU alone, at the shapes and counts one step of w uses (forward + backward),
@@ -119,18 +149,22 @@ static double time_op(nb_tensor *(*op)(const nb_tensor *), const nb_tensor *x, i
     return best;
 }
 
-static nb_tensor *causal_softmax(const nb_tensor *x) { return nb_masked_softmax(x, NULL, true, 0.125); }
+static nb_tensor *causal_softmax(const nb_tensor *x) {
+    return nb_masked_softmax(x, NULL, true, 0.125);
+}
 
 static void op_shares(const workload *w, double step, double *softmax, double *gelu) {
     nb_rng rng;
     nb_rng_seed(&rng, 1);
     int layers = w->L ? (int)w->L : 1;
     nb_scope_begin();
-    nb_tensor *scores = nb_requires_grad_(nb_randn(&rng, NB_F32, NB_SHAPE(w->B, w->H, w->T, w->T)), true);
+    nb_tensor *scores =
+        nb_requires_grad_(nb_randn(&rng, NB_F32, NB_SHAPE(w->B, w->H, w->T, w->T)), true);
     *softmax = time_op(causal_softmax, scores, layers) / step;
     *gelu = 0;
     if (w->L) {
-        nb_tensor *h = nb_requires_grad_(nb_randn(&rng, NB_F32, NB_SHAPE(w->B, w->T, 4 * w->D)), true);
+        nb_tensor *h =
+            nb_requires_grad_(nb_randn(&rng, NB_F32, NB_SHAPE(w->B, w->T, 4 * w->D)), true);
         *gelu = time_op(nb_gelu, h, layers) / step;
     }
     nb_scope_end();
@@ -158,12 +192,12 @@ static void run(workload *w, double min_time) {
         samples[n++] = now() - t0;
     }
     qsort(samples, (size_t)n, sizeof(double), cmp_double);
-    double median = samples[n / 2];
+    double median = samples[n / 2] / (double)(w->per_step ? w->per_step : 1);
     free(samples);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru); /* before the share measurements allocate anything */
-    double softmax, gelu;
-    op_shares(w, median, &softmax, &gelu);
+    double softmax = 0, gelu = 0;
+    if (!w->per_step) op_shares(w, median, &softmax, &gelu); /* training-step shapes only */
     printf("%-5s %-24s threads %d  %10.1f us/step  %7.2f GFLOP/s  peak RSS %6.1f MB  "
            "mallocs/step %llu  softmax %4.1f%%  gelu %4.1f%%\n",
            w->name, w->shape, nb_get_num_threads(), median * 1e6, w->flops / median * 1e-9,
@@ -178,9 +212,12 @@ int main(int argc, char **argv) {
     const char *only[NUM_WORKLOADS];
     int nonly = 0;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--min-time") == 0 && i + 1 < argc) min_time = atof(argv[++i]);
-        else if (nonly < NUM_WORKLOADS) only[nonly++] = argv[i];
+        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--min-time") == 0 && i + 1 < argc)
+            min_time = atof(argv[++i]);
+        else if (nonly < NUM_WORKLOADS)
+            only[nonly++] = argv[i];
     }
     if (threads > 0) nb_set_num_threads(threads);
     for (int k = 0; k < NUM_WORKLOADS; k++) {

@@ -1,11 +1,18 @@
 /* A character-level transformer language model.
  *
- *   char_lm [--text FILE] [--steps N] [--seed S] [--threads N] [--out DIR]
- *           [--temperature T] [--sample N] [--eval CHECKPOINT]
+ *   char_lm [--text FILE | --grammar] [--steps N] [--seed S] [--threads N] [--out DIR]
+ *           [--eval CHECKPOINT] [--sample N] [--prompt TEXT] [--temperature T] [--top-k K]
+ *           [--top-p P]
  *
- * Trains on FILE, or by default on sentences it generates from a small grammar, reports the
- * loss as it goes, saves DIR/char_lm.safetensors and prints text sampled with temperature. */
+ * Trains on the English fortunes of Debian's `fortunes` package (or FILE, or sentences from a
+ * small grammar), holding out one block in twenty for validation; reports the training loss as
+ * it goes and the validation loss in bits per character every EVAL_EVERY steps; saves
+ * DIR/char_lm.safetensors with the model's configuration and character vocabulary in its
+ * metadata; then samples text through nb_generate (KV cache). --eval CHECKPOINT rebuilds the
+ * model from the checkpoint alone, reports its validation loss on the text and samples. */
 #define _POSIX_C_SOURCE 200809L
+#include "char_lm_parts/corpus.h"
+#include "common/args.h"
 #include "common/files.h"
 #include "common/plot.h"
 #include "common/progress.h"
@@ -21,209 +28,345 @@
 #define HEADS 4
 #define LAYERS 2
 #define BATCH 16
+#define EVAL_EVERY 250
+#define EVAL_WINDOWS 64 /* validation windows of CONTEXT characters, evenly spaced */
+#define VOCAB_KEY "char_lm.vocabulary"
 
-/* ---- the default corpus: sentences from a tiny grammar ---- */
-static const char *const subjects[] = {"the cat", "a dog", "the small bird", "my friend",
-                                       "the old man", "a child", "the teacher", "our neighbour"};
-static const char *const verbs[] = {"sees", "likes", "follows", "finds", "watches", "helps",
-                                    "calls", "meets"};
-static const char *const objects[] = {"the river", "a red ball", "the garden", "a quiet house",
-                                      "the market", "a tall tree", "the moon", "a letter"};
-static const char *const endings[] = {" today", " at night", " again", "", " slowly",
-                                      " in the rain"};
-#define PICK(rng, arr) arr[nb_rng_next(rng) % (sizeof arr / sizeof arr[0])]
-
-static char *grammar_text(uint64_t seed, size_t *len) {
-    nb_rng rng;
-    nb_rng_seed(&rng, seed);
-    size_t cap = 200000, n = 0;
-    char *text = malloc(cap);
-    while (n + 200 < cap) {
-        n += (size_t)snprintf(text + n, cap - n, "%s %s %s%s.\n", PICK(&rng, subjects),
-                              PICK(&rng, verbs), PICK(&rng, objects), PICK(&rng, endings));
-    }
-    *len = n;
-    return text;
-}
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = size > 0 ? malloc((size_t)size) : NULL;
-    *len = buf ? fread(buf, 1, (size_t)size, f) : 0;
-    fclose(f);
-    return buf;
-}
-
-/* ---- vocabulary: the distinct bytes of the text, sorted ---- */
+/* The texts as token ids. */
 typedef struct {
-    int64_t size;
-    unsigned char chars[256];
-    int64_t id[256];
-} vocab;
+    vocab v;
+    int64_t *train, *val;
+    size_t train_n, val_n;
+    const char *name;
+} dataset;
 
-static void build_vocab(vocab *v, const char *text, size_t len) {
-    bool seen[256] = {false};
-    for (size_t i = 0; i < len; i++) seen[(unsigned char)text[i]] = true;
-    v->size = 0;
-    for (int c = 0; c < 256; c++) {
-        v->id[c] = -1;
-        if (seen[c]) {
-            v->id[c] = v->size;
-            v->chars[v->size++] = (unsigned char)c;
-        }
-    }
+static bool encode(dataset *d, const corpus *c) {
+    d->train = malloc(sizeof *d->train * (c->train_len + 1));
+    d->val = malloc(sizeof *d->val * (c->val_len + 1));
+    if (!d->train || !d->val) return false;
+    vocab_encode(&d->v, c->train, c->train_len, d->train, &d->train_n);
+    vocab_encode(&d->v, c->val, c->val_len, d->val, &d->val_n);
+    d->name = c->name;
+    return true;
 }
 
-/* Samples n characters after a prompt, with temperature (0 = greedy). */
-static void sample(nb_transformer_lm *lm, const vocab *v, const char *prompt, int n,
-                   double temperature, nb_rng *rng) {
-    int64_t ctx[CONTEXT];
-    int len = 0;
-    for (const char *p = prompt; *p && len < CONTEXT; p++)
-        if (v->id[(unsigned char)*p] >= 0) ctx[len++] = v->id[(unsigned char)*p];
-    printf("%s", prompt);
-    bool prev = nb_set_grad_enabled(false);
+/* Mean cross-entropy (nats per character) of lm on EVAL_WINDOWS fixed windows of the
+ * validation text, in eval mode without autograd; NAN if the text is too short. */
+static double validation_loss(nb_transformer_lm *lm, const dataset *d) {
+    const int64_t T = lm->max_len < CONTEXT ? lm->max_len : CONTEXT;
+    if (d->val_n < (size_t)T + 2) return NAN;
+    const bool was_training = nb_module_is_training(&lm->base), grad = nb_set_grad_enabled(false);
     nb_module_train(&lm->base, false);
-    for (int i = 0; i < n; i++) {
-        nb_scope_begin();
-        nb_tensor *logits =
-            nb_transformer_lm_forward(lm, nb_from_array(NB_I64, NB_SHAPE(1, len), ctx), true, NULL, NULL);
-        nb_tensor *last = nb_select(nb_select(logits, 0, 0), 0, len - 1);
-        int64_t next = 0;
-        if (temperature <= 0) {
-            nb_tensor *idx;
-            nb_max_dim(last, 0, false, &idx);
-            next = (int64_t)nb_item(idx);
-        } else {
-            nb_tensor *probs = nb_softmax(nb_mul_scalar(last, 1.0 / temperature), 0);
-            double u = nb_rng_uniform(rng), acc = 0;
-            for (next = 0; next < v->size - 1; next++) {
-                acc += nb_get(probs, &next);
-                if (u < acc) break;
+    const size_t stride = (d->val_n - (size_t)T - 1) / EVAL_WINDOWS;
+    int64_t x[BATCH * CONTEXT], y[BATCH * CONTEXT];
+    double total = 0;
+    for (int w0 = 0; w0 < EVAL_WINDOWS; w0 += BATCH) {
+        for (int b = 0; b < BATCH; b++)
+            for (int64_t t = 0; t < T; t++) {
+                size_t at = (size_t)(w0 + b) * stride + (size_t)t;
+                x[b * T + t] = d->val[at];
+                y[b * T + t] = d->val[at + 1];
             }
-        }
+        nb_scope_begin();
+        nb_tensor *logits = nb_transformer_lm_forward(
+            lm, nb_from_array(NB_I64, NB_SHAPE(BATCH, T), x), true, NULL, NULL);
+        total += nb_item(nb_cross_entropy(nb_view(logits, NB_SHAPE(-1, lm->out_features)),
+                                          nb_from_array(NB_I64, NB_SHAPE(BATCH * T), y), -100,
+                                          NB_REDUCE_MEAN));
         nb_scope_end();
-        putchar(v->chars[next]);
-        if (len == CONTEXT) {
-            memmove(ctx, ctx + 1, sizeof ctx[0] * (CONTEXT - 1));
-            len--;
-        }
-        ctx[len++] = next;
     }
-    printf("\n");
-    nb_module_train(&lm->base, true);
-    nb_set_grad_enabled(prev);
+    nb_module_train(&lm->base, was_training);
+    nb_set_grad_enabled(grad);
+    return total / (EVAL_WINDOWS / BATCH);
 }
 
-int main(int argc, char **argv) {
-    const char *text_path = NULL, *out = "out/char_lm", *eval = NULL;
-    int64_t steps = 1500;
-    uint64_t seed = 1;
-    int threads = 0, nsample = 300;
-    double temperature = 0.8;
-    for (int i = 1; i < argc;) {
-        const char *a = argv[i++], *val = i < argc ? argv[i] : NULL;
-        if (strcmp(a, "--help") == 0) {
-            printf("usage: char_lm [--text FILE] [--steps N] [--seed S] [--threads N] "
-                   "[--out DIR] [--temperature T] [--sample N] [--eval CHECKPOINT]\n");
-            return 0;
-        }
-        if (!val) return fprintf(stderr, "char_lm: %s needs a value\n", a), 2;
-        if (strcmp(a, "--text") == 0) text_path = val;
-        else if (strcmp(a, "--steps") == 0) steps = atoll(val);
-        else if (strcmp(a, "--seed") == 0) seed = strtoull(val, NULL, 10);
-        else if (strcmp(a, "--threads") == 0) threads = atoi(val);
-        else if (strcmp(a, "--out") == 0) out = val;
-        else if (strcmp(a, "--temperature") == 0) temperature = atof(val);
-        else if (strcmp(a, "--sample") == 0) nsample = atoi(val);
-        else if (strcmp(a, "--eval") == 0) eval = val;
-        else return fprintf(stderr, "char_lm: unknown option %s\n", a), 2;
-        i++;
+static void print_char(int64_t token, void *ctx) {
+    putchar(((const vocab *)ctx)->chars[token]);
+    fflush(stdout);
+}
+
+typedef struct {
+    int64_t nsample, top_k;
+    double temperature, top_p;
+    const char *prompt;
+    uint64_t seed;
+} sampling;
+
+/* Prints the prompt and nsample characters generated after it (characters of the prompt
+ * outside the vocabulary are skipped). */
+static bool sample(nb_transformer_lm *lm, const vocab *v, const sampling *s) {
+    size_t plen = strlen(s->prompt), n;
+    int64_t *prompt = malloc(sizeof *prompt * (plen + 1)),
+            *out = malloc(sizeof *out * (size_t)(s->nsample + 1));
+    bool ok = prompt && out;
+    if (ok) vocab_encode(v, s->prompt, plen, prompt, &n);
+    if (ok && n == 0) prompt[n++] = v->id['\n'] >= 0 ? v->id['\n'] : 0;
+    nb_generate_opts o = nb_generate_defaults(s->nsample);
+    o.temperature = s->temperature;
+    o.top_k = s->top_k;
+    o.top_p = s->top_p;
+    o.seed = s->seed;
+    o.on_token = print_char;
+    o.ctx = (void *)v;
+    if (ok) printf("%s", s->prompt);
+    ok = ok && nb_generate(lm, prompt, (int64_t)n, &o, out, NULL) >= 0;
+    printf("\n");
+    free(prompt);
+    free(out);
+    return ok;
+}
+
+/* A checkpoint with the model's configuration and the vocabulary in its metadata. */
+static bool save_checkpoint(const nb_transformer_lm *lm, const vocab *v, const char *path) {
+    char hex[2 * 256 + 1];
+    vocab_to_hex(v, hex);
+    const nb_metadata_entry extra = {VOCAB_KEY, hex};
+    return nb_transformer_lm_save(lm, NULL, path, 1, &extra);
+}
+
+/* The vocabulary a checkpoint was trained with; false with a message. */
+static bool checkpoint_vocab(const char *path, vocab *v) {
+    nb_scope_begin();
+    int n;
+    nb_metadata_entry *meta = nb_safetensors_read_metadata(path, &n);
+    bool ok = false;
+    for (int i = 0; meta && i < n; i++)
+        if (strcmp(meta[i].key, VOCAB_KEY) == 0) ok = vocab_from_hex(v, meta[i].value);
+    if (meta && !ok)
+        fprintf(stderr, "char_lm: %s has no valid %s in its metadata\n", path, VOCAB_KEY);
+    else if (!meta)
+        fprintf(stderr, "char_lm: %s: %s\n", path, nb_last_error());
+    nb_scope_end();
+    return ok;
+}
+
+typedef struct {
+    trainer_flags run;
+    const char *text_path;
+    bool grammar;
+    sampling sample;
+} options;
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: char_lm [--text FILE | --grammar] [--steps N] [--seed S] [--threads N] "
+               "[--out DIR] [--eval CHECKPOINT] [--sample N] [--prompt TEXT] [--temperature T] "
+               "[--top-k K] [--top-p P]\n"
+               "  default text: the fortunes in " FORTUNES_DIR " (apt-get install fortunes)\n");
+}
+
+/* False after printing what is wrong and the usage: the caller exits with 2. */
+static bool parse(int argc, char **argv, options *o) {
+    *o = (options){.run = {.out = "out/char_lm", .steps = 1500, .seed = 1},
+                   .sample = {.nsample = 300, .temperature = 0.8, .prompt = "The "}};
+    args a;
+    args_start(&a, "char_lm", argc, argv);
+    while (args_next(&a)) {
+        bool ok = true;
+        if (args_is_help(&a))
+            usage(stdout), exit(0);
+        else if (args_is(&a, "--text"))
+            ok = (o->text_path = args_string(&a)) != NULL;
+        else if (args_is(&a, "--grammar"))
+            o->grammar = true;
+        else if (args_is(&a, "--temperature"))
+            ok = args_double(&a, 0, 100, &o->sample.temperature);
+        else if (args_is(&a, "--top-p"))
+            ok = args_double(&a, 0, 1, &o->sample.top_p);
+        else if (args_is(&a, "--top-k"))
+            ok = args_int(&a, 0, 256, &o->sample.top_k);
+        else if (args_is(&a, "--sample"))
+            ok = args_int(&a, 0, 1000000, &o->sample.nsample);
+        else if (args_is(&a, "--prompt"))
+            ok = (o->sample.prompt = args_string(&a)) != NULL;
+        else if (!args_trainer_flag(&a, &o->run, &ok))
+            ok = args_unknown(&a);
+        if (!ok) return usage(stderr), false;
     }
-    if (threads > 0) nb_set_num_threads(threads);
-    size_t len;
-    char *text = text_path ? read_file(text_path, &len) : grammar_text(seed, &len);
-    if (!text || len < CONTEXT + 2) {
-        fprintf(stderr, "char_lm: %s is missing or shorter than %d bytes\n",
-                text_path ? text_path : "the text", CONTEXT + 2);
+    if (o->grammar && o->text_path) {
+        fprintf(stderr, "char_lm: --text and --grammar exclude each other\n");
+        return usage(stderr), false;
+    }
+    o->sample.seed = o->run.seed;
+    return true;
+}
+
+static int fail(const char *what) {
+    fprintf(stderr, "char_lm: %s: %s\n", what, nb_last_error());
+    return 1;
+}
+
+/* Reports the validation loss in nats and bits per character, appending it to val_csv. */
+static void report_validation(nb_transformer_lm *lm, const dataset *d, int64_t step,
+                              FILE *val_csv) {
+    double loss = validation_loss(lm, d);
+    if (isnan(loss)) return;
+        if (step >= 0) printf("step %lld: ", (long long)step);
+    printf("validation loss %.4f nats, %.3f bits per character\n", loss, loss / log(2.0));
+    if (val_csv) fprintf(val_csv, "%lld,%.6f,%.6f\n", (long long)step, loss, loss / log(2.0));
+}
+
+/* Trains on d, saves the checkpoint and the curves into o->run.out, then samples. Frees what
+ * it allocates on every path. */
+static int run_training(nb_transformer_lm *lm, const dataset *d, const options *o, nb_rng *rng) {
+    nb_module *model = nb_module_root(&lm->base);
+    nb_optimizer *opt = NULL;
+    FILE *csv = NULL, *val_csv = NULL;
+    int rc = 1;
+    if (d->train_n < CONTEXT + 2) {
+        fprintf(stderr, "char_lm: %s has fewer than %d training characters\n", d->name,
+                CONTEXT + 2);
         return 1;
     }
-    vocab v;
-    build_vocab(&v, text, len);
-    printf("text: %zu bytes from %s, %lld distinct characters\n", len,
-           text_path ? text_path : "the built-in grammar", (long long)v.size);
-
-    nb_module *model = nb_model_new(NB_F32, seed);
-    nb_transformer_lm *lm = nb_transformer_lm_new(model, "", v.size, CONTEXT, DIM, HEADS, LAYERS, 0.0);
-    if (!lm) return fprintf(stderr, "char_lm: %s\n", nb_last_error()), 1;
-    nb_rng rng;
-    nb_rng_seed(&rng, seed + 1);
-    if (eval) {
-        if (!nb_module_load(model, eval)) return fprintf(stderr, "char_lm: %s\n", nb_last_error()), 1;
-        sample(lm, &v, "the ", nsample, temperature, &rng);
-        nb_module_free(model);
-        free(text);
-        return 0;
+    if (!make_dirs(o->run.out)) {
+        perror(o->run.out);
+        goto done;
     }
-    if (!make_dirs(out)) return perror(out), 1;
     printf("model: %lld parameters; %lld steps of %d x %d characters\n",
-           (long long)nb_module_numel(model), (long long)steps, BATCH, CONTEXT);
+           (long long)nb_module_numel(model), (long long)o->run.steps, BATCH, CONTEXT);
 
     nb_param params[256];
     int np = nb_module_params(model, params, 256);
     nb_tensor *pt[256];
     for (int i = 0; i < np; i++) pt[i] = params[i].tensor;
-    nb_optimizer *opt = nb_adamw_new(pt, np, nb_adamw_defaults(3e-3));
-    char csv_path[512];
-    snprintf(csv_path, sizeof csv_path, "%s/train.csv", out);
-    FILE *csv = fopen(csv_path, "w");
-    if (!csv) return perror(csv_path), 1;
+    if (!(opt = nb_adamw_new(pt, np, nb_adamw_defaults(3e-3)))) {
+        rc = fail("creating the optimizer");
+        goto done;
+    }
+    char csv_path[512], val_path[512];
+    snprintf(csv_path, sizeof csv_path, "%s/train.csv", o->run.out);
+    snprintf(val_path, sizeof val_path, "%s/val.csv", o->run.out);
+    if (!(csv = fopen(csv_path, "w")) || !(val_csv = fopen(val_path, "w"))) {
+        perror(csv ? val_path : csv_path);
+        goto done;
+    }
     fprintf(csv, "step,loss,accuracy\n");
+    fprintf(val_csv, "step,val_loss,bits_per_char\n");
     int64_t x[BATCH * CONTEXT], y[BATCH * CONTEXT];
     progress prog;
-    progress_start(&prog, steps);
+    progress_start(&prog, o->run.steps);
     double avg = 0;
-    for (int64_t step = 0; step < steps; step++) {
+    for (int64_t step = 0; step < o->run.steps; step++) {
         for (int b = 0; b < BATCH; b++) {
-            size_t start = (size_t)(nb_rng_next(&rng) % (len - CONTEXT - 1));
-            for (int t = 0; t < CONTEXT; t++) {
-                x[b * CONTEXT + t] = v.id[(unsigned char)text[start + (size_t)t]];
-                y[b * CONTEXT + t] = v.id[(unsigned char)text[start + (size_t)t + 1]];
-            }
+            size_t start = (size_t)(nb_rng_next(rng) % (d->train_n - CONTEXT - 1));
+            memcpy(x + b * CONTEXT, d->train + start, sizeof x[0] * CONTEXT);
+            memcpy(y + b * CONTEXT, d->train + start + 1, sizeof y[0] * CONTEXT);
         }
         nb_scope_begin();
         nb_tensor *logits = nb_transformer_lm_forward(
             lm, nb_from_array(NB_I64, NB_SHAPE(BATCH, CONTEXT), x), true, NULL, NULL);
-        nb_tensor *loss = nb_cross_entropy(nb_view(logits, NB_SHAPE(-1, v.size)),
+        nb_tensor *loss = nb_cross_entropy(nb_view(logits, NB_SHAPE(-1, lm->out_features)),
                                            nb_from_array(NB_I64, NB_SHAPE(BATCH * CONTEXT), y),
                                            -100, NB_REDUCE_MEAN);
         nb_optimizer_zero_grad(opt);
-        if (!nb_backward(loss, NULL)) return fprintf(stderr, "char_lm: %s\n", nb_last_error()), 1;
+        if (!loss || !nb_backward(loss, NULL)) {
+            rc = fail("training step");
+            nb_scope_end();
+            goto done;
+        }
         nb_clip_grad_norm(pt, np, 1.0);
-        nb_optimizer_set_lr(opt, nb_lr_warmup_cosine(step, steps / 20, steps, 3e-3, 3e-4));
+        nb_optimizer_set_lr(opt,
+                            nb_lr_warmup_cosine(step, o->run.steps / 20, o->run.steps, 3e-3, 3e-4));
         nb_optimizer_step(opt);
         double l = nb_item(loss);
         avg = step ? 0.95 * avg + 0.05 * l : l;
         fprintf(csv, "%lld,%.6f,%.4f\n", (long long)step + 1, l, exp(-l));
         progress_update(&prog, step + 1, avg, -1);
         nb_scope_end();
+        if ((step + 1) % EVAL_EVERY == 0 && step + 1 < o->run.steps)
+            report_validation(lm, d, step + 1, val_csv);
     }
-    fclose(csv);
     progress_finish(&prog, "trained");
+    report_validation(lm, d, o->run.steps, val_csv);
+    fclose(csv);
+    fclose(val_csv);
+    csv = val_csv = NULL;
     char path[512];
-    snprintf(path, sizeof path, "%s/char_lm.safetensors", out);
-    if (nb_module_save(model, path)) printf("checkpoint: %s\n", path);
-    snprintf(path, sizeof path, "%s/curve.png", out);
-    if (plot_curve(csv_path, path, "char_lm (right axis: exp(-loss))")) printf("curve: %s\n", path);
-    printf("sample (temperature %.2f):\n", temperature);
-    sample(lm, &v, "the ", nsample, temperature, &rng);
+    snprintf(path, sizeof path, "%s/char_lm.safetensors", o->run.out);
+    if (!save_checkpoint(lm, &d->v, path)) {
+        rc = fail("saving the checkpoint");
+        goto done;
+    }
+    printf("checkpoint: %s\n", path);
+    snprintf(path, sizeof path, "%s/curve.png", o->run.out);
+    if (plot_train_val(csv_path, val_path, path, "char_lm: training and validation loss"))
+        printf("curve: %s\n", path);
+    printf("sample (temperature %.2f):\n", o->sample.temperature);
+    rc = sample(lm, &d->v, &o->sample) ? 0 : fail("sampling");
+done:
+    if (csv) fclose(csv);
+    if (val_csv) fclose(val_csv);
     nb_optimizer_free(opt);
+    return rc;
+}
+
+/* --eval: the model and vocabulary from the checkpoint alone; validation loss on the text's
+ * held-out split (characters outside the vocabulary skipped), then a sample. */
+static int run_eval(const options *o, const corpus *c) {
+    nb_lm_config cfg;
+    dataset d = {0};
+    if (!nb_lm_config_read(o->run.eval, &cfg)) return fail("reading the checkpoint");
+    if (!checkpoint_vocab(o->run.eval, &d.v)) return 1;
+    if (d.v.size != cfg.vocab) {
+        fprintf(stderr, "char_lm: %s: its vocabulary has %lld characters but the model %lld\n",
+                o->run.eval, (long long)d.v.size, (long long)cfg.vocab);
+        return 1;
+    }
+    nb_module *model = nb_model_new(NB_F32, o->run.seed);
+    nb_transformer_lm *lm = nb_transformer_lm_new_config(model, "", &cfg, 0.0);
+    int rc = 1;
+    if (!lm)
+        rc = fail("building the model");
+    else if (!nb_transformer_lm_load(lm, NULL, o->run.eval))
+        rc = fail("loading the checkpoint");
+    else if (!encode(&d, c))
+        fprintf(stderr, "char_lm: out of memory\n");
+    else {
+        printf("model: %lld parameters, d_model %lld, %lld heads, %d layers, context %lld, "
+               "%lld characters\n",
+               (long long)nb_module_numel(model), (long long)cfg.dim, (long long)cfg.num_heads,
+               cfg.layers, (long long)cfg.max_len, (long long)cfg.vocab);
+        report_validation(lm, &d, -1, NULL);
+        rc = sample(lm, &d.v, &o->sample) ? 0 : fail("sampling");
+    }
+    free(d.train);
+    free(d.val);
     nb_module_free(model);
-    free(text);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    if (!parse(argc, argv, &o)) return 2;
+    if (o.run.threads > 0) nb_set_num_threads(o.run.threads);
+    corpus c;
+    bool read = o.text_path ? corpus_file(&c, o.text_path)
+                : o.grammar ? corpus_grammar(&c, o.run.seed)
+                            : corpus_fortunes(&c, FORTUNES_DIR);
+    if (!read) return 1;
+    printf("text: %zu training and %zu validation bytes from %s\n", c.train_len, c.val_len, c.name);
+    int rc;
+    if (o.run.eval) {
+        rc = run_eval(&o, &c);
+    } else {
+        dataset d = {0};
+        vocab_build(&d.v, c.train, c.train_len, c.val, c.val_len);
+        printf("vocabulary: %lld distinct characters\n", (long long)d.v.size);
+        nb_module *model = nb_model_new(NB_F32, o.run.seed);
+        nb_transformer_lm *lm =
+            nb_transformer_lm_new(model, "", d.v.size, CONTEXT, DIM, HEADS, LAYERS, 0.0);
+        nb_rng rng;
+        nb_rng_seed(&rng, o.run.seed + 1);
+        if (!lm)
+            rc = fail("building the model");
+        else if (!encode(&d, &c))
+            rc = (fprintf(stderr, "char_lm: out of memory\n"), 1);
+        else
+            rc = run_training(lm, &d, &o, &rng);
+        free(d.train);
+        free(d.val);
+        nb_module_free(model);
+    }
+    corpus_free(&c);
     nb_shutdown();
-    return 0;
+    return rc;
 }

@@ -7,6 +7,7 @@
  * head for a held-out example (attn_L<layer>_H<head>.png), and model.safetensors, which
  * --eval reloads to report the same held-out accuracy. */
 #define _POSIX_C_SOURCE 200809L
+#include "common/args.h"
 #include "common/files.h"
 #include "common/plot.h"
 #include "common/progress.h"
@@ -19,14 +20,13 @@
 #include <string.h>
 
 #define HELDOUT 1024
-#define HELDOUT_SEED_MIX 0x9e3779b97f4a7c15ULL /* held-out data never shares the training stream */
+#define HELDOUT_SEED_MIX                                                                           \
+    0x9e3779b97f4a7c15ULL /* held-out data never shares the training stream                        \
+                           */
 
 typedef struct {
     const toy_task *task;
-    int64_t steps;
-    uint64_t seed;
-    int threads;
-    const char *out, *eval;
+    trainer_flags run;
     bool quiet;
 } options;
 
@@ -38,30 +38,32 @@ static void usage(FILE *f) {
                 (long long)toy_tasks[i]->steps);
 }
 
+static bool parse_task(args *a, const toy_task **task) {
+    const char *name = args_string(a);
+    if (!name) return false;
+    if (!(*task = toy_task_find(name))) fprintf(stderr, "toy_tasks: unknown task '%s'\n", name);
+    return *task != NULL;
+}
+
+/* False after printing what is wrong and the usage: the caller exits with 2. */
 static bool parse(int argc, char **argv, options *o) {
-    *o = (options){.seed = 1, .threads = 0, .out = NULL, .steps = -1};
-    for (int i = 1; i < argc;) {
-        const char *a = argv[i++], *v = i < argc ? argv[i] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return usage(stdout), exit(0), false;
-        if (strcmp(a, "--quiet") == 0) {
+    *o = (options){.run = {.seed = 1, .out = "out", .steps = -1}};
+    args a;
+    args_start(&a, "toy_tasks", argc, argv);
+    while (args_next(&a)) {
+        bool ok = true;
+        if (args_is_help(&a))
+            usage(stdout), exit(0);
+        else if (args_is(&a, "--quiet"))
             o->quiet = true;
-            continue;
-        }
-        if (!v) return fprintf(stderr, "toy_tasks: %s needs a value\n", a), false;
-        if (strcmp(a, "--task") == 0) {
-            if (!(o->task = toy_task_find(v)))
-                return fprintf(stderr, "toy_tasks: unknown task '%s'\n", v), usage(stderr), false;
-        } else if (strcmp(a, "--steps") == 0) o->steps = atoll(v);
-        else if (strcmp(a, "--seed") == 0) o->seed = strtoull(v, NULL, 10);
-        else if (strcmp(a, "--threads") == 0) o->threads = atoi(v);
-        else if (strcmp(a, "--out") == 0) o->out = v;
-        else if (strcmp(a, "--eval") == 0) o->eval = v;
-        else return fprintf(stderr, "toy_tasks: unknown option %s\n", a), usage(stderr), false;
-        i++;
+        else if (args_is(&a, "--task"))
+            ok = parse_task(&a, &o->task);
+        else if (!args_trainer_flag(&a, &o->run, &ok))
+            ok = args_unknown(&a);
+        if (!ok) return usage(stderr), false;
     }
     if (!o->task) return fprintf(stderr, "toy_tasks: --task is required\n"), usage(stderr), false;
-    if (o->steps < 0) o->steps = o->task->steps;
-    if (!o->out) o->out = "out";
+    if (o->run.steps < 0) o->run.steps = o->task->steps;
     return true;
 }
 
@@ -87,7 +89,8 @@ static double evaluate(nb_transformer_lm *lm, const toy_task *task, uint64_t see
     nb_rng rng;
     nb_rng_seed(&rng, seed ^ HELDOUT_SEED_MIX);
     int64_t T = task->seq_len, correct = 0, scored = 0;
-    int64_t *x = malloc(sizeof *x * HELDOUT * (size_t)T), *y = malloc(sizeof *y * HELDOUT * (size_t)T);
+    int64_t *x = malloc(sizeof *x * HELDOUT * (size_t)T),
+            *y = malloc(sizeof *y * HELDOUT * (size_t)T);
     task->make(&rng, HELDOUT, x, y);
     bool prev = nb_set_grad_enabled(false);
     nb_module_train(&lm->base, false);
@@ -136,8 +139,8 @@ static void plot_heads(nb_transformer_lm *lm, const toy_task *task, uint64_t see
             nb_to_doubles(head, w);
             char path[512], title[256];
             snprintf(path, sizeof path, "%s/attn_L%d_H%lld.png", dir, l, (long long)h);
-            snprintf(title, sizeof title, "%s: layer %d head %lld (rows: token→answer)",
-                     task->name, l, (long long)h);
+            snprintf(title, sizeof title, "%s: layer %d head %lld (rows: token→answer)", task->name,
+                     l, (long long)h);
             plot_heatmap(path, title, w, T, T, rows, cols);
         }
     nb_module_train(&lm->base, true);
@@ -151,39 +154,66 @@ static int fail(const char *what) {
     return 1;
 }
 
-int main(int argc, char **argv) {
-    options o;
-    if (!parse(argc, argv, &o)) return 2;
-    const toy_task *task = o.task;
-    if (o.threads > 0) nb_set_num_threads(o.threads);
-    nb_module *model = nb_model_new(NB_F32, o.seed);
-    nb_transformer_lm *lm = nb_transformer_lm_new(model, "", task->vocab, task->seq_len,
-                                                  task->dim, task->heads, task->layers, 0.0);
-    if (!lm) return fail("building the model");
+/* --eval: reloads a checkpoint and reports its held-out accuracy. */
+static int run_eval(nb_transformer_lm *lm, const options *o) {
+    if (!nb_module_load(lm->base.root, o->run.eval)) return fail("loading the checkpoint");
+    double acc = evaluate(lm, o->task, o->run.seed);
+    printf("%s: held-out token accuracy %.2f%% (%d sequences, checkpoint %s)\n", o->task->name,
+           100 * acc, HELDOUT, o->run.eval);
+    return 0;
+}
 
-    if (o.eval) {
-        if (!nb_module_load(model, o.eval)) {
-            nb_module_free(model);
-            return fail("loading the checkpoint");
-        }
-        double acc = evaluate(lm, task, o.seed);
-        printf("%s: held-out token accuracy %.2f%% (%d sequences, checkpoint %s)\n", task->name,
-               100 * acc, HELDOUT, o.eval);
-        nb_module_free(model);
-        nb_shutdown();
-        return 0;
+/* One optimizer step on a fresh batch; appends its row to csv. False with nabla's error. */
+static bool train_step(nb_transformer_lm *lm, nb_optimizer *opt, nb_tensor **ptensors, int nparams,
+                       const options *o, int64_t step, nb_rng *data_rng, int64_t *x, int64_t *y,
+                       FILE *csv, double *loss_avg, double *acc_avg) {
+    const toy_task *task = o->task;
+    int64_t B = task->batch, T = task->seq_len;
+    nb_scope_begin();
+    task->make(data_rng, B, x, y);
+    nb_tensor *logits =
+        nb_view(nb_transformer_lm_forward(lm, tokens_tensor(x, B, T), task->causal, NULL, NULL),
+                NB_SHAPE(B * T, task->vocab));
+    nb_tensor *loss = nb_cross_entropy(logits, nb_from_array(NB_I64, NB_SHAPE(B * T), y),
+                                       TOY_IGNORE, NB_REDUCE_MEAN);
+    nb_optimizer_zero_grad(opt);
+    bool ok = loss && nb_backward(loss, NULL);
+    if (ok) {
+        nb_clip_grad_norm(ptensors, nparams, 1.0);
+        nb_optimizer_set_lr(opt, nb_lr_warmup_cosine(step, o->run.steps / 20, o->run.steps,
+                                                     task->lr, task->lr / 20));
+        nb_optimizer_step(opt);
+        int64_t correct = 0, scored = 0;
+        count_correct(logits, y, B * T, &correct, &scored);
+        double l = nb_item(loss), acc = (double)correct / (double)scored;
+        *loss_avg = step ? 0.9 * *loss_avg + 0.1 * l : l;
+        *acc_avg = step ? 0.9 * *acc_avg + 0.1 * acc : acc;
+        fprintf(csv, "%lld,%.6f,%.4f\n", (long long)step + 1, l, acc);
     }
+    nb_scope_end();
+    return ok;
+}
 
-    if (!make_dirs(o.out)) {
-        fprintf(stderr, "toy_tasks: cannot create %s: %s\n", o.out, strerror(errno));
-        return 1;
-    }
+/* Trains, evaluates, saves and plots into o->run.out. Frees what it allocates on every path. */
+static int run_training(nb_transformer_lm *lm, const options *o) {
+    const toy_task *task = o->task;
+    nb_module *model = lm->base.root;
     char csv_path[512], png_path[512], ckpt_path[512];
-    snprintf(csv_path, sizeof csv_path, "%s/train.csv", o.out);
-    snprintf(png_path, sizeof png_path, "%s/curve.png", o.out);
-    snprintf(ckpt_path, sizeof ckpt_path, "%s/model.safetensors", o.out);
-    FILE *csv = fopen(csv_path, "w");
-    if (!csv) return fprintf(stderr, "toy_tasks: cannot write %s\n", csv_path), 1;
+    snprintf(csv_path, sizeof csv_path, "%s/train.csv", o->run.out);
+    snprintf(png_path, sizeof png_path, "%s/curve.png", o->run.out);
+    snprintf(ckpt_path, sizeof ckpt_path, "%s/model.safetensors", o->run.out);
+    FILE *csv = NULL;
+    nb_optimizer *opt = NULL;
+    int64_t *x = NULL, *y = NULL;
+    int rc = 1;
+    if (!make_dirs(o->run.out)) {
+        fprintf(stderr, "toy_tasks: cannot create %s: %s\n", o->run.out, strerror(errno));
+        goto done;
+    }
+    if (!(csv = fopen(csv_path, "w"))) {
+        fprintf(stderr, "toy_tasks: cannot write %s: %s\n", csv_path, strerror(errno));
+        goto done;
+    }
     fprintf(csv, "step,loss,accuracy\n");
 
     int nparams = nb_module_param_count(model);
@@ -191,58 +221,70 @@ int main(int argc, char **argv) {
     nb_module_params(model, params, 256);
     nb_tensor *ptensors[256];
     for (int i = 0; i < nparams; i++) ptensors[i] = params[i].tensor;
-    nb_optimizer *opt = nb_adamw_new(ptensors, nparams, nb_adamw_defaults(task->lr));
-    if (!opt) return fail("creating the optimizer");
-
-    if (!o.quiet)
+    if (!(opt = nb_adamw_new(ptensors, nparams, nb_adamw_defaults(task->lr)))) {
+        rc = fail("creating the optimizer");
+        goto done;
+    }
+    if (!o->quiet)
         printf("%s: %s\nmodel: %lld parameters, %d layer(s), %lld heads, d %lld; %lld steps of "
                "batch %lld\n",
                task->name, task->what, (long long)nb_module_numel(model), task->layers,
-               (long long)task->heads, (long long)task->dim, (long long)o.steps,
+               (long long)task->heads, (long long)task->dim, (long long)o->run.steps,
                (long long)task->batch);
     nb_rng data_rng;
-    nb_rng_seed(&data_rng, o.seed);
-    int64_t B = task->batch, T = task->seq_len;
-    int64_t *x = malloc(sizeof *x * (size_t)(B * T)), *y = malloc(sizeof *y * (size_t)(B * T));
+    nb_rng_seed(&data_rng, o->run.seed);
+    size_t batch_tokens = (size_t)(task->batch * task->seq_len);
+    x = malloc(sizeof *x * batch_tokens);
+    y = malloc(sizeof *y * batch_tokens);
+    if (!x || !y) {
+        fprintf(stderr, "toy_tasks: out of memory\n");
+        goto done;
+    }
     progress prog;
-    progress_start(&prog, o.steps);
-    int64_t warmup = o.steps / 20;
+    progress_start(&prog, o->run.steps);
     double loss_avg = 0, acc_avg = 0;
-    for (int64_t step = 0; step < o.steps; step++) {
-        nb_scope_begin();
-        task->make(&data_rng, B, x, y);
-        nb_tensor *logits = nb_view(
-            nb_transformer_lm_forward(lm, tokens_tensor(x, B, T), task->causal, NULL, NULL),
-            NB_SHAPE(B * T, task->vocab));
-        nb_tensor *loss = nb_cross_entropy(logits, nb_from_array(NB_I64, NB_SHAPE(B * T), y),
-                                           TOY_IGNORE, NB_REDUCE_MEAN);
-        nb_optimizer_zero_grad(opt);
-        if (!loss || !nb_backward(loss, NULL)) return fail("training step");
-        nb_clip_grad_norm(ptensors, nparams, 1.0);
-        nb_optimizer_set_lr(opt, nb_lr_warmup_cosine(step, warmup, o.steps, task->lr, task->lr / 20));
-        nb_optimizer_step(opt);
-        int64_t correct = 0, scored = 0;
-        count_correct(logits, y, B * T, &correct, &scored);
-        double l = nb_item(loss), acc = (double)correct / (double)scored;
-        loss_avg = step ? 0.9 * loss_avg + 0.1 * l : l;
-        acc_avg = step ? 0.9 * acc_avg + 0.1 * acc : acc;
-        fprintf(csv, "%lld,%.6f,%.4f\n", (long long)step + 1, l, acc);
-        if (!o.quiet) progress_update(&prog, step + 1, loss_avg, acc_avg);
-        nb_scope_end();
+    for (int64_t step = 0; step < o->run.steps; step++) {
+        if (!train_step(lm, opt, ptensors, nparams, o, step, &data_rng, x, y, csv, &loss_avg,
+                        &acc_avg)) {
+            rc = fail("training step");
+            goto done;
+        }
+        if (!o->quiet) progress_update(&prog, step + 1, loss_avg, acc_avg);
     }
     fclose(csv);
-    free(x);
-    free(y);
-    if (!o.quiet) progress_finish(&prog, "trained");
+    csv = NULL;
+    if (!o->quiet) progress_finish(&prog, "trained");
 
-    double acc = evaluate(lm, task, o.seed);
+    double acc = evaluate(lm, task, o->run.seed);
     printf("%s: held-out token accuracy %.2f%% (%d sequences)\n", task->name, 100 * acc, HELDOUT);
-    if (!nb_module_save(model, ckpt_path)) return fail("saving the checkpoint");
+    if (!nb_module_save(model, ckpt_path)) {
+        rc = fail("saving the checkpoint");
+        goto done;
+    }
     printf("checkpoint: %s (reload with --eval)\nlog: %s\n", ckpt_path, csv_path);
     if (plot_curve(csv_path, png_path, task->name)) printf("curve: %s\n", png_path);
-    plot_heads(lm, task, o.seed, o.out);
+    plot_heads(lm, task, o->run.seed, o->run.out);
+    rc = 0;
+done:
+    if (csv) fclose(csv);
+    free(x);
+    free(y);
     nb_optimizer_free(opt);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    if (!parse(argc, argv, &o)) return 2;
+    if (o.run.threads > 0) nb_set_num_threads(o.run.threads);
+    const toy_task *task = o.task;
+    nb_module *model = nb_model_new(NB_F32, o.run.seed);
+    nb_transformer_lm *lm = nb_transformer_lm_new(model, "", task->vocab, task->seq_len, task->dim,
+                                                  task->heads, task->layers, 0.0);
+    int rc = !lm          ? fail("building the model")
+             : o.run.eval ? run_eval(lm, &o)
+                          : run_training(lm, &o);
     nb_module_free(model);
     nb_shutdown();
-    return 0;
+    return rc;
 }

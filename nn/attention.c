@@ -90,7 +90,9 @@ nb_tensor *nb_mha_forward_cross(nb_mha *m, const nb_tensor *q_in, const nb_tenso
     nb_tensor *ctx;
     if (!(opts && opts->attn_weights) && !(m->dropout->base.training && m->dropout->p > 0)) {
         /* Nobody needs the weights as a tensor: the fused op computes the same heads with one
-         * node and no transposed copies. */
+         * node and no transposed copies. nb_f_attention is nb_sdpa's node reading heads packed
+         * in [B, T, d_out]: nb_sdpa on split_heads views would add eight view nodes (a third
+         * of the seed workload's step). */
         ctx = nb_f_attention(q, k, v, m->num_heads, mask, causal, scale);
     } else {
         q = split_heads(m, q);                                     /* [B, H, T_q, hd] */

@@ -117,11 +117,17 @@ int64_t nb_generate(nb_transformer_lm *lm, const int64_t *prompt, int64_t prompt
                              (long long)i, (long long)prompt[i], (long long)lm->vocab),
                    -1;
     nb_kv_cache *c = cache ? cache : nb_kv_cache_for_lm(lm, 1);
-    int64_t *window = c ? malloc(sizeof *window * (size_t)lm->max_len) : NULL;
-    if (!window) {
-        if (c && !cache) nb_kv_cache_free(c);
-        return c ? (nbt_error("generate", "out of memory"), -1) : -1;
+    if (!c) return -1;
+    /* The tokens fed at once, in a scope of this call: pooled, so repeated calls with a cache
+     * of the caller's never allocate. */
+    nb_scope_begin();
+    nb_tensor *window_t = nbt_new("generate", NB_I64, NB_SHAPE(lm->max_len));
+    if (!window_t) {
+        nb_scope_end();
+        if (!cache) nb_kv_cache_free(c);
+        return -1;
     }
+    int64_t *window = nb_data(window_t);
     const int64_t ctx_len =
         nb_kv_cache_max_len(c) < lm->max_len ? nb_kv_cache_max_len(c) : lm->max_len;
     const int64_t keep = ctx_len / 2 > 0 ? ctx_len / 2 : 1;
@@ -154,7 +160,7 @@ int64_t nb_generate(nb_transformer_lm *lm, const int64_t *prompt, int64_t prompt
     }
     nb_module_train(&lm->base, was_training);
     nb_set_grad_enabled(grad);
-    free(window);
+    nb_scope_end();
     if (!cache) nb_kv_cache_free(c);
     return ok ? made : -1;
 }

@@ -13,8 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One attention layer's keys and values: [batch, kv_heads, max_len, head_dim] each, so a
- * head's cached keys are contiguous rows (the dot kernel reads them as a transposed B). A
+/* One attention layer's keys, transposed, [batch, kv_heads, head_dim, max_len], and values,
+ * [batch, kv_heads, max_len, head_dim]: a query's scores q K^T and its context p V are then
+ * both one row times a row-major matrix, which the GEMM's row kernel computes along the keys
+ * (scores) or the head dims (context) in whole vectors, with no per-key horizontal sums. A
  * slot stores kv_heads heads, which grouped-query attention makes fewer than the queries'. */
 typedef struct {
     int64_t len, kv_heads, head_dim;
@@ -59,7 +61,7 @@ static bool slot_init(nb_kv_cache *c, int i, int64_t kv_heads, int64_t head_dim)
     s->kv_heads = kv_heads;
     s->head_dim = head_dim;
     nb_scope_push(c->scope);
-    s->k = nb_zeros(c->dtype, NB_SHAPE(c->batch, kv_heads, c->max_len, head_dim));
+    s->k = nb_zeros(c->dtype, NB_SHAPE(c->batch, kv_heads, head_dim, c->max_len));
     s->v = nb_zeros(c->dtype, NB_SHAPE(c->batch, kv_heads, c->max_len, head_dim));
     nb_scope_pop();
     return s->k && s->v;
@@ -141,7 +143,9 @@ typedef struct {
                 for (int64_t h = 0; h < kvh; h++) {                                                \
                     size_t at = (size_t)(((b * kvh + h) * L + len + i) * hd);                      \
                     size_t from = (size_t)((b * a->t_new + i) * kv_row + h * hd);                  \
-                    memcpy(K + at, kn + from, sizeof(T) * (size_t)hd);                             \
+                    const size_t kt = (size_t)((b * kvh + h) * hd * L + len + i);                  \
+                    for (int64_t d = 0; d < hd; d++)                                               \
+                        K[kt + (size_t)(d * L)] = kn[from + (size_t)d];                            \
                     memcpy(V + at, vn + from, sizeof(T) * (size_t)hd);                             \
                 }                                                                                  \
         for (int64_t b = 0; b < a->batch; b++)                                                     \
@@ -150,7 +154,7 @@ typedef struct {
                 for (int64_t i = 0; i < a->t_new; i++) {                                           \
                     const int64_t n = len + i + 1; /* keys 0..p */                                 \
                     const size_t row = (size_t)((b * a->t_new + i) * q_row + h * hd);              \
-                    ROWS(true, 1, n, hd, (T)a->scale, q + row, hd, 1, K + head, hd, 0, sc, n);     \
+                    ROWS(false, 1, n, hd, (T)a->scale, q + row, hd, 1, K + head, L, 0, sc, n);     \
                     T max = sc[0];                                                                 \
                     for (int64_t j = 1; j < n; j++) max = sc[j] > max ? sc[j] : max;               \
                     for (int64_t j = 0; j < n; j++) sc[j] -= max;                                  \
@@ -164,6 +168,89 @@ typedef struct {
     }
 DEFINE_CACHED_ATTENTION(float, f32, nbt_sgemm_rows, nbt_vexp_f32)
 DEFINE_CACHED_ATTENTION(double, f64, nbt_dgemm_rows, nbt_vexp_f64)
+
+/* ---- one-row linear layers, split across threads by output features ------------------- */
+
+/* Decoding one token multiplies a single row by every weight matrix: a matrix-vector product
+ * that reads each weight once and is bound by moving the weights. Splitting a product's
+ * output features between threads lets each core stream (and keep in its own cache) only its
+ * share. Each output is the same dot product whoever computes it, so results do not depend
+ * on the thread count. Up to three layers that read the same input (the query, key and value
+ * projections) go as one job. */
+#define MATVEC_MAX 3
+/* Work below this many multiply-adds per thread is not worth waking a thread for. */
+#define MATVEC_GRAIN_MACS 16384
+
+typedef struct {
+    int n;
+    const nb_linear *lin[MATVEC_MAX];
+    void *y[MATVEC_MAX];
+    const void *x;
+    int64_t K, N; /* in_features, out_features (the same for every layer of a job) */
+    bool f32;
+} matvec_job;
+
+static void matvec_range(int64_t begin, int64_t end, void *vjob) {
+    const matvec_job *j = vjob;
+    for (int64_t r = begin; r < end;) { /* r indexes the layers' outputs back to back */
+        const int l = (int)(r / j->N);
+        const int64_t r0 = r % j->N, rows = (end - r < j->N - r0 ? end - r : j->N - r0);
+        const void *W = nb_data(j->lin[l]->weight);
+        const void *b = j->lin[l]->bias ? nb_data(j->lin[l]->bias) : NULL;
+        if (j->f32) {
+            float *y = (float *)j->y[l] + r0;
+            const float *bias = b ? (const float *)b + r0 : NULL;
+            nbt_sgemm_rows(true, 1, rows, j->K, 1.0f, j->x, j->K, 1, (const float *)W + r0 * j->K,
+                           j->K, 0.0f, y, rows);
+            for (int64_t i = 0; bias && i < rows; i++) y[i] += bias[i];
+        } else {
+            double *y = (double *)j->y[l] + r0;
+            const double *bias = b ? (const double *)b + r0 : NULL;
+            nbt_dgemm_rows(true, 1, rows, j->K, 1.0, j->x, j->K, 1, (const double *)W + r0 * j->K,
+                           j->K, 0.0, y, rows);
+            for (int64_t i = 0; bias && i < rows; i++) y[i] += bias[i];
+        }
+        r += rows;
+    }
+}
+
+/* out[i] = lin[i](x) for n layers of equal shape. A single contiguous row of x whose dtype
+ * and weights are plain goes through matvec_range; anything else through nb_linear_forward. */
+static bool linears(int n, nb_linear *const *lin, const nb_tensor *x, nb_tensor **out) {
+    const nb_linear *l0 = lin[0];
+    bool plain = x && nbt_numel(x) == l0->in_features && nb_is_contiguous(x) &&
+                 x->dtype == l0->weight->dtype;
+    for (int i = 0; i < n && plain; i++)
+        plain = nb_is_contiguous(lin[i]->weight) &&
+                (!lin[i]->bias || nb_is_contiguous(lin[i]->bias)) &&
+                lin[i]->in_features == l0->in_features && lin[i]->out_features == l0->out_features;
+    if (!plain) {
+        bool ok = true;
+        for (int i = 0; i < n; i++) ok &= (out[i] = nb_linear_forward(lin[i], x)) != NULL;
+        return ok;
+    }
+    int64_t shape[NB_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape[0] * (size_t)x->ndim);
+    shape[x->ndim - 1] = l0->out_features;
+    matvec_job job = {.n = n,
+                      .x = nb_data(x),
+                      .K = l0->in_features,
+                      .N = l0->out_features,
+                      .f32 = x->dtype == NB_F32};
+    for (int i = 0; i < n; i++) {
+        if (!(out[i] = nbt_new("Linear", x->dtype, x->ndim, shape))) return false;
+        job.lin[i] = lin[i];
+        job.y[i] = nb_data(out[i]);
+    }
+    int64_t grain = MATVEC_GRAIN_MACS / job.K > 0 ? MATVEC_GRAIN_MACS / job.K : 1;
+    nbt_parallel_ranges(n * job.N, grain, matvec_range, &job);
+    return true;
+}
+
+static nb_tensor *linear(nb_linear *lin, const nb_tensor *x) {
+    nb_tensor *y;
+    return linears(1, &lin, x, &y) ? y : NULL;
+}
 
 /* Checks that x fits m and slot `layer` of c with room for its tokens; names m's path. */
 static bool check_cached(const nb_mha *m, const nb_tensor *x, const nb_kv_cache *c, int layer) {
@@ -201,9 +288,9 @@ static bool check_cached(const nb_mha *m, const nb_tensor *x, const nb_kv_cache 
 static nb_tensor *mha_cached(nb_mha *m, const nb_tensor *x, nb_kv_cache *c, int layer) {
     kv_slot *s = &c->slots[layer];
     const int64_t B = x->shape[0], Tn = x->shape[1];
-    nb_tensor *q = nbt_contiguous(nb_linear_forward(m->W_query, x));
-    nb_tensor *k = nbt_contiguous(nb_linear_forward(m->W_key, x));
-    nb_tensor *v = nbt_contiguous(nb_linear_forward(m->W_value, x));
+    nb_tensor *qkv[3];
+    if (!linears(3, (nb_linear *const[]){m->W_query, m->W_key, m->W_value}, x, qkv)) return NULL;
+    nb_tensor *q = nbt_contiguous(qkv[0]), *k = nbt_contiguous(qkv[1]), *v = nbt_contiguous(qkv[2]);
     nb_tensor *ctx = nb_empty(c->dtype, NB_SHAPE(B, Tn, m->d_out));
     if (!q || !k || !v || !ctx) return NULL;
     cached_attention a = {.slot = s,
@@ -222,7 +309,7 @@ static nb_tensor *mha_cached(nb_mha *m, const nb_tensor *x, nb_kv_cache *c, int 
     else
         cached_attention_f64(&a);
     s->len += Tn;
-    return nb_linear_forward(m->out_proj, ctx);
+    return linear(m->out_proj, ctx);
 }
 
 nb_tensor *nb_mha_forward_cached(nb_mha *m, const nb_tensor *x, nb_kv_cache *c, int layer) {
@@ -237,7 +324,8 @@ nb_tensor *nb_mha_forward_cached(nb_mha *m, const nb_tensor *x, nb_kv_cache *c, 
 static nb_tensor *block_cached(nb_transformer_block *m, const nb_tensor *x, nb_kv_cache *c,
                                int layer) {
     nb_tensor *h = nb_add(x, mha_cached(m->attn, nb_layernorm_forward(m->norm1, x), c, layer));
-    return nb_add(h, nb_feedforward_forward(m->ff, nb_layernorm_forward(m->norm2, h)));
+    nb_tensor *hidden = nb_gelu(linear(m->ff->fc1, nb_layernorm_forward(m->norm2, h)));
+    return nb_add(h, linear(m->ff->fc2, hidden));
 }
 
 nb_tensor *nb_transformer_block_forward_cached(nb_transformer_block *m, const nb_tensor *x,
@@ -281,7 +369,8 @@ nb_tensor *nb_transformer_lm_forward_cached(nb_transformer_lm *m, const nb_tenso
     nb_tensor *x = nb_add(nb_embedding_forward(m->tok_emb, tokens),
                           nb_embedding_forward(m->pos_emb, positions));
     for (int i = 0; i < m->num_layers && x; i++) x = block_cached(m->blocks[i], x, c, i);
-    nb_tensor *logits = nb_linear_forward(m->head, nb_layernorm_forward(m->norm_f, x));
+    nb_tensor *logits =
+        nb_f_linear(nb_layernorm_forward(m->norm_f, x), m->head_weight, m->head_bias);
     nb_set_grad_enabled(prev);
     return logits;
 }

@@ -36,9 +36,11 @@ bool nbn_check_new_name(const nb_module *m, const char *op, const char *what, co
                   name ? name : "(null)", empty_ok ? "" : "non-empty and ");
         return false;
     }
-    const char *clash = has_name(m->params, m->nparams, m, name)     ? "parameter"
-                        : has_name(m->buffers, m->nbuffers, m, name) ? "buffer"
-                                                                     : NULL;
+    const char *clash =
+        has_name(m->params, m->nparams, m, name) ? "parameter"
+        : has_name(m->buffers, m->nbuffers, m, name) || has_name(m->unsaved, m->nunsaved, m, name)
+            ? "buffer"
+            : NULL;
     for (int i = 0; !clash && i < m->nchildren; i++)
         if (strcmp(nbn_local_name(m, m->children[i]->path), name) == 0) clash = "child module";
     if (clash) nbt_error(op, "'%s' already has a %s named '%s'", where, clash, name);
@@ -93,6 +95,7 @@ static void free_tree(nb_module *m, bool release) {
     for (int i = 0; i < m->nchildren; i++) free_tree(m->children[i], release);
     free_list(m->params, m->nparams, release);
     free_list(m->buffers, m->nbuffers, release);
+    free_list(m->unsaved, m->nunsaved, release);
     free(m->children);
     free(m->path);
     free(m->type);

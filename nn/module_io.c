@@ -1,39 +1,48 @@
 /* Checkpoints of a module's parameters and buffers in the safetensors format. */
 #include "module_tree.h"
 #include "nabla/optim.h"
+#include "optim_impl.h"
+#include "safetensors_file.h"
 
 #include <stdlib.h>
 
-/* The subtree's parameters, then its buffers, then (if opt) the optimizer's state under
- * "optim.", as one heap list the caller frees; NULL with an error. */
+/* The subtree's parameters, then its persistent buffers, then (if opt) the optimizer's state
+ * under "optim.", as one heap list the caller frees; NULL with an error. */
 static nb_param *checkpoint_entries(const nb_module *m, nb_optimizer *opt, int *n) {
-    int np = nb_module_param_count(m), nb = nb_module_buffer_count(m);
+    int np = nb_module_param_count(m), nb = nbn_saved_buffers(m, NULL, 0);
     const nb_named_tensor *state = NULL;
     int ns = opt ? nb_optimizer_state(opt, "optim.", &state) : 0;
     if (ns < 0) return NULL;
     nb_param *all = malloc(sizeof *all * (size_t)(np + nb + ns + 1));
     if (!all) return nbt_error("module_save", "out of memory");
     nb_module_params(m, all, np);
-    nb_module_buffers(m, all + np, nb);
+    nbn_saved_buffers(m, all + np, nb);
     for (int i = 0; i < ns; i++) all[np + nb + i] = state[i];
     *n = np + nb + ns;
     return all;
 }
 
-bool nb_module_save_with(const nb_module *m, nb_optimizer *opt, const char *path) {
+bool nb_module_save_with_metadata(const nb_module *m, nb_optimizer *opt, const char *path,
+                                  int n_meta, const nb_metadata_entry *meta) {
     if (!m || !path) return nbt_error("module_save", "NULL argument"), false;
     int n;
     nb_param *p = checkpoint_entries(m, opt, &n);
-    bool ok = p && nb_safetensors_save(path, n, p);
+    bool ok = p && nb_safetensors_save_with_metadata(path, n, p, n_meta, meta);
     free(p);
     return ok;
+}
+
+bool nb_module_save_with(const nb_module *m, nb_optimizer *opt, const char *path) {
+    return nb_module_save_with_metadata(m, opt, path, 0, NULL);
 }
 
 bool nb_module_load_with(nb_module *m, nb_optimizer *opt, const char *path) {
     if (!m || !path) return nbt_error("module_load", "NULL argument"), false;
     int n;
     nb_param *p = checkpoint_entries(m, opt, &n);
-    bool ok = p && nb_safetensors_load(path, n, p);
+    /* The optimizer's state is range-checked before anything is written. */
+    bool ok = p && nbst_load_checked("nb_safetensors_load", path, n, p,
+                                     opt ? nbo_check_loaded_state : NULL, opt);
     free(p);
     return ok;
 }

@@ -64,7 +64,10 @@ static void *failed(const nb_module *m, const char *what, const char *name) {
 }
 
 /* Appends (full name of `name`, t) to a parameter or buffer list of m; false with an error. */
-static nb_tensor *find(const nb_module *m, int kind, const char *name);
+/* The lists a module holds, as bits of a set. */
+enum { PARAMS = 1, SAVED_BUFFERS = 2, UNSAVED_BUFFERS = 4, BUFFERS = 6 };
+
+static nb_tensor *find(const nb_module *m, int lists, const char *name);
 
 static bool append(nb_module *m, nb_param **list, int *n, int *cap, const char *name,
                    nb_tensor *t) {
@@ -72,7 +75,7 @@ static bool append(nb_module *m, nb_param **list, int *n, int *cap, const char *
     if (!full) return nbt_error(m->type, "'%s': out of memory adding '%s'", where(m), name), false;
     /* Names are unique within a module already; this catches a clash through a child module
      * with an empty name, whose tensors are named like its parent's. */
-    if (find(m->root, 0, full) || find(m->root, 1, full)) {
+    if (find(m->root, PARAMS | BUFFERS, full)) {
         nbt_error(m->type, "'%s': the model already has a tensor named '%s'", where(m), full);
         free(full);
         return false;
@@ -96,88 +99,104 @@ nb_tensor *nb_module_add_param(nb_module *m, const char *name, int ndim, const i
     return t;
 }
 
-nb_tensor *nb_module_add_buffer(nb_module *m, const char *name, const nb_tensor *value) {
+static nb_tensor *add_buffer(nb_module *m, const char *name, const nb_tensor *value, bool saved) {
     if (!m || !value) return nbt_error("module_add_buffer", "NULL %s", m ? "value" : "module");
     if (!nbn_check_new_name(m, m->type, "buffer", name)) return NULL;
     nb_scope_push(m->root->scope);
     nb_tensor *t = nb_clone(value);
     nb_scope_pop();
     if (!t) return failed(m, "buffer", name);
-    if (!append(m, &m->buffers, &m->nbuffers, &m->cap_buffers, name, t))
-        return nbt_release(t), NULL;
-    return t;
+    bool ok = saved ? append(m, &m->buffers, &m->nbuffers, &m->cap_buffers, name, t)
+                    : append(m, &m->unsaved, &m->nunsaved, &m->cap_unsaved, name, t);
+    return ok ? t : (nbt_release(t), NULL);
 }
 
-/* ---- queries over a subtree: kind 0 walks parameters, kind 1 buffers ---- */
-static const nb_param *own(const nb_module *m, int kind, int *n) {
-    *n = kind ? m->nbuffers : m->nparams;
-    return kind ? m->buffers : m->params;
+nb_tensor *nb_module_add_buffer(nb_module *m, const char *name, const nb_tensor *value) {
+    return add_buffer(m, name, value, true);
 }
 
-static int count(const nb_module *m, int kind) {
-    int n;
-    own(m, kind, &n);
-    for (int i = 0; i < m->nchildren; i++) n += count(m->children[i], kind);
-    return n;
+nb_tensor *nb_module_add_nonpersistent_buffer(nb_module *m, const char *name,
+                                              const nb_tensor *value) {
+    return add_buffer(m, name, value, false);
 }
 
-static int collect(const nb_module *m, int kind, nb_param *out, int max, int k) {
-    int n;
-    const nb_param *list = own(m, kind, &n);
-    for (int i = 0; i < n; i++, k++)
-        if (k < max) out[k] = list[i];
-    for (int i = 0; i < m->nchildren; i++) k = collect(m->children[i], kind, out, max, k);
+/* ---- queries over a subtree, for a set of the lists each module holds ---- */
+
+static const nb_param *own(const nb_module *m, int list, int *n) {
+    *n = list == PARAMS ? m->nparams : list == SAVED_BUFFERS ? m->nbuffers : m->nunsaved;
+    return list == PARAMS ? m->params : list == SAVED_BUFFERS ? m->buffers : m->unsaved;
+}
+
+/* Visits the entries of `lists` in a stable order: a module's own (parameters, then saved
+ * buffers, then unsaved ones, each in creation order), then its children depth-first.
+ * Stores up to max of them in out (may be NULL) from index k; returns the next index. Stops
+ * at the first entry named `name` if name is not NULL (*found receives it). */
+static int walk(const nb_module *m, int lists, nb_param *out, int max, int k, const char *name,
+                nb_tensor **found) {
+    for (int list = PARAMS; list <= UNSAVED_BUFFERS; list <<= 1) {
+        if (!(lists & list)) continue;
+        int n;
+        const nb_param *own_list = own(m, list, &n);
+        for (int i = 0; i < n; i++, k++) {
+            if (name && strcmp(own_list[i].name, name) == 0) {
+                *found = own_list[i].tensor;
+                return k;
+            }
+            if (out && k < max) out[k] = own_list[i];
+        }
+    }
+    for (int i = 0; i < m->nchildren && !(name && *found); i++)
+        k = walk(m->children[i], lists, out, max, k, name, found);
     return k;
 }
 
-static int list_all(const nb_module *m, int kind, nb_param *out, int max) {
-    const char *op = kind ? "module_buffers" : "module_params";
+static nb_tensor *find(const nb_module *m, int lists, const char *name) {
+    nb_tensor *found = NULL;
+    walk(m, lists, NULL, 0, 0, name, &found);
+    return found;
+}
+
+static int list_all(const nb_module *m, int lists, nb_param *out, int max) {
+    const char *op = lists == PARAMS ? "module_params" : "module_buffers";
     if (!m || (!out && max > 0)) return nbt_error(op, "NULL argument"), -1;
-    int n = collect(m, kind, out, max, 0);
+    int n = walk(m, lists, out, max, 0, NULL, NULL);
     if (n > max)
         return nbt_error(op, "'%s' has %d %s, room for only %d", m->path[0] ? m->path : m->type, n,
-                         kind ? "buffers" : "parameters", max),
+                         lists == PARAMS ? "parameters" : "buffers", max),
                -1;
     return n;
 }
 
-static nb_tensor *find(const nb_module *m, int kind, const char *name) {
-    int n;
-    const nb_param *list = own(m, kind, &n);
-    for (int i = 0; i < n; i++)
-        if (strcmp(list[i].name, name) == 0) return list[i].tensor;
-    for (int i = 0; i < m->nchildren; i++) {
-        nb_tensor *t = find(m->children[i], kind, name);
-        if (t) return t;
-    }
-    return NULL;
-}
-
-static nb_tensor *find_named(const nb_module *m, int kind, const char *name) {
-    const char *op = kind ? "module_buffer" : "module_param";
+static nb_tensor *find_named(const nb_module *m, int lists, const char *name) {
+    const char *op = lists == PARAMS ? "module_param" : "module_buffer";
     if (!m || !name) return nbt_error(op, "NULL argument");
-    nb_tensor *t = find(m, kind, name);
-    if (!t) return nbt_error(op, "no %s named '%s'", kind ? "buffer" : "parameter", name);
+    nb_tensor *t = find(m, lists, name);
+    if (!t)
+        return nbt_error(op, "no %s named '%s'", lists == PARAMS ? "parameter" : "buffer", name);
     return t;
 }
 
 int nb_module_param_count(const nb_module *m) {
-    return m ? count(m, 0) : 0;
+    return m ? walk(m, PARAMS, NULL, 0, 0, NULL, NULL) : 0;
 }
 int nb_module_buffer_count(const nb_module *m) {
-    return m ? count(m, 1) : 0;
+    return m ? walk(m, BUFFERS, NULL, 0, 0, NULL, NULL) : 0;
 }
 int nb_module_params(const nb_module *m, nb_param *out, int max) {
-    return list_all(m, 0, out, max);
+    return list_all(m, PARAMS, out, max);
 }
 int nb_module_buffers(const nb_module *m, nb_param *out, int max) {
-    return list_all(m, 1, out, max);
+    return list_all(m, BUFFERS, out, max);
 }
 nb_tensor *nb_module_param(const nb_module *m, const char *name) {
-    return find_named(m, 0, name);
+    return find_named(m, PARAMS, name);
 }
 nb_tensor *nb_module_buffer(const nb_module *m, const char *name) {
-    return find_named(m, 1, name);
+    return find_named(m, BUFFERS, name);
+}
+
+int nbn_saved_buffers(const nb_module *m, nb_param *out, int max) {
+    return walk(m, SAVED_BUFFERS, out, max, 0, NULL, NULL);
 }
 
 int64_t nb_module_numel(const nb_module *m) {
@@ -200,18 +219,23 @@ static void print_tree(FILE *f, const nb_module *m, int64_t *buffer_numel) {
         fprintf(f, "  %-40s %-16s %10lld\n", m->params[i].name, nbt_shape(t),
                 (long long)nb_numel(t));
     }
-    for (int i = 0; i < m->nbuffers; i++) {
-        const nb_tensor *t = m->buffers[i].tensor;
-        fprintf(f, "  %-40s %-16s %10lld  (buffer, %s)\n", m->buffers[i].name, nbt_shape(t),
-                (long long)nb_numel(t), nb_dtype_name(t->dtype));
-        *buffer_numel += nb_numel(t);
+    for (int list = SAVED_BUFFERS; list <= UNSAVED_BUFFERS; list <<= 1) {
+        int n;
+        const nb_param *buffers = own(m, list, &n);
+        for (int i = 0; i < n; i++) {
+            const nb_tensor *t = buffers[i].tensor;
+            fprintf(f, "  %-40s %-16s %10lld  (buffer, %s%s)\n", buffers[i].name, nbt_shape(t),
+                    (long long)nb_numel(t), nb_dtype_name(t->dtype),
+                    list == UNSAVED_BUFFERS ? ", not saved" : "");
+            *buffer_numel += nb_numel(t);
+        }
     }
     for (int i = 0; i < m->nchildren; i++) print_tree(f, m->children[i], buffer_numel);
 }
 
 void nb_module_fprint(FILE *f, const nb_module *m) {
     if (!f || !m) {
-        nbt_error("module_fprint", "NULL %s", f ? "module" : "file");
+        nbt_error("nb_module_fprint", "NULL %s", f ? "module" : "file");
         return;
     }
     fprintf(f, "%s '%s' (%s, %s)\n", m->type, m->path, nb_dtype_name(m->root->dtype),

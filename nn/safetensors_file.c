@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; nabla's checkpoints assume a little-endian host"
@@ -121,6 +122,20 @@ static bool check_metadata(nbst_file *f, const json_t *meta) {
             return false;
         }
     }
+    f->metadata = meta;
+    const json_t *crc = json_object_get(meta, NB_SAFETENSORS_CRC_KEY);
+    if (!crc) return true;
+    const char *text = json_string_value(crc);
+    bool valid = strlen(text) == 8;
+    for (int i = 0; valid && i < 8; i++)
+        valid = (text[i] >= '0' && text[i] <= '9') || (text[i] >= 'a' && text[i] <= 'f');
+    if (!valid) {
+        FILE_ERROR(f, "__metadata__ entry %s is \"%.20s\", not 8 lowercase hex digits",
+                   NB_SAFETENSORS_CRC_KEY, text);
+        return false;
+    }
+    f->has_crc = true;
+    f->crc = (uint32_t)strtoul(text, NULL, 16);
     return true;
 }
 
@@ -172,6 +187,11 @@ static bool parse_entry(nbst_file *f, const char *name, const json_t *desc, nbst
             return false;
         }
         e->shape[i] = (int64_t)dim;
+    }
+    /* Sizes beside a 0 must still give strides that fit (nabla's limit on any shape). */
+    if (!nbt_check_shape(f->op, e->ndim, e->shape, e->dtype)) {
+        FILE_ERROR(f, "tensor '%s': shape %s is too large", name, nbt_dims(e->ndim, e->shape));
+        return false;
     }
     const json_t *offsets = json_object_get(desc, "data_offsets");
     if (!json_is_array(offsets) || json_array_size(offsets) != 2 ||
@@ -348,6 +368,16 @@ bool nbst_read_data(nbst_file *f) {
         return false;
     }
     if (!read_at(f, f->data, f->data_len, 8 + f->header_len)) return false;
+    if (f->has_crc) {
+        uint32_t crc = (uint32_t)crc32_z(crc32_z(0, Z_NULL, 0), f->data, (size_t)f->data_len);
+        if (crc != f->crc) {
+            FILE_ERROR(f,
+                       "the data does not match its checksum (CRC-32 %08x in the header, %08x "
+                       "computed): the file is corrupt",
+                       (unsigned)f->crc, (unsigned)crc);
+            return false;
+        }
+    }
     for (int i = 0; i < f->count; i++) {
         const nbst_entry *e = &f->entries[i];
         if (e->dtype != NB_BOOL) continue;
@@ -371,4 +401,6 @@ void nbst_close(nbst_file *f) {
     f->count = 0;
     nbt_free(f->data);
     f->data = NULL;
+    f->metadata = NULL;
+    f->has_crc = false;
 }

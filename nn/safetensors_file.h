@@ -26,17 +26,32 @@ typedef struct {
     json_t *header;
     nbst_entry *entries; /* in header order */
     int count;
-    unsigned char *data; /* the data section, once nbst_read_data has run */
+    unsigned char *data;    /* the data section, once nbst_read_data has run */
+    const json_t *metadata; /* the __metadata__ object (borrowed from header), or NULL */
+    bool has_crc;           /* the metadata holds NB_SAFETENSORS_CRC_KEY ... */
+    uint32_t crc;           /* ... with this CRC-32 of the data section */
 } nbst_file;
 
 /* Opens path and validates its header: length against the file size, JSON, each entry's
- * dtype, shape and offsets, and that the entries cover the data section exactly once.
+ * dtype, shape and offsets, that the entries cover the data section exactly once, and that
+ * __metadata__ holds only strings (its checksum, if any, 8 lowercase hex digits).
  * Errors name op and path. On failure everything is already released. */
 bool nbst_open(nbst_file *f, const char *op, const char *path);
-/* Reads the whole data section into f->data and checks that bool tensors hold only 0 and 1. */
+/* Reads the whole data section into f->data, checks it against the CRC-32 of the metadata (if
+ * the file has one) and that bool tensors hold only 0 and 1. */
 bool nbst_read_data(nbst_file *f);
 /* Releases what nbst_open and nbst_read_data acquired. Safe to call twice. */
 void nbst_close(nbst_file *f);
+
+/* Checks the values a destination is about to receive: `bytes` are dest's new elements,
+ * row-major, in dest's dtype and shape. Returns NULL if they are acceptable, else why not
+ * (a message the loader puts after the file and tensor names). */
+typedef const char *(*nbst_check_fn)(const nb_tensor *dest, const void *bytes, void *ctx);
+
+/* nb_safetensors_load with an extra check of each destination's values (check may be NULL),
+ * run after the file is validated and before any destination is written: all or nothing. */
+bool nbst_load_checked(const char *op, const char *path, int n, const nb_named_tensor *into,
+                       nbst_check_fn check, void *ctx);
 
 /* "F32", "F64", "I64", "BOOL". */
 const char *nbst_dtype_name(nb_dtype dt);

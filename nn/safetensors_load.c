@@ -3,6 +3,7 @@
 
 #include "tensor/scope.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,7 @@ static bool check_destinations(const char *op, const char *path, int n, const nb
         if (!name) return nbt_error(op, "%s: entry %d has a NULL name", path, i), false;
         if (!into[i].tensor)
             return nbt_error(op, "%s: tensor '%s': the destination is NULL", path, name), false;
+        if (!nbt_check_live(op, into[i].tensor)) return false;
         if (is_expanded(into[i].tensor))
             return nbt_error(op, "%s: tensor '%s': the destination (shape %s) is an expanded view",
                              path, name, nbt_shape(into[i].tensor)),
@@ -70,8 +72,22 @@ static bool match_entries(const nbst_file *f, int n, const nb_named_tensor *into
     return true;
 }
 
+/* The check's verdict on every destination; false with an error naming the first refused. */
+static bool check_values(const nbst_file *f, int n, const nb_named_tensor *into,
+                         const nbst_entry **slot, nbst_check_fn check, void *ctx) {
+    for (int i = 0; check && i < n; i++) {
+        const char *why = check(into[i].tensor, f->data + slot[i]->begin, ctx);
+        if (why) return nbt_error(f->op, "%s: tensor '%s': %s", f->path, into[i].name, why), false;
+    }
+    return true;
+}
+
 bool nb_safetensors_load(const char *path, int n, const nb_named_tensor *into) {
-    const char *op = "nb_safetensors_load";
+    return nbst_load_checked("nb_safetensors_load", path, n, into, NULL, NULL);
+}
+
+bool nbst_load_checked(const char *op, const char *path, int n, const nb_named_tensor *into,
+                       nbst_check_fn check, void *ctx) {
     json_t *index = json_object(); /* expected name -> its position in into */
     if (!index) return nbt_error(op, "out of memory"), false;
     if (!check_destinations(op, path ? path : "(null)", n, into, index)) {
@@ -88,7 +104,8 @@ bool nb_safetensors_load(const char *path, int n, const nb_named_tensor *into) {
         else
             memset(slot, 0, sizeof *slot * (size_t)(n ? n : 1));
     }
-    ok = ok && match_entries(&f, n, into, index, slot) && nbst_read_data(&f);
+    ok = ok && match_entries(&f, n, into, index, slot) && nbst_read_data(&f) &&
+         check_values(&f, n, into, slot, check, ctx);
     /* Only now, with everything checked and in memory, are destinations written. */
     for (int i = 0; ok && i < n; i++) nbst_scatter(into[i].tensor, f.data + slot[i]->begin);
     nbst_close(&f);
@@ -97,14 +114,61 @@ bool nb_safetensors_load(const char *path, int n, const nb_named_tensor *into) {
     return ok;
 }
 
-/* The array returned by nb_safetensors_read and its names, released with the scope. */
+/* The arrays returned by nb_safetensors_read(_metadata) and their strings, released with the
+ * scope. */
 typedef struct {
     nbt_owned owned; /* first: the scope releases it */
-    nb_named_tensor entries[];
+    _Alignas(max_align_t) unsigned char entries[];
 } read_result;
 
 static void release_result(nbt_owned *o) {
     nbt_free(o);
+}
+
+/* A block of `size` bytes owned by the current scope (released when it ends). */
+static void *scope_block(size_t size) {
+    read_result *res = nbt_malloc(sizeof *res + size);
+    if (!res) return NULL;
+    res->owned.release = release_result;
+    nbt_scope_own(&res->owned);
+    return res->entries;
+}
+
+nb_metadata_entry *nb_safetensors_read_metadata(const char *path, int *count) {
+    const char *op = "nb_safetensors_read_metadata";
+    if (!count) return nbt_error(op, "%s: count is NULL", path ? path : "(null)");
+    *count = 0;
+    nbst_file f;
+    if (!nbst_open(&f, op, path)) return NULL;
+    /* One block: the entries, then the keys and values back to back. */
+    size_t n = 0, strings_len = 0;
+    const char *key;
+    const json_t *value;
+    json_object_foreach((json_t *)f.metadata, key, value) {
+        if (strcmp(key, NB_SAFETENSORS_CRC_KEY) == 0) continue;
+        n++;
+        strings_len += strlen(key) + 1 + strlen(json_string_value(value)) + 1;
+    }
+    nb_metadata_entry *entries = scope_block(sizeof *entries * n + strings_len);
+    if (!entries) {
+        nbst_close(&f);
+        return nbt_error(op, "%s: out of memory", path);
+    }
+    char *strings = (char *)(entries + n);
+    int i = 0;
+    json_object_foreach((json_t *)f.metadata, key, value) {
+        if (strcmp(key, NB_SAFETENSORS_CRC_KEY) == 0) continue;
+        const char *parts[2] = {key, json_string_value(value)}, *copies[2];
+        for (int k = 0; k < 2; k++) {
+            size_t len = strlen(parts[k]) + 1;
+            copies[k] = memcpy(strings, parts[k], len);
+            strings += len;
+        }
+        entries[i++] = (nb_metadata_entry){copies[0], copies[1]};
+    }
+    nbst_close(&f);
+    *count = i;
+    return entries;
 }
 
 nb_named_tensor *nb_safetensors_read(const char *path, int *count) {
@@ -126,6 +190,7 @@ nb_named_tensor *nb_safetensors_read(const char *path, int *count) {
         nbst_close(&f);
         return nbt_error(op, "%s: out of memory", path);
     }
+    nb_named_tensor *entries = (nb_named_tensor *)res->entries;
     char *names = (char *)res->entries + entries_size;
     /* Tensors are made in a scope of their own and kept only if all of them could be made. */
     nb_scope_begin();
@@ -140,10 +205,10 @@ nb_named_tensor *nb_safetensors_read(const char *path, int *count) {
         memcpy(nbt_ptr(t), f.data + e->begin, (size_t)(e->end - e->begin));
         size_t len = strlen(e->name) + 1;
         memcpy(names, e->name, len);
-        res->entries[i] = (nb_named_tensor){names, t};
+        entries[i] = (nb_named_tensor){names, t};
         names += len;
     }
-    for (int i = 0; ok && i < f.count; i++) nb_keep(res->entries[i].tensor);
+    for (int i = 0; ok && i < f.count; i++) nb_keep(entries[i].tensor);
     nb_scope_end();
     int n = f.count;
     nbst_close(&f);
@@ -154,5 +219,5 @@ nb_named_tensor *nb_safetensors_read(const char *path, int *count) {
     res->owned.release = release_result;
     nbt_scope_own(&res->owned);
     *count = n;
-    return res->entries;
+    return entries;
 }

@@ -1,12 +1,17 @@
-/* Saving named tensors as safetensors: header built with jansson, data written row-major,
- * and the file replaced atomically (write path.tmp, fsync, rename). */
+/* Saving named tensors as safetensors: header built with jansson (with the data's CRC-32 in
+ * __metadata__), data written row-major, and the file replaced atomically (write a temporary
+ * of a unique name, fsync, rename, fsync the directory). */
 #include "safetensors_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 static const char *const OP = "nb_safetensors_save";
 
@@ -23,6 +28,33 @@ static bool check_inputs(const char *path, int n, const nb_named_tensor *tensors
             return nbt_error(OP, "%s: entry %d: the name __metadata__ is reserved", path, i), false;
         if (!tensors[i].tensor)
             return nbt_error(OP, "%s: tensor '%s' (entry %d) is NULL", path, name, i), false;
+        if (!nbt_check_live(OP, tensors[i].tensor)) return false;
+        /* An expanded view can have more elements than bytes can be counted in a file. */
+        const nb_tensor *t = tensors[i].tensor;
+        uint64_t nbytes;
+        if (__builtin_mul_overflow((uint64_t)nb_numel(t), (uint64_t)nb_dtype_size(t->dtype),
+                                   &nbytes) ||
+            nbytes > (uint64_t)INT64_MAX)
+            return nbt_error(OP, "%s: tensor '%s' (%s %s) holds more than 2^63 bytes", path, name,
+                             nb_dtype_name(t->dtype), nbt_shape(t)),
+                   false;
+    }
+    return true;
+}
+
+static bool check_metadata_inputs(const char *path, int n_meta, const nb_metadata_entry *meta) {
+    if (n_meta < 0) return nbt_error(OP, "%s: n_meta is %d, expected >= 0", path, n_meta), false;
+    if (n_meta > 0 && !meta)
+        return nbt_error(OP, "%s: meta is NULL for n_meta = %d", path, n_meta), false;
+    for (int i = 0; i < n_meta; i++) {
+        if (!meta[i].key || !meta[i].value)
+            return nbt_error(OP, "%s: metadata entry %d has a NULL %s", path, i,
+                             meta[i].key ? "value" : "key"),
+                   false;
+        if (strcmp(meta[i].key, NB_SAFETENSORS_CRC_KEY) == 0)
+            return nbt_error(OP, "%s: metadata entry %d: the key %s is reserved", path, i,
+                             NB_SAFETENSORS_CRC_KEY),
+                   false;
     }
     return true;
 }
@@ -37,28 +69,47 @@ static void data_order(int n, const nb_named_tensor *tensors, int *order) {
             if (nb_dtype_size(tensors[i].tensor->dtype) == sizes[s]) order[k++] = i;
 }
 
-/* {"name": {"dtype", "shape", "data_offsets"}, ...} in the given order. */
+/* {"__metadata__": {...}, "name": {"dtype", "shape", "data_offsets"}, ...}, tensors in the
+ * given order, the metadata's CRC-32 entry set to `crc`. */
 static json_t *build_header(const char *path, int n, const nb_named_tensor *tensors,
-                            const int *order) {
-    json_t *root = json_object();
-    if (!root) return nbt_error(OP, "%s: out of memory building the header", path);
+                            const int *order, int n_meta, const nb_metadata_entry *meta,
+                            uint32_t crc) {
+    json_t *root = json_object(), *meta_obj = json_object();
     uint64_t *begin = nbt_malloc(sizeof *begin * (size_t)(n ? n : 1));
-    if (!begin) {
-        json_decref(root);
-        return nbt_error(OP, "%s: out of memory building the header", path);
+    char crc_text[9];
+    snprintf(crc_text, sizeof crc_text, "%08x", (unsigned)crc);
+    if (!root || !meta_obj || !begin || json_object_set(root, "__metadata__", meta_obj) != 0 ||
+        json_object_set_new(meta_obj, NB_SAFETENSORS_CRC_KEY, json_string(crc_text)) != 0) {
+        nbt_error(OP, "%s: out of memory building the header", path);
+        goto fail;
     }
+    for (int i = 0; i < n_meta; i++) {
+        if (json_object_get(meta_obj, meta[i].key)) {
+            nbt_error(OP, "%s: the metadata key '%s' appears twice", path, meta[i].key);
+            goto fail;
+        }
+        /* json_string and json_object_set_new refuse strings that are not valid UTF-8. */
+        if (json_object_set_new(meta_obj, meta[i].key, json_string(meta[i].value)) != 0) {
+            nbt_error(OP, "%s: cannot store metadata entry %d in the header (is it valid UTF-8?)",
+                      path, i);
+            goto fail;
+        }
+    }
+    /* An expanded view's bytes count in full: huge ones must not wrap the offsets. */
     uint64_t offset = 0;
     for (int k = 0; k < n; k++) {
         begin[order[k]] = offset;
-        offset += nbst_nbytes(tensors[order[k]].tensor);
+        if (__builtin_add_overflow(offset, nbst_nbytes(tensors[order[k]].tensor), &offset) ||
+            offset > (uint64_t)INT64_MAX) {
+            nbt_error(OP, "%s: the tensors hold more than 2^63 bytes together", path);
+            goto fail;
+        }
     }
-    for (int i = 0; root && i < n; i++) {
+    for (int i = 0; i < n; i++) {
         const nb_tensor *t = tensors[i].tensor;
         if (json_object_get(root, tensors[i].name)) {
             nbt_error(OP, "%s: the name '%s' appears twice", path, tensors[i].name);
-            json_decref(root);
-            root = NULL;
-            break;
+            goto fail;
         }
         json_t *shape = json_array();
         for (int d = 0; shape && d < t->ndim; d++)
@@ -72,12 +123,17 @@ static json_t *build_header(const char *path, int n, const nb_named_tensor *tens
                       "%s: cannot store the name of entry %d in the header (is it valid "
                       "UTF-8?)",
                       path, i);
-            json_decref(root);
-            root = NULL;
+            goto fail;
         }
     }
+    json_decref(meta_obj);
     nbt_free(begin);
     return root;
+fail:
+    json_decref(meta_obj);
+    json_decref(root);
+    nbt_free(begin);
+    return NULL;
 }
 
 static bool write_all(int fd, const void *buf, size_t len) {
@@ -95,19 +151,53 @@ static bool write_all(int fd, const void *buf, size_t len) {
     return true;
 }
 
-/* Writes one tensor's data; non-contiguous tensors are packed into a temporary buffer. */
+/* t's data row-major: t's own memory when contiguous, else packed into *packed (which the
+ * caller frees). Bools are always packed, as 0/1 whatever bytes were written through nb_data
+ * (the loader accepts nothing else). NULL with errno ENOMEM when packing fails. */
+static const void *row_major_bytes(const nb_tensor *t, void **packed) {
+    *packed = NULL;
+    if (nb_is_contiguous(t) && t->dtype != NB_BOOL) return nbt_ptr(t);
+    size_t nbytes = (size_t)nbst_nbytes(t);
+    unsigned char *bytes = *packed = nbt_malloc(nbytes ? nbytes : 1);
+    if (!bytes) return errno = ENOMEM, NULL;
+    nbst_gather(bytes, t);
+    if (t->dtype == NB_BOOL)
+        for (size_t i = 0; i < nbytes; i++) bytes[i] = bytes[i] != 0;
+    return bytes;
+}
+
+/* Writes one tensor's data. */
 static bool write_tensor(int fd, const nb_tensor *t) {
     size_t nbytes = (size_t)nbst_nbytes(t);
     if (nbytes == 0) return true;
-    if (nb_is_contiguous(t)) return write_all(fd, nbt_ptr(t), nbytes);
-    void *packed = nbt_malloc(nbytes);
-    if (!packed) return errno = ENOMEM, false;
-    nbst_gather(packed, t);
-    bool ok = write_all(fd, packed, nbytes);
+    void *packed;
+    const void *bytes = row_major_bytes(t, &packed);
+    bool ok = bytes && write_all(fd, bytes, nbytes);
     int saved = errno;
     nbt_free(packed);
     errno = saved;
     return ok;
+}
+
+/* The CRC-32 of the data section the tensors make in this order; false when out of memory. */
+static bool data_crc(const char *path, int n, const nb_named_tensor *tensors, const int *order,
+                     uint32_t *crc) {
+    uLong c = crc32_z(0, Z_NULL, 0);
+    for (int k = 0; k < n; k++) {
+        const nb_tensor *t = tensors[order[k]].tensor;
+        size_t nbytes = (size_t)nbst_nbytes(t);
+        if (nbytes == 0) continue;
+        void *packed;
+        const void *bytes = row_major_bytes(t, &packed);
+        if (!bytes)
+            return nbt_error(OP, "%s: out of memory packing tensor '%s' (%s)", path,
+                             tensors[order[k]].name, nbt_shape(t)),
+                   false;
+        c = crc32_z(c, bytes, nbytes);
+        nbt_free(packed);
+    }
+    *crc = (uint32_t)c;
+    return true;
 }
 
 /* Writes the length, the space-padded header (so the data starts 8-byte aligned) and data. */
@@ -140,43 +230,83 @@ static void sync_parent_dir(const char *path) {
     free(dir);
 }
 
+/* Random characters for a temporary name; from getrandom, or the clock and a counter if
+ * that fails (exclusive creation, not the name, is what makes the temporary safe). */
+static void random_suffix(char *out, size_t len) {
+    static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char bytes[16];
+    if (len > sizeof bytes) len = sizeof bytes;
+    if (getrandom(bytes, len, GRND_NONBLOCK) != (ssize_t)len) {
+        static _Atomic unsigned counter;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t x = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)getpid() << 20 ^
+                     (uint64_t)counter++ * 0x9e3779b97f4a7c15u;
+        for (size_t i = 0; i < len; i++, x = x * 6364136223846793005u + 1442695040888963407u)
+            bytes[i] = (unsigned char)(x >> 56);
+    }
+    for (size_t i = 0; i < len; i++) out[i] = alphabet[bytes[i] % (sizeof alphabet - 1)];
+    out[len] = '\0';
+}
+
+/* Creates a new temporary file path + ".tmp-XXXXXXXXXX" exclusively (O_EXCL: nothing that
+ * already exists there, file or symlink, is opened). A file name too long for that is cut
+ * short first, so any name that can be saved to has a temporary. Returns the fd and the name
+ * in *tmp (the caller frees it), or -1 with errno set. */
+static int create_temporary(const char *path, char **tmp) {
+    enum { SUFFIX = 10, ADDED = 5 + SUFFIX, NAME_LIMIT = 255 };
+    const char *slash = strrchr(path, '/');
+    size_t dir_len = slash ? (size_t)(slash + 1 - path) : 0, base_len = strlen(path) - dir_len;
+    if (base_len > NAME_LIMIT - ADDED) base_len = NAME_LIMIT - ADDED;
+    *tmp = nbt_malloc(dir_len + base_len + ADDED + 1);
+    if (!*tmp) return errno = ENOMEM, -1;
+    char *p = *tmp;
+    memcpy(p, path, dir_len + base_len);
+    memcpy(p + dir_len + base_len, ".tmp-", 5);
+    for (int attempt = 0; attempt < 100; attempt++) {
+        random_suffix(p + dir_len + base_len + 5, SUFFIX);
+        int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd >= 0 || errno != EEXIST) return fd;
+    }
+    return -1; /* errno is EEXIST */
+}
+
+/* Writes the whole file into the open temporary and flushes it; names the failed step. */
+static bool write_and_sync(int fd, const char *text, int n, const nb_named_tensor *tensors,
+                           const int *order, const char **failed) {
+    if (!write_file(fd, text, n, tensors, order)) return *failed = "write", false;
+    if (fsync(fd) != 0) return *failed = "fsync", false;
+    return true;
+}
+
 bool nb_safetensors_save(const char *path, int n, const nb_named_tensor *tensors) {
-    if (!check_inputs(path, n, tensors)) return false;
+    return nb_safetensors_save_with_metadata(path, n, tensors, 0, NULL);
+}
+
+bool nb_safetensors_save_with_metadata(const char *path, int n, const nb_named_tensor *tensors,
+                                       int n_meta, const nb_metadata_entry *meta) {
+    if (!check_inputs(path, n, tensors) || !check_metadata_inputs(path, n_meta, meta)) return false;
     int *order = nbt_malloc(sizeof *order * (size_t)(n ? n : 1));
     if (!order) return nbt_error(OP, "%s: out of memory", path), false;
     data_order(n, tensors, order);
-    json_t *header = build_header(path, n, tensors, order);
-    if (!header) {
-        nbt_free(order);
-        return false;
-    }
-    char *text = json_dumps(header, JSON_COMPACT);
+    uint32_t crc = 0;
+    json_t *header = data_crc(path, n, tensors, order, &crc)
+                         ? build_header(path, n, tensors, order, n_meta, meta, crc)
+                         : NULL;
+    char *text = header ? json_dumps(header, JSON_COMPACT) : NULL;
+    if (header && !text) nbt_error(OP, "%s: out of memory writing the header", path);
     json_decref(header);
     if (!text) {
         nbt_free(order);
-        return nbt_error(OP, "%s: out of memory writing the header", path), false;
+        return false;
     }
 
-    size_t path_len = strlen(path);
-    char *tmp = nbt_malloc(path_len + 5);
-    if (!tmp) {
-        nbt_free(order);
-        free(text);
-        return nbt_error(OP, "%s: out of memory", path), false;
-    }
-    memcpy(tmp, path, path_len);
-    memcpy(tmp + path_len, ".tmp", 5);
-
+    char *tmp = NULL;
     bool ok = false;
-    const char *failed = "open";
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const char *failed = "creation";
+    int fd = create_temporary(path, &tmp);
     if (fd >= 0) {
-        if (!write_file(fd, text, n, tensors, order))
-            failed = "write";
-        else if (fsync(fd) != 0)
-            failed = "fsync";
-        else
-            ok = true;
+        ok = write_and_sync(fd, text, n, tensors, order, &failed);
         int saved = errno;
         if (close(fd) != 0 && ok)
             ok = false, failed = "close";
@@ -192,8 +322,8 @@ bool nb_safetensors_save(const char *path, int n, const nb_named_tensor *tensors
     if (ok)
         sync_parent_dir(path);
     else
-        nbt_error(OP, "%s: %s of %s failed: %s; any previous file is unchanged", path, failed, tmp,
-                  strerror(errno));
+        nbt_error(OP, "%s: %s of the temporary file %s failed: %s; any previous file is unchanged",
+                  path, failed, tmp ? tmp : "(none)", strerror(errno));
     nbt_free(order);
     nbt_free(tmp);
     free(text);

@@ -7,35 +7,81 @@
 nb_transformer_lm *nb_transformer_lm_new(nb_module *parent, const char *name, int64_t vocab,
                                          int64_t max_len, int64_t dim, int64_t num_heads,
                                          int layers, double dropout) {
+    const nb_lm_config cfg = {
+        .vocab = vocab, .max_len = max_len, .dim = dim, .num_heads = num_heads, .layers = layers};
+    return nb_transformer_lm_new_config(parent, name, &cfg, dropout);
+}
+
+/* The head: its own Linear, or with tied weights a module holding only head.bias (initialised
+ * as Linear's bias) that multiplies by tok_emb.weight. */
+static bool make_head(nb_transformer_lm *m) {
+    if (!m->tie_weights) {
+        if (!(m->head = nb_linear_new(&m->base, "head", m->dim, m->out_features, true)))
+            return false;
+        m->head_weight = m->head->weight;
+        m->head_bias = m->head->bias;
+        return true;
+    }
+    nb_module *head = nb_module_new(&m->base, "head", "TiedHead", sizeof *head);
+    m->head_weight = m->tok_emb->weight;
+    m->head_bias =
+        head ? nb_module_add_param(head, "bias", NB_SHAPE(m->out_features), nb_init_linear(m->dim))
+             : NULL;
+    return m->head_bias != NULL;
+}
+
+nb_transformer_lm *nb_transformer_lm_new_config(nb_module *parent, const char *name,
+                                                const nb_lm_config *cfg, double dropout) {
+    if (!cfg) return nbt_error("TransformerLM", "NULL configuration");
+    const int layers = cfg->layers;
+    const int64_t out = cfg->out_features ? cfg->out_features : cfg->vocab;
     if (layers < 1 || layers > 16)
         return nbt_error("TransformerLM", "layers must be 1 to 16, got %d", layers);
+    if (out < 1)
+        return nbt_error("TransformerLM", "out_features must be positive, got %lld",
+                         (long long)out);
+    if (cfg->tie_weights && out != cfg->vocab)
+        return nbt_error("TransformerLM",
+                         "tied weights need out_features == vocab, got %lld and %lld",
+                         (long long)out, (long long)cfg->vocab);
     nb_transformer_lm *m = nb_module_new(parent, name, "TransformerLM", sizeof *m);
     if (!m) return NULL;
-    m->vocab = vocab;
-    m->max_len = max_len;
-    m->dim = dim;
-    m->num_heads = num_heads;
+    m->vocab = cfg->vocab;
+    m->max_len = cfg->max_len;
+    m->dim = cfg->dim;
+    m->num_heads = cfg->num_heads;
     m->num_layers = layers;
-    if (!(m->tok_emb = nb_embedding_new(&m->base, "tok_emb", vocab, dim)) ||
-        !(m->pos_emb = nb_embedding_new(&m->base, "pos_emb", max_len, dim)) ||
+    m->out_features = out;
+    m->tie_weights = cfg->tie_weights;
+    if (!(m->tok_emb = nb_embedding_new(&m->base, "tok_emb", m->vocab, m->dim)) ||
+        !(m->pos_emb = nb_embedding_new(&m->base, "pos_emb", m->max_len, m->dim)) ||
         !(m->blocks_container = nb_module_container(&m->base, "blocks")))
         return nb_module_discard(&m->base);
     for (int i = 0; i < layers; i++) {
         char idx[16];
         snprintf(idx, sizeof idx, "%d", i);
-        if (!(m->blocks[i] =
-                  nb_transformer_block_new(m->blocks_container, idx, dim, num_heads, dropout)))
+        if (!(m->blocks[i] = nb_transformer_block_new(m->blocks_container, idx, m->dim,
+                                                      m->num_heads, dropout)))
             return nb_module_discard(&m->base);
     }
-    if (!(m->norm_f = nb_layernorm_new(&m->base, "norm_f", dim)) ||
-        !(m->head = nb_linear_new(&m->base, "head", dim, vocab, true)))
+    if (!(m->norm_f = nb_layernorm_new(&m->base, "norm_f", m->dim)) || !make_head(m))
         return nb_module_discard(&m->base);
     return m;
 }
 
+nb_lm_config nb_transformer_lm_config(const nb_transformer_lm *lm) {
+    if (!lm) return (nb_lm_config){0};
+    return (nb_lm_config){.vocab = lm->vocab,
+                          .max_len = lm->max_len,
+                          .dim = lm->dim,
+                          .num_heads = lm->num_heads,
+                          .layers = lm->num_layers,
+                          .out_features = lm->out_features,
+                          .tie_weights = lm->tie_weights};
+}
+
 nb_tensor *nb_transformer_lm_forward(nb_transformer_lm *m, const nb_tensor *tokens, bool causal,
-                                     const nb_tensor *key_padding_mask,
-                                     nb_tensor **attn_weights) {
+                                     const nb_tensor *key_padding_mask, nb_tensor **attn_weights) {
     if (!m || !tokens) return nbt_error("TransformerLM", "NULL argument");
     if (tokens->ndim != 2 || tokens->dtype != NB_I64 || tokens->shape[1] > m->max_len)
         return nbt_error("TransformerLM", "expects int64 tokens [B, T] with T <= %lld, got %s %s",
@@ -50,5 +96,5 @@ nb_tensor *nb_transformer_lm_forward(nb_transformer_lm *m, const nb_tensor *toke
                             .attn_weights = attn_weights ? &attn_weights[i] : NULL};
         x = nb_transformer_block_forward(m->blocks[i], x, &opts);
     }
-    return nb_linear_forward(m->head, nb_layernorm_forward(m->norm_f, x));
+    return nb_f_linear(nb_layernorm_forward(m->norm_f, x), m->head_weight, m->head_bias);
 }

@@ -45,21 +45,25 @@ nb_tensor *nbt_unary(nbt_unary_op op, const nb_tensor *a, double param);
 /* out = f(a), with a broadcast to out's shape. */
 bool nbt_unary_into(nb_tensor *out, nbt_unary_op op, const nb_tensor *a, double param);
 
-/* Backward of a unary op: gout * f'(x), shaped like gout (x and y broadcast to it).
- * x is the op's input and y = f(x) its output; each op reads the one its derivative is
- * cheapest from (exp, sqrt, tanh, sigmoid, relu read y; the others read x), so the other
- * may be NULL. New tensor in the current scope. */
-nb_tensor *nbt_unary_grad(nbt_unary_op op, const nb_tensor *gout, const nb_tensor *x,
-                          const nb_tensor *y, double param);
-/* True if nbt_unary_grad(op, ...) reads y rather than x. */
-bool nbt_unary_grad_uses_output(nbt_unary_op op);
+/* A kernel of two inputs on contiguous arrays: out[i] = f(a[i], b[i]; param); out may alias
+ * a or b. The derivatives of the unary ops are such kernels (autograd/elementwise.c). */
+typedef struct {
+    void (*f32)(int64_t n, float *out, const float *a, const float *b, float param);
+    void (*f64)(int64_t n, double *out, const double *a, const double *b, double param);
+} nbt_map2_kernel;
+/* kernel(a, b) elementwise, with b broadcast to a's shape, over any layouts (vector loops on
+ * contiguous runs, gathered chunks otherwise, threads for long runs). name is for errors.
+ * New tensor in the current scope with a's shape. */
+nb_tensor *nbt_map2(const char *name, const nbt_map2_kernel *kernel, const nb_tensor *a,
+                    const nb_tensor *b, double param);
+
+/* sqrt(2 / pi) and the cubic coefficient of the tanh approximation of gelu. */
+#define NBT_GELU_BETA 0.7978845608028654
+#define NBT_GELU_KAPPA 0.044715
 
 /* Exact gelu that also returns Phi(x), the normal CDF, in *cdf, so the backward needs no
  * erf. y and *cdf are new contiguous tensors in the current scope with x's shape. */
 nb_tensor *nbt_gelu_with_cdf(const nb_tensor *x, nb_tensor **cdf);
-/* gout * gelu'(x) = gout * (cdf + x phi(x)), with cdf the one nbt_gelu_with_cdf returned;
- * x and cdf have gout's shape. New tensor in the current scope. */
-nb_tensor *nbt_gelu_grad_from_cdf(const nb_tensor *gout, const nb_tensor *x, const nb_tensor *cdf);
 
 /* Shorthands for the common cases (new tensors in the current scope). */
 static inline nb_tensor *nbt_add(const nb_tensor *a, const nb_tensor *b) {

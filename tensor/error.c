@@ -4,6 +4,9 @@
 #include <stdio.h>
 
 static _Thread_local char last_error[1024];
+static _Thread_local uint64_t error_count;
+
+uint64_t nbt_error_count(void) { return error_count; }
 
 const char *nb_last_error(void) {
     return last_error;
@@ -14,6 +17,7 @@ void nb_clear_error(void) {
 }
 
 static void record(const char *op, const char *fmt, va_list ap) {
+    error_count++;
     int n = snprintf(last_error, sizeof last_error, "%s: ", op ? op : "(unnamed)");
     if (n < 0 || (size_t)n >= sizeof last_error) return;
     vsnprintf(last_error + n, sizeof last_error - (size_t)n, fmt ? fmt : "", ap);
@@ -59,7 +63,7 @@ const char *nb_shape_text(const nb_tensor *t) {
 }
 
 char *nb_shape_str(const nb_tensor *t, char *buf, size_t len) {
-    if (len == 0) return buf;
+    if (!buf || len == 0) return buf;
     snprintf(buf, len, "%s", nbt_shape(t));
     return buf;
 }

@@ -1,89 +1,16 @@
 /* GEMM entry points: picks the instruction set's kernels, owns the pack buffers, splits work
  * across threads, and instantiates the driver (gemm_driver.h) for float and double. */
 #include "gemm.h"
-#include "gemm_kernels.h"
+#include "isa.h"
 #include "nbt.h"
 #include "pool.h"
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <string.h>
 
-/* ---- kernels for the instruction set in use ---- */
-/* Each instruction set's kernels, filled once; the one in use is an atomic pointer, so any
- * thread may call the GEMM while another forces a choice (each call uses one table). */
-typedef struct {
-    nbt_gemm_isa isa;
-    nbt_gemm_kernels_f32 f32;
-    nbt_gemm_kernels_f64 f64;
-} kernel_table;
-
-static kernel_table tables[3];
-static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
-static _Atomic(const kernel_table *) current_table;
-
-bool nbt_gemm_isa_supported(nbt_gemm_isa isa) {
-    __builtin_cpu_init();
-    switch (isa) {
-    case NBT_GEMM_AVX512:
-        return __builtin_cpu_supports("avx512f");
-    case NBT_GEMM_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case NBT_GEMM_GENERIC:
-        return true;
-    }
-    return false;
-}
-
-static void fill_tables(void) {
-    nbt_gemm_kernels_generic(&tables[NBT_GEMM_GENERIC].f32, &tables[NBT_GEMM_GENERIC].f64);
-    tables[NBT_GEMM_GENERIC].isa = NBT_GEMM_GENERIC;
-    if (nbt_gemm_isa_supported(NBT_GEMM_AVX2)) {
-        nbt_gemm_kernels_avx2(&tables[NBT_GEMM_AVX2].f32, &tables[NBT_GEMM_AVX2].f64);
-        tables[NBT_GEMM_AVX2].isa = NBT_GEMM_AVX2;
-    }
-    if (nbt_gemm_isa_supported(NBT_GEMM_AVX512)) {
-        nbt_gemm_kernels_avx512f(&tables[NBT_GEMM_AVX512].f32, &tables[NBT_GEMM_AVX512].f64);
-        tables[NBT_GEMM_AVX512].isa = NBT_GEMM_AVX512;
-    }
-}
-
-/* The table in use: the best the CPU offers unless a choice was forced. */
-static const kernel_table *kernels(void) {
-    const kernel_table *t = atomic_load_explicit(&current_table, memory_order_acquire);
-    if (t) return t;
-    pthread_once(&tables_once, fill_tables);
-    nbt_gemm_isa best = nbt_gemm_isa_supported(NBT_GEMM_AVX512) ? NBT_GEMM_AVX512
-                        : nbt_gemm_isa_supported(NBT_GEMM_AVX2) ? NBT_GEMM_AVX2
-                                                                : NBT_GEMM_GENERIC;
-    const kernel_table *expected = NULL;
-    atomic_compare_exchange_strong(&current_table, &expected, &tables[best]);
-    return atomic_load_explicit(&current_table, memory_order_acquire);
-}
-
-nbt_gemm_isa nbt_gemm_current_isa(void) {
-    return kernels()->isa;
-}
-
-bool nbt_gemm_force_isa(nbt_gemm_isa isa) {
-    if (!nbt_gemm_isa_supported(isa)) return false;
-    pthread_once(&tables_once, fill_tables);
-    atomic_store_explicit(&current_table, &tables[isa], memory_order_release);
-    return true;
-}
-
-const char *nbt_gemm_isa_name(nbt_gemm_isa isa) {
-    switch (isa) {
-    case NBT_GEMM_AVX512:
-        return "avx512f";
-    case NBT_GEMM_AVX2:
-        return "avx2";
-    case NBT_GEMM_GENERIC:
-        return "generic";
-    }
-    return "unknown";
-}
+/* ---- kernels for the instruction set in use (isa.h) ---- */
+#define GEMM_KERNELS(SUF) (&nbt_kernels()->gemm_##SUF)
 
 /* ---- pack buffers ---- */
 /* Block sizes (elements). MR x KC of A stays in L1 (24 KB of 48 KB here) and KC x NB of B
@@ -331,7 +258,7 @@ bool nbt_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                int64_t ldc) {
     BLAS_OR(blas_sgemm, float, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc,
             0, 1);
-    return gemm_f32(&kernels()->f32, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
+    return gemm_f32(GEMM_KERNELS(f32), trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
                     ldc);
 }
 
@@ -340,7 +267,7 @@ bool nbt_dgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, doub
                int64_t ldc) {
     BLAS_OR(blas_dgemm, double, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C,
             ldc, 0, 1);
-    return gemm_f64(&kernels()->f64, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
+    return gemm_f64(GEMM_KERNELS(f64), trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
                     ldc);
 }
 
@@ -351,7 +278,8 @@ bool nbt_sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
         for (int64_t i = 0; i < M; i++) memcpy(C + i * ldc, bias, sizeof(float) * (size_t)N);
         return nbt_sgemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
     }
-    return gemm_bias_f32(&kernels()->f32, trans_a, trans_b, M, N, K, A, lda, B, ldb, bias, C, ldc);
+    return gemm_bias_f32(GEMM_KERNELS(f32), trans_a, trans_b, M, N, K, A, lda, B, ldb, bias, C,
+                         ldc);
 }
 
 bool nbt_dgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const double *A,
@@ -361,7 +289,8 @@ bool nbt_dgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
         for (int64_t i = 0; i < M; i++) memcpy(C + i * ldc, bias, sizeof(double) * (size_t)N);
         return nbt_dgemm(trans_a, trans_b, M, N, K, 1.0, A, lda, B, ldb, 1.0, C, ldc);
     }
-    return gemm_bias_f64(&kernels()->f64, trans_a, trans_b, M, N, K, A, lda, B, ldb, bias, C, ldc);
+    return gemm_bias_f64(GEMM_KERNELS(f64), trans_a, trans_b, M, N, K, A, lda, B, ldb, bias, C,
+                         ldc);
 }
 
 bool nbt_sgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -370,8 +299,8 @@ bool nbt_sgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
                        int64_t batch) {
     BLAS_OR(blas_sgemm, float, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b,
             beta, C, ldc, stride_c, batch);
-    return gemm_batched_f32(&kernels()->f32, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B,
-                            ldb, stride_b, beta, C, ldc, stride_c, batch);
+    return gemm_batched_f32(GEMM_KERNELS(f32), trans_a, trans_b, M, N, K, alpha, A, lda, stride_a,
+                            B, ldb, stride_b, beta, C, ldc, stride_c, batch);
 }
 
 bool nbt_dgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
@@ -380,8 +309,8 @@ bool nbt_dgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
                        int64_t batch) {
     BLAS_OR(blas_dgemm, double, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb,
             stride_b, beta, C, ldc, stride_c, batch);
-    return gemm_batched_f64(&kernels()->f64, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B,
-                            ldb, stride_b, beta, C, ldc, stride_c, batch);
+    return gemm_batched_f64(GEMM_KERNELS(f64), trans_a, trans_b, M, N, K, alpha, A, lda, stride_a,
+                            B, ldb, stride_b, beta, C, ldc, stride_c, batch);
 }
 
 /* Straight to the rows kernel: no path choice, no workspace, no threads, no BLAS. A
@@ -392,7 +321,7 @@ bool nbt_dgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 #define DEFINE_ROWS_ENTRY(T, SUF, NAME, FULL)                                                      \
     void NAME(bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T *A, int64_t a_rs,    \
               int64_t a_cs, const T *B, int64_t ldb, T beta, T *C, int64_t ldc) {                  \
-        const nbt_gemm_kernels_##SUF *ks = &kernels()->SUF;                                        \
+        const nbt_gemm_kernels_##SUF *ks = GEMM_KERNELS(SUF);                                      \
         /* The full GEMM when a BLAS takes every product (so heads equal nbt_*gemm there too),     \
          * or for a transposed B too deep for the stack buffer. */                                 \
         bool blas = nbt_gemm_blas() && (a_rs == 1 || a_cs == 1);                                   \

@@ -1,6 +1,6 @@
 /* nabla's own GEMM: C = alpha * op(A) * op(B) + beta * C on row-major matrices, in float32
- * and float64, with packed panels and microkernels for AVX-512, AVX2+FMA and plain C chosen
- * once at run time (valgrind hides AVX-512, so the AVX2 kernel runs under it).
+ * and float64, with packed panels and microkernels for AVX-512, AVX2+FMA and plain C: those of
+ * the instruction set in use (isa.h).
  *
  * Layout: C is M x N with C[i*ldc + j]. op(A) is M x K: A[i*lda + k], or with trans_a the
  * stored matrix is K x M and op(A)[i][k] = A[k*lda + i]. op(B) is K x N: B[k*ldb + j], or with
@@ -67,16 +67,6 @@ void nbt_dgemm_rows(bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
                     int64_t a_rs, int64_t a_cs, const double *B, int64_t ldb, double beta,
                     double *C, int64_t ldc);
 
-/* ---- kernel choice (tests and benchmarks) ---- */
-typedef enum { NBT_GEMM_GENERIC = 0, NBT_GEMM_AVX2 = 1, NBT_GEMM_AVX512 = 2 } nbt_gemm_isa;
-/* The instruction set the kernels use now (the best the CPU offers unless forced). */
-nbt_gemm_isa nbt_gemm_current_isa(void);
-/* True if this CPU (as the OS or valgrind reports it) can run kernels for isa. */
-bool nbt_gemm_isa_supported(nbt_gemm_isa isa);
-/* Uses isa's kernels from now on; false (nothing changed) if the CPU cannot run them. */
-bool nbt_gemm_force_isa(nbt_gemm_isa isa);
-/* "avx512f", "avx2" or "generic". */
-const char *nbt_gemm_isa_name(nbt_gemm_isa isa);
 /* How many threads the calling thread's last GEMM call split its work across (1 for work
  * kept on the calling thread, 0 before any call). */
 int nbt_gemm_last_threads(void);

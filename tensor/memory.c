@@ -4,8 +4,11 @@
  * made; ending the scope releases the structs (and their storage references) in one sweep.
  * Freed structs and data buffers go to free lists, so a steady loop of identical steps
  * reuses memory and stops calling malloc after its first step. */
+#include "isa.h"
 #include "scope.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,27 +18,93 @@ struct nb_scope {
     nb_scope *parent; /* the scope below it on the stack while pushed */
     bool on_stack;
     bool from_begin; /* made by nb_scope_begin, so nb_scope_end destroys it */
+    bool destroyed;  /* on a free list: destroying or pushing it again is an error */
     int64_t count;
     nb_scope *next_free;
 };
 
+/* The root scope is shared by every thread (tensors made outside any scope), so its lists
+ * are changed under root_lock; every other scope is used by one thread at a time. */
 static nb_scope root_scope;
-static nb_scope *current = &root_scope;
-static uint64_t alloc_count;
+static pthread_mutex_t root_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_uint_fast64_t alloc_count;
 
-uint64_t nb_alloc_count(void) { return alloc_count; }
+#if NABLA_DEBUG_CHECKS
+nb_scope nbt_released_marker;
+/* Released tensor structs wait here, poisoned, before they are reused, so a use of one is
+ * caught for the next QUARANTINE releases of this thread. */
+#define QUARANTINE 1024
+#endif
+
+/* Each thread has its own current scope and its own free lists: nothing on the hot path is
+ * shared or locked. Memory released by a thread goes to that thread's lists (whichever thread
+ * made it); a thread's lists are freed when it exits, or by nb_shutdown. */
+#define NUM_CLASSES 256
+typedef struct {
+    nb_tensor *tensor_free;
+    nb_storage *buffer_cache[NUM_CLASSES];
+    nb_storage *storage_free;
+    nb_scope *scope_free;
+    bool exit_hook; /* flush_pools is registered to run when this thread exits */
+#if NABLA_DEBUG_CHECKS
+    nb_tensor *quarantine[QUARANTINE];
+    int quarantine_head, quarantine_len;
+    nb_scope *destroyed_scopes; /* made by nb_scope_create, never reused */
+#endif
+} thread_pools;
+
+static _Thread_local nb_scope *current = &root_scope;
+static _Thread_local thread_pools pools;
+
+uint64_t nb_alloc_count(void) {
+    return atomic_load_explicit(&alloc_count, memory_order_relaxed);
+}
+
+static void count_alloc(void) {
+    atomic_fetch_add_explicit(&alloc_count, 1, memory_order_relaxed);
+}
 
 void *nbt_malloc(size_t n) {
-    alloc_count++;
+    count_alloc();
     return malloc(n);
 }
 
-void nbt_free(void *p) { free(p); }
+void nbt_free(void *p) {
+    free(p);
+}
+
+/* Released buffers are poisoned for AddressSanitizer while they wait in a cache: a read through
+ * a stale data pointer is reported instead of returning another tensor's data. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) && !defined(__SANITIZE_ADDRESS__)
+#define __SANITIZE_ADDRESS__ 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+static void flush_pools(void *unused);
+static pthread_key_t exit_key;
+static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
+static void make_exit_key(void) {
+    pthread_key_create(&exit_key, flush_pools);
+}
+
+/* Called before anything is put on this thread's lists. */
+static inline void pools_in_use(void) {
+    if (pools.exit_hook) return;
+    pthread_once(&exit_key_once, make_exit_key);
+    pthread_setspecific(exit_key, &pools); /* any non-NULL value makes the destructor run */
+    pools.exit_hook = true;
+}
 
 /* ---- data buffers: size classes of 4 steps per power of two ---- */
-#define NUM_CLASSES 256
-static nb_storage *buffer_cache[NUM_CLASSES];
-static nb_storage *storage_free;
 
 static int size_class(size_t n, size_t *rounded) {
     if (n <= 64) {
@@ -43,35 +112,43 @@ static int size_class(size_t n, size_t *rounded) {
         return 0;
     }
     int k = 63 - __builtin_clzll((unsigned long long)(n - 1)); /* 2^k <= n-1 < 2^(k+1) */
-    size_t step = (size_t)1 << (k - 2); /* quarters of 2^k: at most 25% waste (k >= 6 here) */
+    size_t step = (size_t)1 << (k - 2);      /* quarters of 2^k: at most 25% waste (k >= 6 here) */
     size_t r = (n + step - 1) / step * step; /* in (2^k, 2^(k+1)], so r / step in 5..8 */
     *rounded = r;
     int cls = 4 * k + (int)(r / step) - 5;
     return cls < NUM_CLASSES ? cls : NUM_CLASSES - 1;
 }
 
+static _Thread_local int64_t fail_countdown = -1;
+
+void nbt_fail_storage_after(int64_t n) { fail_countdown = n < 0 ? -1 : n; }
+
 nb_storage *nbt_storage_new(size_t nbytes) {
+    if (fail_countdown >= 0 && fail_countdown-- == 0)
+        return nbt_error("alloc", "out of memory allocating %zu bytes (test hook)", nbytes);
     size_t rounded;
     int cls = size_class(nbytes ? nbytes : 1, &rounded);
-    nb_storage *s = buffer_cache[cls];
+    nb_storage *s = pools.buffer_cache[cls];
     if (s && s->nbytes == rounded) {
-        buffer_cache[cls] = s->next_free;
+        pools.buffer_cache[cls] = s->next_free;
+        UNPOISON(s->data, s->nbytes);
         s->refcount = 1;
         s->next_free = NULL;
         return s;
     }
-    if (storage_free) {
-        s = storage_free;
-        storage_free = s->next_free;
+    if (pools.storage_free) {
+        s = pools.storage_free;
+        pools.storage_free = s->next_free;
     } else {
         s = nbt_malloc(sizeof *s);
         if (!s) return nbt_error("alloc", "out of memory for a storage header");
     }
-    alloc_count++;
+    count_alloc();
     s->data = aligned_alloc(64, (rounded + 63) / 64 * 64); /* C11: a multiple of 64 */
     if (!s->data) {
-        s->next_free = storage_free;
-        storage_free = s;
+        pools_in_use();
+        s->next_free = pools.storage_free;
+        pools.storage_free = s;
         return nbt_error("alloc", "out of memory allocating %zu bytes", nbytes);
     }
     s->nbytes = rounded;
@@ -80,40 +157,61 @@ nb_storage *nbt_storage_new(size_t nbytes) {
     return s;
 }
 
-void nbt_storage_retain(nb_storage *s) { s->refcount++; }
+void nbt_storage_retain(nb_storage *s) {
+    s->refcount++;
+}
 
 void nbt_storage_release(nb_storage *s) {
     if (--s->refcount > 0) return;
     size_t rounded;
     int cls = size_class(s->nbytes, &rounded);
-    s->next_free = buffer_cache[cls];
-    buffer_cache[cls] = s;
+    pools_in_use();
+    POISON(s->data, s->nbytes);
+    s->next_free = pools.buffer_cache[cls];
+    pools.buffer_cache[cls] = s;
 }
 
 /* ---- tensor structs ---- */
-static nb_tensor *tensor_free;
-
 static void link_tensor(nb_scope *s, nb_tensor *t) {
+    bool root = s == &root_scope;
+    if (root) pthread_mutex_lock(&root_lock);
     t->scope = s;
     t->scope_prev = NULL;
     t->scope_next = s->tensors;
     if (s->tensors) s->tensors->scope_prev = t;
     s->tensors = t;
     s->count++;
+    if (root) pthread_mutex_unlock(&root_lock);
 }
 
 static void unlink_tensor(nb_tensor *t) {
     nb_scope *s = t->scope;
-    if (t->scope_prev) t->scope_prev->scope_next = t->scope_next;
-    else s->tensors = t->scope_next;
+    bool root = s == &root_scope;
+    if (root) pthread_mutex_lock(&root_lock);
+    if (t->scope_prev)
+        t->scope_prev->scope_next = t->scope_next;
+    else
+        s->tensors = t->scope_next;
     if (t->scope_next) t->scope_next->scope_prev = t->scope_prev;
     s->count--;
+    if (root) pthread_mutex_unlock(&root_lock);
+}
+
+static nb_tensor *new_tensor_struct(void) {
+#if NABLA_DEBUG_CHECKS
+    /* Not counted: the quarantine, not the caller, keeps these from being reused yet. */
+    return malloc(sizeof(nb_tensor));
+#else
+    return nbt_malloc(sizeof(nb_tensor));
+#endif
 }
 
 static nb_tensor *tensor_struct(nb_scope *s) {
-    nb_tensor *t = tensor_free;
-    if (t) tensor_free = t->scope_next;
-    else if (!(t = nbt_malloc(sizeof *t))) return nbt_error("alloc", "out of memory");
+    nb_tensor *t = pools.tensor_free;
+    if (t)
+        pools.tensor_free = t->scope_next;
+    else if (!(t = new_tensor_struct()))
+        return nbt_error("alloc", "out of memory");
     /* Field by field: both callers write dtype, ndim, shape and strides up to ndim and the
      * storage, and nothing reads shape or strides past ndim. A memset of the whole struct
      * (rep stos) was 7% of a seed step. */
@@ -126,13 +224,44 @@ static nb_tensor *tensor_struct(nb_scope *s) {
     return t;
 }
 
-static void release_tensor(nb_tensor *t) {
-    if (t->storage) nbt_storage_release(t->storage);
-    t->scope_next = tensor_free;
-    tensor_free = t;
+static void free_list_push(nb_tensor *t) {
+    t->scope_next = pools.tensor_free;
+    pools.tensor_free = t;
 }
 
-nb_scope *nbt_current_scope(void) { return current; }
+/* Called with pools_in_use done. */
+static void release_tensor(nb_tensor *t) {
+    if (t->storage) nbt_storage_release(t->storage);
+#if NABLA_DEBUG_CHECKS
+    /* Poisoned: nbt_check_live reports any use; no storage, no grad, no history left. */
+    t->scope = &nbt_released_marker;
+    t->storage = NULL;
+    t->grad = NULL;
+    t->node = NULL;
+    t->requires_grad = false;
+    if (pools.quarantine_len == QUARANTINE) {
+        free_list_push(pools.quarantine[pools.quarantine_head]);
+        pools.quarantine[pools.quarantine_head] = t;
+        pools.quarantine_head = (pools.quarantine_head + 1) % QUARANTINE;
+    } else {
+        pools.quarantine[(pools.quarantine_head + pools.quarantine_len++) % QUARANTINE] = t;
+    }
+#else
+    free_list_push(t);
+#endif
+}
+
+nb_scope *nbt_current_scope(void) {
+    return current;
+}
+
+bool nbt_report_released(const char *op, const nb_tensor *t) {
+    nbt_error(op,
+              "the tensor (shape %s, %s) was released when its scope ended; it must not be "
+              "used after nb_scope_end or nb_scope_destroy",
+              nbt_shape(t), nb_dtype_name(t->dtype));
+    return false;
+}
 
 void nbt_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
     int64_t s = 1;
@@ -144,6 +273,8 @@ void nbt_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
 
 nb_tensor *nbt_new_in(nb_scope *s, const char *op, nb_dtype dt, int ndim, const int64_t *shape) {
     if (!nbt_check_shape(op, ndim, shape, dt)) return NULL;
+    const char *refused = nbt_isa_error(); /* a NABLA_ISA this CPU cannot run */
+    if (refused) return nbt_error(op, "%s", refused);
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) n *= shape[i];
     nb_storage *st = nbt_storage_new((size_t)n * nbt_esize(dt));
@@ -180,25 +311,29 @@ nb_tensor *nbt_alias(const nb_tensor *src, int ndim, const int64_t *shape, const
 }
 
 /* ---- scopes ---- */
-static nb_scope *scope_free;
-
 void nbt_scope_own(nbt_owned *o) {
+    bool root = current == &root_scope;
+    if (root) pthread_mutex_lock(&root_lock);
     o->scope = current;
     o->prev = NULL;
     o->next = current->owned;
     if (current->owned) current->owned->prev = o;
     current->owned = o;
+    if (root) pthread_mutex_unlock(&root_lock);
 }
 
 nb_scope *nb_scope_create(void) {
-    nb_scope *s = scope_free;
-    if (s) scope_free = s->next_free;
-    else if (!(s = nbt_malloc(sizeof *s))) return nbt_error("nb_scope_create", "out of memory");
+    nb_scope *s = pools.scope_free;
+    if (s)
+        pools.scope_free = s->next_free;
+    else if (!(s = nbt_malloc(sizeof *s)))
+        return nbt_error("nb_scope_create", "out of memory");
     memset(s, 0, sizeof *s);
     return s;
 }
 
 static void clear_scope(nb_scope *s) {
+    pools_in_use();
     /* Owned objects (autograd nodes) first: they look at their output tensors' scopes. */
     while (s->owned) {
         nbt_owned *o = s->owned;
@@ -213,20 +348,40 @@ static void clear_scope(nb_scope *s) {
     s->count = 0;
 }
 
+/* Puts a scope on this thread's free list. In debug-checks builds a scope made by
+ * nb_scope_create is never reused, so destroying it twice is always caught. */
+static void free_scope(nb_scope *s) {
+    s->destroyed = true;
+#if NABLA_DEBUG_CHECKS
+    if (!s->from_begin) { /* kept, marked destroyed, until nb_shutdown or the thread's end */
+        s->next_free = pools.destroyed_scopes;
+        pools.destroyed_scopes = s;
+        return;
+    }
+#endif
+    s->next_free = pools.scope_free;
+    pools.scope_free = s;
+}
+
 void nb_scope_destroy(nb_scope *s) {
     if (!s || s == &root_scope) return;
+    if (s->destroyed) {
+        nbt_error("nb_scope_destroy", "the scope was already destroyed");
+        return;
+    }
     if (s->on_stack) {
         nbt_error("nb_scope_destroy", "the scope is still pushed; pop it first");
         return;
     }
     clear_scope(s);
-    s->next_free = scope_free;
-    scope_free = s;
+    free_scope(s);
 }
 
 void nb_scope_push(nb_scope *s) {
-    if (!s || s->on_stack) {
-        nbt_error("nb_scope_push", s ? "the scope is already on the stack" : "NULL scope");
+    if (!s || s->on_stack || s->destroyed) {
+        nbt_error("nb_scope_push", !s             ? "NULL scope"
+                                   : s->destroyed ? "the scope was destroyed"
+                                                  : "the scope is already on the stack");
         return;
     }
     s->parent = current;
@@ -273,7 +428,7 @@ void nb_scope_end(void) {
 }
 
 nb_tensor *nb_keep(nb_tensor *t) {
-    if (!t) return NULL;
+    if (!t || !nbt_check_live("nb_keep", t)) return NULL;
     nb_scope *s = t->scope;
     if (s != current || !s->parent) return t; /* already outside the current scope */
     unlink_tensor(t);
@@ -296,7 +451,49 @@ void nbt_release(nb_tensor *t) {
     release_tensor(t);
 }
 
-int64_t nb_scope_tensor_count(void) { return current->count; }
+int64_t nb_scope_tensor_count(void) {
+    return current->count;
+}
+
+/* Frees this thread's free lists (at thread exit, and from nb_shutdown). */
+static void flush_pools(void *unused) {
+    (void)unused;
+#if NABLA_DEBUG_CHECKS
+    for (int k = 0; k < pools.quarantine_len; k++)
+        free_list_push(pools.quarantine[(pools.quarantine_head + k) % QUARANTINE]);
+    pools.quarantine_len = pools.quarantine_head = 0;
+    while (pools.destroyed_scopes) {
+        nb_scope *s = pools.destroyed_scopes;
+        pools.destroyed_scopes = s->next_free;
+        free(s);
+    }
+#endif
+    while (pools.tensor_free) {
+        nb_tensor *t = pools.tensor_free;
+        pools.tensor_free = t->scope_next;
+        free(t);
+    }
+    for (int c = 0; c < NUM_CLASSES; c++) {
+        while (pools.buffer_cache[c]) {
+            nb_storage *s = pools.buffer_cache[c];
+            pools.buffer_cache[c] = s->next_free;
+            UNPOISON(s->data, s->nbytes);
+            free(s->data);
+            free(s);
+        }
+    }
+    while (pools.storage_free) {
+        nb_storage *s = pools.storage_free;
+        pools.storage_free = s->next_free;
+        free(s);
+    }
+    while (pools.scope_free) {
+        nb_scope *s = pools.scope_free;
+        pools.scope_free = s->next_free;
+        free(s);
+    }
+    pools.exit_hook = false; /* the key's value is cleared at exit; nb_shutdown re-registers */
+}
 
 void nb_shutdown(void) {
     while (current != &root_scope) {
@@ -304,28 +501,14 @@ void nb_shutdown(void) {
         pop_current();
         if (s->from_begin) nb_scope_destroy(s);
     }
-    clear_scope(&root_scope);
-    while (tensor_free) {
-        nb_tensor *t = tensor_free;
-        tensor_free = t->scope_next;
-        free(t);
-    }
-    for (int c = 0; c < NUM_CLASSES; c++) {
-        while (buffer_cache[c]) {
-            nb_storage *s = buffer_cache[c];
-            buffer_cache[c] = s->next_free;
-            free(s->data);
-            free(s);
-        }
-    }
-    while (storage_free) {
-        nb_storage *s = storage_free;
-        storage_free = s->next_free;
-        free(s);
-    }
-    while (scope_free) {
-        nb_scope *s = scope_free;
-        scope_free = s->next_free;
-        free(s);
-    }
+    pthread_mutex_lock(&root_lock);
+    nb_tensor *root_tensors = root_scope.tensors;
+    nbt_owned *root_owned = root_scope.owned;
+    root_scope.tensors = NULL;
+    root_scope.owned = NULL;
+    root_scope.count = 0;
+    pthread_mutex_unlock(&root_lock);
+    nb_scope detached = {.tensors = root_tensors, .owned = root_owned};
+    clear_scope(&detached);
+    flush_pools(NULL);
 }

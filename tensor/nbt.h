@@ -17,6 +17,9 @@ struct nb_storage {
 /* ---- errors ---- */
 /* Records "op: message" as the thread's last error. Always returns NULL for tail calls. */
 void *nbt_error(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* How many errors this thread has recorded (nbt_error and nb_error): the autograd engine
+ * compares it around each backward function to notice one that failed. */
+uint64_t nbt_error_count(void);
 /* "[2, 3]" for t, in a rotating thread-local buffer good for a few uses per message. */
 const char *nbt_shape(const nb_tensor *t);
 const char *nbt_dims(int ndim, const int64_t *shape);
@@ -25,6 +28,9 @@ const char *nbt_dims(int ndim, const int64_t *shape);
 void *nbt_malloc(size_t n);
 void nbt_free(void *p);
 nb_storage *nbt_storage_new(size_t nbytes); /* refcount 1, data 64-byte aligned, uninitialised */
+/* Test hook: after n more storages are allocated on this thread, the next one fails as if
+ * out of memory (once); n < 0 turns the hook off. */
+void nbt_fail_storage_after(int64_t n);
 void nbt_storage_retain(nb_storage *s);
 void nbt_storage_release(nb_storage *s);
 
@@ -45,6 +51,31 @@ bool nbt_check_shape(const char *op, int ndim, const int64_t *shape, nb_dtype dt
 /* Normalises a possibly negative dim for a tensor of ndim dims; -1 with an error if invalid. */
 int nbt_dim(const char *op, int dim, int ndim);
 nb_scope *nbt_current_scope(void);
+
+/* ---- debug checks (meson -Ddebug_checks=true defines NABLA_DEBUG_CHECKS=1) ----
+ * Released tensor structs are poisoned (their scope is nbt_released_marker) and quarantined
+ * before reuse, so entry points can report a use after the scope ended. */
+#ifndef NABLA_DEBUG_CHECKS
+#define NABLA_DEBUG_CHECKS 0
+#endif
+/* Records "op: the tensor ... was released ..." and returns false. */
+bool nbt_report_released(const char *op, const nb_tensor *t);
+#if NABLA_DEBUG_CHECKS
+extern nb_scope nbt_released_marker;
+static inline bool nbt_is_released(const nb_tensor *t) {
+    return t && t->scope == &nbt_released_marker;
+}
+#else
+static inline bool nbt_is_released(const nb_tensor *t) {
+    (void)t;
+    return false;
+}
+#endif
+/* False with an error naming op if t was released (detectable only in debug-checks builds;
+ * elsewhere this is always true and costs nothing); true otherwise, NULL included. */
+static inline bool nbt_check_live(const char *op, const nb_tensor *t) {
+    return !nbt_is_released(t) || nbt_report_released(op, t);
+}
 
 /* Inline twins of nb_dtype_size and nb_numel for hot paths (every op calls them). */
 static inline size_t nbt_esize(nb_dtype dt) {

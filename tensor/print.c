@@ -186,9 +186,18 @@ static void print_dim(const printer *p, int dim, int64_t offset, int indent) {
     fputc(']', p->f);
 }
 
-void nb_fprint(FILE *f, const nb_tensor *t) {
+/* tensor(values), then the shape / dtype suffix if asked for. */
+static void print_tensor(FILE *f, const nb_tensor *t, bool suffix) {
+    if (!f) {
+        nbt_error(suffix ? "nb_fprint" : "nb_fprint_values", "NULL file");
+        return;
+    }
     if (!t) {
         fputs("tensor(NULL)\n", f);
+        return;
+    }
+    if (!nbt_check_live("nb_fprint", t)) {
+        fputs("tensor(released)\n", f);
         return;
     }
     printer p = {.f = f, .t = t};
@@ -206,8 +215,22 @@ void nb_fprint(FILE *f, const nb_tensor *t) {
             print_dim(&p, 0, t->offset, INDENT);
         }
     }
-    fprintf(f, ", shape=%s, dtype=%s%s)\n", nbt_shape(t), nb_dtype_name(t->dtype),
-            t->requires_grad ? ", requires_grad=True" : "");
+    if (suffix)
+        fprintf(f, ", shape=%s, dtype=%s%s", nbt_shape(t), nb_dtype_name(t->dtype),
+                t->requires_grad ? ", requires_grad=True" : "");
+    fputs(")\n", f);
+}
+
+void nb_fprint(FILE *f, const nb_tensor *t) {
+    print_tensor(f, t, true);
+}
+
+void nb_fprint_values(FILE *f, const nb_tensor *t) {
+    print_tensor(f, t, false);
+}
+
+void nb_print_values(const nb_tensor *t) {
+    print_tensor(stdout, t, false);
 }
 
 void nb_print(const nb_tensor *t) {

@@ -8,9 +8,9 @@
  *   [8, K] accumulator, which vectorises over the kept elements;
  * - otherwise the input is copied with kept dims first and reduced dims last, then rows. */
 #include "reduce_kernels.h"
+#include "isa.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <string.h>
 
 #define LANES 8
@@ -58,12 +58,15 @@ static double combine(const double *l) {
             for (int k = 0; k < LANES; k++) l[k] += (double)x[i + k];                              \
         for (int k = 0; i + k < n; k++) l[k] += (double)x[i + k];                                  \
         return combine(l);                                                                         \
-    }                                                                                              \
-    static void add_row_##S(double *acc, const T *x, int64_t n) {                                  \
-        for (int64_t k = 0; k < n; k++) acc[k] += (double)x[k];                                    \
     }
 ROW_SUM(f32, float)
 ROW_SUM(f64, double)
+
+/* acc[k] += x[k]; float32 rows go through the instruction set's kernel (kernels/column_sums.c),
+ * which computes the same sums. */
+static void add_row_f64(double *acc, const double *x, int64_t n) {
+    for (int64_t k = 0; k < n; k++) acc[k] += x[k];
+}
 
 static double row_sum(nb_dtype dt, const char *x, int64_t n) {
     return dt == NB_F32 ? row_sum_f32((const float *)x, n) : row_sum_f64((const double *)x, n);
@@ -136,52 +139,9 @@ typedef struct {
     double *acc;
 } columns_job;
 
-typedef void (*add_row_f32_fn)(double *acc, const float *x, int64_t n);
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-/* add_row_f32 eight columns at a time, written once with vector types and built per
- * instruction set (AVX-512 holds the eight doubles in one register, AVX2 in two): the same
- * conversion and add for each element as the plain loop. */
-typedef float cols_v8f __attribute__((vector_size(32)));
-typedef double cols_v8d __attribute__((vector_size(64)));
-#define ADD_ROW_F32_VECTOR(ATTR, SUF)                                                              \
-    ATTR static void add_row_f32_##SUF(double *acc, const float *x, int64_t n) {                   \
-        int64_t k = 0;                                                                             \
-        for (; k + 8 <= n; k += 8) {                                                               \
-            cols_v8f v;                                                                            \
-            cols_v8d sum;                                                                          \
-            memcpy(&v, x + k, sizeof v);                                                           \
-            memcpy(&sum, acc + k, sizeof sum);                                                     \
-            sum += __builtin_convertvector(v, cols_v8d);                                           \
-            memcpy(acc + k, &sum, sizeof sum);                                                     \
-        }                                                                                          \
-        for (; k < n; k++) acc[k] += (double)x[k];                                                 \
-    }
-ADD_ROW_F32_VECTOR(__attribute__((target("avx512f"))), avx512)
-ADD_ROW_F32_VECTOR(__attribute__((target("avx2"))), avx2)
-
-/* The widest add_row_f32 this CPU runs (each computes the same sums). */
-static add_row_f32_fn columns_f32(void) {
-    static _Atomic(add_row_f32_fn) known; /* a race only computes the same answer twice */
-    add_row_f32_fn fn = atomic_load(&known);
-    if (!fn) {
-        __builtin_cpu_init();
-        fn = __builtin_cpu_supports("avx512f") ? add_row_f32_avx512
-             : __builtin_cpu_supports("avx2")  ? add_row_f32_avx2
-                                               : add_row_f32;
-        atomic_store(&known, fn);
-    }
-    return fn;
-}
-#else
-static add_row_f32_fn columns_f32(void) {
-    return add_row_f32;
-}
-#endif
-
 static void sum_column_range(int64_t k0, int64_t k1, void *vjob) {
     const columns_job *j = vjob;
-    add_row_f32_fn add_row_f32_best = columns_f32();
+    void (*add_row_f32)(double *, const float *, int64_t) = nbt_kernels()->add_row_f32;
     odometer red = j->red;
     size_t es = nbt_esize(j->a->dtype);
     const char *base = nbt_ptr(j->a);
@@ -189,7 +149,7 @@ static void sum_column_range(int64_t k0, int64_t k1, void *vjob) {
         const char *row = base + (red.off + k0) * (int64_t)es;
         double *lane = j->acc + (r % LANES) * j->K + k0;
         if (j->a->dtype == NB_F32)
-            add_row_f32_best(lane, (const float *)row, k1 - k0);
+            add_row_f32(lane, (const float *)row, k1 - k0);
         else
             add_row_f64(lane, (const double *)row, k1 - k0);
     }

@@ -1,6 +1,7 @@
 /* xoshiro256** seeded through splitmix64: portable, fast, and the same stream everywhere. */
 #include "nbt.h"
 
+#include <float.h>
 #include <math.h>
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -11,12 +12,17 @@ static uint64_t splitmix64(uint64_t *x) {
 }
 
 void nb_rng_seed(nb_rng *rng, uint64_t seed) {
+    if (!rng) {
+        nbt_error("nb_rng_seed", "NULL generator");
+        return;
+    }
     for (int i = 0; i < 4; i++) rng->s[i] = splitmix64(&seed);
 }
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 uint64_t nb_rng_next(nb_rng *rng) {
+    if (!rng) return nbt_error("nb_rng_next", "NULL generator"), 0;
     uint64_t *s = rng->s;
     uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
     s[2] ^= s[0];
@@ -28,9 +34,13 @@ uint64_t nb_rng_next(nb_rng *rng) {
     return result;
 }
 
-double nb_rng_uniform(nb_rng *rng) { return (double)(nb_rng_next(rng) >> 11) * 0x1.0p-53; }
+double nb_rng_uniform(nb_rng *rng) {
+    if (!rng) return nbt_error("nb_rng_uniform", "NULL generator"), NAN;
+    return (double)(nb_rng_next(rng) >> 11) * 0x1.0p-53;
+}
 
 double nb_rng_normal(nb_rng *rng) {
+    if (!rng) return nbt_error("nb_rng_normal", "NULL generator"), NAN;
     /* Box-Muller with u1 in (0, 1] so log never sees 0. */
     double u1 = 1.0 - nb_rng_uniform(rng), u2 = nb_rng_uniform(rng);
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
@@ -66,7 +76,13 @@ nb_tensor *nb_rand(nb_rng *rng, nb_dtype dt, int ndim, const int64_t *shape) {
 
 nb_tensor *nb_uniform(nb_rng *rng, nb_dtype dt, int ndim, const int64_t *shape, double low,
                       double high) {
-    if (!(low <= high)) return nbt_error("uniform", "low %g is above high %g", low, high);
+    /* high - low must be finite, or every draw is NaN or infinite; both bounds must be
+     * representable in the dtype. */
+    if (!(low <= high) || !isfinite(high - low))
+        return nbt_error("uniform", "cannot sample [%g, %g): %s", low, high,
+                         low > high ? "low is above high" : "the range is not finite");
+    if (dt == NB_F32 && (fabs(low) > FLT_MAX || fabs(high) > FLT_MAX))
+        return nbt_error("uniform", "[%g, %g) is beyond the range of float32", low, high);
     return fill_random("uniform", rng, dt, ndim, shape, low, high, false);
 }
 

@@ -68,6 +68,8 @@ bool nbt_check_shape(const char *op, int ndim, const int64_t *shape, nb_dtype dt
         nbt_error(op, "shape is NULL for ndim %d", ndim);
         return false;
     }
+    /* Sizes of 0 count as 1: a tensor with no elements still has strides (products of the
+     * other sizes), and they must fit in int64 too, as in PyTorch. */
     int64_t limit = INT64_MAX / 64 / (int64_t)nb_dtype_size(dt), n = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0) {
@@ -75,13 +77,12 @@ bool nbt_check_shape(const char *op, int ndim, const int64_t *shape, nb_dtype dt
                       nbt_dims(ndim, shape));
             return false;
         }
-        int64_t product; /* no division: this check runs for every tensor made */
-        if (__builtin_mul_overflow(n, shape[i], &product) || product > limit) {
+        /* no division: this check runs for every tensor made */
+        if (__builtin_mul_overflow(n, shape[i] ? shape[i] : 1, &n) || n > limit) {
             nbt_error(op, "shape %s overflows: too many elements of %s", nbt_dims(ndim, shape),
                       nb_dtype_name(dt));
             return false;
         }
-        n *= shape[i];
     }
     return true;
 }

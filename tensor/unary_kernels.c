@@ -1,4 +1,6 @@
-/* Unary elementwise kernels and their derivatives.
+/* Unary elementwise kernels, and the driver that maps any contiguous-array kernel of one or
+ * two inputs over any layout (nbt_map2 runs the derivative kernels, which live with their ops
+ * in autograd/elementwise.c).
  *
  * Every kernel works on contiguous arrays: a contiguous tensor is handed over in one call,
  * and the runs nbt_iterate produces for a strided one are gathered into chunk buffers
@@ -44,11 +46,8 @@ const char *nbt_unary_name(nbt_unary_op op) {
     return "unary";
 }
 
-/* sqrt(2 / pi) and the cubic coefficient of the tanh approximation of gelu. */
-#define GELU_BETA 0.7978845608028654
-#define GELU_KAPPA 0.044715
-/* 1 / sqrt(2 pi), the standard normal density at 0. */
-#define INV_SQRT_2PI 0.3989422804014327
+#define GELU_BETA NBT_GELU_BETA
+#define GELU_KAPPA NBT_GELU_KAPPA
 
 /* ---- forward kernels: y[i] = f(x[i]) on contiguous arrays; y may alias x ---------------- */
 /* S: dtype suffix; T: element type; FN(name): the libm function for T. V(S, p) loads a
@@ -142,114 +141,9 @@ const char *nbt_unary_name(nbt_unary_op op) {
 FORWARD_KERNELS(f32, float, FN_F32)
 FORWARD_KERNELS(f64, double, FN_F64)
 
-/* ---- derivative kernels: gx[i] = g[i] * f'(v[i]), v being x or y = f(x) ---------------- */
-#define GRAD_KERNELS(S, T, FN)                                                                     \
-    static void neg_grad_##S(int64_t n, T *gx, const T *g, const T *v, T p) {                      \
-        (void)v, (void)p;                                                                          \
-        NBT_VFOR(S, i, n, ST(S, gx + i, -V(S, g + i)), gx[i] = -g[i]);                             \
-    }                                                                                              \
-    static void add_scalar_grad_##S(int64_t n, T *gx, const T *g, const T *v, T p) {               \
-        (void)v, (void)p;                                                                          \
-        memmove(gx, g, sizeof(T) * (size_t)n);                                                     \
-    }                                                                                              \
-    static void mul_scalar_grad_##S(int64_t n, T *gx, const T *g, const T *v, T p) {               \
-        (void)v;                                                                                   \
-        const nbt_v##S vp = SPLAT(S, p);                                                           \
-        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * vp), gx[i] = g[i] * p);                      \
-    }                                                                                              \
-    /* p x^(p-1); PyTorch makes the gradient of x^0 zero everywhere, even at x = 0. */             \
-    static void pow_scalar_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {               \
-        if (p == 0) {                                                                              \
-            for (int64_t i = 0; i < n; i++) gx[i] = 0;                                             \
-            return;                                                                                \
-        }                                                                                          \
-        if (p == 2) {                                                                              \
-            NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * (2 * V(S, x + i))),                      \
-                     gx[i] = g[i] * (2 * x[i]));                                                   \
-            return;                                                                                \
-        }                                                                                          \
-        for (int64_t i = 0; i < n; i++) gx[i] = g[i] * (p * FN(pow)(x[i], p - 1));                 \
-    }                                                                                              \
-    static void exp_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                      \
-        (void)p;                                                                                   \
-        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * V(S, y + i)), gx[i] = g[i] * y[i]);          \
-    }                                                                                              \
-    static void log_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {                      \
-        (void)p;                                                                                   \
-        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) / V(S, x + i)), gx[i] = g[i] / x[i]);          \
-    }                                                                                              \
-    static void sqrt_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                     \
-        (void)p;                                                                                   \
-        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) / (2 * V(S, y + i))),                          \
-                 gx[i] = g[i] / (2 * y[i]));                                                       \
-    }                                                                                              \
-    static void tanh_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                     \
-        (void)p;                                                                                   \
-        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * (1 - V(S, y + i) * V(S, y + i))),            \
-                 gx[i] = g[i] * (1 - y[i] * y[i]));                                                \
-    }                                                                                              \
-    static void sigmoid_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                  \
-        (void)p;                                                                                   \
-        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * (1 - V(S, y + i)) * V(S, y + i)),            \
-                 gx[i] = g[i] * (1 - y[i]) * y[i]);                                                \
-    }                                                                                              \
-    /* Passes the gradient where y > 0 (and where y is NaN, as PyTorch does). */                   \
-    static void relu_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                     \
-        (void)p;                                                                                   \
-        NBT_VFOR(S, i, n,                                                                          \
-                 ST(S, gx + i, nbt_vselect_##S(~(nbt_vmask_##S)(V(S, y + i) <= 0), V(S, g + i))),  \
-                 gx[i] = y[i] <= 0 ? 0 : g[i]);                                                    \
-    }                                                                                              \
-    /* Phi(x) + x phi(x), Phi the normal CDF and phi its density. */                               \
-    static void gelu_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {                     \
-        (void)p;                                                                                   \
-        T cdf[CHUNK], pdf[CHUNK];                                                                  \
-        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
-            int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
-            const T *xc = x + i0, *gc = g + i0;                                                    \
-            T *gxc = gx + i0;                                                                      \
-            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i); ST(S, cdf + i, v * (T)M_SQRT1_2);         \
-                     ST(S, pdf + i, v * v * (T)-0.5), cdf[i] = xc[i] * (T)M_SQRT1_2;               \
-                     pdf[i] = xc[i] * xc[i] * (T)-0.5);                                            \
-            nbt_verf_##S(cdf, cdf, m);                                                             \
-            nbt_vexp_##S(pdf, pdf, m);                                                             \
-            NBT_VFOR(S, i, m, nbt_v##S c = (T)0.5 * (1 + V(S, cdf + i));                           \
-                     nbt_v##S d = (T)INV_SQRT_2PI * V(S, pdf + i);                                 \
-                     ST(S, gxc + i, V(S, gc + i) * (c + V(S, xc + i) * d)),                        \
-                     T c = (T)0.5 * (1 + cdf[i]);                                                  \
-                     T d = (T)INV_SQRT_2PI * pdf[i]; gxc[i] = gc[i] * (c + xc[i] * d));            \
-        }                                                                                          \
-    }                                                                                              \
-    /* d/dx of x/2 (1 + tanh(u)), u = beta (x + kappa x^3), in PyTorch's operation order. */       \
-    static void gelu_tanh_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {                \
-        (void)p;                                                                                   \
-        T t[CHUNK];                                                                                \
-        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
-            int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
-            const T *xc = x + i0, *gc = g + i0;                                                    \
-            T *gxc = gx + i0;                                                                      \
-            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i);                                           \
-                     ST(S, t + i, (T)GELU_BETA * (v + (T)GELU_KAPPA * (v * v * v))),               \
-                     t[i] = (T)GELU_BETA * (xc[i] + (T)GELU_KAPPA * (xc[i] * xc[i] * xc[i])));     \
-            nbt_vtanh_##S(t, t, m);                                                                \
-            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i); nbt_v##S th = V(S, t + i);                \
-                     nbt_v##S dright = (T)0.5 * v * (1 - th * th) * (T)GELU_BETA *                 \
-                                       (1 + 3 * (T)GELU_KAPPA * v * v);                            \
-                     ST(S, gxc + i, V(S, gc + i) * ((T)0.5 * (1 + th) + dright)), T v = xc[i];     \
-                     T th = t[i]; T dright = (T)0.5 * v * (1 - th * th) * (T)GELU_BETA *           \
-                                             (1 + 3 * (T)GELU_KAPPA * v * v);                      \
-                     gxc[i] = gc[i] * ((T)0.5 * (1 + th) + dright));                               \
-        }                                                                                          \
-    }
-
-GRAD_KERNELS(f32, float, FN_F32)
-GRAD_KERNELS(f64, double, FN_F64)
-
 /* ---- tables, indexed by nbt_unary_op ---- */
 typedef void (*fwd_f32)(int64_t, float *, const float *, float);
 typedef void (*fwd_f64)(int64_t, double *, const double *, double);
-typedef void (*grad_f32)(int64_t, float *, const float *, const float *, float);
-typedef void (*grad_f64)(int64_t, double *, const double *, const double *, double);
 
 #define TABLE(S, SUFFIX)                                                                           \
     {                                                                                              \
@@ -259,18 +153,12 @@ typedef void (*grad_f64)(int64_t, double *, const double *, const double *, doub
     }
 static const fwd_f32 forward_f32[] = TABLE(f32, _);
 static const fwd_f64 forward_f64[] = TABLE(f64, _);
-static const grad_f32 backward_f32[] = TABLE(f32, _grad_);
-static const grad_f64 backward_f64[] = TABLE(f64, _grad_);
-
-bool nbt_unary_grad_uses_output(nbt_unary_op op) {
-    return op == NBT_EXP || op == NBT_SQRT || op == NBT_TANH || op == NBT_SIGMOID || op == NBT_RELU;
-}
 
 /* ---- driver: out = kernel(in0[, in1]) over any layout ---- */
 typedef struct {
     nb_dtype dtype;
     nbt_unary_op op;
-    bool grad; /* backward kernel with inputs (g, v); else forward with input x */
+    const nbt_map2_kernel *k2; /* a kernel of two inputs; NULL: the forward of op */
     double param;
 } map_ctx;
 
@@ -278,14 +166,13 @@ typedef struct {
 static void apply(const map_ctx *c, int64_t m, char *out, const char *in0, const char *in1) {
     if (c->dtype == NB_F32) {
         float p = (float)c->param;
-        if (c->grad)
-            backward_f32[c->op](m, (float *)out, (const float *)in0, (const float *)in1, p);
+        if (c->k2)
+            c->k2->f32(m, (float *)out, (const float *)in0, (const float *)in1, p);
         else
             forward_f32[c->op](m, (float *)out, (const float *)in0, p);
     } else {
-        if (c->grad)
-            backward_f64[c->op](m, (double *)out, (const double *)in0, (const double *)in1,
-                                c->param);
+        if (c->k2)
+            c->k2->f64(m, (double *)out, (const double *)in0, (const double *)in1, c->param);
         else
             forward_f64[c->op](m, (double *)out, (const double *)in0, c->param);
     }
@@ -322,11 +209,11 @@ static void scatter(char *dst, int64_t stride, const char *src, int64_t m, size_
         for (int64_t i = 0; i < m; i++) *(double *)(dst + i * stride) = ((const double *)src)[i];
 }
 
-/* One run from nbt_iterate: p[0] is the output, p[1] (and p[2] for grads) the inputs. */
+/* One run from nbt_iterate: p[0] is the output, p[1] (and p[2] for two inputs) the inputs. */
 static void map_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
     const map_ctx *c = vctx;
     size_t es = nbt_esize(c->dtype);
-    int nin = c->grad ? 2 : 1;
+    int nin = c->k2 ? 2 : 1;
     bool unit = true;
     for (int k = 0; k <= nin; k++) unit = unit && s[k] == (int64_t)es;
     if (unit) {
@@ -401,7 +288,7 @@ bool nbt_unary_into(nb_tensor *out, nbt_unary_op op, const nb_tensor *a, double 
     const char *name = nbt_unary_name(op);
     if (!out) return nbt_error(name, "NULL output"), false;
     if (!check_input(name, a, out)) return false;
-    map_ctx c = {out->dtype, op, false, param};
+    map_ctx c = {out->dtype, op, NULL, param};
     map(out, 1, &a, &c);
     return true;
 }
@@ -414,16 +301,14 @@ nb_tensor *nbt_unary(nbt_unary_op op, const nb_tensor *a, double param) {
     return out;
 }
 
-nb_tensor *nbt_unary_grad(nbt_unary_op op, const nb_tensor *gout, const nb_tensor *x,
-                          const nb_tensor *y, double param) {
-    const char *name = nbt_unary_name(op);
-    const nb_tensor *v = nbt_unary_grad_uses_output(op) ? y : x;
-    if (!check_input(name, gout, NULL)) return NULL;
-    nb_tensor *gx = nbt_new(name, gout->dtype, gout->ndim, gout->shape);
-    if (!gx || !check_input(name, v, gx)) return NULL;
-    map_ctx c = {gx->dtype, op, true, param};
-    map(gx, 2, (const nb_tensor *[]){gout, v}, &c);
-    return gx;
+nb_tensor *nbt_map2(const char *name, const nbt_map2_kernel *kernel, const nb_tensor *a,
+                    const nb_tensor *b, double param) {
+    if (!check_input(name, a, NULL)) return NULL;
+    nb_tensor *out = nbt_new(name, a->dtype, a->ndim, a->shape);
+    if (!out || !check_input(name, b, out)) return NULL;
+    map_ctx c = {out->dtype, NBT_NEG, kernel, param};
+    map(out, 2, (const nb_tensor *[]){a, b}, &c);
+    return out;
 }
 
 /* ---- gelu with its normal CDF kept for the backward ---- */
@@ -443,52 +328,27 @@ nb_tensor *nbt_unary_grad(nbt_unary_op op, const nb_tensor *gout, const nb_tenso
                      ST(S, yc + i, V(S, xc + i) * c), T c = (T)0.5 * (1 + cc[i]); cc[i] = c;       \
                      yc[i] = xc[i] * c);                                                           \
         }                                                                                          \
-    }                                                                                              \
-    /* gx = g (Phi(x) + x phi(x)) from the saved Phi: only the density's exp is left. */           \
-    static void gelu_grad_cdf_##S(int64_t n, T *gx, const T *g, const T *x, const T *cdf) {        \
-        T pdf[CHUNK];                                                                              \
-        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
-            int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
-            const T *xc = x + i0, *gc = g + i0, *cc = cdf + i0;                                    \
-            T *gxc = gx + i0;                                                                      \
-            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i);                                           \
-                     ST(S, pdf + i, v * v * (T)-0.5), pdf[i] = xc[i] * xc[i] * (T)-0.5);           \
-            nbt_vexp_##S(pdf, pdf, m);                                                             \
-            NBT_VFOR(S, i, m, nbt_v##S d = (T)INV_SQRT_2PI * V(S, pdf + i);                        \
-                     ST(S, gxc + i, V(S, gc + i) * (V(S, cc + i) + V(S, xc + i) * d)),             \
-                     T d = (T)INV_SQRT_2PI * pdf[i];                                               \
-                     gxc[i] = gc[i] * (cc[i] + xc[i] * d));                                        \
-        }                                                                                          \
     }
 
 GELU_CDF_KERNELS(f32, float)
 GELU_CDF_KERNELS(f64, double)
 
-/* Contiguous operands of the fused gelu kernels: [0] the output, then the inputs. */
+/* Contiguous operands of the fused gelu kernel: y, cdf, x. */
 typedef struct {
     nb_dtype dtype;
-    bool grad;
-    char *p[4];
+    char *y, *cdf;
+    const char *x;
 } gelu_job;
 
 static void gelu_range(int64_t begin, int64_t end, void *vjob) {
     const gelu_job *j = vjob;
     int64_t n = end - begin;
-    if (j->dtype == NB_F32) {
-        float *p[4];
-        for (int k = 0; k < 4; k++) p[k] = j->p[k] ? (float *)j->p[k] + begin : NULL;
-        if (j->grad)
-            gelu_grad_cdf_f32(n, p[0], p[1], p[2], p[3]);
-        else
-            gelu_cdf_f32(n, p[0], p[1], p[2]);
-    } else {
-        double *p[4];
-        for (int k = 0; k < 4; k++) p[k] = j->p[k] ? (double *)j->p[k] + begin : NULL;
-        if (j->grad)
-            gelu_grad_cdf_f64(n, p[0], p[1], p[2], p[3]);
-        else
-            gelu_cdf_f64(n, p[0], p[1], p[2]);
-    }
+    if (j->dtype == NB_F32)
+        gelu_cdf_f32(n, (float *)j->y + begin, (float *)j->cdf + begin,
+                     (const float *)j->x + begin);
+    else
+        gelu_cdf_f64(n, (double *)j->y + begin, (double *)j->cdf + begin,
+                     (const double *)j->x + begin);
 }
 
 nb_tensor *nbt_gelu_with_cdf(const nb_tensor *x, nb_tensor **cdf) {
@@ -497,24 +357,8 @@ nb_tensor *nbt_gelu_with_cdf(const nb_tensor *x, nb_tensor **cdf) {
     nb_tensor *y = nbt_new("gelu", x->dtype, x->ndim, x->shape);
     nb_tensor *c = nbt_new("gelu", x->dtype, x->ndim, x->shape);
     if (!xc || !y || !c) return NULL;
-    gelu_job j = {x->dtype, false, {nbt_ptr(y), nbt_ptr(c), nbt_ptr(xc), NULL}};
+    gelu_job j = {x->dtype, nbt_ptr(y), nbt_ptr(c), nbt_ptr(xc)};
     nbt_parallel_ranges(nbt_numel(y), PARALLEL_GRAIN, gelu_range, &j);
     *cdf = c;
     return y;
-}
-
-nb_tensor *nbt_gelu_grad_from_cdf(const nb_tensor *gout, const nb_tensor *x, const nb_tensor *cdf) {
-    if (!check_input("gelu", gout, NULL) || !check_input("gelu", x, gout) ||
-        !check_input("gelu", cdf, gout))
-        return NULL;
-    if (nbt_numel(x) != nbt_numel(gout) || nbt_numel(cdf) != nbt_numel(gout))
-        return nbt_error("gelu", "gradient %s, input %s and cdf %s differ in shape",
-                         nbt_shape(gout), nbt_shape(x), nbt_shape(cdf)),
-               NULL;
-    const nb_tensor *g = nbt_contiguous(gout), *xc = nbt_contiguous(x), *cc = nbt_contiguous(cdf);
-    nb_tensor *gx = nbt_new("gelu", gout->dtype, gout->ndim, gout->shape);
-    if (!g || !xc || !cc || !gx) return NULL;
-    gelu_job j = {gout->dtype, true, {nbt_ptr(gx), nbt_ptr(g), nbt_ptr(xc), nbt_ptr(cc)}};
-    nbt_parallel_ranges(nbt_numel(gx), PARALLEL_GRAIN, gelu_range, &j);
-    return gx;
 }

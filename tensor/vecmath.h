@@ -1,6 +1,6 @@
-/* Vectorised transcendentals over contiguous arrays, through SLEEF (1.0-ULP variants).
- * The widest instruction set the CPU offers is chosen once at run time (AVX-512, AVX2, or
- * SSE2); under valgrind, which hides AVX-512, the AVX2 path runs. y may alias x. */
+/* Vectorised transcendentals over contiguous arrays, through SLEEF (1.0-ULP variants), in
+ * the instruction set in use (isa.h: AVX-512, AVX2, or SSE2 for the generic set). y may
+ * alias x. */
 #ifndef NABLA_VECMATH_H
 #define NABLA_VECMATH_H
 
@@ -14,7 +14,5 @@ void nbt_vtanh_f32(float *y, const float *x, int64_t n);
 void nbt_vtanh_f64(double *y, const double *x, int64_t n);
 void nbt_verf_f32(float *y, const float *x, int64_t n);
 void nbt_verf_f64(double *y, const double *x, int64_t n);
-/* Name of the instruction set in use ("avx512f", "avx2", "sse2"). */
-const char *nbt_vecmath_isa(void);
 
 #endif

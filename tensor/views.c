@@ -63,7 +63,8 @@ static bool infer_shape(const char *op, const nb_tensor *t, int ndim, const int6
                   (long long)numel, nbt_shape(t));
         return false;
     }
-    return true;
+    /* With no elements any sizes match; the strides they make must still fit. */
+    return numel > 0 || nbt_check_shape(op, ndim, shape, t->dtype);
 }
 
 /* PyTorch's rule: the new shape must split or merge only dims that are laid out contiguously

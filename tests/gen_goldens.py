@@ -1,16 +1,20 @@
 #!/usr/bin/python3
 """Writes the PyTorch golden files for nabla's op parity test (tests/test_parity.c).
 
-Run it with Debian's PyTorch (apt-get install python3-torch), from anywhere:
+Run it with Debian's PyTorch (apt-get install python3-torch), from anywhere, after building:
 
-    /usr/bin/python3 tests/gen_goldens.py
+    /usr/bin/python3 tests/gen_goldens.py [--registry BUILD/tests/op_registry_json]
 
-It rewrites tests/goldens/ops_<family>.json, which are committed: the C tests read them
-with jansson and need no Python. Rerun it only when cases change (an op is added to
-include/nabla/ops.h, or a case below is added or edited), then commit the JSON with the
-script. Each case draws its random numbers from its own generator seeded by a hash of its
-name, so editing one case leaves every other case's numbers unchanged. The script refuses to
-write anything if a function declared in include/nabla/ops.h has no case.
+The cases are not kept here: each registered op declares its golden spec beside its forward
+and backward (autograd/op_def.h: the PyTorch expression it must match and its cases, as
+input and parameter strings), and this script reads the registry from the op_registry_json
+program the build makes (default build/tests/op_registry_json). It rewrites
+tests/goldens/ops_<file>.json, one per autograd/<file>.c, which are committed: the C tests
+read them with jansson and need no Python. Rerun it when an op's golden spec changes, then
+commit the JSON. Each case draws its random numbers from its own generator seeded by a hash
+of its name, so editing one case leaves every other case's numbers unchanged. The script
+refuses to write anything if a registered op has no golden case or a function declared in
+include/nabla/ops.h has none.
 
 File format (one JSON object per family):
 
@@ -27,7 +31,8 @@ sum_k sum(outputs[k] * grad_outputs[k]) as PyTorch computes it (null for the oth
 Numbers are written exactly (see tests/golden_json.py): f64 values round-trip, f32 values are
 the exact float32 numbers, and +-inf and nan are the strings "inf", "-inf", "nan".
 
-nabla conventions that differ from PyTorch are computed here by hand (look for "nabla:"):
+nabla conventions that differ from PyTorch are computed here by hand, in the helpers the
+ops' torch expressions call (look for "nabla:"):
   * masked_softmax: a row whose entries are all blocked gives zeros and zero gradient in
     nabla; PyTorch gives NaN there. Those rows are not taken from PyTorch: the script
     unblocks them before the softmax and multiplies them by 0 afterwards, so their output
@@ -38,11 +43,15 @@ nabla conventions that differ from PyTorch are computed here by hand (look for "
     golden: eval mode and p = 0 (identity). The random masks are tested in C.
   * layer_norm over a single element: the exact x and weight gradients are 0, but PyTorch's
     float32 backward leaves ~4e-6 of rounding residue, so that f32 case is PyTorch's float64
-    result on the same float32 inputs, rounded to float32 (case(..., f32_via_f64=True)).
+    result on the same float32 inputs, rounded to float32 (the case option _f32_via_f64).
 """
+import argparse
+import glob
+import json
 import math
 import os
 import re
+import subprocess
 import sys
 import zlib
 
@@ -54,6 +63,7 @@ from golden_json import TORCH_DTYPE, tensor_json, write_json
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN_DIR = os.path.join(HERE, "goldens")
 OPS_H = os.path.join(HERE, "..", "include", "nabla", "ops.h")
+DEFAULT_REGISTRY = os.path.join(HERE, "..", "build", "tests", "op_registry_json")
 
 # ---- input specifications ----------------------------------------------------------------
 
@@ -139,7 +149,9 @@ def case(family, op, label, inputs, fn, params=None, dtypes=("f32", "f64"), f32_
             outs, grad_outs, input_grads = ([narrow(t) for t in ts]
                                             for ts in (outs, grad_outs, input_grads))
         for t in outs + [gr for gr in input_grads if gr is not None]:
-            if t.is_floating_point() and not torch.isfinite(t).all() and op != "masked_fill":
+            if (t.is_floating_point() and not torch.isfinite(t).all()
+                    and all(math.isfinite(v) for v in params.values()
+                            if isinstance(v, float))):
                 sys.exit(f"gen_goldens: {op} {label} {dt}: non-finite values from PyTorch")
         FAMILIES.setdefault(family, []).append({
             "name": f"{op} {dt} {label}",
@@ -154,124 +166,8 @@ def case(family, op, label, inputs, fn, params=None, dtypes=("f32", "f64"), f32_
         })
 
 
-def shape_label(*shapes):
-    return " ".join("[" + ",".join(str(s) for s in sh) + "]" for sh in shapes)
 
-
-# ---- elementwise ---------------------------------------------------------------------------
-
-BINARY_SHAPES = [([3, 4], [3, 4]), ([3, 1], [1, 4]), ([2, 3, 4], [4]), ([2, 1, 4], [3, 1]),
-                 ([], [2, 3]), ([5], [])]
-BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}
-for op, f in BINARY.items():
-    bdomain = "positive" if op == "div" else "normal"
-    for sa, sb in BINARY_SHAPES:
-        case("elementwise", op, shape_label(sa, sb),
-             [Float("a", sa), Float("b", sb, bdomain)], lambda x, p, f=f: f(x[0], x[1]))
-    case("elementwise", op, shape_label([2, 3], [3]) + " b constant",
-         [Float("a", [2, 3]), Float("b", [3], bdomain, grad=False)],
-         lambda x, p, f=f: f(x[0], x[1]))
-
-UNARY_SHAPES = [[5], [3, 4], [2, 3, 4], []]
-UNARY = {
-    "neg": (torch.neg, "normal"),
-    "exp": (torch.exp, "normal"),
-    "log": (torch.log, "positive"),
-    "sqrt": (torch.sqrt, "positive"),
-    "tanh": (torch.tanh, "normal"),
-    "sigmoid": (torch.sigmoid, "normal"),
-    "relu": (torch.relu, "away"),
-    "gelu": (F.gelu, "normal"),
-    "gelu_tanh": (lambda a: F.gelu(a, approximate="tanh"), "normal"),
-}
-for op, (f, domain) in UNARY.items():
-    for sh in UNARY_SHAPES:
-        case("elementwise", op, shape_label(sh), [Float("a", sh, domain)],
-             lambda x, p, f=f: f(x[0]))
-# Wide inputs reach the tails of exp/tanh/sigmoid/gelu and their vectorised loops.
-for op in ("exp", "tanh", "sigmoid", "gelu", "gelu_tanh"):
-    f = UNARY[op][0]
-    case("elementwise", op, "[37] wide range", [Float("a", [37], scale=4.0)],
-         lambda x, p, f=f: f(x[0]))
-
-for op, torch_fn in (("add_scalar", lambda a, s: a + s), ("mul_scalar", lambda a, s: a * s)):
-    for sh, s in (([3, 4], 2.5), ([2, 3, 4], -0.75), ([], 3.0)):
-        case("elementwise", op, f"{shape_label(sh)} scalar {s}", [Float("a", sh)],
-             lambda x, p, f=torch_fn: f(x[0], p["scalar"]), {"scalar": s})
-
-for sh, e, domain in (([3, 4], 2.0, "normal"), ([2, 3, 4], 0.5, "positive"),
-                      ([5], -1.5, "positive"), ([3, 4], 3.0, "normal"), ([], 1.7, "positive")):
-    case("elementwise", "pow_scalar", f"{shape_label(sh)} exponent {e}", [Float("a", sh, domain)],
-         lambda x, p: x[0] ** p["exponent"], {"exponent": e})
-
-# dropout: only the deterministic cases (nabla's generator is not PyTorch's).
-for p_, train in ((0.5, False), (0.0, True)):
-    case("elementwise", "dropout", f"[3,4] p {p_} train {train}", [Float("a", [3, 4])],
-         lambda x, p: F.dropout(x[0], p["p"], p["train"]), {"p": p_, "train": train})
-
-# ---- reductions ----------------------------------------------------------------------------
-
-for sh in ([5], [3, 4], [2, 3, 4], []):
-    case("reductions", "sum", shape_label(sh), [Float("a", sh)], lambda x, p: x[0].sum())
-    case("reductions", "mean", shape_label(sh), [Float("a", sh)], lambda x, p: x[0].mean())
-
-DIMS_CASES = [([3, 4], [0], False), ([3, 4], [1], True), ([2, 3, 4], [0, 2], False),
-              ([2, 3, 4], [-1], True), ([2, 3, 4], [1, 0], True), ([2, 3, 4, 5], [1, 3], False),
-              ([2, 3, 4], [0, 1, 2], False)]
-for sh, dims, keep in DIMS_CASES:
-    label = f"{shape_label(sh)} dims {dims} keepdim {keep}"
-    prm = {"dims": dims, "keepdim": keep}
-    case("reductions", "sum_dims", label, [Float("a", sh)],
-         lambda x, p: x[0].sum(dim=p["dims"], keepdim=p["keepdim"]), prm)
-    case("reductions", "mean_dims", label, [Float("a", sh)],
-         lambda x, p: x[0].mean(dim=p["dims"], keepdim=p["keepdim"]), prm)
-
-for sh, dim, keep in (([5], 0, False), ([3, 4], 1, False), ([3, 4], 0, True),
-                      ([2, 3, 4], -1, True), ([2, 3, 4], 1, False), ([2, 5, 3], 1, True)):
-    case("reductions", "max_dim", f"{shape_label(sh)} dim {dim} keepdim {keep}",
-         [Float("a", sh, "distinct")],
-         lambda x, p: tuple(torch.max(x[0], p["dim"], p["keepdim"])),
-         {"dim": dim, "keepdim": keep})
-
-# ---- matmul --------------------------------------------------------------------------------
-
-for sa, sb in (([4], [4]), ([3, 4], [4, 5]), ([4], [4, 5]), ([3, 4], [4]), ([1, 1], [1, 1]),
-               ([2, 3, 4], [4, 5]), ([3, 4], [2, 4, 5]), ([2, 3, 4], [2, 4, 5]),
-               ([2, 1, 3, 4], [3, 4, 2]), ([2, 3, 4], [4]), ([4], [2, 4, 3]),
-               ([7, 9], [9, 6])):
-    case("matmul", "matmul", shape_label(sa, sb), [Float("a", sa), Float("b", sb)],
-         lambda x, p: torch.matmul(x[0], x[1]))
-case("matmul", "matmul", "[3,4] [4,5] b constant",
-     [Float("a", [3, 4]), Float("b", [4, 5], grad=False)], lambda x, p: torch.matmul(x[0], x[1]))
-
-# F.linear: x [..., in], weight [out, in], bias [out] or none.
-for sx, sw, bias in (([3, 4], [5, 4], True), ([2, 3, 4], [2, 4], True), ([4], [3, 4], True),
-                     ([2, 3], [4, 3], False)):
-    ins = [Float("x", sx), Float("weight", sw)] + ([Float("bias", [sw[0]])] if bias else [])
-    case("matmul", "f_linear", shape_label(sx, sw) + (" bias" if bias else " no bias"), ins,
-         lambda x, p: F.linear(x[0], x[1], x[2] if len(x) > 2 else None))
-
-# ---- softmax, masks ------------------------------------------------------------------------
-
-for op, f in (("softmax", F.softmax), ("log_softmax", F.log_softmax)):
-    for sh, dim in (([5], 0), ([3, 4], -1), ([3, 4], 0), ([2, 3, 4], 1), ([2, 3, 4], -1)):
-        case("softmax", op, f"{shape_label(sh)} dim {dim}", [Float("a", sh)],
-             lambda x, p, f=f: f(x[0], dim=p["dim"]), {"dim": dim})
-    # Large logits: only a max-subtracted softmax stays finite.
-    case("softmax", op, "[2,5] dim -1 large logits", [Float("a", [2, 5], scale=100.0)],
-         lambda x, p, f=f: f(x[0], dim=p["dim"]), {"dim": -1})
-
-MASK_3x4 = [[False, True, False, False], [True, True, False, True], [False, False, False, False]]
-case("softmax", "masked_fill", "[3,4] mask [3,4] value -1.5",
-     [Float("a", [3, 4]), Mask("mask", MASK_3x4)],
-     lambda x, p: x[0].masked_fill(x[1], p["value"]), {"value": -1.5})
-case("softmax", "masked_fill", "[2,3,4] mask [4] value -inf",
-     [Float("a", [2, 3, 4]), Mask("mask", [False, True, True, False])],
-     lambda x, p: x[0].masked_fill(x[1], p["value"]), {"value": -math.inf})
-case("softmax", "masked_fill", "[2,3,4] mask [2,1,4] value 0",
-     [Float("a", [2, 3, 4]), Mask("mask", [[[True, False, False, True]],
-                                           [[False, False, True, False]]])],
-     lambda x, p: x[0].masked_fill(x[1], p["value"]), {"value": 0.0})
+# ---- nabla's conventions, for the ops' torch expressions --------------------------------------
 
 
 def masked_softmax_ref(a, mask, causal, scale):
@@ -289,30 +185,24 @@ def masked_softmax_ref(a, mask, causal, scale):
     return torch.softmax(s, dim=-1) * (~dead).to(a.dtype)
 
 
-def masked_softmax_case(label, a_shape, mask, causal, scale):
-    inputs = [Float("a", a_shape)] + ([Mask("mask", mask)] if mask is not None else [])
-    case("softmax", "masked_softmax", label, inputs,
-         lambda x, p: masked_softmax_ref(x[0], x[1] if len(x) > 1 else None,
-                                         p["causal"], p["scale"]),
-         {"causal": causal, "scale": scale})
+def attention_ref(q, k, v, mask, num_heads, causal, scale):
+    """nabla's nb_f_attention: heads split from [B, T, D], masked_softmax_ref(q k^T) v per
+    head (fully blocked rows give 0), heads merged back."""
+    b, tq, d = q.shape
+    tk, hd = k.shape[1], d // num_heads
+
+    def heads(t, n):
+        return t.reshape(b, n, num_heads, hd).transpose(1, 2)
+    p = masked_softmax_ref(heads(q, tq) @ heads(k, tk).transpose(-1, -2), mask, causal, scale)
+    return (p @ heads(v, tk)).transpose(1, 2).reshape(b, tq, d)
 
 
-masked_softmax_case("[3,5] no mask scale 1", [3, 5], None, False, 1.0)
-masked_softmax_case("[2,4,4] causal scale 0.5", [2, 4, 4], None, True, 0.5)
-masked_softmax_case("[2,3,5] causal T_q < T_k", [2, 3, 5], None, True, 1.0)
-masked_softmax_case("[2,5,3] causal T_q > T_k", [2, 5, 3], None, True, 1.0)
-# Key padding as in attention: [B,1,1,T_k]; batch 1 fully padded (all rows blocked).
-masked_softmax_case("[2,2,3,4] key padding, one batch fully padded", [2, 2, 3, 4],
-                    [[[[False, False, True, True]]], [[[True, True, True, True]]]], False, 0.7)
-masked_softmax_case("[2,2,4,4] key padding and causal", [2, 2, 4, 4],
-                    [[[[False, False, False, True]]], [[[True, False, False, False]]]], True, 0.7)
-# Attention mask [T_q,T_k] with row 1 fully blocked.
-masked_softmax_case("[2,3,4] attn mask, one row fully blocked", [2, 3, 4],
-                    [[False, True, False, False], [True] * 4, [False] * 4], False, 1.3)
-masked_softmax_case("[2,3,4] attn mask, none fully blocked", [2, 3, 4], MASK_3x4, False, 1.0)
-masked_softmax_case("[3,4] every row fully blocked", [3, 4], [[True] * 4] * 3, False, 1.0)
-
-# ---- losses --------------------------------------------------------------------------------
+def sdpa_ref(q, k, v, mask, causal, scale):
+    """nabla's nb_sdpa on heads [B, H, T, hd]: query head h reads key/value head
+    h // (H_q / H_kv); masks as in masked_softmax_ref (fully blocked rows give 0)."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    return masked_softmax_ref(q @ k.transpose(-1, -2), mask, causal, scale) @ v
 
 
 def cross_entropy_ref(logits, target, ignore_index, reduction):
@@ -323,115 +213,96 @@ def cross_entropy_ref(logits, target, ignore_index, reduction):
     return out.reshape(target.shape) if reduction == "none" else out
 
 
-for label, lshape, target, ii in (
-        ("[4,5]", [4, 5], [1, 0, 4, 2], -100),
-        ("[4,5] ignore_index -100 hit", [4, 5], [1, -100, 4, -100], -100),
-        ("[2,3,4] ignore_index 2", [2, 3, 4], [[0, 2, 3], [2, 1, 1]], 2),
-        ("[1,3]", [1, 3], [2], -100)):
-    for red in ("mean", "sum", "none"):
-        case("losses", "cross_entropy", f"{label} {red}",
-             [Float("logits", lshape), Index("target", target)],
-             lambda x, p: cross_entropy_ref(x[0], x[1], p["ignore_index"], p["reduction"]),
-             {"ignore_index": ii, "reduction": red})
-
-
 def mse_ref(a, b, reduction):
     d = (a - b) ** 2  # nabla: b broadcast to a (F.mse_loss warns on broadcasting)
     return {"mean": d.mean, "sum": d.sum, "none": lambda: d}[reduction]()
 
 
-for sa, sb, bgrad in (([3, 4], [3, 4], True), ([2, 3, 4], [4], True), ([5], [5], False),
-                      ([2, 3], [2, 1], True)):
-    for red in ("mean", "sum", "none"):
-        case("losses", "mse_loss", f"{shape_label(sa, sb)} {red}" + ("" if bgrad else " target"),
-             [Float("a", sa), Float("b", sb, grad=bgrad)],
-             lambda x, p: mse_ref(x[0], x[1], p["reduction"]), {"reduction": red})
 
-# ---- layers as functions -------------------------------------------------------------------
+# ---- golden specs from the registry -----------------------------------------------------------
 
 
-def layer_norm_ref(x, p):
-    w = x[1] if p["has_weight"] else None
-    b = x[1 + p["has_weight"]] if p["has_bias"] else None
-    shape = w.shape if w is not None else x[0].shape[-1:]
-    return F.layer_norm(x[0], shape, w, b, p["eps"])
+def tokens(text):
+    """Splits "positive [[0,1],[1,0]] scale 4" into words and balanced [...] groups."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i].isspace():
+            i += 1
+        elif text[i] == "[":
+            depth, j = 0, i
+            while True:
+                depth += {"[": 1, "]": -1}.get(text[j], 0)
+                j += 1
+                if depth == 0:
+                    break
+            out.append(text[i:j])
+            i = j
+        else:
+            j = i
+            while j < len(text) and not text[j].isspace():
+                j += 1
+            out.append(text[i:j])
+            i = j
+    return out
 
 
-for xs, ws, hw, hb, eps in (([4, 6], [6], True, True, 1e-5), ([2, 3, 6], [6], True, True, 1e-5),
-                            ([2, 3, 4], [3, 4], True, True, 1e-3), ([4, 6], [6], False, False, 1e-5),
-                            ([3, 5], [5], True, False, 1e-6), ([3, 5], [5], False, True, 1e-5),
-                            ([2, 1], [1], True, True, 1e-5)):
-    inputs = [Float("x", xs)]
-    if hw:
-        inputs.append(Float("weight", ws))
-    if hb:
-        inputs.append(Float("bias", ws))
-    what = {(True, True): "weight bias", (True, False): "weight", (False, True): "bias",
-            (False, False): "no affine"}[(hw, hb)]
-    # Over one element x - mean is exactly 0, and so are the x and weight gradients; PyTorch's
-    # float32 backward leaves ~4e-6 of rounding there, so that f32 case comes from float64.
-    case("layers", "layer_norm", f"{shape_label(xs)} over {shape_label(ws)} {what} eps {eps}",
-         inputs, layer_norm_ref, {"eps": eps, "has_weight": hw, "has_bias": hb},
-         f32_via_f64=ws == [1])
-
-for ws, idx in (([10, 4], [[1, 3, 1], [9, 0, 3]]), ([5, 3], [4, 4, 2, 0]), ([6, 2], 5),
-                ([7, 3], [[[0, 6]], [[6, 6]]])):
-    case("layers", "embedding", f"{shape_label(ws)} indices {idx}",
-         [Float("weight", ws), Index("indices", idx)], lambda x, p: F.embedding(x[1], x[0]))
-
-# ---- views and joins -----------------------------------------------------------------------
-
-for sh, new in (([4, 6], [3, -1]), ([2, 3, 4], [6, 4]), ([6], [1, 2, 3]), ([2, 3], [6])):
-    case("views", "view", f"{shape_label(sh)} -> {new}", [Float("a", sh)],
-         lambda x, p: x[0].view(p["shape"]), {"shape": new})
-    case("views", "reshape", f"{shape_label(sh)} -> {new}", [Float("a", sh)],
-         lambda x, p: x[0].reshape(p["shape"]), {"shape": new})
-for sh, d0, d1 in (([3, 4], 0, 1), ([2, 3, 4], 0, 2), ([2, 3, 4], -1, -2), ([2, 3], 1, 1)):
-    case("views", "transpose", f"{shape_label(sh)} {d0} {d1}", [Float("a", sh)],
-         lambda x, p: x[0].transpose(p["dim0"], p["dim1"]), {"dim0": d0, "dim1": d1})
-for sh, dims in (([2, 3, 4], [2, 0, 1]), ([2, 3, 4, 5], [1, 3, 0, 2]), ([3, 4], [1, 0])):
-    case("views", "permute", f"{shape_label(sh)} {dims}", [Float("a", sh)],
-         lambda x, p: x[0].permute(p["dims"]), {"dims": dims})
-for sh, d in (([3, 4], 0), ([3, 4], -1), ([3, 4], 1)):
-    case("views", "unsqueeze", f"{shape_label(sh)} dim {d}", [Float("a", sh)],
-         lambda x, p: x[0].unsqueeze(p["dim"]), {"dim": d})
-for sh, d in (([3, 1, 4], 1), ([3, 1, 4], 0), ([1, 4], -2)):
-    case("views", "squeeze", f"{shape_label(sh)} dim {d}", [Float("a", sh)],
-         lambda x, p: x[0].squeeze(p["dim"]), {"dim": d})
-for sh in ([3, 1, 4, 1], [1, 1]):
-    case("views", "squeeze_all", shape_label(sh), [Float("a", sh)], lambda x, p: x[0].squeeze())
-for sh, new in (([3, 1], [3, 4]), ([4], [2, 3, 4]), ([1, 3, 1], [2, -1, 5]), ([], [2, 2])):
-    case("views", "expand", f"{shape_label(sh)} -> {new}", [Float("a", sh)],
-         lambda x, p: x[0].expand(p["shape"]), {"shape": new})
-for sh, d, s, n in (([5, 4], 0, 1, 3), ([3, 6], -1, 2, 4), ([2, 5, 3], 1, 0, 5)):
-    case("views", "narrow", f"{shape_label(sh)} dim {d} start {s} length {n}", [Float("a", sh)],
-         lambda x, p: x[0].narrow(p["dim"], p["start"], p["length"]),
-         {"dim": d, "start": s, "length": n})
-for sh, d, i in (([5, 4], 0, 2), ([3, 6], -1, 5), ([2, 5, 3], 1, -1), ([4], 0, 3)):
-    case("views", "select", f"{shape_label(sh)} dim {d} index {i}", [Float("a", sh)],
-         lambda x, p: x[0].select(p["dim"], p["index"]), {"dim": d, "index": i})
-for sh in ([3, 4], [2, 3, 4]):
-    case("views", "contiguous", shape_label(sh), [Float("a", sh)],
-         lambda x, p: x[0].contiguous())
-for shapes, d in (([[2, 3], [4, 3]], 0), ([[2, 3], [2, 1], [2, 2]], -1),
-                  ([[2, 3, 4], [2, 2, 4]], 1)):
-    case("views", "concat", f"{shape_label(*shapes)} dim {d}",
-         [Float(f"t{k}", sh) for k, sh in enumerate(shapes)],
-         lambda x, p: torch.cat(x, p["dim"]), {"dim": d})
-case("views", "concat", "[2,3] [2,3] dim 0, second constant",
-     [Float("t0", [2, 3]), Float("t1", [2, 3], grad=False)],
-     lambda x, p: torch.cat(x, p["dim"]), {"dim": 0})
-for sh, n, d in (([2, 3], 2, 0), ([2, 3], 3, -1), ([4], 2, 1), ([2, 3, 4], 2, 2)):
-    case("views", "stack", f"{n} x {shape_label(sh)} dim {d}",
-         [Float(f"t{k}", sh) for k in range(n)], lambda x, p: torch.stack(x, p["dim"]),
-         {"dim": d})
-for sh, size, d in (([5, 3], 2, 0), ([2, 6], 3, -1), ([2, 3], 5, 1)):
-    case("views", "split", f"{shape_label(sh)} size {size} dim {d}", [Float("a", sh)],
-         lambda x, p: torch.split(x[0], p["split_size"], p["dim"]),
-         {"split_size": size, "dim": d})
+def parse_inputs(text):
+    """Input specs from "a: positive [3,4]; mask: bool [0,1]" (see nba_golden_case)."""
+    specs = []
+    for part in text.split(";"):
+        name, rest = (s.strip() for s in part.split(":", 1))
+        kind, domain, grad, scale, value = "float", "normal", True, 1.0, None
+        words = iter(tokens(rest))
+        for w in words:
+            if w in ("normal", "positive", "away", "distinct"):
+                domain = w
+            elif w == "const":
+                grad = False
+            elif w == "scale":
+                scale = float(next(words))
+            elif w in ("i64", "bool"):
+                kind = w
+            else:
+                value = json.loads(w)
+        if kind == "float":
+            specs.append(Float(name, value, domain, grad, scale))
+        elif kind == "i64":
+            specs.append(Index(name, value))
+        else:
+            specs.append(Mask(name, value))
+    return specs
 
 
-# ---- coverage and output -------------------------------------------------------------------
+class Names(dict):
+    """The torch expression's namespace: a name it uses that the case lacks (an optional input
+    left out) is None."""
+
+    def __missing__(self, key):
+        return None
+
+
+HELPERS = {"torch": torch, "F": F, "math": math, "masked_softmax_ref": masked_softmax_ref,
+           "attention_ref": attention_ref, "sdpa_ref": sdpa_ref,
+           "cross_entropy_ref": cross_entropy_ref,
+           "mse_ref": mse_ref, "tuple": tuple}
+
+
+def add_golden(family, golden):
+    """Adds every case of one golden runner's spec."""
+    for c in golden["cases"]:
+        params = eval(f"dict({c['params']})", {"__builtins__": {}},
+                      {"dict": dict, "inf": math.inf})
+        options = {k[1:]: params.pop(k) for k in list(params) if k.startswith("_")}
+        specs = parse_inputs(c["inputs"])
+        label = " ".join(x for x in (c["inputs"], c["params"]) if x)
+
+        def fn(xs, p, specs=specs, expr=golden["torch"]):
+            names = Names(HELPERS)
+            names.update(p)
+            names.update({spec.name: x for spec, x in zip(specs, xs)})
+            names["inputs"] = list(xs)
+            return eval(expr, {"__builtins__": {}}, names)
+        case(family, golden["op"], label, specs, fn, params, **options)
 
 
 def declared_ops():
@@ -441,7 +312,27 @@ def declared_ops():
     return set(re.findall(r"^(?:nb_tensor \*|int )nb_(\w+)\(", text, re.M))
 
 
+def load_registry(program):
+    """The op registry, as the build's op_registry_json prints it."""
+    if not os.path.exists(program):
+        sys.exit(f"gen_goldens: {program} not found: build first (meson compile -C build) or "
+                 "pass --registry")
+    return json.loads(subprocess.run([program], check=True, capture_output=True).stdout)
+
+
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--registry", default=DEFAULT_REGISTRY,
+                        help="the op_registry_json program of a build")
+    args = parser.parse_args()
+    registry = load_registry(args.registry)
+    for op in registry["ops"]:
+        for golden in op["goldens"]:
+            add_golden(op["file"], golden)
+    without = [f"{op['name']}/{g['op']}" for op in registry["ops"]
+               for g in op["goldens"] or [{"op": "(none)", "cases": []}] if not g["cases"]]
+    if without:
+        sys.exit(f"gen_goldens: registered ops without golden cases: {without}")
     missing = declared_ops() - COVERED
     if missing:
         sys.exit(f"gen_goldens: no case for {sorted(missing)} declared in include/nabla/ops.h")
@@ -449,6 +340,9 @@ def main():
     if unknown:
         sys.exit(f"gen_goldens: cases for {sorted(unknown)}, which ops.h does not declare")
     os.makedirs(GOLDEN_DIR, exist_ok=True)
+    for stale in glob.glob(os.path.join(GOLDEN_DIR, "ops_*.json")):
+        if os.path.basename(stale)[4:-5] not in FAMILIES:
+            os.remove(stale)
     total = 0
     for family, cases in FAMILIES.items():
         path = os.path.join(GOLDEN_DIR, f"ops_{family}.json")

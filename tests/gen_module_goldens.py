@@ -82,7 +82,9 @@ class MultiHeadAttention(nn.Module):
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.out_proj = nn.Linear(d_out, d_out)
 
-    def forward(self, x_q, x_kv=None, causal=False, key_padding_mask=None, attn_mask=None):
+    def forward(self, x_q, x_kv=None, causal=False, key_padding_mask=None, attn_mask=None,
+                zero_dead_rows=True):
+        """zero_dead_rows False: PyTorch's own softmax, NaN in a fully blocked row."""
         x_kv = x_q if x_kv is None else x_kv
         b, t_q, _ = x_q.shape
         t_k = x_kv.shape[1]
@@ -99,10 +101,12 @@ class MultiHeadAttention(nn.Module):
             blocked = blocked | key_padding_mask[:, None, None, :]
         if attn_mask is not None:
             blocked = blocked | attn_mask
-        # nabla: fully blocked rows give zero weights, not NaN (see the docstring).
-        dead = blocked.all(dim=-1, keepdim=True)
-        scores = scores.masked_fill(blocked & ~dead, -math.inf)
-        attn = torch.softmax(scores, dim=-1) * (~dead).to(scores.dtype)
+        if zero_dead_rows:  # nabla: fully blocked rows give zero weights, not NaN (docstring)
+            dead = blocked.all(dim=-1, keepdim=True)
+            scores = scores.masked_fill(blocked & ~dead, -math.inf)
+            attn = torch.softmax(scores, dim=-1) * (~dead).to(scores.dtype)
+        else:
+            attn = torch.softmax(scores.masked_fill(blocked, -math.inf), dim=-1)
         self.last_attn = attn
 
         context = (attn @ v).transpose(1, 2).contiguous().view(b, t_q, self.d_out)

@@ -47,7 +47,9 @@ typedef struct {
  * terms (a matmul entry, a softmax or layer_norm gradient) carries the rounding error of
  * those terms, not of its own small value: at the tensor's scale 1e-6 is about 8 float32
  * ulps (1e-12 about 4500 float64 ulps, still a hundred million times tighter than any real
- * bug). Integer and bool tensors must match exactly. */
+ * bug). Integer and bool tensors must match exactly. An infinity matches only the same
+ * infinity, and NaN matches nothing, not even a NaN in the golden: a test that expects NaN
+ * somewhere says so itself. */
 golden_cmp golden_compare(const nb_tensor *got, const json_t *expected);
 /* The same with explicit tolerances (atol is scaled by max(1, max |expected|) as above). */
 golden_cmp golden_compare_tol(const nb_tensor *got, const json_t *expected, double rtol,

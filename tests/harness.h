@@ -17,15 +17,24 @@ typedef struct {
  * Returns the process exit status (0 when everything passed). */
 int nbtest_run(const char *suite, const nbtest_case *cases, int ncases);
 
-/* Asserts |a - b| <= atol + rtol * |b| for every element of two same-shape tensors. */
+/* Asserts |a - b| <= atol + rtol * |b| for every element of two same-shape tensors. NaN
+ * equals nothing, not even NaN: a kernel that returns NaN where the reference does fails. An
+ * infinity equals the same infinity. */
 #define NBT_ASSERT_CLOSE(a, b, atol, rtol) CU_ASSERT(nbtest_close((a), (b), (atol), (rtol)))
 bool nbtest_close(const nb_tensor *a, const nb_tensor *b, double atol, double rtol);
-/* Asserts t equals the given doubles elementwise in row-major order. */
+/* Asserts t equals the given doubles elementwise in row-major order. NaN equals nothing,
+ * except that t may (and must) hold NaN where the expected value is NBT_NAN: the one way a
+ * test says it expects NaN at a position. */
 bool nbtest_values(const nb_tensor *t, const double *expected, int64_t n, double tol);
 #define NBT_ASSERT_VALUES(t, tol, ...)                                                             \
     CU_ASSERT(nbtest_values((t), (const double[]){__VA_ARGS__},                                    \
                             (int64_t)(sizeof((const double[]){__VA_ARGS__}) / sizeof(double)),    \
                             (tol)))
+/* The expected value that asks for NaN at its position (nbtest_values, NBT_ASSERT_VALUES). */
+#define NBT_NAN (nbtest_expected_nan())
+double nbtest_expected_nan(void);
+/* True if x is NBT_NAN (not any other NaN). */
+bool nbtest_is_expected_nan(double x);
 /* True if t is non-NULL with exactly this shape. */
 bool nbtest_has_shape(const nb_tensor *t, int ndim, const int64_t *shape);
 #define NBT_ASSERT_SHAPE(t, ...) CU_ASSERT_TRUE(nbtest_has_shape((t), NB_SHAPE(__VA_ARGS__)))

@@ -2,10 +2,13 @@
 # Installs the build into a temporary directory and checks that pkg-config finds nabla there
 # and that a program built from pkg-config's flags alone compiles, links (shared and static)
 # and runs. Run by meson test (suite "install").
-# Usage: install_check.sh MESON BUILD_DIR VERSION CC...
+# Then it builds tests/out_of_tree/user_extension.c, a program that defines its own
+# differentiable function and module with the public API only, outside the source tree, and
+# runs it as a user would (no LD_LIBRARY_PATH: nabla.pc carries an rpath).
+# Usage: install_check.sh MESON BUILD_DIR VERSION USER_EXTENSION_C CC...
 set -eu
-meson=$1 build=$2 version=$3
-shift 3 # the rest is the C compiler command
+meson=$1 build=$2 version=$3 user_extension=$4
+shift 4 # the rest is the C compiler command
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -33,7 +36,7 @@ case "$cflags" in *"$tmp/root"*) ;; *) fail "cflags '$cflags' do not point into 
 libdir=$(pkgconf --variable=libdir nabla)
 [ -f "$libdir/libnabla.so" ] || fail "no libnabla.so in $libdir"
 [ -f "$libdir/libnabla.a" ] || fail "no libnabla.a in $libdir"
-for h in nabla.h tensor.h autograd.h ops.h; do
+for h in nabla.h tensor.h autograd.h ops.h module.h function.h nn.h; do
     [ -f "$tmp/root$prefix/include/nabla/$h" ] || fail "header nabla/$h was not installed"
 done
 
@@ -52,11 +55,12 @@ expected='tensor([[0., 3.],
         [1., 4.],
         [2., 5.]], shape=[3, 2], dtype=float32)'
 
-# Shared: only what pkg-config says, found at run time through LD_LIBRARY_PATH.
+# Shared: only what pkg-config says; the loader finds libnabla.so through the rpath that
+# pkg-config's flags put in the program (the prefix is not one the loader searches).
 # shellcheck disable=SC2046 # word splitting of pkg-config flags is intended
 "$@" -std=c11 "$tmp/user.c" -o "$tmp/user_shared" $(pkgconf --cflags --libs nabla) ||
     fail "a program using the installed headers does not build with pkg-config's flags"
-out=$(LD_LIBRARY_PATH="$libdir" "$tmp/user_shared") || fail "the shared-linked program failed"
+out=$(env -u LD_LIBRARY_PATH "$tmp/user_shared") || fail "the shared-linked program failed"
 [ "$out" = "$expected" ] || fail "the shared-linked program printed: $out"
 
 # Static: the archive plus the private dependencies from pkg-config --static (sleef, -lm).
@@ -67,4 +71,17 @@ out=$(LD_LIBRARY_PATH="$libdir" "$tmp/user_shared") || fail "the shared-linked p
 out=$("$tmp/user_static") || fail "the statically linked program failed"
 [ "$out" = "$expected" ] || fail "the statically linked program printed: $out"
 
-echo "install_check: nabla $version installs, pkg-config finds it, shared and static links work"
+# A user's extension, built in a directory of its own: the compiler sees the installed
+# headers only (a nabla source tree include would fail the build: there is none here).
+mkdir "$tmp/ext"
+cp "$user_extension" "$tmp/ext/user_extension.c"
+# shellcheck disable=SC2046
+(cd "$tmp/ext" && "$@" -std=c11 -Wall -Wextra -Werror user_extension.c -o user_extension \
+    $(pkgconf --cflags --libs nabla)) >"$tmp/ext.log" 2>&1 ||
+    { cat "$tmp/ext.log" >&2; fail "the out-of-tree extension does not build"; }
+(cd "$tmp/ext" && env -u LD_LIBRARY_PATH ./user_extension) >"$tmp/ext_run.log" 2>&1 ||
+    { cat "$tmp/ext_run.log" >&2; fail "the out-of-tree extension failed"; }
+grep -q "user extension: ok" "$tmp/ext_run.log" || fail "the extension did not finish"
+sed 's/^/  /' "$tmp/ext_run.log"
+
+echo "install_check: nabla $version installs, pkg-config finds it, shared and static links work, a user extension builds, checks and trains"

@@ -2,6 +2,7 @@
  * softmax, matmul, merge heads) on values and gradients, and its errors. */
 #include "harness.h"
 #include "tensor/gemm.h"
+#include "tensor/isa.h"
 
 /* The tutorials' composition, op by op: the reference the fused op must reproduce. */
 static nb_tensor *composed(const nb_tensor *q, const nb_tensor *k, const nb_tensor *v, int64_t H,
@@ -110,12 +111,12 @@ static void small_head_cases(void) {
 }
 
 static void test_small_heads_every_isa(void) {
-    nbt_gemm_isa best = nbt_gemm_current_isa();
-    for (int isa = NBT_GEMM_AVX512; isa >= NBT_GEMM_GENERIC; isa--) {
-        if (!nbt_gemm_force_isa((nbt_gemm_isa)isa)) continue;
+    nbt_isa best = nbt_isa_current();
+    for (int isa = NBT_ISA_AVX512; isa >= NBT_ISA_GENERIC; isa--) {
+        if (!nbt_isa_force((nbt_isa)isa)) continue;
         small_head_cases();
     }
-    nbt_gemm_force_isa(best);
+    nbt_isa_force(best);
 }
 
 /* A 16-wide head by hand: q = e0 meets keys e0 and 0 (scores 1 and 0, scale 1), so the

@@ -6,6 +6,7 @@
  * of NaN, which must not leak into the result. */
 #include "harness.h"
 #include "tensor/gemm.h"
+#include "tensor/isa.h"
 
 #include <float.h>
 #include <stdint.h>
@@ -231,23 +232,23 @@ DEFINE_CHECKS(double, f64, nbt_dgemm, nbt_dgemm_batched, DBL_EPSILON)
 
 /* Runs fn once per kernel this CPU can run, then goes back to the default choice. */
 static void for_each_isa(void (*fn)(void)) {
-    nbt_gemm_isa best = nbt_gemm_current_isa();
+    nbt_isa best = nbt_isa_current();
     int ran = 0;
-    for (int isa = NBT_GEMM_AVX512; isa >= NBT_GEMM_GENERIC; isa--) {
-        if (!nbt_gemm_isa_supported((nbt_gemm_isa)isa)) {
-            printf("  (%s kernels: this CPU cannot run them)\n", nbt_gemm_isa_name(isa));
+    for (int isa = NBT_ISA_AVX512; isa >= NBT_ISA_GENERIC; isa--) {
+        if (!nbt_isa_supported((nbt_isa)isa)) {
+            printf("  (%s kernels: this CPU cannot run them)\n", nbt_isa_name(isa));
             continue;
         }
-        CU_ASSERT_TRUE(nbt_gemm_force_isa((nbt_gemm_isa)isa));
-        CU_ASSERT_EQUAL(nbt_gemm_current_isa(), (nbt_gemm_isa)isa);
+        CU_ASSERT_TRUE(nbt_isa_force((nbt_isa)isa));
+        CU_ASSERT_EQUAL(nbt_isa_current(), (nbt_isa)isa);
         failures = 0;
         fn();
-        printf("  %s kernels: %d failures\n", nbt_gemm_isa_name(isa), failures);
+        printf("  %s kernels: %d failures\n", nbt_isa_name(isa), failures);
         CU_ASSERT_EQUAL(failures, 0);
         ran++;
     }
     CU_ASSERT(ran >= 1);
-    nbt_gemm_force_isa(best);
+    nbt_isa_force(best);
 }
 
 static void check_both(const gemm_case *gc) {

@@ -13,11 +13,11 @@ static nb_transformer_lm *small_lm(nb_module **model, nb_dtype dt, int64_t vocab
 
 /* Feeds tokens [B, T] to the cache in the chunks listed (summing to T) and checks each chunk's
  * logits against the full causal forward at the same positions. */
-static void check_lm_chunks(nb_dtype dt, double tol, const int64_t *chunks, int nchunks) {
+static void check_lm_chunks(nb_dtype dt, double tol, const int64_t *chunks, int nchunks,
+                            int64_t B) {
     nb_module *model;
     nb_transformer_lm *lm = small_lm(&model, dt, 11, 24, 3);
     nb_module_train(model, false);
-    const int64_t B = 2;
     int64_t T = 0;
     for (int i = 0; i < nchunks; i++) T += chunks[i];
     nb_rng rng;
@@ -47,12 +47,38 @@ static void check_lm_chunks(nb_dtype dt, double tol, const int64_t *chunks, int 
 static void test_lm_cached_equals_full_f32(void) {
     /* a prompt, single tokens, a chunk of several, single tokens up to the context */
     const int64_t chunks[] = {5, 1, 1, 3, 1, 1, 1, 4, 1, 1, 1, 1, 1, 1, 1};
-    check_lm_chunks(NB_F32, 1e-5, chunks, 15);
+    check_lm_chunks(NB_F32, 1e-5, chunks, 15, 2);
+    check_lm_chunks(NB_F32, 1e-5, chunks, 15, 1); /* one row: the matrix-vector path */
 }
 
 static void test_lm_cached_equals_full_f64(void) {
     const int64_t chunks[] = {1, 1, 7, 1, 2};
-    check_lm_chunks(NB_F64, 1e-12, chunks, 5);
+    check_lm_chunks(NB_F64, 1e-12, chunks, 5, 2);
+    check_lm_chunks(NB_F64, 1e-12, chunks, 5, 1);
+}
+
+/* A model wide enough that one-token products are split between threads (fc1 is 512 x 128):
+ * cached logits match the full forward, and 1 and 2 threads give the same bits. */
+static void test_lm_cached_threads(void) {
+    nb_module *model = nb_model_new(NB_F32, 11);
+    nb_transformer_lm *lm = nb_transformer_lm_new(model, "", 11, 6, 128, 4, 1, 0.0);
+    nb_tensor *tokens = nb_from_array(NB_I64, NB_SHAPE(1, 6), (int64_t[]){3, 1, 4, 1, 5, 9});
+    nb_tensor *full = nb_transformer_lm_forward(lm, tokens, true, NULL, NULL);
+    nb_tensor *got[2][6];
+    const int before = nb_get_num_threads();
+    for (int threads = 1; threads <= 2; threads++) {
+        nb_set_num_threads(threads);
+        nb_kv_cache *c = nb_kv_cache_for_lm(lm, 1);
+        for (int64_t t = 0; t < 6; t++) {
+            got[threads - 1][t] =
+                nb_transformer_lm_forward_cached(lm, nb_narrow(tokens, 1, t, 1), c);
+            NBT_ASSERT_CLOSE(got[threads - 1][t], nb_narrow(full, 1, t, 1), 1e-5, 1e-5);
+        }
+        nb_kv_cache_free(c);
+    }
+    for (int64_t t = 0; t < 6; t++) NBT_ASSERT_CLOSE(got[0][t], got[1][t], 0, 0);
+    nb_set_num_threads(before);
+    nb_module_free(model);
 }
 
 /* The attention layer alone and a block alone, with their one-slot caches, token by token. */
@@ -296,6 +322,7 @@ int main(void) {
     const nbtest_case cases[] = {
         {"LM cached logits equal the full forward (f32, chunks)", test_lm_cached_equals_full_f32},
         {"LM cached logits equal the full forward (f64)", test_lm_cached_equals_full_f64},
+        {"LM cached on 1 and 2 threads", test_lm_cached_threads},
         {"MHA and block cached equal the causal forward", test_mha_and_block_cached},
         {"LM cached errors", test_lm_cached_errors},
         {"no malloc per decoded token", test_no_malloc_per_token},

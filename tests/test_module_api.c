@@ -162,6 +162,10 @@ static void test_constructors_are_all_or_nothing(void) {
     CU_ASSERT_PTR_NULL(nb_transformer_lm_new(model, "lm", 10, 8, 6, 4, 2, 0.0));
     NBT_ASSERT_ERROR("not divisible by num_heads");
     CU_ASSERT_PTR_NULL(gated_new(model, "g", 0)); /* its buffer fails first */
+    /* An oversized Linear reports its weight's overflow (the first failure), not the bias's. */
+    CU_ASSERT_PTR_NULL(nb_linear_new(model, "big", INT64_C(1) << 40, INT64_C(1) << 40, true));
+    NBT_ASSERT_ERROR("Linear: 'big': parameter 'weight'");
+    NBT_ASSERT_ERROR("overflows");
     CU_ASSERT_EQUAL(nb_module_param_count(model), 0);
     CU_ASSERT_EQUAL(nb_module_buffer_count(model), 0);
     CU_ASSERT_EQUAL(nb_module_child_count(model), 0);
@@ -188,6 +192,18 @@ static void test_buffers_in_checkpoints_not_optimized(void) {
     gated *g = gated_new(model, "g", 3);
     nb_tensor *stats = nb_module_add_buffer(&g->base, "stats", nb_full(NB_F32, NB_SHAPE(2), 7));
     CU_ASSERT_PTR_NOT_NULL_FATAL(stats);
+    /* A derived table: a buffer, but not part of checkpoints (persistent=False). */
+    nb_tensor *table =
+        nb_module_add_nonpersistent_buffer(&g->base, "table", nb_full(NB_F32, NB_SHAPE(3), 4));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(table);
+    CU_ASSERT_PTR_NULL(nb_module_add_nonpersistent_buffer(&g->base, "stats", table));
+    NBT_ASSERT_ERROR("already has a buffer named 'stats'");
+    nb_param b[4];
+    CU_ASSERT_EQUAL(nb_module_buffers(model, b, 4), 3);
+    CU_ASSERT_STRING_EQUAL(b[0].name, "g.keep");
+    CU_ASSERT_STRING_EQUAL(b[1].name, "g.stats");
+    CU_ASSERT_STRING_EQUAL(b[2].name, "g.table");
+    CU_ASSERT_PTR_EQUAL(nb_module_buffer(model, "g.table"), table);
     nb_param p[4];
     int np = nb_module_params(model, p, 4);
     nb_tensor *params[4];
@@ -212,7 +228,7 @@ static void test_buffers_in_checkpoints_not_optimized(void) {
     nb_named_tensor *saved;
     int count;
     CU_ASSERT_PTR_NOT_NULL_FATAL(saved = nb_safetensors_read(path, &count));
-    CU_ASSERT_EQUAL(count, 3 + 2); /* gain, proj.weight, proj.bias; keep, stats */
+    CU_ASSERT_EQUAL(count, 3 + 2); /* gain, proj.weight, proj.bias; keep, stats; no table */
     nb_tensor *kept = NULL;
     for (int i = 0; i < count; i++)
         if (strcmp(saved[i].name, "g.keep") == 0) kept = saved[i].tensor;
@@ -220,12 +236,14 @@ static void test_buffers_in_checkpoints_not_optimized(void) {
     /* Change everything, then load: parameters and buffers come back. */
     nb_fill_(stats, -1);
     nb_fill_(g->keep, 1);
+    nb_fill_(table, 5);
     nb_tensor *gain_saved = nb_clone(g->gain);
     nb_fill_(g->gain, 0);
     CU_ASSERT_TRUE(nb_module_load(model, path));
     NBT_ASSERT_VALUES(stats, 0, 7, 7);
     NBT_ASSERT_VALUES(g->keep, 0, 0, 1, 1);
     NBT_ASSERT_CLOSE(g->gain, gain_saved, 0, 0);
+    NBT_ASSERT_VALUES(table, 0, 5, 5, 5); /* not in the file, untouched by the load */
     /* A model without the buffer refuses the file (it holds a tensor the model lacks). */
     nb_module *other = nb_model_new(NB_F32, 2);
     CU_ASSERT_PTR_NOT_NULL(gated_new(other, "g", 3));
@@ -239,7 +257,9 @@ static void test_buffers_in_checkpoints_not_optimized(void) {
 
 static void test_print_lists_buffers(void) {
     nb_module *model = nb_model_new(NB_F32, 2);
-    CU_ASSERT_PTR_NOT_NULL(gated_new(model, "g", 3));
+    gated *g = gated_new(model, "g", 3);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    nb_module_add_nonpersistent_buffer(&g->proj->base, "cos", nb_ones(NB_F64, NB_SHAPE(2, 2)));
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -249,7 +269,9 @@ static void test_print_lists_buffers(void) {
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "g.proj.weight"));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "g.keep"));
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "(buffer, bool)"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(text, "3 tensors, 11 parameters; 1 buffers, 3 elements"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "g.proj.cos"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "(buffer, float64, not saved)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "3 tensors, 11 parameters; 2 buffers, 7 elements"));
     free(text);
     nb_module_fprint(NULL, model);
     NBT_ASSERT_ERROR("module_fprint");

@@ -206,7 +206,7 @@ static void test_empty_inputs(void) {
     nb_tensor *s = nb_sum_dims(e20, DIMS(1), false);
     NBT_ASSERT_SHAPE(s, 2);
     NBT_ASSERT_VALUES(s, 0, 0, 0);
-    NBT_ASSERT_VALUES(nb_mean_dims(e20, DIMS(1), true), 0, NAN, NAN);
+    NBT_ASSERT_VALUES(nb_mean_dims(e20, DIMS(1), true), 0, NBT_NAN, NBT_NAN);
     NBT_ASSERT_SHAPE(nb_sum_dims(e20, DIMS(0), false), 0);
 }
 
@@ -254,10 +254,10 @@ static void test_max_dim_nan_and_inf(void) {
         D(1, NAN, 3, NAN, NAN, 5, INFINITY, 0, -INFINITY, -INFINITY, -INFINITY, -INFINITY));
     nb_tensor *idx;
     nb_tensor *v = nb_max_dim(x, 1, false, &idx);
-    NBT_ASSERT_VALUES(v, 0, NAN, NAN, -INFINITY);
+    NBT_ASSERT_VALUES(v, 0, NBT_NAN, NBT_NAN, -INFINITY);
     NBT_ASSERT_VALUES(idx, 0, 1, 0, 0);
     v = nb_max_dim(nb_to_dtype(x, NB_F32), 0, false, &idx);
-    NBT_ASSERT_VALUES(v, 0, NAN, NAN, INFINITY, NAN);
+    NBT_ASSERT_VALUES(v, 0, NBT_NAN, NBT_NAN, INFINITY, NBT_NAN);
     NBT_ASSERT_VALUES(idx, 0, 1, 0, 1, 0);
 }
 

@@ -59,8 +59,30 @@ static void test_gradcheck_catches_wrong_backward(void) {
     CU_ASSERT_PTR_NOT_NULL(strstr(res.message, "FAILED"));
 }
 
+/* The harness itself: NaN equals nothing, NaN included, unless the expected value is NBT_NAN. */
+static void test_harness_nan_equals_nothing(void) {
+    nb_tensor *nan2 = nb_full(NB_F64, NB_SHAPE(2), NAN), *one = nb_ones(NB_F64, NB_SHAPE(2));
+    CU_ASSERT_FALSE(nbtest_close(nan2, nan2, 1, 1));
+    CU_ASSERT_FALSE(nbtest_close(nan2, one, 1, 1));
+    CU_ASSERT_FALSE(nbtest_close(one, nan2, 1, 1));
+    CU_ASSERT_FALSE(nbtest_values(nan2, (const double[]){NAN, NAN}, 2, 1));
+    CU_ASSERT_FALSE(nbtest_values(one, (const double[]){NBT_NAN, 1}, 2, 1));
+    CU_ASSERT_FALSE(nbtest_values(nan2, (const double[]){NBT_NAN, 1}, 2, 1));
+    CU_ASSERT_TRUE(nbtest_values(nan2, (const double[]){NBT_NAN, NBT_NAN}, 2, 0));
+    CU_ASSERT_TRUE(nbtest_is_expected_nan(NBT_NAN));
+    CU_ASSERT_FALSE(nbtest_is_expected_nan(NAN));
+    CU_ASSERT_FALSE(nbtest_is_expected_nan(0.0 / nb_item(nb_zeros(NB_F64, NB_SHAPE(1)))));
+    nb_tensor *inf = nb_full(NB_F32, NB_SHAPE(1), INFINITY);
+    CU_ASSERT_TRUE(nbtest_close(inf, nb_full(NB_F64, NB_SHAPE(1), INFINITY), 0, 0));
+    CU_ASSERT_FALSE(nbtest_close(inf, nb_full(NB_F64, NB_SHAPE(1), -INFINITY), 1, 1));
+    CU_ASSERT_FALSE(nbtest_close(nb_ones(NB_F64, NB_SHAPE(1)), inf, 1, 1));
+    CU_ASSERT_FALSE(nbtest_values(inf, (const double[]){1}, 1, INFINITY));
+}
+
 int main(void) {
     const nbtest_case cases[] = {
+        {"the harness: NaN equals nothing unless NBT_NAN asks for it",
+         test_harness_nan_equals_nothing},
         {"view chain values", test_view_chain_values},
         {"backward through views", test_backward_through_views},
         {"gradcheck runs", test_gradcheck_runs},

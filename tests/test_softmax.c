@@ -226,7 +226,7 @@ static void test_fully_blocked_row(void) {
         NBT_ASSERT_VALUES(nb_masked_softmax(inf, NULL, false, 1.0), 0, 0, 0);
         /* NaN is never mistaken for a blocked row. */
         nb_tensor *nan_rows = values(dt, NB_SHAPE(2, 2), D(NAN, NAN, 1, NAN));
-        NBT_ASSERT_VALUES(nb_masked_softmax(nan_rows, NULL, false, 1.0), 0, NAN, NAN, NAN, NAN);
+        NBT_ASSERT_VALUES(nb_masked_softmax(nan_rows, NULL, false, 1.0), 0, NBT_NAN, NBT_NAN, NBT_NAN, NBT_NAN);
         /* Plain softmax keeps PyTorch's NaN for an all -inf row. */
         CU_ASSERT(!no_nan(nb_softmax(inf, 0)));
     }

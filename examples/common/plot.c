@@ -44,6 +44,30 @@ bool plot_curve(const char *csv_path, const char *png_path, const char *title) {
     return run_gnuplot(script);
 }
 
+bool plot_train_val(const char *train_csv, const char *val_csv, const char *png_path,
+                    const char *title) {
+    if (!plot_available()) return false;
+    char script[2048];
+    /* bits per character = nats / ln 2; the training loss is a 50-step moving average. */
+    snprintf(script, sizeof script,
+             "set terminal pngcairo noenhanced size 900,500 font ',11'\n"
+             "set output '%s'\n"
+             "set datafile separator ','\n"
+             "set title '%s'\n"
+             "set xlabel 'step'\n"
+             "set ylabel 'bits per character'\n"
+             "set grid\n"
+             "set key top right\n"
+             "n = 50; array buf[50]; do for [i=1:50] { buf[i] = 0 }\n"
+             "avg(x, k) = (buf[(int(k) %% n) + 1] = x, sum [i=1:(k < n ? int(k) + 1 : n)] buf[i] / "
+             "(k < n ? k + 1 : n))\n"
+             "plot '%s' using 1:(avg($2, $0) / log(2)) every ::1 with lines lw 1 "
+             "title 'training (50-step mean)', "
+             "'%s' using 1:3 every ::1 with linespoints lw 2 pt 7 title 'validation'\n",
+             png_path, title, train_csv, val_csv);
+    return run_gnuplot(script);
+}
+
 /* Gnuplot string literal contents: single quotes doubled. */
 static void quote(FILE *f, const char *s) {
     for (; *s; s++) fputs(*s == '\'' ? "''" : (char[]){*s, 0}, f);

@@ -21,8 +21,18 @@ nb_tensor *nb_grad(const nb_tensor *t);
 void nb_zero_grad(nb_tensor *t);
 
 /* Backpropagates from out. grad_output may be NULL only when out has one element (it is then
- * 1); otherwise it must have out's shape. Returns false with an error on failure. */
+ * 1); otherwise it must have out's shape. Each node's backward runs once and then releases
+ * what it saved, so a second backward through the same nodes is an error naming the op
+ * (use nb_backward_with and retain_graph to go through a graph twice). Returns false with an
+ * error on failure, including a backward function that failed (e.g. out of memory, or a user
+ * function's backward returning false); gradients accumulated before the failure stay. */
 bool nb_backward(nb_tensor *out, const nb_tensor *grad_output);
+
+typedef struct {
+    bool retain_graph; /* keep what the nodes saved, so another backward may go through them */
+} nb_backward_opts;
+/* nb_backward with options; opts may be NULL (the defaults: retain_graph false). */
+bool nb_backward_with(nb_tensor *out, const nb_tensor *grad_output, const nb_backward_opts *opts);
 
 /* Grad mode: while disabled, ops record nothing. Returns the previous setting. */
 bool nb_set_grad_enabled(bool enabled);

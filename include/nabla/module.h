@@ -47,6 +47,8 @@ struct nb_module {
     int nparams, cap_params;
     nb_param *buffers; /* this module's own buffers, full dotted names */
     int nbuffers, cap_buffers;
+    nb_param *unsaved; /* its non-persistent buffers (not in checkpoints) */
+    int nunsaved, cap_unsaved;
     bool training;
     /* root only */
     nb_scope *scope;
@@ -69,10 +71,11 @@ void nb_module_free(nb_module *root);
 void *nb_module_new(nb_module *parent, const char *name, const char *type, size_t size);
 /* A plain container child (for grouping, e.g. "blocks"); owned by the root. */
 nb_module *nb_module_container(nb_module *parent, const char *name);
-/* For a constructor that fails after nb_module_new: detaches m from its parent and releases
- * m, its children and all their parameters and buffers (the error message is kept). m must
- * be the parent's most recent child and not a root. Always returns NULL, for
- * `return nb_module_discard(&m->base);`. */
+/* For a constructor that fails after nb_module_new: detaches m from its parent, releases m,
+ * its children and all their parameters and buffers, and rewinds the model's generator to
+ * where it was when m was made, so the model is as if m had never been built. Nothing may use
+ * m or its tensors afterwards. The error message is kept. A root is left alone (free it with
+ * nb_module_free). Always returns NULL, for `return nb_module_discard(&m->base);`. */
 void *nb_module_discard(nb_module *m);
 
 /* Accessors. Strings are owned by the module. */
@@ -138,6 +141,12 @@ nb_tensor *nb_module_add_param(nb_module *m, const char *name, int ndim, const i
  * the model; NULL with an error naming m's path. */
 nb_tensor *nb_module_add_buffer(nb_module *m, const char *name, const nb_tensor *value);
 
+/* A buffer left out of checkpoints (PyTorch's register_buffer(..., persistent=False)): state
+ * derived from the configuration, such as rotary cos/sin tables, which a PyTorch state_dict
+ * does not hold either. Otherwise as nb_module_add_buffer. Owned by the model. */
+nb_tensor *nb_module_add_nonpersistent_buffer(nb_module *m, const char *name,
+                                              const nb_tensor *value);
+
 /* Number of parameter tensors in m's subtree, and their total element count. */
 int nb_module_param_count(const nb_module *m);
 int64_t nb_module_numel(const nb_module *m);
@@ -147,7 +156,12 @@ int64_t nb_module_numel(const nb_module *m);
 int nb_module_params(const nb_module *m, nb_param *out, int max);
 /* The parameter with this dotted name, or NULL with an error. Owned by the model. */
 nb_tensor *nb_module_param(const nb_module *m, const char *name);
-/* The same three for buffers. */
+/* m's subtree's parameter tensors, in nb_module_params order, as a new array of *count
+ * pointers for optimizers and nb_clip_grad_norm (PyTorch's model.parameters()). The caller
+ * frees the array with free(); the tensors belong to the model. NULL with an error. */
+nb_tensor **nb_module_parameters(const nb_module *m, int *count);
+/* The same three for buffers, persistent and not: each module's persistent buffers, then its
+ * non-persistent ones, then its children's. */
 int nb_module_buffer_count(const nb_module *m);
 int nb_module_buffers(const nb_module *m, nb_param *out, int max);
 nb_tensor *nb_module_buffer(const nb_module *m, const char *name);
@@ -156,14 +170,15 @@ nb_tensor *nb_module_buffer(const nb_module *m, const char *name);
 void nb_module_zero_grad(nb_module *m);
 /* Training mode (dropout active) or evaluation mode, for the whole subtree. */
 void nb_module_train(nb_module *m, bool training);
-/* Prints a table of names, shapes and counts: parameters, then buffers marked (buffer). */
+/* Prints a table of names, shapes and counts: parameters, then buffers marked (buffer), and
+ * "not saved" for non-persistent ones. Errors (no output) for a NULL argument. */
 void nb_module_fprint(FILE *f, const nb_module *m);
 
 /* ---- Checkpoints ------------------------------------------------------------------------ */
-/* Saves every parameter and buffer of m's subtree under its dotted name to a safetensors file
- * (written to a temporary file and renamed, so a failed save leaves an older file intact). */
+/* Saves every parameter and persistent buffer of m's subtree under its dotted name to a safetensors
+ * file (written to a temporary file and renamed, so a failed save leaves an older file intact). */
 bool nb_module_save(const nb_module *m, const char *path);
-/* Loads every parameter and buffer of m's subtree from a safetensors file written by
+/* Loads every parameter and persistent buffer of m's subtree from a safetensors file written by
  * nb_module_save or PyTorch's state_dict (same names, dtypes and shapes, nothing extra). On any
  * problem returns false with an error and leaves every tensor unchanged. */
 bool nb_module_load(nb_module *m, const char *path);
@@ -173,6 +188,10 @@ bool nb_module_load(nb_module *m, const char *path);
 typedef struct nb_optimizer nb_optimizer;
 bool nb_module_save_with(const nb_module *m, nb_optimizer *opt, const char *path);
 bool nb_module_load_with(nb_module *m, nb_optimizer *opt, const char *path);
+/* nb_module_save_with, also writing n_meta string entries into the file's __metadata__ (see
+ * nb_safetensors_save_with_metadata); read them back with nb_safetensors_read_metadata. */
+bool nb_module_save_with_metadata(const nb_module *m, nb_optimizer *opt, const char *path,
+                                  int n_meta, const nb_metadata_entry *meta);
 
 #ifdef __cplusplus
 }

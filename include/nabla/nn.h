@@ -107,27 +107,61 @@ nb_tensor *nb_transformer_block_forward(nb_transformer_block *m, const nb_tensor
                                         const nb_mha_opts *opts);
 
 /* ---- A small transformer over tokens --------------------------------------------------- */
-/* tok_emb + pos_emb, then blocks.0 .. blocks.{layers-1}, then norm_f and head (vocab logits).
- * The toy tasks, the character LM and the benchmark all use it. */
+/* tok_emb + pos_emb, then blocks.0 .. blocks.{layers-1}, then norm_f and head (logits over
+ * out_features classes, the vocabulary unless asked otherwise). With tied weights the head
+ * reuses tok_emb.weight as its weight (out_features must equal vocab) and owns only
+ * head.bias. The toy tasks, the character LM and the benchmark all use it. */
 typedef struct {
     nb_module base;
     nb_embedding_layer *tok_emb, *pos_emb;
     nb_module *blocks_container;
     nb_transformer_block *blocks[16];
     nb_layernorm *norm_f;
-    nb_linear *head;
-    int64_t vocab, max_len, dim, num_heads;
+    nb_linear *head; /* NULL with tied weights */
+    nb_tensor *head_weight, *head_bias; /* what the head multiplies by: [out, dim], [out] */
+    int64_t vocab, max_len, dim, num_heads, out_features;
     int num_layers;
+    bool tie_weights;
 } nb_transformer_lm;
+
+/* Everything a TransformerLM is built from; checkpoints carry it (nb_transformer_lm_save). */
+typedef struct {
+    int64_t vocab, max_len, dim, num_heads;
+    int layers;           /* 1..16 */
+    int64_t out_features; /* 0 = vocab */
+    bool tie_weights;     /* head weight = tok_emb.weight (needs out_features == vocab) */
+} nb_lm_config;
 
 /* layers in 1..16; max_len bounds the sequence length. Owned by the root. */
 nb_transformer_lm *nb_transformer_lm_new(nb_module *parent, const char *name, int64_t vocab,
                                          int64_t max_len, int64_t dim, int64_t num_heads,
                                          int layers, double dropout);
-/* tokens NB_I64 [B, T] -> logits [B, T, vocab]. attn_weights, if not NULL, has room for
- * num_layers tensors and receives each layer's [B, H, T, T] attention weights. */
+/* The same from a configuration (other output sizes, tied weights). Owned by the root. */
+nb_transformer_lm *nb_transformer_lm_new_config(nb_module *parent, const char *name,
+                                                const nb_lm_config *cfg, double dropout);
+/* The configuration lm was built from (out_features filled in). */
+nb_lm_config nb_transformer_lm_config(const nb_transformer_lm *lm);
+/* tokens NB_I64 [B, T] -> logits [B, T, out_features]. attn_weights, if not NULL, has room
+ * for num_layers tensors and receives each layer's [B, H, T, T] attention weights. */
 nb_tensor *nb_transformer_lm_forward(nb_transformer_lm *m, const nb_tensor *tokens, bool causal,
                                      const nb_tensor *key_padding_mask, nb_tensor **attn_weights);
+
+/* ---- Checkpoints that describe their model ---------------------------------------------- */
+/* Saves lm's subtree (and opt's state if opt is not NULL, as nb_module_save_with) with lm's
+ * configuration in the file's __metadata__ ("nabla.model" = "TransformerLM", "nabla.block" =
+ * "pre_ln", "nabla.vocab", "nabla.d_model", "nabla.heads", "nabla.layers", "nabla.context",
+ * "nabla.out_features", "nabla.tie_weights"), plus n_extra entries of the caller's (e.g. a
+ * character vocabulary). */
+bool nb_transformer_lm_save(const nb_transformer_lm *lm, nb_optimizer *opt, const char *path,
+                            int n_extra, const nb_metadata_entry *extra);
+/* Reads the configuration from path's __metadata__. False with an error naming the file and
+ * the missing or malformed key (for instance a checkpoint saved without one). */
+bool nb_lm_config_read(const char *path, nb_lm_config *cfg);
+/* Loads path into lm (and opt if not NULL), first checking that the configuration it carries
+ * is lm's: a mismatch is an error naming each differing field with both values ("d_model:
+ * checkpoint 96, model 128"), and nothing changes. Files without a configuration load as
+ * nb_module_load_with does (names, dtypes and shapes must match). */
+bool nb_transformer_lm_load(nb_transformer_lm *lm, nb_optimizer *opt, const char *path);
 
 #ifdef __cplusplus
 }

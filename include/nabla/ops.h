@@ -97,9 +97,25 @@ nb_tensor *nb_masked_softmax(const nb_tensor *a, const nb_tensor *mask, bool cau
  * nb_masked_softmax(q_h k_h^T, mask, causal, scale) v_h, heads side by side. That is what
  * split heads -> matmul -> masked softmax -> matmul -> merge heads computes, in one node
  * and without transposed copies. mask: NB_BOOL broadcast to [B, num_heads, T_q, T_k],
- * true = blocked, or NULL. Fully blocked rows give zeros and zero gradient. */
+ * true = blocked, or NULL. Fully blocked rows give zeros and zero gradient. The same op as
+ * nb_sdpa, with heads packed side by side. */
 nb_tensor *nb_f_attention(const nb_tensor *q, const nb_tensor *k, const nb_tensor *v,
                           int64_t num_heads, const nb_tensor *mask, bool causal, double scale);
+
+/* Scaled dot-product attention over heads, the fused counterpart of PyTorch's
+ * F.scaled_dot_product_attention: q [B, H_q, T_q, hd], k and v [B, H_kv, T_k, hd] as any
+ * strided views (heads made by view + transpose of a projection, or rotated by RoPE, are read
+ * in place when hd has unit stride, else copied), H_kv dividing H_q: query head h reads
+ * key/value head h / (H_q / H_kv) (grouped-query and multi-query attention). mask: NB_BOOL
+ * broadcast to [B, H_q, T_q, T_k] with true = blocked (nn.MultiheadAttention's convention, the
+ * opposite of SDPA's attn_mask), or NULL; causal blocks key s > query t; the scores are
+ * multiplied by scale (usually 1 / sqrt(hd)). Fully blocked rows give zeros and zero
+ * gradient; empty dims give empty results. Returns [B, H_q, T_q, hd] (new, in the current
+ * scope) stored as [B, T_q, H_q, hd]: nb_transpose(out, 1, 2) is contiguous, so viewing it
+ * as [B, T_q, H_q * hd] merges the heads without a copy. Long sequences do not keep the
+ * [B, H_q, T_q, T_k] probabilities for backward (memory-efficient attention). */
+nb_tensor *nb_sdpa(const nb_tensor *q, const nb_tensor *k, const nb_tensor *v,
+                   const nb_tensor *mask, bool causal, double scale);
 
 /* ---- Losses ----------------------------------------------------------------------------- */
 typedef enum { NB_REDUCE_MEAN = 0, NB_REDUCE_SUM = 1, NB_REDUCE_NONE = 2 } nb_reduction;

@@ -98,7 +98,8 @@ int64_t nb_size(const nb_tensor *t, int dim);
 bool nb_is_contiguous(const nb_tensor *t);
 bool nb_is_float(const nb_tensor *t);
 bool nb_same_shape(const nb_tensor *a, const nb_tensor *b);
-/* Writes "[2, 3, 4]" into buf (always terminated). Returns buf. */
+/* Writes "[2, 3, 4]" ("(null)" for a NULL t) into buf (always terminated). Returns buf; a NULL
+ * buf or len 0 writes nothing. */
 char *nb_shape_str(const nb_tensor *t, char *buf, size_t len);
 
 /* ---- Creation (all return a new tensor in the current scope, or NULL with an error) ------- */
@@ -114,7 +115,8 @@ nb_tensor *nb_full(nb_dtype dt, int ndim, const int64_t *shape, double value);
 nb_tensor *nb_scalar(nb_dtype dt, double value);
 /* 1-D [start, start+step, ...) below end (PyTorch's arange). */
 nb_tensor *nb_arange(nb_dtype dt, double start, double end, double step);
-/* Copies numel elements of C type matching dt (float, double, int64_t, uint8_t) from data. */
+/* Copies numel elements of C type matching dt (float, double, int64_t, uint8_t) from data;
+ * for NB_BOOL any non-zero byte becomes 1. */
 nb_tensor *nb_from_array(nb_dtype dt, int ndim, const int64_t *shape, const void *data);
 nb_tensor *nb_eye(nb_dtype dt, int64_t n);
 /* Copy of a 2-D (or batched) t with entries above (tril) / below (triu) diagonal k zeroed. */
@@ -132,13 +134,15 @@ nb_tensor *nb_detach(const nb_tensor *t);
 typedef struct {
     uint64_t s[4];
 } nb_rng;
+/* A NULL rng is an error: seed does nothing, next returns 0, uniform and normal NaN. */
 void nb_rng_seed(nb_rng *rng, uint64_t seed);
 uint64_t nb_rng_next(nb_rng *rng);
 /* Uniform in [0, 1). */
 double nb_rng_uniform(nb_rng *rng);
 /* Standard normal (Box-Muller). */
 double nb_rng_normal(nb_rng *rng);
-/* Uniform in [low, high). */
+/* Uniform in [0, 1), or [low, high): low <= high, high - low finite, and (for f32) both bounds
+ * within float32's range, else an error. */
 nb_tensor *nb_rand(nb_rng *rng, nb_dtype dt, int ndim, const int64_t *shape);
 nb_tensor *nb_uniform(nb_rng *rng, nb_dtype dt, int ndim, const int64_t *shape, double low,
                       double high);
@@ -164,13 +168,42 @@ bool nb_fill_(nb_tensor *t, double value);
 /* Copies src into dst in place (broadcasting src, converting dtype; no autograd). */
 bool nb_copy_(nb_tensor *dst, const nb_tensor *src);
 
+/* True if t holds no NaN and no infinity (like torch.isfinite(t).all()); integer and bool
+ * tensors always do, and so does an empty tensor. False with an error for NULL. */
+bool nb_all_finite(const nb_tensor *t);
+
 /* Elementwise a | b of two NB_BOOL masks, broadcast. New tensor in the current scope. */
 nb_tensor *nb_logical_or(const nb_tensor *a, const nb_tensor *b);
 
+/* ---- Comparisons, counting, argmax (no autograd) ---------------------------------------- */
+/* Elementwise a == b, a != b, a < b, a <= b, a > b, a >= b as NB_BOOL (1 = true), broadcast,
+ * any dtypes (the same dtype compares natively, mixed ones as doubles; NaN is unequal to
+ * everything). New tensors in the current scope; not differentiable. */
+nb_tensor *nb_eq(const nb_tensor *a, const nb_tensor *b);
+nb_tensor *nb_ne(const nb_tensor *a, const nb_tensor *b);
+nb_tensor *nb_lt(const nb_tensor *a, const nb_tensor *b);
+nb_tensor *nb_le(const nb_tensor *a, const nb_tensor *b);
+nb_tensor *nb_gt(const nb_tensor *a, const nb_tensor *b);
+nb_tensor *nb_ge(const nb_tensor *a, const nb_tensor *b);
+/* Number of nonzero (true) elements of t, any dtype; -1 with an error for NULL. */
+int64_t nb_count_nonzero(const nb_tensor *t);
+/* Index of the largest element along dim (the first of equal maxima), NB_I64, dim removed
+ * unless keepdim. New tensor in the current scope. */
+nb_tensor *nb_argmax(const nb_tensor *a, int dim, bool keepdim);
+/* Fraction of positions where argmax(logits [..., C], -1) equals target (NB_I64 [...]),
+ * leaving out targets equal to ignore_index; NaN if all are left out, -1 with an error on bad
+ * input. */
+double nb_accuracy(const nb_tensor *logits, const nb_tensor *target, int64_t ignore_index);
+
 /* ---- Printing --------------------------------------------------------------------------- */
-/* PyTorch style: tensor([[1., 2.], [3., 4.]]) followed by shape and dtype. */
+/* PyTorch style: tensor([[1., 2.], [3., 4.]]) followed by shape and dtype; "tensor(NULL)" for
+ * a NULL t. A NULL f is an error (nothing printed). */
 void nb_fprint(FILE *f, const nb_tensor *t);
 void nb_print(const nb_tensor *t);
+/* The values alone, as PyTorch prints a float32 tensor: tensor([[1., 2.], [3., 4.]]) with no
+ * shape or dtype suffix, for comparing output with the tutorials' printouts. */
+void nb_fprint_values(FILE *f, const nb_tensor *t);
+void nb_print_values(const nb_tensor *t);
 /* The same text as nb_fprint; caller frees with free(). */
 char *nb_to_string(const nb_tensor *t);
 

@@ -1,13 +1,12 @@
 /* The small-head attention kernels (attention_small.h), written once with GCC vector types of
- * 16 floats and built per instruction set by meson (AS_SUFFIX names the build): AVX-512 holds
- * a vector in one register, AVX2 in two, plain x86-64 in four.
+ * 16 floats and built per instruction set (kernels.h): AVX-512 holds a vector in one register,
+ * AVX2 in two, plain x86-64 in four.
  *
  * A row of scores or probabilities is one vector over the keys, padded with zeros (or -inf
  * before the exp) past T_k. Sums run in a fixed order, so a pair's result does not depend on
  * which thread computes it. Products skip the causally blocked terms, which are exact zeros.
  * Without -ffast-math nothing is fused or reordered: each multiply and add rounds as written. */
-#include "attention_small.h"
-#include "../tensor/vecmath.h"
+#include "kernels.h"
 
 #include <math.h>
 #include <string.h>
@@ -18,10 +17,6 @@
 #define W 16
 typedef float v16 __attribute__((vector_size(W * sizeof(float))));
 typedef int32_t v16i __attribute__((vector_size(W * sizeof(float))));
-
-#define CAT2(a, b) a##_##b
-#define CAT(a, b) CAT2(a, b)
-#define FN(name) CAT(name, AS_SUFFIX)
 
 static inline v16 load(const float *p) {
     v16 v;
@@ -207,14 +202,14 @@ static void padded_rows_times(const nba_small_head *h, const float *x, const flo
     }
 }
 
-void FN(nba_small_head_forward)(const nba_small_head *h) {
+void NBK_FN(nba_small_head_forward)(const nba_small_head *h) {
     const int64_t Tq = h->Tq, Tk = h->Tk, hd = h->hd;
     float kt[NBA_SMALL_HEAD_DIM * W]; /* k^T: row d holds k[0..Tk)[d], zeros after */
     float rows[NBA_SMALL_QUERIES * W];
     if (Tq < 1 || Tq > NBA_SMALL_QUERIES) return; /* (nba_small_head_fits rules it out) */
     transpose_keys(h->k, h->k_row, Tk, hd, kt);
     shifted_scores(h, kt, rows);
-    nbt_vexp_f32(rows, rows, Tq * W);
+    NBK_FN(nbt_vexp_f32)(rows, rows, Tq * W); /* this set's exp, as the table's */
     for (int64_t t = 0; t < Tq; t++) {
         v16 p = load(rows + t * W);
         float sum = lane_sum(p);
@@ -245,7 +240,7 @@ static void transposed_block(const nba_small_head *h, const float *x, const floa
     }
 }
 
-void FN(nba_small_head_backward)(const nba_small_head *h) {
+void NBK_FN(nba_small_head_backward)(const nba_small_head *h) {
     const int64_t Tq = h->Tq, Tk = h->Tk, hd = h->hd;
     float p[NBA_SMALL_QUERIES * W]; /* probabilities, rows padded with zeros */
     if (Tq < 1 || Tq > NBA_SMALL_QUERIES) return;

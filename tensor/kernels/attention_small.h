@@ -36,15 +36,11 @@ static inline bool nba_small_head_fits(int64_t Tq, int64_t Tk, int64_t hd) {
            hd <= NBA_SMALL_HEAD_DIM;
 }
 
-/* Forward: probs = softmax rows of scale * q k^T over the unblocked keys, ctx = probs v. A row
- * whose unblocked scores are all -inf gives zeros, as nb_masked_softmax does. */
-void nba_small_head_forward_avx512f(const nba_small_head *h);
-void nba_small_head_forward_avx2(const nba_small_head *h);
-void nba_small_head_forward_generic(const nba_small_head *h);
-/* Backward: dv = probs^T grad, dS = scale * P * (dP - rowsum(P * dP)) with dP = grad v^T,
+/* The kernels, one build per instruction set (kernels.h: nba_small_head_forward_<set>, reached
+ * through nbt_kernels()->small_head_forward and small_head_backward):
+ * Forward: probs = softmax rows of scale * q k^T over the unblocked keys, ctx = probs v. A row
+ * whose unblocked scores are all -inf gives zeros, as nb_masked_softmax does.
+ * Backward: dv = probs^T grad, dS = scale * P * (dP - rowsum(P * dP)) with dP = grad v^T,
  * dq = dS k, dk = dS^T q (each only when its pointer is set). */
-void nba_small_head_backward_avx512f(const nba_small_head *h);
-void nba_small_head_backward_avx2(const nba_small_head *h);
-void nba_small_head_backward_generic(const nba_small_head *h);
 
 #endif

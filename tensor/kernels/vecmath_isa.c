@@ -1,13 +1,13 @@
-/* One instruction set's loops: compiled three times (VM_ISA = avx512f, avx2, sse2) with the
- * matching -m flags, so SLEEF's header exposes the right vector types. */
+/* One instruction set's SLEEF loops (kernels.h: built once per set, with the -m flags that make
+ * SLEEF's header expose the set's vector types; the generic build uses SSE2, the x86-64
+ * baseline). */
+#include "kernels.h"
+
 #include <immintrin.h>
 #include <sleef.h>
 #include <stdint.h>
 
-#define CAT3(a, b, c) a##b##c
-#define NAME(fn, isa) CAT3(fn, _, isa)
-
-#if VM_AVX512
+#ifdef __AVX512F__
 #define VF __m512
 #define VD __m512d
 #define WF 16
@@ -18,8 +18,7 @@
 #define SD(p, v) _mm512_storeu_pd(p, v)
 #define F(fn) Sleef_##fn##f16_u10avx512f
 #define D(fn) Sleef_##fn##d8_u10avx512f
-#define ISA avx512f
-#elif VM_AVX2
+#elif defined(__AVX2__)
 #define VF __m256
 #define VD __m256d
 #define WF 8
@@ -30,7 +29,6 @@
 #define SD(p, v) _mm256_storeu_pd(p, v)
 #define F(fn) Sleef_##fn##f8_u10avx2
 #define D(fn) Sleef_##fn##d4_u10avx2
-#define ISA avx2
 #else
 #define VF __m128
 #define VD __m128d
@@ -42,12 +40,11 @@
 #define SD(p, v) _mm_storeu_pd(p, v)
 #define F(fn) Sleef_##fn##f4_u10
 #define D(fn) Sleef_##fn##d2_u10
-#define ISA sse2
 #endif
 
 /* Full vectors, then the tail through a zero-padded buffer (no scalar libm mix). */
 #define LOOPS(fn)                                                                                  \
-    void NAME(nbt_v##fn##_f32, ISA)(float *y, const float *x, int64_t n) {                         \
+    void NBK_FN(nbt_v##fn##_f32)(float *y, const float *x, int64_t n) {                            \
         int64_t i = 0;                                                                             \
         for (; i + WF <= n; i += WF) SF(y + i, F(fn)(LF(x + i)));                                  \
         if (i < n) {                                                                               \
@@ -57,7 +54,7 @@
             for (int64_t k = i; k < n; k++) y[k] = buf[k - i];                                     \
         }                                                                                          \
     }                                                                                              \
-    void NAME(nbt_v##fn##_f64, ISA)(double *y, const double *x, int64_t n) {                       \
+    void NBK_FN(nbt_v##fn##_f64)(double *y, const double *x, int64_t n) {                          \
         int64_t i = 0;                                                                             \
         for (; i + WD <= n; i += WD) SD(y + i, D(fn)(LD(x + i)));                                  \
         if (i < n) {                                                                               \

@@ -37,7 +37,7 @@ static inline __attribute__((always_inline)) void RSTORE(T *c, int64_t c_cs, MAS
 /* Rows per group: 8 where 32 vector registers hold 8 x 2 accumulators (AVX-512), else 4.
  * Enough independent chains to keep both FMA ports busy through their latency; how rows are
  * grouped never changes an element's sum. */
-#if GK_AVX512
+#ifdef __AVX512F__
 #define RGROUP 8
 #else
 #define RGROUP 4

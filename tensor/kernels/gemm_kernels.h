@@ -92,8 +92,4 @@ typedef struct {
 #define NBT_GEMM_MAX_MR 16
 #define NBT_GEMM_MAX_NR 32
 
-void nbt_gemm_kernels_avx512f(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64);
-void nbt_gemm_kernels_avx2(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64);
-void nbt_gemm_kernels_generic(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64);
-
 #endif

@@ -1,0 +1,63 @@
+/* Strict command-line parsing for the examples: a flag's number must be the whole string and
+ * lie within the flag's range, or the flag is refused with a message naming it.
+ *
+ *   args a;
+ *   args_start(&a, "prog", argc, argv);
+ *   while (args_next(&a)) {
+ *       if (args_is(&a, "--steps")) ok = args_int(&a, 1, 1000, &steps);
+ *       else ok = args_unknown(&a);
+ *       if (!ok) ... usage, exit 2
+ *   }
+ */
+#ifndef NABLA_EXAMPLES_ARGS_H
+#define NABLA_EXAMPLES_ARGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Upper bounds shared by the examples. Threads: the most nabla's pool runs. Steps: a budget
+ * beyond any example's use that still keeps step arithmetic far from overflow. */
+#define ARGS_MAX_THREADS 64
+#define ARGS_MAX_STEPS 100000000
+
+typedef struct {
+    const char *prog; /* prefix of every message */
+    int argc;
+    char **argv;
+    int next;         /* index of the next argv entry to read */
+    const char *flag; /* the flag being parsed */
+} args;
+
+void args_start(args *a, const char *prog, int argc, char **argv);
+/* Moves to the next flag; false when none are left. */
+bool args_next(args *a);
+/* True if the current flag is name. */
+bool args_is(const args *a, const char *name);
+/* The current flag's value (borrowed from argv), or NULL with a message when it has none. */
+const char *args_string(args *a);
+/* The flag's value as an integer in [min, max]; false with a message otherwise. */
+bool args_int(args *a, int64_t min, int64_t max, int64_t *out);
+/* The same for an int. */
+bool args_int32(args *a, int min, int max, int *out);
+/* The flag's value as an unsigned 64-bit integer (decimal, no sign); false with a message. */
+bool args_uint64(args *a, uint64_t *out);
+/* The flag's value as a finite number in [min, max]; false with a message otherwise. */
+bool args_double(args *a, double min, double max, double *out);
+/* True for --help and -h. */
+bool args_is_help(const args *a);
+/* Reports the current flag as unknown; always false. */
+bool args_unknown(const args *a);
+
+/* The flags every trainer takes: --steps N, --seed S, --threads N, --out DIR, --eval CKPT. */
+typedef struct {
+    int64_t steps;
+    uint64_t seed;
+    int threads; /* 0: nabla's default */
+    const char *out, *eval;
+} trainer_flags;
+
+/* If the current flag is one of trainer_flags', parses its value into f, sets *ok to whether
+ * that worked and returns true; returns false for any other flag. */
+bool args_trainer_flag(args *a, trainer_flags *f, bool *ok);
+
+#endif

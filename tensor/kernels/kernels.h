@@ -1,0 +1,78 @@
+/* The raw kernels that exist once per instruction set, and the table that hands them out.
+ *
+ * Every .c file in tensor/kernels/ is compiled once per set by one meson loop
+ * (tensor/meson.build): "avx512" (-mavx512f -mavx512dq -mfma), "avx2" (-mavx2 -mfma) and
+ * "generic" (the x86-64 baseline, SSE2). The build defines NBK_ISA as the set's name, and
+ * every function a kernel file exports ends in _<set> (NBK_FN). A file tells the sets apart
+ * by the compiler's own __AVX512F__ / __AVX2__; most are written once with vector types and
+ * need not. Each set's table.c fills one nbt_kernel_table with that set's functions, and
+ * tensor/isa.c chooses the table once per process (NABLA_ISA, see isa.h).
+ *
+ * No -ffast-math and no contraction (meson.build): each build rounds every operation as
+ * written, so kernels written once with vector types give the same bits in every set. */
+#ifndef NABLA_KERNELS_H
+#define NABLA_KERNELS_H
+
+#include "attention_small.h"
+#include "gemm_kernels.h"
+
+#include <stdint.h>
+
+typedef struct {
+    /* y = f(x) over n contiguous elements through SLEEF's 1-ULP functions; y may be x. */
+    void (*vexp_f32)(float *y, const float *x, int64_t n);
+    void (*vexp_f64)(double *y, const double *x, int64_t n);
+    void (*vlog_f32)(float *y, const float *x, int64_t n);
+    void (*vlog_f64)(double *y, const double *x, int64_t n);
+    void (*vtanh_f32)(float *y, const float *x, int64_t n);
+    void (*vtanh_f64)(double *y, const double *x, int64_t n);
+    void (*verf_f32)(float *y, const float *x, int64_t n);
+    void (*verf_f64)(double *y, const double *x, int64_t n);
+    /* GEMM microkernels (gemm_kernels.h). */
+    nbt_gemm_kernels_f32 gemm_f32;
+    nbt_gemm_kernels_f64 gemm_f64;
+    /* Attention heads of a few keys in float32 (attention_small.h). */
+    void (*small_head_forward)(const nba_small_head *h);
+    void (*small_head_backward)(const nba_small_head *h);
+    /* Layer norm's float32 rows (layer_norm_rows.c): y, mean and rstd of rows of D; then dx
+     * (may be NULL) and dw, db added into (either may be NULL). w and b may be NULL. */
+    void (*layer_norm_rows_f32)(int64_t rows, int64_t D, const float *x, const float *w,
+                                const float *b, double eps, float *y, float *mean, float *rstd);
+    void (*layer_norm_backward_rows_f32)(int64_t rows, int64_t D, const float *x, const float *w,
+                                         const float *mean, const float *rstd, const float *g,
+                                         float *dx, double *dw, double *db);
+    /* acc[k] += x[k] for k < n, in double (column_sums.c). */
+    void (*add_row_f32)(double *acc, const float *x, int64_t n);
+} nbt_kernel_table;
+
+/* Fills k with one set's kernels (each set's table.c). */
+void nbt_kernels_avx512(nbt_kernel_table *k);
+void nbt_kernels_avx2(nbt_kernel_table *k);
+void nbt_kernels_generic(nbt_kernel_table *k);
+
+#ifdef NBK_ISA
+#define NBK_CAT2(name, isa) name##_##isa
+#define NBK_CAT(name, isa) NBK_CAT2(name, isa)
+/* name_<set> for the set being built. */
+#define NBK_FN(name) NBK_CAT(name, NBK_ISA)
+
+#define NBK_DECLARE_VECMATH(fn)                                                                    \
+    void NBK_FN(nbt_v##fn##_f32)(float *y, const float *x, int64_t n);                             \
+    void NBK_FN(nbt_v##fn##_f64)(double *y, const double *x, int64_t n);
+NBK_DECLARE_VECMATH(exp)
+NBK_DECLARE_VECMATH(log)
+NBK_DECLARE_VECMATH(tanh)
+NBK_DECLARE_VECMATH(erf)
+void NBK_FN(nbt_gemm_kernels)(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64);
+void NBK_FN(nbk_layer_norm_rows_f32)(int64_t rows, int64_t D, const float *x, const float *w,
+                                     const float *b, double eps, float *y, float *mean,
+                                     float *rstd);
+void NBK_FN(nbk_layer_norm_backward_rows_f32)(int64_t rows, int64_t D, const float *x,
+                                              const float *w, const float *mean, const float *rstd,
+                                              const float *g, float *dx, double *dw, double *db);
+void NBK_FN(nbk_add_row_f32)(double *acc, const float *x, int64_t n);
+void NBK_FN(nba_small_head_forward)(const nba_small_head *h);
+void NBK_FN(nba_small_head_backward)(const nba_small_head *h);
+#endif
+
+#endif

@@ -1,0 +1,21 @@
+/* One instruction set's table of kernels (kernels.h), built with the set like every file here. */
+#include "kernels.h"
+
+void NBK_FN(nbt_kernels)(nbt_kernel_table *k) {
+    *k = (nbt_kernel_table){
+        .vexp_f32 = NBK_FN(nbt_vexp_f32),
+        .vexp_f64 = NBK_FN(nbt_vexp_f64),
+        .vlog_f32 = NBK_FN(nbt_vlog_f32),
+        .vlog_f64 = NBK_FN(nbt_vlog_f64),
+        .vtanh_f32 = NBK_FN(nbt_vtanh_f32),
+        .vtanh_f64 = NBK_FN(nbt_vtanh_f64),
+        .verf_f32 = NBK_FN(nbt_verf_f32),
+        .verf_f64 = NBK_FN(nbt_verf_f64),
+        .small_head_forward = NBK_FN(nba_small_head_forward),
+        .small_head_backward = NBK_FN(nba_small_head_backward),
+        .layer_norm_rows_f32 = NBK_FN(nbk_layer_norm_rows_f32),
+        .layer_norm_backward_rows_f32 = NBK_FN(nbk_layer_norm_backward_rows_f32),
+        .add_row_f32 = NBK_FN(nbk_add_row_f32),
+    };
+    NBK_FN(nbt_gemm_kernels)(&k->gemm_f32, &k->gemm_f64);
+}

@@ -1,0 +1,190 @@
+/* Checkpoint saves against other processes and hostile files: two processes saving different
+ * states to one path while a third loads (every load must be one whole saved state), symlinks
+ * and stray files at temporary names (never followed, never confusing). */
+#include "harness.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char tmp_dir[64];
+
+static const char *tmp_path(const char *name) {
+    static char bufs[4][sizeof tmp_dir + 1 + 256];
+    static int next;
+    char *b = bufs[next++ % 4];
+    snprintf(b, sizeof bufs[0], "%s/%s", tmp_dir, name);
+    return b;
+}
+
+/* Names in tmp_dir other than . and .., counted. */
+static int dir_entries(void) {
+    DIR *d = opendir(tmp_dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    if (d) closedir(d);
+    return n;
+}
+
+/* State s (1 or 2): a = s * 1e4 + i (F32 [257]), b = -(s * 1e4 + i) (F64 [1031]), c = s (I64
+ * [5]). Sizes differ so a torn file shows as mixed values or a failed load. */
+enum { NA = 257, NB = 1031, NC = 5 };
+
+static void make_state(int s, nb_named_tensor out[3]) {
+    nb_tensor *a = nb_zeros(NB_F32, NB_SHAPE(NA)), *b = nb_zeros(NB_F64, NB_SHAPE(NB));
+    for (int i = 0; i < NA; i++) ((float *)nb_data(a))[i] = (float)(s * 10000 + i);
+    for (int i = 0; i < NB; i++) ((double *)nb_data(b))[i] = -(double)(s * 10000 + i);
+    out[0] = (nb_named_tensor){"a", a};
+    out[1] = (nb_named_tensor){"b", b};
+    out[2] = (nb_named_tensor){"c", nb_full(NB_I64, NB_SHAPE(NC), s)};
+}
+
+/* Which state the loaded tensors hold: 1, 2, or 0 if they mix states (torn). */
+static int state_of(const nb_named_tensor t[3]) {
+    int s = (int)((const int64_t *)nb_data(t[2].tensor))[0];
+    if (s != 1 && s != 2) return 0;
+    for (int i = 0; i < NC; i++)
+        if (((const int64_t *)nb_data(t[2].tensor))[i] != s) return 0;
+    for (int i = 0; i < NA; i++)
+        if (((const float *)nb_data(t[0].tensor))[i] != (float)(s * 10000 + i)) return 0;
+    for (int i = 0; i < NB; i++)
+        if (((const double *)nb_data(t[1].tensor))[i] != -(double)(s * 10000 + i)) return 0;
+    return s;
+}
+
+/* A child process saving state s to path `rounds` times; exits 0 if every save succeeded. */
+static pid_t spawn_saver(const char *path, int s, int rounds) {
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    nb_named_tensor state[3];
+    make_state(s, state);
+    int failed = 0;
+    for (int r = 0; r < rounds; r++)
+        if (!nb_safetensors_save(path, 3, state) && failed++ == 0)
+            fprintf(stderr, "\n  saver %d: %s\n", s, nb_last_error());
+    _exit(failed ? 1 : 0);
+}
+
+static void test_concurrent_saves_never_tear(void) {
+    const char *path = tmp_path("shared.safetensors");
+    nb_named_tensor first[3];
+    make_state(1, first);
+    CU_ASSERT_TRUE_FATAL(nb_safetensors_save(path, 3, first));
+    int entries_before = dir_entries();
+    fflush(NULL);
+    pid_t savers[2] = {spawn_saver(path, 1, 60), spawn_saver(path, 2, 60)};
+    CU_ASSERT_FATAL(savers[0] > 0 && savers[1] > 0);
+    nb_named_tensor into[3];
+    make_state(0, into);
+    int running = 2, loads = 0, torn = 0, failed = 0, seen[3] = {0};
+    int status[2] = {-1, -1};
+    while (running > 0) {
+        for (int k = 0; k < 2; k++)
+            if (status[k] == -1 && waitpid(savers[k], &status[k], WNOHANG) == savers[k]) running--;
+        nb_clear_error();
+        if (!nb_safetensors_load(path, 3, into)) {
+            if (failed++ == 0) fprintf(stderr, "\n  load failed: %s\n", nb_last_error());
+            continue;
+        }
+        loads++;
+        int s = state_of(into);
+        seen[s]++;
+        torn += s == 0;
+    }
+    for (int k = 0; k < 2; k++) CU_ASSERT_TRUE(WIFEXITED(status[k]) && WEXITSTATUS(status[k]) == 0);
+    CU_ASSERT_EQUAL(failed, 0);
+    CU_ASSERT_EQUAL(torn, 0);
+    CU_ASSERT_TRUE(loads > 0);
+    if (failed || torn)
+        fprintf(stderr, "\n  %d loads: %d of state 1, %d of state 2, %d torn, %d failed\n", loads,
+                seen[1], seen[2], torn, failed);
+    /* No temporary is left behind by 120 saves. */
+    CU_ASSERT_EQUAL(dir_entries(), entries_before);
+    unlink(path);
+}
+
+/* A symlink planted at the old fixed temporary name (path.tmp), pointing at a file or at
+ * nothing, is neither followed nor replaced. */
+static void test_symlink_at_temporary_name_untouched(void) {
+    const char *path = tmp_path("victim_ckpt.safetensors");
+    char tmp[300], victim[300], absent[300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(victim, sizeof victim, "%s", tmp_path("precious.txt"));
+    snprintf(absent, sizeof absent, "%s", tmp_path("created_through_link"));
+    FILE *f = fopen(victim, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("keep me", f);
+    fclose(f);
+    nb_named_tensor state[3];
+    make_state(2, state);
+    for (int round = 0; round < 2; round++) {
+        const char *target = round == 0 ? victim : absent;
+        CU_ASSERT_EQUAL_FATAL(symlink(target, tmp), 0);
+        CU_ASSERT_TRUE(nb_safetensors_save(path, 3, state));
+        struct stat st;
+        CU_ASSERT_TRUE(lstat(tmp, &st) == 0 && S_ISLNK(st.st_mode));
+        char buf[32] = {0};
+        f = fopen(victim, "r");
+        CU_ASSERT_TRUE(f && fread(buf, 1, sizeof buf - 1, f) == 7 && strcmp(buf, "keep me") == 0);
+        if (f) fclose(f);
+        CU_ASSERT_EQUAL(access(absent, F_OK), -1);
+        unlink(tmp);
+    }
+    nb_named_tensor into[3];
+    make_state(0, into);
+    CU_ASSERT_TRUE(nb_safetensors_load(path, 3, into));
+    CU_ASSERT_EQUAL(state_of(into), 2);
+    unlink(path);
+    unlink(victim);
+}
+
+/* Leftovers of killed saves, at the old fixed name and at a name of the new form, stay as they
+ * are (they may belong to a save still running) and change nothing for saves and loads. */
+static void test_stray_temporaries_ignored(void) {
+    const char *path = tmp_path("stray.safetensors");
+    const char *strays[2] = {"stray.safetensors.tmp", "stray.safetensors.tmp-abcdefghij"};
+    for (int k = 0; k < 2; k++) {
+        FILE *f = fopen(tmp_path(strays[k]), "w");
+        CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+        fputs("half a checkpoint", f);
+        fclose(f);
+    }
+    for (int s = 1; s <= 2; s++) {
+        nb_named_tensor state[3], into[3];
+        make_state(s, state);
+        make_state(0, into);
+        CU_ASSERT_TRUE(nb_safetensors_save(path, 3, state));
+        CU_ASSERT_TRUE(nb_safetensors_load(path, 3, into));
+        CU_ASSERT_EQUAL(state_of(into), s);
+    }
+    for (int k = 0; k < 2; k++) {
+        struct stat st;
+        CU_ASSERT_TRUE(stat(tmp_path(strays[k]), &st) == 0 && st.st_size == 17);
+        unlink(tmp_path(strays[k]));
+    }
+    unlink(path);
+}
+
+int main(void) {
+    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/nabla_races_XXXXXX");
+    if (!mkdtemp(tmp_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    const nbtest_case cases[] = {
+        {"concurrent saves never tear", test_concurrent_saves_never_tear},
+        {"symlink at a temporary name untouched", test_symlink_at_temporary_name_untouched},
+        {"stray temporaries ignored", test_stray_temporaries_ignored},
+    };
+    int status = nbtest_run("checkpoint races", cases, sizeof cases / sizeof cases[0]);
+    DIR *d = opendir(tmp_dir);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlink(tmp_path(e->d_name));
+    if (d) closedir(d);
+    rmdir(tmp_dir);
+    return status;
+}
