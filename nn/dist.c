@@ -4,6 +4,7 @@
 #include "dist_impl.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,22 +114,28 @@ MPI_Datatype nbd_mpi_type(nb_dtype dt) {
     return dt == NB_F32 ? MPI_FLOAT : dt == NB_F64 ? MPI_DOUBLE : MPI_BYTE;
 }
 
-/* Polls instead of blocking so a peer that died or hangs costs at most the timeout. Spins
- * briefly (collectives between live ranks finish in microseconds), then sleeps 50 us a turn. */
+/* Polls instead of blocking so a peer that died or hangs costs at most the timeout. MPI moves a
+ * large message in fragments only while it is being polled, so the first 20 ms spin (yielding
+ * now and then, for a rank sharing the core); after that a turn sleeps 20 us. */
 bool nbd_wait(int n, MPI_Request *reqs, const char *what) {
-    double deadline = MPI_Wtime() + timeout_s;
+    double start = MPI_Wtime(), deadline = start + timeout_s;
     for (long turn = 0;; turn++) {
         int done = 0, rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) return nbd_mpi_error(what, rc);
         if (done) return true;
-        if (MPI_Wtime() > deadline) {
+        if (turn % 64 != 63) continue;
+        double t = MPI_Wtime();
+        if (t > deadline) {
             nbt_error("dist",
                       "rank %d: %s timed out after %g s waiting for the other ranks (a rank "
                       "died, failed or hangs)",
                       world_rank, what, timeout_s);
             return false;
         }
-        if (turn > 2000) nanosleep(&(struct timespec){0, 50000}, NULL);
+        if (t - start < 0.02)
+            sched_yield();
+        else
+            nanosleep(&(struct timespec){0, 20000}, NULL);
     }
 }
 #endif
@@ -234,7 +241,7 @@ static bool share_text(int from, char *text, int len) {
 
 static void describe_param(const nb_param *p, int count, int i, char *buf, size_t len) {
     if (i >= count) {
-        snprintf(buf, len, "no parameter #%d (%d in all)", i, count);
+        snprintf(buf, len, "no tensor #%d (%d in all)", i, count);
         return;
     }
     char shape[128];
@@ -242,14 +249,26 @@ static void describe_param(const nb_param *p, int count, int i, char *buf, size_
     snprintf(buf, len, "'%s' %s %s", p[i].name, nb_dtype_name(p[i].tensor->dtype), shape);
 }
 
+/* m's parameters then its buffers (what a checkpoint holds), malloc'd; NULL with an error. */
+static nb_param *module_state(const nb_module *m, int *count) {
+    int np = nb_module_param_count(m), nbuf = nb_module_buffer_count(m);
+    nb_param *all = np >= 0 && nbuf >= 0 ? malloc(sizeof *all * (size_t)(np + nbuf + 1)) : NULL;
+    if (!all) return nbt_error("dist", "out of memory listing a model of %d tensors", np + nbuf);
+    if (nb_module_params(m, all, np) != np || nb_module_buffers(m, all + np, nbuf) != nbuf) {
+        free(all);
+        return NULL;
+    }
+    *count = np + nbuf;
+    return all;
+}
+
 bool nb_dist_check_module(const nb_module *m) {
     if (!m) return nbt_error("dist", "check_module: NULL module") != NULL;
-    int n = nb_module_param_count(m);
-    if (n < 0) return false;
-    nb_param *params = malloc(sizeof *params * (size_t)(n + 1));
-    uint64_t *hashes = malloc(sizeof *hashes * (size_t)(n + 1));
-    bool ok = params && hashes && nb_module_params(m, params, n) == n;
-    if (!params || !hashes) nbt_error("dist", "out of memory checking a model of %d tensors", n);
+    int n = 0;
+    nb_param *params = module_state(m, &n);
+    uint64_t *hashes = params ? malloc(sizeof *hashes * (size_t)(n + 1)) : NULL;
+    bool ok = params && hashes;
+    if (params && !hashes) nbt_error("dist", "out of memory checking a model of %d tensors", n);
     for (int i = 0; ok && i < n; i++)
         hashes[i] = fnv1a(layout_hash(params[i].tensor), params[i].name, strlen(params[i].name));
 #ifdef NABLA_HAVE_MPI
@@ -263,7 +282,7 @@ bool nb_dist_check_module(const nb_module *m) {
         ok = share_text(rank, theirs, sizeof theirs) && share_text(0, root, sizeof root);
         if (ok) {
             nbt_error("dist",
-                      "rank %d's model differs from rank 0's at parameter #%d: rank 0 has %s, "
+                      "rank %d's model differs from rank 0's at tensor #%d: rank 0 has %s, "
                       "rank %d has %s",
                       rank, index, root, rank, theirs);
             ok = false;
@@ -319,10 +338,10 @@ bool nb_dist_broadcast(int n, nb_tensor *const *tensors) {
 
 bool nb_dist_broadcast_module(nb_module *m) {
     if (!nb_dist_check_module(m)) return false;
-    int n = nb_module_param_count(m);
-    nb_param *params = malloc(sizeof *params * (size_t)(n + 1));
-    nb_tensor **ts = malloc(sizeof *ts * (size_t)(n + 1));
-    bool ok = params && ts && nb_module_params(m, params, n) == n;
+    int n = 0;
+    nb_param *params = module_state(m, &n);
+    nb_tensor **ts = params ? malloc(sizeof *ts * (size_t)(n + 1)) : NULL;
+    bool ok = params && ts;
     for (int i = 0; ok && i < n; i++) ts[i] = params[i].tensor;
     if (!nb_dist_all_ok(ok)) {
         free(params);
@@ -333,4 +352,39 @@ bool nb_dist_broadcast_module(nb_module *m) {
     free(params);
     free(ts);
     return ok;
+}
+
+bool nb_dist_state_agrees(const nb_module *m, uint64_t *hash) {
+    if (!m || !hash)
+        return nbt_error("dist", "state_agrees: NULL %s", m ? "hash" : "module") != NULL;
+    int n = 0;
+    nb_param *state = module_state(m, &n);
+    if (!nb_dist_all_ok(state != NULL)) {
+        free(state);
+        return false;
+    }
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < n; i++) {
+        const nb_tensor *t = state[i].tensor;
+        h = fnv1a(h, state[i].name, strlen(state[i].name));
+        if (nb_is_contiguous(t))
+            h = fnv1a(h, nb_data(t), (size_t)nb_numel(t) * nb_dtype_size(t->dtype));
+    }
+    free(state);
+    *hash = h;
+    bool same = true;
+#ifdef NABLA_HAVE_MPI
+    if (mpi_active && world_size > 1) { /* min of h and of ~h: the lowest and highest hash */
+        uint64_t in[2] = {h, ~h}, out[2];
+        MPI_Request req;
+        int rc = MPI_Iallreduce(in, out, 2, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD, &req);
+        if (rc != MPI_SUCCESS) return nbd_mpi_error("comparing parameters", rc);
+        if (!nbd_wait(1, &req, "comparing parameters")) return false;
+        same = out[0] == ~out[1];
+    }
+#endif
+    if (!nb_dist_all_ok(same))
+        return nbt_error("dist", "the ranks' parameters differ (rank %d's hash %016llx)",
+                         world_rank, (unsigned long long)h) != NULL;
+    return true;
 }

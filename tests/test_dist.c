@@ -103,11 +103,22 @@ static void test_reducer_bad_input(void) {
 static void test_broadcast_module(void) {
     nb_module *model = nb_model_new(NB_F32, 100 + (uint64_t)rank_);
     nb_linear *fc = nb_linear_new(model, "fc", 5, 4, true);
+    float scale[2] = {(float)rank_ + 1, 2};
+    nb_module_add_buffer(model, "scale", nb_from_array(NB_F32, NB_SHAPE(2), scale));
     nb_module *ref = nb_model_new(NB_F32, 100); /* what rank 0 drew */
     nb_linear *fc0 = nb_linear_new(ref, "fc", 5, 4, true);
     CU_ASSERT_TRUE_FATAL(nb_dist_broadcast_module(model));
     NBT_ASSERT_CLOSE(fc->weight, fc0->weight, 0, 0);
     NBT_ASSERT_CLOSE(fc->bias, fc0->bias, 0, 0);
+    NBT_ASSERT_VALUES(nb_module_buffer(model, "scale"), 0, 1, 2); /* rank 0's buffer */
+    uint64_t hash = 0;
+    CU_ASSERT_TRUE(nb_dist_state_agrees(model, &hash));
+    CU_ASSERT_NOT_EQUAL(hash, 0);
+    if (size_ > 1) { /* one rank's weight nudged: every rank hears of it */
+        if (rank_ == 1) ((float *)nb_data(fc->weight))[3] += 1.0f;
+        CU_ASSERT_FALSE(nb_dist_state_agrees(model, &hash));
+        NBT_ASSERT_ERROR("parameters differ");
+    }
     nb_module_free(ref);
     nb_module_free(model);
 }

@@ -56,12 +56,18 @@ bool nb_dist_broadcast(int n, nb_tensor *const *tensors);
 
 /* ---- Modules --------------------------------------------------------------------------- */
 /* Checks that every rank built the same model: the names, dtypes and shapes of m's
- * parameters are hashed and compared; on a difference every rank returns false with an error
- * naming the first differing parameter and both ranks' versions of it. */
+ * parameters and buffers (what a checkpoint holds) are hashed and compared; on a difference
+ * every rank returns false with an error naming the first differing tensor and both ranks'
+ * versions of it. */
 bool nb_dist_check_module(const nb_module *m);
-/* nb_dist_check_module, then copies rank 0's parameters into every rank's model (at start,
- * and after rank 0 loaded a checkpoint). */
+/* nb_dist_check_module, then copies rank 0's parameters and buffers into every rank's model
+ * (at start, and after rank 0 loaded a checkpoint). */
 bool nb_dist_broadcast_module(nb_module *m);
+
+/* A hash (FNV-1a, 64 bits) of the bytes of m's parameters and buffers, into *hash, and whether
+ * every rank has the same one (false with an error naming the ranks' hashes otherwise). Cheap
+ * enough for the end of a run: it proves the ranks stayed bitwise identical. */
+bool nb_dist_state_agrees(const nb_module *m, uint64_t *hash);
 
 /* ---- Gradient averaging -------------------------------------------------------------- */
 /* Averages the gradients of a fixed list of parameters over micro-batches and ranks, through
