@@ -66,6 +66,7 @@ static void test_no_mask(void) {
 static void test_causal(void) {
     both_paths(self, NULL, true);
     both_paths(cross, NULL, true); /* T_q > T_k: the last rows see every key */
+    both_paths((dims){1, 2, 1, 70, 90, 8}, NULL, true); /* T_q < T_k: 20 keys never seen */
 }
 
 /* Key padding [B, 1, 1, T_k]; batch 1 is padded entirely (fully blocked rows: zeros). */
