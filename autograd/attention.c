@@ -18,7 +18,7 @@
  * order, so the sum's order is fixed. Every output is computed by one task the same way on
  * any thread, so results are bitwise identical for any thread count.
  *
- * Two ways to get P to the backward (choose_memory):
+ * Two ways to get P to the backward (too_large_to_keep, set_path):
  * - kept: the forward keeps P [B, H, T_q, T_k] (also what need_weights would show);
  * - memory-efficient, when P would take more than the keep limit (16 MB): the forward runs
  *   blocks of ME_ROWS query rows through a per-thread scratch tile and saves only each row's
@@ -58,7 +58,7 @@ typedef struct {
     char *stats; /* memory-efficient: [B, H_q, T_q, 2], each row's max and 1/sum */
     char *scratch;
     int64_t scratch_per_worker; /* elements */
-    bool small;                 /* products small enough for the rows kernel (small_heads) */
+    bool small;                 /* products small enough for the rows kernel (set_path) */
     /* float32 heads with at most 16 keys and no mask: the vector kernels, else NULL */
     void (*small_forward)(const nba_small_head *h);
     void (*small_backward)(const nba_small_head *h);

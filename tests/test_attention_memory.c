@@ -66,6 +66,7 @@ static void test_no_mask(void) {
 static void test_causal(void) {
     both_paths(self, NULL, true);
     both_paths(cross, NULL, true); /* T_q > T_k: the last rows see every key */
+    both_paths((dims){1, 2, 1, 70, 90, 8}, NULL, true); /* T_q < T_k: 20 keys never seen */
 }
 
 /* Key padding [B, 1, 1, T_k]; batch 1 is padded entirely (fully blocked rows: zeros). */
@@ -99,21 +100,22 @@ static void test_threads_bitwise(void) {
     compare(one, two, 0);
 }
 
-/* Without the hook the path follows the probabilities' size: [1, 1, 2100, 2100] float32 is
- * 17.6 MB, above the 16 MB keep limit; [1, 1, 2000, 2000] (16.0 MB) is kept. */
+/* The path follows the probabilities' size against the keep limit, 16 MB by default: here a
+ * limit of 4096 bytes keeps [1, 1, 32, 32] float32 (4096 bytes) and not [1, 1, 33, 32]. */
 static void test_automatic_choice(void) {
-    const int64_t sizes[2] = {2100, 2000};
-    for (int i = 0; i < 2; i++) {
-        int64_t T = sizes[i];
-        nb_tensor *q = nb_requires_grad_(nb_ones(NB_F32, NB_SHAPE(1, 1, T, 2)), true);
-        nb_tensor *out = nb_sdpa(q, q, q, NULL, true, 1.0);
+    size_t old = nba_attention_keep_limit(4096);
+    CU_ASSERT_EQUAL(old, (size_t)16 << 20);
+    for (int64_t Tq = 32; Tq <= 33; Tq++) {
+        nb_tensor *q = nb_requires_grad_(nb_ones(NB_F32, NB_SHAPE(1, 1, Tq, 2)), true);
+        nb_tensor *k = nb_ones(NB_F32, NB_SHAPE(1, 1, 32, 2));
+        nb_tensor *out = nb_sdpa(q, k, k, NULL, true, 1.0);
         CU_ASSERT_FATAL(out != NULL);
-        CU_ASSERT_EQUAL(nba_attention_last_memory_efficient(), i == 0);
-        /* Equal keys: every query averages the values it sees, all ones (float32 sum of T terms).
-         */
-        CU_ASSERT_DOUBLE_EQUAL(nb_get(out, NB_IDX(0, 0, T - 1, 1)), 1.0, 1e-4); /* 2000 terms */
+        CU_ASSERT_EQUAL(nba_attention_last_memory_efficient(), Tq == 33);
+        /* Equal keys: every query averages the values it sees, all ones. */
+        CU_ASSERT_DOUBLE_EQUAL(nb_get(out, NB_IDX(0, 0, Tq - 1, 1)), 1.0, 1e-6);
         CU_ASSERT_TRUE(nb_backward(nb_sum(out), NULL));
     }
+    nba_attention_keep_limit(old);
 }
 
 int main(void) {
