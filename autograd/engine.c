@@ -2,11 +2,15 @@
 #include "node.h"
 #include "../tensor/elementwise_kernels.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* All of the tape's state is per thread (grad mode, node free list, traversal buffers), so
+ * threads training separate models never share it; a thread's buffers are freed when it
+ * exits (free_thread_state). */
 static _Thread_local bool grad_enabled = true;
-static uint64_t visit_epoch;
+static _Thread_local uint64_t visit_epoch;
 
 bool nb_set_grad_enabled(bool enabled) {
     bool prev = grad_enabled;
@@ -16,9 +20,45 @@ bool nb_set_grad_enabled(bool enabled) {
 
 bool nb_is_grad_enabled(void) { return grad_enabled; }
 
-/* ---- nodes ---- */
-static nb_node *node_free;
+/* ---- per-thread buffers, freed at thread exit ---- */
+static _Thread_local nb_node *node_free;
+static _Thread_local nb_node **order;
+static _Thread_local size_t order_cap;
+static _Thread_local nb_node **stack; /* topo_sort's (node, next input index) stack */
+static _Thread_local int *next_input;
+static _Thread_local size_t stack_cap;
+static _Thread_local bool exit_hook;
 
+static void free_thread_state(void *unused) {
+    (void)unused;
+    while (node_free) {
+        nb_node *n = node_free;
+        node_free = (nb_node *)n->owned.next;
+        free(n);
+    }
+    free(order);
+    free(stack);
+    free(next_input);
+    order = stack = NULL;
+    next_input = NULL;
+    order_cap = stack_cap = 0;
+}
+
+static pthread_key_t exit_key;
+static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
+static void make_exit_key(void) {
+    pthread_key_create(&exit_key, free_thread_state);
+}
+
+/* Called before this thread's buffers first hold memory. */
+static void thread_state_in_use(void) {
+    if (exit_hook) return;
+    pthread_once(&exit_key_once, make_exit_key);
+    pthread_setspecific(exit_key, &exit_hook); /* non-NULL: the destructor runs at exit */
+    exit_hook = true;
+}
+
+/* ---- nodes ---- */
 static void release_node(nbt_owned *o) {
     nb_node *n = (nb_node *)o;
     /* A kept output outlives its node: remember that its history is gone. */
@@ -32,6 +72,7 @@ static void release_node(nbt_owned *o) {
     if (n->function) nba_function_release(n);
     if (n->inputs != n->inline_inputs) nbt_free(n->inputs);
     if (n->outputs != &n->out) nbt_free(n->outputs);
+    thread_state_in_use();
     n->owned.next = (nbt_owned *)node_free;
     node_free = n;
 }
@@ -70,6 +111,7 @@ static nb_node *new_node(const char *op, int n, int nout) {
     }
     if (!ok) {
         if (node->inputs != node->inline_inputs) nbt_free(node->inputs);
+        thread_state_in_use();
         node->owned.next = (nbt_owned *)node_free;
         node_free = node;
         return nbt_error(op, "out of memory");
@@ -111,7 +153,7 @@ bool nba_input_needs_grad(const nb_node *n, int i) {
 
 /* ---- leaves ---- */
 nb_tensor *nb_requires_grad_(nb_tensor *t, bool requires_grad) {
-    if (!t) return NULL;
+    if (!t || !nbt_check_live("requires_grad_", t)) return NULL;
     if (t->node)
         return nbt_error("requires_grad_", "tensor of shape %s is not a leaf (it was produced "
                          "by %s); use nb_detach() to make a leaf", nbt_shape(t), t->node->op);
@@ -122,7 +164,9 @@ nb_tensor *nb_requires_grad_(nb_tensor *t, bool requires_grad) {
     return t;
 }
 
-nb_tensor *nb_grad(const nb_tensor *t) { return t ? t->grad : NULL; }
+nb_tensor *nb_grad(const nb_tensor *t) {
+    return t && nbt_check_live("grad", t) ? t->grad : NULL;
+}
 
 void nb_zero_grad(nb_tensor *t) {
     if (t && t->grad) nb_fill_(t->grad, 0.0);
@@ -169,11 +213,9 @@ nb_tensor *nba_leaf_grad(const nb_node *n, int i) {
 }
 
 /* ---- traversal ---- */
-static nb_node **order;
-static size_t order_cap;
-
 static bool push(size_t *len, nb_node *n) {
     if (*len == order_cap) {
+        thread_state_in_use();
         size_t cap = order_cap ? 2 * order_cap : 256;
         nb_node **grown = realloc(order, cap * sizeof *grown);
         if (!grown) return false;
@@ -197,15 +239,12 @@ static bool usable(const nb_node *n) {
  * runs each node after every node that consumes its output. */
 static bool topo_sort(nb_node *root, size_t *len) {
     uint64_t epoch = ++visit_epoch;
-    /* stack of (node, next input index) kept in two parallel static arrays */
-    static nb_node **stack;
-    static int *next_input;
-    static size_t stack_cap;
     size_t sp = 0;
     *len = 0;
 #define STACK_PUSH(nd)                                                                             \
     do {                                                                                           \
         if (sp == stack_cap) {                                                                     \
+            thread_state_in_use();                                                                 \
             size_t cap = stack_cap ? 2 * stack_cap : 256;                                          \
             nb_node **s2 = realloc(stack, cap * sizeof *s2);                                       \
             if (!s2) return false;                                                                 \
@@ -277,6 +316,7 @@ bool nb_backward(nb_tensor *out, const nb_tensor *grad_output) {
 
 bool nb_backward_with(nb_tensor *out, const nb_tensor *grad_output, const nb_backward_opts *opts) {
     if (!out) return nbt_error("backward", "NULL tensor"), false;
+    if (!nbt_check_live("backward", out) || !nbt_check_live("backward", grad_output)) return false;
     if (out->graph_released)
         return nbt_error("backward", "the graph of this tensor (shape %s) was released when "
                          "its scope ended", nbt_shape(out)), false;

@@ -69,6 +69,8 @@ bool nba_check_inputs(const char *op, int n, const nb_tensor *const *inputs) {
             /* Keep the first error of a chain: it names the op that really failed. */
             if (!nb_last_error()[0]) nbt_error(op, "input %d is NULL", i);
             return false;
+        } else if (!nbt_check_live(op, inputs[i])) {
+            return false;
         }
     return true;
 }

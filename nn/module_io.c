@@ -1,6 +1,8 @@
 /* Checkpoints of a module's parameters and buffers in the safetensors format. */
 #include "module_tree.h"
 #include "nabla/optim.h"
+#include "optim_impl.h"
+#include "safetensors_file.h"
 
 #include <stdlib.h>
 
@@ -38,7 +40,9 @@ bool nb_module_load_with(nb_module *m, nb_optimizer *opt, const char *path) {
     if (!m || !path) return nbt_error("module_load", "NULL argument"), false;
     int n;
     nb_param *p = checkpoint_entries(m, opt, &n);
-    bool ok = p && nb_safetensors_load(path, n, p);
+    /* The optimizer's state is range-checked before anything is written. */
+    bool ok = p && nbst_load_checked("nb_safetensors_load", path, n, p,
+                                     opt ? nbo_check_loaded_state : NULL, opt);
     free(p);
     return ok;
 }

@@ -119,6 +119,17 @@ bool nb_optimizer_step(nb_optimizer *o) {
                              nbt_shape(p), nb_dtype_name(p->dtype), nbt_shape(g),
                              nb_dtype_name(g->dtype)),
                    false;
+        /* State written behind the optimizer's back (a checkpoint loaded without its check)
+         * must not turn into NaN weights or an overflowing count. */
+        for (int k = 0; g && k < o->nstate; k++) {
+            int64_t step = o->kinds[k].is_step ? *(const int64_t *)nbt_ptr(nbo_state(o, i, k)) : 0;
+            if (step < 0 || step >= NBO_MAX_STEP)
+                return nbt_error("nb_optimizer_step",
+                                 "parameter %d (shape %s) has step count %lld, out of range [0, "
+                                 "2^53)",
+                                 i, nbt_shape(p), (long long)step),
+                       false;
+        }
     }
     for (int i = 0; i < o->n; i++)
         if (o->params[i]->grad) o->update(o, i);
@@ -211,4 +222,34 @@ int nb_optimizer_state(nb_optimizer *o, const char *prefix, const nb_named_tenso
     o->named = named;
     *out = named;
     return count;
+}
+
+/* ---- values loaded from a checkpoint ---- */
+static const char *check_floats(const nb_tensor *dest, const void *bytes, bool nonneg) {
+    static _Thread_local char why[160];
+    int64_t n = nbt_numel(dest);
+    for (int64_t k = 0; k < n; k++) {
+        double v = dest->dtype == NB_F32 ? ((const float *)bytes)[k] : ((const double *)bytes)[k];
+        if (isfinite(v) && (!nonneg || v >= 0)) continue;
+        snprintf(why, sizeof why, "element %lld is %g, expected a finite value%s", (long long)k, v,
+                 nonneg ? " >= 0" : "");
+        return why;
+    }
+    return NULL;
+}
+
+const char *nbo_check_loaded_state(const nb_tensor *dest, const void *bytes, void *ctx) {
+    const nb_optimizer *o = ctx;
+    for (int i = 0; i < o->n; i++)
+        for (int k = 0; k < o->nstate; k++) {
+            if (nbo_state(o, i, k) != dest) continue;
+            if (!o->kinds[k].is_step)
+                return check_floats(dest, bytes, strcmp(o->kinds[k].name, "exp_avg_sq") == 0);
+            int64_t step = *(const int64_t *)bytes;
+            if (step >= 0 && step < NBO_MAX_STEP) return NULL;
+            static _Thread_local char why[96];
+            snprintf(why, sizeof why, "step count %lld is out of range [0, 2^53)", (long long)step);
+            return why;
+        }
+    return NULL;
 }

@@ -7,6 +7,8 @@
 #include "tensor/nbt.h"
 
 #define NBO_MAX_STATE 3
+/* Step counts stay below this: Adam raises betas to the count as a double, exact to 2^53. */
+#define NBO_MAX_STEP ((int64_t)1 << 53)
 
 typedef struct {
     const char *name; /* "momentum_buffer", "exp_avg", "exp_avg_sq" or "step" */
@@ -41,6 +43,11 @@ nb_optimizer *nbo_create(const char *op, nb_tensor *const *params, int n, double
 bool nbo_check_nonneg(const char *op, const char *what, double x);
 /* True if x is in [0, 1); otherwise an error. */
 bool nbo_check_beta(const char *op, const char *what, double x);
+
+/* An nbst_check_fn (ctx: the optimizer) for values loaded into its state tensors: step
+ * counts in [0, 2^53), moments finite, second moments (exp_avg_sq) >= 0. Other destinations
+ * (parameters) pass. */
+const char *nbo_check_loaded_state(const nb_tensor *dest, const void *bytes, void *ctx);
 
 /* State kind k of parameter i. */
 static inline nb_tensor *nbo_state(const nb_optimizer *o, int i, int k) {

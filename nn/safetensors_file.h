@@ -43,6 +43,16 @@ bool nbst_read_data(nbst_file *f);
 /* Releases what nbst_open and nbst_read_data acquired. Safe to call twice. */
 void nbst_close(nbst_file *f);
 
+/* Checks the values a destination is about to receive: `bytes` are dest's new elements,
+ * row-major, in dest's dtype and shape. Returns NULL if they are acceptable, else why not
+ * (a message the loader puts after the file and tensor names). */
+typedef const char *(*nbst_check_fn)(const nb_tensor *dest, const void *bytes, void *ctx);
+
+/* nb_safetensors_load with an extra check of each destination's values (check may be NULL),
+ * run after the file is validated and before any destination is written: all or nothing. */
+bool nbst_load_checked(const char *op, const char *path, int n, const nb_named_tensor *into,
+                       nbst_check_fn check, void *ctx);
+
 /* "F32", "F64", "I64", "BOOL". */
 const char *nbst_dtype_name(nb_dtype dt);
 /* Size in bytes of t's data (numel * element size). */

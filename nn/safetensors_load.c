@@ -24,6 +24,7 @@ static bool check_destinations(const char *op, const char *path, int n, const nb
         if (!name) return nbt_error(op, "%s: entry %d has a NULL name", path, i), false;
         if (!into[i].tensor)
             return nbt_error(op, "%s: tensor '%s': the destination is NULL", path, name), false;
+        if (!nbt_check_live(op, into[i].tensor)) return false;
         if (is_expanded(into[i].tensor))
             return nbt_error(op, "%s: tensor '%s': the destination (shape %s) is an expanded view",
                              path, name, nbt_shape(into[i].tensor)),
@@ -71,8 +72,22 @@ static bool match_entries(const nbst_file *f, int n, const nb_named_tensor *into
     return true;
 }
 
+/* The check's verdict on every destination; false with an error naming the first refused. */
+static bool check_values(const nbst_file *f, int n, const nb_named_tensor *into,
+                         const nbst_entry **slot, nbst_check_fn check, void *ctx) {
+    for (int i = 0; check && i < n; i++) {
+        const char *why = check(into[i].tensor, f->data + slot[i]->begin, ctx);
+        if (why) return nbt_error(f->op, "%s: tensor '%s': %s", f->path, into[i].name, why), false;
+    }
+    return true;
+}
+
 bool nb_safetensors_load(const char *path, int n, const nb_named_tensor *into) {
-    const char *op = "nb_safetensors_load";
+    return nbst_load_checked("nb_safetensors_load", path, n, into, NULL, NULL);
+}
+
+bool nbst_load_checked(const char *op, const char *path, int n, const nb_named_tensor *into,
+                       nbst_check_fn check, void *ctx) {
     json_t *index = json_object(); /* expected name -> its position in into */
     if (!index) return nbt_error(op, "out of memory"), false;
     if (!check_destinations(op, path ? path : "(null)", n, into, index)) {
@@ -89,7 +104,8 @@ bool nb_safetensors_load(const char *path, int n, const nb_named_tensor *into) {
         else
             memset(slot, 0, sizeof *slot * (size_t)(n ? n : 1));
     }
-    ok = ok && match_entries(&f, n, into, index, slot) && nbst_read_data(&f);
+    ok = ok && match_entries(&f, n, into, index, slot) && nbst_read_data(&f) &&
+         check_values(&f, n, into, slot, check, ctx);
     /* Only now, with everything checked and in memory, are destinations written. */
     for (int i = 0; ok && i < n; i++) nbst_scatter(into[i].tensor, f.data + slot[i]->begin);
     nbst_close(&f);

@@ -28,6 +28,7 @@ static bool check_inputs(const char *path, int n, const nb_named_tensor *tensors
             return nbt_error(OP, "%s: entry %d: the name __metadata__ is reserved", path, i), false;
         if (!tensors[i].tensor)
             return nbt_error(OP, "%s: tensor '%s' (entry %d) is NULL", path, name, i), false;
+        if (!nbt_check_live(OP, tensors[i].tensor)) return false;
     }
     return true;
 }

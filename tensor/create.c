@@ -83,6 +83,7 @@ nb_tensor *nb_eye(nb_dtype dt, int64_t n) {
 
 static nb_tensor *band(const char *op, const nb_tensor *t, int64_t k, bool lower) {
     if (!t) return null_input(op);
+    if (!nbt_check_live(op, t)) return NULL;
     if (t->ndim < 2)
         return nbt_error(op, "expected a tensor with at least 2 dims, got shape %s", nbt_shape(t));
     nb_tensor *out = nbt_contiguous_as(t, t->dtype);
@@ -105,17 +106,20 @@ nb_tensor *nb_triu(const nb_tensor *t, int64_t k) { return band("triu", t, k, fa
 
 nb_tensor *nb_clone(const nb_tensor *t) {
     if (!t) return null_input("clone");
+    if (!nbt_check_live("clone", t)) return NULL;
     return nbt_contiguous_as(t, t->dtype);
 }
 
 nb_tensor *nb_to_dtype(const nb_tensor *t, nb_dtype dt) {
     if (!t) return null_input("to_dtype");
+    if (!nbt_check_live("to_dtype", t)) return NULL;
     if ((unsigned)dt > NB_BOOL) return nbt_error("to_dtype", "unknown dtype %d", (int)dt);
     return nbt_contiguous_as(t, dt);
 }
 
 nb_tensor *nb_detach(const nb_tensor *t) {
     if (!t) return null_input("detach");
+    if (!nbt_check_live("detach", t)) return NULL;
     return nbt_alias(t, t->ndim, t->shape, t->strides, t->offset);
 }
 
@@ -140,6 +144,7 @@ static int64_t element_offset(const char *op, const nb_tensor *t, const int64_t 
 
 double nb_get(const nb_tensor *t, const int64_t *idx) {
     if (!t) return (nbt_error("get", "NULL tensor"), NAN);
+    if (!nbt_check_live("get", t)) return NAN;
     int64_t off = element_offset("get", t, idx);
     if (off < 0) return NAN;
     const char *p = (const char *)t->storage->data + off * (int64_t)nbt_esize(t->dtype);
@@ -154,6 +159,7 @@ double nb_get(const nb_tensor *t, const int64_t *idx) {
 
 bool nb_set(nb_tensor *t, const int64_t *idx, double v) {
     if (!t) return nbt_error("set", "NULL tensor"), false;
+    if (!nbt_check_live("set", t)) return false;
     int64_t off = element_offset("set", t, idx);
     if (off < 0) return false;
     char *p = (char *)t->storage->data + off * (int64_t)nbt_esize(t->dtype);
@@ -168,6 +174,7 @@ bool nb_set(nb_tensor *t, const int64_t *idx, double v) {
 
 double nb_item(const nb_tensor *t) {
     if (!t) return (nbt_error("item", "NULL tensor"), NAN);
+    if (!nbt_check_live("item", t)) return NAN;
     if (nbt_numel(t) != 1)
         return (nbt_error("item", "expected a tensor with one element, got shape %s",
                           nbt_shape(t)),
@@ -175,7 +182,9 @@ double nb_item(const nb_tensor *t) {
     return nbt_get_linear(t, 0);
 }
 
-void *nb_data(const nb_tensor *t) { return t ? nbt_ptr(t) : NULL; }
+void *nb_data(const nb_tensor *t) {
+    return t && nbt_check_live("data", t) ? nbt_ptr(t) : NULL;
+}
 
 typedef struct {
     nb_dtype dt;
@@ -197,6 +206,7 @@ static void fill_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
 
 bool nb_fill_(nb_tensor *t, double value) {
     if (!t) return nbt_error("fill_", "NULL tensor"), false;
+    if (!nbt_check_live("fill_", t)) return false;
     if (value == 0 && !signbit(value) && nb_is_contiguous(t)) {
         /* zero_grad's case: all-zero bytes are 0 in every dtype */
         memset(nbt_ptr(t), 0, (size_t)nbt_numel(t) * nbt_esize(t->dtype));

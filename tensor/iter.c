@@ -172,6 +172,7 @@ bool nb_copy_(nb_tensor *dst, const nb_tensor *src) {
         nbt_error("copy_", "NULL tensor");
         return false;
     }
+    if (!nbt_check_live("copy_", dst) || !nbt_check_live("copy_", src)) return false;
     return nbt_copy(dst, src);
 }
 
@@ -180,6 +181,7 @@ bool nb_to_doubles(const nb_tensor *t, double *out) {
         nbt_error("to_doubles", "NULL argument");
         return false;
     }
+    if (!nbt_check_live("to_doubles", t)) return false;
     int64_t n = nbt_numel(t);
     for (int64_t k = 0; k < n; k++) out[k] = nbt_get_linear(t, k);
     return true;

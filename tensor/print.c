@@ -196,6 +196,10 @@ static void print_tensor(FILE *f, const nb_tensor *t, bool suffix) {
         fputs("tensor(NULL)\n", f);
         return;
     }
+    if (!nbt_check_live("nb_fprint", t)) {
+        fputs("tensor(released)\n", f);
+        return;
+    }
     printer p = {.f = f, .t = t};
     fputs("tensor(", f);
     if (nbt_numel(t) == 0) {

@@ -295,6 +295,114 @@ static void test_resume_from_checkpoint(void) {
     rmdir(dir);
 }
 
+/* A linear model and Adam after two steps (in the current scope's caller: free both). */
+static nb_optimizer *trained_linear(nb_module **model) {
+    *model = nb_model_new(NB_F32, 3);
+    nb_linear *lin = nb_linear_new(*model, "lin", 3, 2, true);
+    nb_param ps[2];
+    int np = nb_module_params(*model, ps, 2);
+    nb_tensor *pt[2] = {ps[0].tensor, ps[1].tensor};
+    nb_optimizer *opt = nb_adam_new(pt, np, nb_adam_defaults(1e-2));
+    for (int k = 0; k < 2; k++) {
+        nb_scope_begin();
+        nb_optimizer_zero_grad(opt);
+        nb_tensor *y = nb_linear_forward(lin, nb_ones(NB_F32, NB_SHAPE(4, 3)));
+        CU_ASSERT_TRUE(nb_backward(nb_sum(nb_mul(y, y)), NULL));
+        CU_ASSERT_TRUE(nb_optimizer_step(opt));
+        nb_scope_end();
+    }
+    return opt;
+}
+
+/* Every parameter and state value of model and opt, flattened. */
+static int64_t snapshot(nb_module *model, nb_optimizer *opt, double *out) {
+    nb_param ps[2];
+    int np = nb_module_params(model, ps, 2);
+    const nb_named_tensor *st;
+    int ns = nb_optimizer_state(opt, "optim.", &st);
+    int64_t k = 0;
+    for (int i = 0; i < np + ns; i++) {
+        const nb_tensor *t = i < np ? ps[i].tensor : st[i - np].tensor;
+        nb_to_doubles(t, out + k);
+        k += nb_numel(t);
+    }
+    return k;
+}
+
+/* A checkpoint with one state value replaced is refused whole, naming the tensor; the same
+ * value written behind the optimizer's back makes nb_optimizer_step refuse to run. */
+static void test_bad_optimizer_state_refused(void) {
+    char dir[] = "/tmp/nabla_optim_XXXXXX";
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+    char good[128], bad[128];
+    snprintf(good, sizeof good, "%s/good.safetensors", dir);
+    snprintf(bad, sizeof bad, "%s/bad.safetensors", dir);
+    nb_module *model;
+    nb_optimizer *opt = trained_linear(&model);
+    CU_ASSERT_TRUE_FATAL(nb_module_save_with(model, opt, good));
+    static const struct {
+        const char *name;
+        int64_t index;
+        double value;
+        const char *why;
+    } cases[] = {
+        {"optim.step.0", 0, -1, "step count -1 is out of range"},
+        {"optim.step.1", 0, (double)INT64_MAX, "step count 9223372036854775807 is out of range"},
+        {"optim.exp_avg.0", 4, NAN, "element 4 is nan, expected a finite value"},
+        {"optim.exp_avg.1", 1, INFINITY, "element 1 is inf, expected a finite value"},
+        {"optim.exp_avg_sq.0", 2, -1e-3, "element 2 is -0.001, expected a finite value >= 0"},
+    };
+    double before[64], after[64];
+    int64_t count = snapshot(model, opt, before);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        nb_scope_begin();
+        int n = 0;
+        nb_named_tensor *all = nb_safetensors_read(good, &n);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(all);
+        for (int i = 0; i < n; i++)
+            if (strcmp(all[i].name, cases[c].name) == 0) {
+                nb_tensor *t = all[i].tensor;
+                if (t->dtype == NB_I64)
+                    ((int64_t *)nb_data(t))[cases[c].index] =
+                        cases[c].value == (double)INT64_MAX ? INT64_MAX : (int64_t)cases[c].value;
+                else
+                    ((float *)nb_data(t))[cases[c].index] = (float)cases[c].value;
+            }
+        CU_ASSERT_TRUE_FATAL(nb_safetensors_save(bad, n, all));
+        nb_clear_error();
+        CU_ASSERT_FALSE(nb_module_load_with(model, opt, bad));
+        NBT_ASSERT_ERROR(cases[c].name);
+        NBT_ASSERT_ERROR(cases[c].why);
+        NBT_ASSERT_ERROR(bad);
+        CU_ASSERT_EQUAL(snapshot(model, opt, after), count);
+        CU_ASSERT_EQUAL(memcmp(before, after, sizeof(double) * (size_t)count), 0);
+        nb_scope_end();
+    }
+    /* The good file still loads. */
+    CU_ASSERT_TRUE(nb_module_load_with(model, opt, good));
+    /* Loaded around the check (straight into the state tensors): the step refuses to run. */
+    const nb_named_tensor *st;
+    nb_optimizer_state(opt, "optim.", &st);
+    *(int64_t *)nb_data(st[2].tensor) = -1; /* optim.step.0 */
+    nb_scope_begin();
+    nb_param ps[2];
+    nb_module_params(model, ps, 2);
+    nb_backward(nb_sum(ps[0].tensor), NULL);
+    snapshot(model, opt, before);
+    nb_clear_error();
+    CU_ASSERT_FALSE(nb_optimizer_step(opt));
+    NBT_ASSERT_ERROR("nb_optimizer_step: parameter 0");
+    NBT_ASSERT_ERROR("step count -1");
+    snapshot(model, opt, after);
+    CU_ASSERT_EQUAL(memcmp(before, after, sizeof(double) * (size_t)count), 0);
+    nb_scope_end();
+    nb_optimizer_free(opt);
+    nb_module_free(model);
+    unlink(good);
+    unlink(bad);
+    rmdir(dir);
+}
+
 /* ---- clip_grad_norm: grads [3, 4] and [[12]]: norm sqrt(9 + 16 + 144) = 13 ---- */
 static void make_clip_params(nb_dtype dt, nb_tensor **p) {
     p[0] = nb_requires_grad_(nb_zeros(dt, NB_SHAPE(2)), true);
@@ -493,6 +601,7 @@ int main(void) {
         {"parameters without a gradient are skipped", test_skips_params_without_grad},
         {"state names", test_state_names},
         {"resume from a checkpoint with optimizer state", test_resume_from_checkpoint},
+        {"bad optimizer state in a checkpoint is refused", test_bad_optimizer_state_refused},
         {"clip_grad_norm by hand", test_clip_grad_norm},
         {"clip_grad_norm with a NaN gradient", test_clip_grad_norm_nan},
         {"clip_grad_norm bad input", test_clip_grad_norm_errors},
