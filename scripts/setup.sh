@@ -25,12 +25,30 @@ ensure_packages() {
     "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
-# ensure_build DIR [meson options...]: configure DIR once, then build it.
-ensure_build() {
+# configure_build DIR [meson options...]: configure DIR once; when it exists, apply the options
+# (so a directory made before an option was added gets it).
+configure_build() {
     local dir=$1
     shift
     if [ ! -f "$nabla_root/$dir/build.ninja" ]; then
         meson setup "$nabla_root/$dir" "$nabla_root" "$@"
+    elif [ $# -gt 0 ]; then
+        meson configure "$nabla_root/$dir" "$@"
     fi
-    meson compile -C "$nabla_root/$dir"
+}
+
+# ensure_build DIR [meson options...]: configure DIR, then build it.
+ensure_build() {
+    configure_build "$@"
+    meson compile -C "$nabla_root/$1"
+}
+
+# ensure_build_targets DIR TARGET... -- [meson options...]: configure DIR, build only the targets.
+ensure_build_targets() {
+    local dir=$1 targets=()
+    shift
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do targets+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
+    configure_build "$dir" "$@"
+    meson compile -C "$nabla_root/$dir" "${targets[@]}"
 }

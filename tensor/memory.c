@@ -255,8 +255,7 @@ nb_scope *nbt_current_scope(void) {
     return current;
 }
 
-bool nbt_check_live(const char *op, const nb_tensor *t) {
-    if (!nbt_is_released(t)) return true;
+bool nbt_report_released(const char *op, const nb_tensor *t) {
     nbt_error(op,
               "the tensor (shape %s, %s) was released when its scope ended; it must not be "
               "used after nb_scope_end or nb_scope_destroy",

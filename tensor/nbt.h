@@ -58,6 +58,8 @@ nb_scope *nbt_current_scope(void);
 #ifndef NABLA_DEBUG_CHECKS
 #define NABLA_DEBUG_CHECKS 0
 #endif
+/* Records "op: the tensor ... was released ..." and returns false. */
+bool nbt_report_released(const char *op, const nb_tensor *t);
 #if NABLA_DEBUG_CHECKS
 extern nb_scope nbt_released_marker;
 static inline bool nbt_is_released(const nb_tensor *t) {
@@ -69,9 +71,11 @@ static inline bool nbt_is_released(const nb_tensor *t) {
     return false;
 }
 #endif
-/* False with "op: the tensor ... was released ..." if t was released (only detectable in
- * debug-checks builds); true otherwise, NULL included. */
-bool nbt_check_live(const char *op, const nb_tensor *t);
+/* False with an error naming op if t was released (detectable only in debug-checks builds;
+ * elsewhere this is always true and costs nothing); true otherwise, NULL included. */
+static inline bool nbt_check_live(const char *op, const nb_tensor *t) {
+    return !nbt_is_released(t) || nbt_report_released(op, t);
+}
 
 /* Inline twins of nb_dtype_size and nb_numel for hot paths (every op calls them). */
 static inline size_t nbt_esize(nb_dtype dt) {
