@@ -29,6 +29,15 @@ static bool check_inputs(const char *path, int n, const nb_named_tensor *tensors
         if (!tensors[i].tensor)
             return nbt_error(OP, "%s: tensor '%s' (entry %d) is NULL", path, name, i), false;
         if (!nbt_check_live(OP, tensors[i].tensor)) return false;
+        /* An expanded view can have more elements than bytes can be counted in a file. */
+        const nb_tensor *t = tensors[i].tensor;
+        uint64_t nbytes;
+        if (__builtin_mul_overflow((uint64_t)nb_numel(t), (uint64_t)nb_dtype_size(t->dtype),
+                                   &nbytes) ||
+            nbytes > (uint64_t)INT64_MAX)
+            return nbt_error(OP, "%s: tensor '%s' (%s %s) holds more than 2^63 bytes", path, name,
+                             nb_dtype_name(t->dtype), nbt_shape(t)),
+                   false;
     }
     return true;
 }

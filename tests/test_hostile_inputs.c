@@ -44,6 +44,14 @@ static void test_zero_size_beside_huge_dims(void) {
     EXPECT_ERROR(nb_concat(2, (nb_tensor *[]){row, row}, 0), "concat: ");
     EXPECT_ERROR(nb_concat(3, (nb_tensor *[]){row, row, row}, 0), "concat: ");
     EXPECT_ERROR(nb_stack(2, (nb_tensor *[]){row, row}, 0), "stack: ");
+    /* Saving an expanded view whose bytes cannot be counted (2^61 doubles): an error, not a
+     * wrapped size and a heap overflow. */
+    nb_tensor *wide = nb_expand(nb_zeros(NB_F64, NB_SHAPE(1)), NB_SHAPE(1LL << 61));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(wide);
+    nb_clear_error();
+    CU_ASSERT_FALSE(
+        nb_safetensors_save("/tmp/nabla_never_written", 1, (nb_named_tensor[]){{"wide", wide}}));
+    NBT_ASSERT_ERROR("holds more than 2^63 bytes");
 }
 
 /* A crafted checkpoint: a tensor with no bytes whose shape has huge dims beside a zero. */
