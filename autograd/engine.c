@@ -111,6 +111,7 @@ static nb_node *new_node(const char *op, int n, int nout) {
     }
     if (!ok) {
         if (node->inputs != node->inline_inputs) nbt_free(node->inputs);
+        thread_state_in_use();
         node->owned.next = (nbt_owned *)node_free;
         node_free = node;
         return nbt_error(op, "out of memory");

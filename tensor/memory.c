@@ -443,6 +443,7 @@ nb_tensor *nb_keep(nb_tensor *t) {
 
 void nbt_release(nb_tensor *t) {
     if (!t) return;
+    pools_in_use();
     if (t->grad && t->grad->scope) {
         unlink_tensor(t->grad);
         release_tensor(t->grad);

@@ -1,8 +1,51 @@
 #include "harness.h"
 
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
+
+static char tmp_dir[64];
+
+const char *nbtest_tmp_dir(void) {
+    if (!tmp_dir[0]) {
+        snprintf(tmp_dir, sizeof tmp_dir, "/tmp/nabla_test_XXXXXX");
+        if (!mkdtemp(tmp_dir)) {
+            perror("mkdtemp");
+            abort();
+        }
+    }
+    return tmp_dir;
+}
+
+const char *nbtest_tmp_path(const char *name) {
+    static char bufs[4][sizeof tmp_dir + 1 + 256];
+    static int next;
+    char *b = bufs[next++ % 4];
+    snprintf(b, sizeof bufs[0], "%s/%s", nbtest_tmp_dir(), name);
+    return b;
+}
+
+int nbtest_tmp_files(const char *prefix) {
+    DIR *d = opendir(nbtest_tmp_dir());
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+             strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    if (d) closedir(d);
+    return n;
+}
+
+static void remove_tmp_dir(void) {
+    if (!tmp_dir[0]) return;
+    DIR *d = opendir(tmp_dir);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlink(nbtest_tmp_path(e->d_name));
+    if (d) closedir(d);
+    rmdir(tmp_dir);
+    tmp_dir[0] = '\0';
+}
 
 static int suite_init(void) { return 0; }
 static int suite_clean(void) { return 0; }
@@ -24,6 +67,7 @@ int nbtest_run(const char *suite_name, const nbtest_case *cases, int ncases) {
     unsigned ran = CU_get_number_of_tests_run();
     CU_cleanup_registry();
     nb_shutdown();
+    remove_tmp_dir();
     if (ran != (unsigned)ncases) {
         fprintf(stderr, "%s: only %u of %d tests ran\n", suite_name, ran, ncases);
         return 1;

@@ -17,6 +17,14 @@ typedef struct {
  * Returns the process exit status (0 when everything passed). */
 int nbtest_run(const char *suite, const nbtest_case *cases, int ncases);
 
+/* A directory of this test program's own under /tmp (made on first use; nbtest_run removes it
+ * and the files in it at the end), and a path in it (rotating buffers: a few can be live at
+ * once). Both abort the program if the directory cannot be made. */
+const char *nbtest_tmp_dir(void);
+const char *nbtest_tmp_path(const char *name);
+/* How many names in nbtest_tmp_dir() start with prefix ("" counts every file). */
+int nbtest_tmp_files(const char *prefix);
+
 /* Asserts |a - b| <= atol + rtol * |b| for every element of two same-shape tensors. NaN
  * equals nothing, not even NaN: a kernel that returns NaN where the reference does fails. An
  * infinity equals the same infinity. */

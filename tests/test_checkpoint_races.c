@@ -3,32 +3,13 @@
  * and stray files at temporary names (never followed, never confusing). */
 #include "harness.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char tmp_dir[64];
-
-static const char *tmp_path(const char *name) {
-    static char bufs[4][sizeof tmp_dir + 1 + 256];
-    static int next;
-    char *b = bufs[next++ % 4];
-    snprintf(b, sizeof bufs[0], "%s/%s", tmp_dir, name);
-    return b;
-}
-
-/* Names in tmp_dir other than . and .., counted. */
-static int dir_entries(void) {
-    DIR *d = opendir(tmp_dir);
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));)
-        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
-    if (d) closedir(d);
-    return n;
-}
+#define tmp_path nbtest_tmp_path
 
 /* State s (1 or 2): a = s * 1e4 + i (F32 [257]), b = -(s * 1e4 + i) (F64 [1031]), c = s (I64
  * [5]). Sizes differ so a torn file shows as mixed values or a failed load. */
@@ -74,7 +55,7 @@ static void test_concurrent_saves_never_tear(void) {
     nb_named_tensor first[3];
     make_state(1, first);
     CU_ASSERT_TRUE_FATAL(nb_safetensors_save(path, 3, first));
-    int entries_before = dir_entries();
+    int entries_before = nbtest_tmp_files("");
     fflush(NULL);
     pid_t savers[2] = {spawn_saver(path, 1, 60), spawn_saver(path, 2, 60)};
     CU_ASSERT_FATAL(savers[0] > 0 && savers[1] > 0);
@@ -103,7 +84,7 @@ static void test_concurrent_saves_never_tear(void) {
         fprintf(stderr, "\n  %d loads: %d of state 1, %d of state 2, %d torn, %d failed\n", loads,
                 seen[1], seen[2], torn, failed);
     /* No temporary is left behind by 120 saves. */
-    CU_ASSERT_EQUAL(dir_entries(), entries_before);
+    CU_ASSERT_EQUAL(nbtest_tmp_files(""), entries_before);
     unlink(path);
 }
 
@@ -170,21 +151,10 @@ static void test_stray_temporaries_ignored(void) {
 }
 
 int main(void) {
-    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/nabla_races_XXXXXX");
-    if (!mkdtemp(tmp_dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
     const nbtest_case cases[] = {
         {"concurrent saves never tear", test_concurrent_saves_never_tear},
         {"symlink at a temporary name untouched", test_symlink_at_temporary_name_untouched},
         {"stray temporaries ignored", test_stray_temporaries_ignored},
     };
-    int status = nbtest_run("checkpoint races", cases, sizeof cases / sizeof cases[0]);
-    DIR *d = opendir(tmp_dir);
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlink(tmp_path(e->d_name));
-    if (d) closedir(d);
-    rmdir(tmp_dir);
-    return status;
+    return nbtest_run("checkpoint races", cases, sizeof cases / sizeof cases[0]);
 }

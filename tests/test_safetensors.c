@@ -13,16 +13,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-static char tmp_dir[64];
-
-/* A path in this run's temporary directory (rotating buffers: a few can be live at once). */
-static const char *tmp_path(const char *name) {
-    static char bufs[4][sizeof tmp_dir + 1 + 256];
-    static int next;
-    char *b = bufs[next++ % 4];
-    snprintf(b, sizeof bufs[0], "%s/%s", tmp_dir, name);
-    return b;
-}
+#define tmp_path nbtest_tmp_path
+#define files_named nbtest_tmp_files
 
 static bool write_bytes(const char *path, const void *bytes, size_t len) {
     FILE *f = fopen(path, "wb");
@@ -66,16 +58,6 @@ static bool bitwise_equal(const nb_tensor *a, const nb_tensor *b) {
     if (!a || !b || a->dtype != b->dtype || !nb_same_shape(a, b)) return false;
     const nb_tensor *ca = nb_contiguous(a), *cb = nb_contiguous(b);
     return memcmp(nb_data(ca), nb_data(cb), (size_t)nb_numel(a) * nb_dtype_size(a->dtype)) == 0;
-}
-
-/* Names in the temporary directory starting with prefix. */
-static int files_named(const char *prefix) {
-    DIR *d = opendir(tmp_dir);
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));)
-        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
-    if (d) closedir(d);
-    return n;
 }
 
 /* ---- round trips ---- */
@@ -483,7 +465,7 @@ static void test_bad_load_arguments(void) {
     NBT_ASSERT_VALUES(dst_a, 0, 7, 7);
     NBT_ASSERT_VALUES(dst_b, 0, 9);
     expect_rejected(tmp_path("does_not_exist.safetensors"), "cannot open: No such file");
-    expect_rejected(tmp_dir, "not a regular file");
+    expect_rejected(nbtest_tmp_dir(), "not a regular file");
     CU_ASSERT_PTR_NULL(nb_safetensors_read(path, NULL));
     NBT_ASSERT_ERROR("count is NULL");
     unlink(path);
@@ -659,8 +641,8 @@ static void test_failed_save_keeps_previous(void) {
     unlink(path);
 
     /* The longest file name the system allows still saves (its temporary's name is cut). */
-    char longest[sizeof tmp_dir + 1 + 256];
-    snprintf(longest, sizeof longest, "%s/%0255d", tmp_dir, 7);
+    char longest[64 + 1 + 256];
+    snprintf(longest, sizeof longest, "%s/%0255d", nbtest_tmp_dir(), 7);
     CU_ASSERT_TRUE(save_w(longest, 5.0));
     CU_ASSERT_EQUAL(load_w(longest), 5.0);
     CU_ASSERT_EQUAL(files_named("0000000"), 1);
@@ -674,22 +656,7 @@ static void test_failed_save_keeps_previous(void) {
     CU_ASSERT_PTR_NOT_NULL(strstr(nb_last_error(), missing));
 }
 
-static void remove_tmp_dir(void) {
-    DIR *d = opendir(tmp_dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlink(tmp_path(e->d_name));
-    closedir(d);
-    rmdir(tmp_dir);
-}
-
 int main(void) {
-    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/nabla_safetensors_XXXXXX");
-    if (!mkdtemp(tmp_dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
     const nbtest_case cases[] = {
         {"round trip is bitwise", test_round_trip_bitwise},
         {"empty checkpoint", test_empty_checkpoint},
@@ -709,7 +676,5 @@ int main(void) {
         {"bad save arguments", test_bad_save_arguments},
         {"failed save keeps the previous file", test_failed_save_keeps_previous},
     };
-    int status = nbtest_run("safetensors", cases, sizeof cases / sizeof cases[0]);
-    remove_tmp_dir();
-    return status;
+    return nbtest_run("safetensors", cases, sizeof cases / sizeof cases[0]);
 }
