@@ -48,7 +48,16 @@ static bool matrix_in_place(const nb_tensor *t, matrix *m) {
 /* t as a GEMM operand, read in place if its layout allows, else from a contiguous copy (in
  * the current scope). False only when the copy fails. */
 static bool matrix_of(const nb_tensor *t, matrix *m) {
-    if (nbt_numel(t) > 0 && matrix_in_place(t, m)) return true;
+    if (nbt_numel(t) == 0) { /* nothing to read: any pointer and leading dimension will do */
+        int64_t rows = 1, cols = t->ndim > 0 ? t->shape[t->ndim - 1] : 1;
+        for (int i = 0; i < t->ndim - 1; i++)
+            if (__builtin_mul_overflow(rows, t->shape[i], &rows))
+                return nbt_error("linear", "%s has more rows than int64 counts", nbt_shape(t)),
+                       false;
+        *m = (matrix){.ptr = nbt_ptr(t), .rows = rows, .cols = cols, .ld = cols > 1 ? cols : 1};
+        return true;
+    }
+    if (matrix_in_place(t, m)) return true;
     nb_tensor *c = nbt_contiguous_as(t, t->dtype);
     return c && matrix_in_place(c, m);
 }

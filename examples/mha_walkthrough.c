@@ -25,8 +25,8 @@ static nb_tensor *per_head_loop(nb_mha *m, const nb_tensor *x) {
         nb_tensor *qh = nb_narrow(q, 1, h * m->head_dim, m->head_dim);
         nb_tensor *kh = nb_narrow(k, 1, h * m->head_dim, m->head_dim);
         nb_tensor *vh = nb_narrow(v, 1, h * m->head_dim, m->head_dim);
-        nb_tensor *s = nb_mul_scalar(nb_matmul(qh, nb_transpose(kh, 0, 1)),
-                                     1.0 / sqrt((double)m->head_dim));
+        nb_tensor *s =
+            nb_mul_scalar(nb_matmul(qh, nb_transpose(kh, 0, 1)), 1.0 / sqrt((double)m->head_dim));
         heads[h] = nb_matmul(nb_softmax(nb_masked_fill(s, causal, -INFINITY), -1), vh);
     }
     nb_tensor *ctx = nb_concat((int)m->num_heads, heads, 1); /* [3, 6] */

@@ -14,9 +14,9 @@ int main(void) {
     nb_tensor *x = nb_randn(&rng, NB_F64, NB_SHAPE(4, 3));
     nb_tensor *w = nb_requires_grad_(nb_randn(&rng, NB_F64, NB_SHAPE(3, 2)), true);
     nb_tensor *loss = f((nb_tensor *[]){x, w}, 2, NULL);
-    nb_backward(loss, NULL);                       /* d loss / d w lands in w's grad */
+    nb_backward(loss, NULL); /* d loss / d w lands in w's grad */
     nb_print(nb_grad(w));
-    nb_gradcheck_result res;                       /* finite differences agree? */
+    nb_gradcheck_result res; /* finite differences agree? */
     nb_gradcheck(f, 2, (nb_tensor *[]){x, w}, NULL, NULL, &res);
     printf("%s\n", res.message);
     nb_scope_end();

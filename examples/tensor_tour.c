@@ -29,7 +29,8 @@ int main(void) {
     nb_tensor *per_head = nb_transpose(heads, 1, 2);
     show("heads.transpose(1, 2): [batch, head, token, head_dim], a strided view", per_head);
 
-    show("per_head.view(1, 3, 6) fails: the layout is not viewable", nb_view(per_head, NB_SHAPE(1, 3, 6)));
+    show("per_head.view(1, 3, 6) fails: the layout is not viewable",
+         nb_view(per_head, NB_SHAPE(1, 3, 6)));
 
     nb_tensor *merged = nb_view(nb_contiguous(nb_transpose(per_head, 1, 2)), NB_SHAPE(1, 3, 6));
     show("per_head.transpose(1, 2).contiguous().view(1, 3, 6): heads merged back", merged);

@@ -1,16 +1,20 @@
 /* Trains a small transformer on a toy task and shows what its attention heads learned.
  *
  *   toy_tasks --task shift|reverse|sort|recall [--steps N] [--seed S] [--threads N]
- *             [--out DIR] [--eval CHECKPOINT]
+ *             [--lr X] [--out DIR] [--eval CHECKPOINT] [--checkpoint-every N] [--resume]
  *
  * Writes into DIR: train.csv (step, loss, accuracy), curve.png, one heatmap per layer and
  * head for a held-out example (attn_L<layer>_H<head>.png), and model.safetensors, which
- * --eval reloads to report the same held-out accuracy. */
+ * --eval reloads to report the same held-out accuracy. With --checkpoint-every N it also
+ * keeps a resume checkpoint there (common/resume.h), from which --resume continues a killed
+ * run exactly. Training stops with a message when a loss or gradient stops being finite. */
 #define _POSIX_C_SOURCE 200809L
 #include "common/args.h"
 #include "common/files.h"
 #include "common/plot.h"
 #include "common/progress.h"
+#include "common/resume.h"
+#include "common/update.h"
 #include "toy/tasks.h"
 
 #include <errno.h>
@@ -20,9 +24,8 @@
 #include <string.h>
 
 #define HELDOUT 1024
-#define HELDOUT_SEED_MIX                                                                           \
-    0x9e3779b97f4a7c15ULL /* held-out data never shares the training stream                        \
-                           */
+/* Held-out data never shares the training stream. */
+#define HELDOUT_SEED_MIX 0x9e3779b97f4a7c15ULL
 
 typedef struct {
     const toy_task *task;
@@ -31,8 +34,7 @@ typedef struct {
 } options;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: toy_tasks --task NAME [--steps N] [--seed S] [--threads N] [--out DIR] "
-               "[--eval CHECKPOINT] [--quiet]\ntasks:\n");
+    fprintf(f, "usage: toy_tasks --task NAME " ARGS_TRAINER_USAGE " [--quiet]\ntasks:\n");
     for (int i = 0; toy_tasks[i]; i++)
         fprintf(f, "  %-8s %s; %lld steps by default\n", toy_tasks[i]->name, toy_tasks[i]->what,
                 (long long)toy_tasks[i]->steps);
@@ -64,7 +66,8 @@ static bool parse(int argc, char **argv, options *o) {
     }
     if (!o->task) return fprintf(stderr, "toy_tasks: --task is required\n"), usage(stderr), false;
     if (o->run.steps < 0) o->run.steps = o->task->steps;
-    return true;
+    if (o->run.lr == 0) o->run.lr = o->task->lr;
+    return args_trainer_check(&a, &o->run) || (usage(stderr), false);
 }
 
 /* Correct predictions and scored positions of logits [n, V] against targets [n]. */
@@ -163,96 +166,102 @@ static int run_eval(nb_transformer_lm *lm, const options *o) {
     return 0;
 }
 
-/* One optimizer step on a fresh batch; appends its row to csv. False with nabla's error. */
-static bool train_step(nb_transformer_lm *lm, nb_optimizer *opt, nb_tensor **ptensors, int nparams,
-                       const options *o, int64_t step, nb_rng *data_rng, int64_t *x, int64_t *y,
-                       FILE *csv, double *loss_avg, double *acc_avg) {
+/* What the training steps share. */
+typedef struct {
+    nb_transformer_lm *lm;
+    nb_optimizer *opt;
+    param_list params;
+    int64_t *x, *y; /* one batch of tokens and targets */
+    FILE *csv;
+    double loss_avg, acc_avg; /* for the progress line */
+    bool averaging;           /* false until the first step's values are in */
+} trainer;
+
+/* Step step (0-based): one optimizer update on the batch drawn from data_rng; appends its row
+ * to the log. False with a message on an error or a non-finite loss or gradient. */
+static bool train_step(trainer *tr, const options *o, int64_t step, nb_rng *data_rng) {
     const toy_task *task = o->task;
     int64_t B = task->batch, T = task->seq_len;
     nb_scope_begin();
-    task->make(data_rng, B, x, y);
-    nb_tensor *logits =
-        nb_view(nb_transformer_lm_forward(lm, tokens_tensor(x, B, T), task->causal, NULL, NULL),
-                NB_SHAPE(B * T, task->vocab));
-    nb_tensor *loss = nb_cross_entropy(logits, nb_from_array(NB_I64, NB_SHAPE(B * T), y),
+    task->make(data_rng, B, tr->x, tr->y);
+    nb_tensor *logits = nb_view(
+        nb_transformer_lm_forward(tr->lm, tokens_tensor(tr->x, B, T), task->causal, NULL, NULL),
+        NB_SHAPE(B * T, task->vocab));
+    nb_tensor *loss = nb_cross_entropy(logits, nb_from_array(NB_I64, NB_SHAPE(B * T), tr->y),
                                        TOY_IGNORE, NB_REDUCE_MEAN);
-    nb_optimizer_zero_grad(opt);
-    bool ok = loss && nb_backward(loss, NULL);
+    bool ok = train_update("toy_tasks", tr->opt, &tr->params, loss, step, o->run.steps, o->run.lr,
+                           o->run.lr / 20);
     if (ok) {
-        nb_clip_grad_norm(ptensors, nparams, 1.0);
-        nb_optimizer_set_lr(opt, nb_lr_warmup_cosine(step, o->run.steps / 20, o->run.steps,
-                                                     task->lr, task->lr / 20));
-        nb_optimizer_step(opt);
         int64_t correct = 0, scored = 0;
-        count_correct(logits, y, B * T, &correct, &scored);
+        count_correct(logits, tr->y, B * T, &correct, &scored);
         double l = nb_item(loss), acc = (double)correct / (double)scored;
-        *loss_avg = step ? 0.9 * *loss_avg + 0.1 * l : l;
-        *acc_avg = step ? 0.9 * *acc_avg + 0.1 * acc : acc;
-        fprintf(csv, "%lld,%.6f,%.4f\n", (long long)step + 1, l, acc);
+        tr->loss_avg = tr->averaging ? 0.9 * tr->loss_avg + 0.1 * l : l;
+        tr->acc_avg = tr->averaging ? 0.9 * tr->acc_avg + 0.1 * acc : acc;
+        tr->averaging = true;
+        fprintf(tr->csv, "%lld,%.6f,%.4f\n", (long long)step + 1, l, acc);
     }
     nb_scope_end();
     return ok;
 }
 
-/* Trains, evaluates, saves and plots into o->run.out. Frees what it allocates on every path. */
+/* Trains (from the last resume checkpoint with --resume), evaluates, saves and plots into
+ * o->run.out. Frees what it allocates on every path. */
 static int run_training(nb_transformer_lm *lm, const options *o) {
     const toy_task *task = o->task;
     nb_module *model = lm->base.root;
-    char csv_path[512], png_path[512], ckpt_path[512];
+    char csv_path[512], png_path[512], ckpt_path[512], run[256];
     snprintf(csv_path, sizeof csv_path, "%s/train.csv", o->run.out);
     snprintf(png_path, sizeof png_path, "%s/curve.png", o->run.out);
     snprintf(ckpt_path, sizeof ckpt_path, "%s/model.safetensors", o->run.out);
-    FILE *csv = NULL;
-    nb_optimizer *opt = NULL;
-    int64_t *x = NULL, *y = NULL;
+    snprintf(run, sizeof run, "toy_tasks --task %s --steps %lld --seed %llu --lr %.17g", task->name,
+             (long long)o->run.steps, (unsigned long long)o->run.seed, o->run.lr);
+    trainer tr = {.lm = lm};
     int rc = 1;
     if (!make_dirs(o->run.out)) {
         fprintf(stderr, "toy_tasks: cannot create %s: %s\n", o->run.out, strerror(errno));
         goto done;
     }
-    if (!(csv = fopen(csv_path, "w"))) {
-        fprintf(stderr, "toy_tasks: cannot write %s: %s\n", csv_path, strerror(errno));
+    if (!param_list_of(&tr.params, model)) {
+        rc = fail("listing the parameters");
         goto done;
     }
-    fprintf(csv, "step,loss,accuracy\n");
-
-    int nparams = nb_module_param_count(model);
-    nb_param params[256];
-    nb_module_params(model, params, 256);
-    nb_tensor *ptensors[256];
-    for (int i = 0; i < nparams; i++) ptensors[i] = params[i].tensor;
-    if (!(opt = nb_adamw_new(ptensors, nparams, nb_adamw_defaults(task->lr)))) {
+    if (!(tr.opt = nb_adamw_new(tr.params.tensors, tr.params.n, nb_adamw_defaults(o->run.lr)))) {
         rc = fail("creating the optimizer");
+        goto done;
+    }
+    resume_target target = {
+        .prog = "toy_tasks", .dir = o->run.out, .run = run, .model = model, .opt = tr.opt};
+    resume_state st = {.step = 0};
+    nb_rng_seed(&st.data_rng, o->run.seed);
+    if (o->run.resume && !resume_load(&target, &st)) goto done;
+    if (!(tr.csv = resume_open_log("toy_tasks", csv_path, "step,loss,accuracy\n", o->run.resume,
+                                   st.csv_bytes)))
+        goto done;
+    size_t batch_tokens = (size_t)(task->batch * task->seq_len);
+    tr.x = malloc(sizeof *tr.x * batch_tokens);
+    tr.y = malloc(sizeof *tr.y * batch_tokens);
+    if (!tr.x || !tr.y) {
+        fprintf(stderr, "toy_tasks: out of memory\n");
         goto done;
     }
     if (!o->quiet)
         printf("%s: %s\nmodel: %lld parameters, %d layer(s), %lld heads, d %lld; %lld steps of "
-               "batch %lld\n",
+               "batch %lld%s\n",
                task->name, task->what, (long long)nb_module_numel(model), task->layers,
                (long long)task->heads, (long long)task->dim, (long long)o->run.steps,
-               (long long)task->batch);
-    nb_rng data_rng;
-    nb_rng_seed(&data_rng, o->run.seed);
-    size_t batch_tokens = (size_t)(task->batch * task->seq_len);
-    x = malloc(sizeof *x * batch_tokens);
-    y = malloc(sizeof *y * batch_tokens);
-    if (!x || !y) {
-        fprintf(stderr, "toy_tasks: out of memory\n");
-        goto done;
-    }
+               (long long)task->batch, o->run.resume ? " (resumed)" : "");
     progress prog;
     progress_start(&prog, o->run.steps);
-    double loss_avg = 0, acc_avg = 0;
-    for (int64_t step = 0; step < o->run.steps; step++) {
-        if (!train_step(lm, opt, ptensors, nparams, o, step, &data_rng, x, y, csv, &loss_avg,
-                        &acc_avg)) {
-            rc = fail("training step");
+    while (st.step < o->run.steps) {
+        if (!train_step(&tr, o, st.step, &st.data_rng)) goto done;
+        st.step++;
+        if (!o->quiet) progress_update(&prog, st.step, tr.loss_avg, tr.acc_avg);
+        if (!resume_checkpoint_due(&target, o->run.checkpoint_every, o->run.steps, &st, tr.csv))
             goto done;
-        }
-        if (!o->quiet) progress_update(&prog, step + 1, loss_avg, acc_avg);
+        resume_kill_hook(st.step);
     }
-    fclose(csv);
-    csv = NULL;
+    fclose(tr.csv);
+    tr.csv = NULL;
     if (!o->quiet) progress_finish(&prog, "trained");
 
     double acc = evaluate(lm, task, o->run.seed);
@@ -266,10 +275,10 @@ static int run_training(nb_transformer_lm *lm, const options *o) {
     plot_heads(lm, task, o->run.seed, o->run.out);
     rc = 0;
 done:
-    if (csv) fclose(csv);
-    free(x);
-    free(y);
-    nb_optimizer_free(opt);
+    if (tr.csv) fclose(tr.csv);
+    free(tr.x);
+    free(tr.y);
+    nb_optimizer_free(tr.opt);
     return rc;
 }
 

@@ -1,5 +1,6 @@
 /* MultiHeadAttention, written the way the PyTorch tutorials write it. */
 #include "nabla/nn.h"
+#include "module_error.h"
 #include "tensor/nbt.h" /* nbt_error, nbt_shape */
 
 #include <math.h>
@@ -25,7 +26,7 @@ nb_mha *nb_mha_new(nb_module *parent, const char *name, int64_t d_in, int64_t d_
         !(m->W_value = nb_linear_new(&m->base, "W_value", d_in, d_out, qkv_bias)) ||
         !(m->out_proj = nb_linear_new(&m->base, "out_proj", d_out, d_out, true)) ||
         !(m->dropout = nb_dropout_new(&m->base, "dropout", dropout)))
-        return nb_module_discard(&m->base);
+        return nbn_discard(&m->base);
     return m;
 }
 
@@ -45,17 +46,13 @@ static bool combined_mask(const nb_mha *m, const nb_mha_opts *o, int64_t B, int6
     const nb_tensor *pad = o ? o->key_padding_mask : NULL, *am = o ? o->attn_mask : NULL;
     if (pad &&
         (pad->dtype != NB_BOOL || pad->ndim != 2 || pad->shape[0] != B || pad->shape[1] != Tk)) {
-        nbt_error("MultiHeadAttention",
-                  "'%s': key_padding_mask must be bool [%lld, %lld], got "
-                  "%s %s",
-                  m->base.path, (long long)B, (long long)Tk, nb_dtype_name(pad->dtype),
-                  nbt_shape(pad));
+        nbn_error(&m->base, "key_padding_mask must be bool [%lld, %lld], got %s %s", (long long)B,
+                  (long long)Tk, nb_dtype_name(pad->dtype), nbt_shape(pad));
         return false;
     }
     if (am && (am->dtype != NB_BOOL || am->ndim != 2 || am->shape[0] != Tq || am->shape[1] != Tk)) {
-        nbt_error("MultiHeadAttention", "'%s': attn_mask must be bool [%lld, %lld], got %s %s",
-                  m->base.path, (long long)Tq, (long long)Tk, nb_dtype_name(am->dtype),
-                  nbt_shape(am));
+        nbn_error(&m->base, "attn_mask must be bool [%lld, %lld], got %s %s", (long long)Tq,
+                  (long long)Tk, nb_dtype_name(am->dtype), nbt_shape(am));
         return false;
     }
     nb_tensor *pad4 = pad ? nb_view(pad, NB_SHAPE(B, 1, 1, Tk)) : NULL;
@@ -70,7 +67,8 @@ static bool combined_mask(const nb_mha *m, const nb_mha_opts *o, int64_t B, int6
 
 nb_tensor *nb_mha_forward_cross(nb_mha *m, const nb_tensor *q_in, const nb_tensor *kv_in,
                                 const nb_mha_opts *opts) {
-    if (!m || !q_in || !kv_in) return nbt_error("MultiHeadAttention", "NULL argument");
+    if (!m || !q_in || !kv_in)
+        return nbn_null_argument("MultiHeadAttention", m ? &m->base : NULL, "input");
     if (q_in->ndim != 3 || kv_in->ndim != 3 || q_in->shape[2] != m->d_in ||
         kv_in->shape[2] != m->d_in || q_in->shape[0] != kv_in->shape[0])
         return nbt_error("MultiHeadAttention",
@@ -82,9 +80,11 @@ nb_tensor *nb_mha_forward_cross(nb_mha *m, const nb_tensor *q_in, const nb_tenso
     nb_tensor *mask;
     if (!combined_mask(m, opts, B, Tq, Tk, &mask)) return NULL;
 
-    nb_tensor *q = nb_linear_forward(m->W_query, q_in);  /* [B, T_q, d_out] */
-    nb_tensor *k = nb_linear_forward(m->W_key, kv_in);   /* [B, T_k, d_out] */
-    nb_tensor *v = nb_linear_forward(m->W_value, kv_in); /* [B, T_k, d_out] */
+    /* Each projection only after the one before worked: the first failure is the message. */
+    nb_tensor *q = nb_linear_forward(m->W_query, q_in);             /* [B, T_q, d_out] */
+    nb_tensor *k = q ? nb_linear_forward(m->W_key, kv_in) : NULL;   /* [B, T_k, d_out] */
+    nb_tensor *v = k ? nb_linear_forward(m->W_value, kv_in) : NULL; /* [B, T_k, d_out] */
+    if (!v) return nbn_result(&m->base, NULL);
     const bool causal = opts && opts->causal;
     const double scale = 1.0 / sqrt((double)m->head_dim);
     nb_tensor *ctx;
@@ -106,7 +106,7 @@ nb_tensor *nb_mha_forward_cross(nb_mha *m, const nb_tensor *q_in, const nb_tenso
         ctx = nb_transpose(nb_matmul(attn, v), 1, 2); /* [B, T_q, H, hd] */
         ctx = nb_view(nb_contiguous(ctx), NB_SHAPE(B, Tq, m->d_out));
     }
-    return nb_linear_forward(m->out_proj, ctx);
+    return nbn_result(&m->base, nb_linear_forward(m->out_proj, ctx));
 }
 
 nb_tensor *nb_mha_forward(nb_mha *m, const nb_tensor *x, const nb_mha_opts *opts) {
@@ -121,13 +121,14 @@ nb_transformer_block *nb_transformer_block_new(nb_module *parent, const char *na
         !(m->attn = nb_mha_new(&m->base, "attn", dim, dim, num_heads, false, dropout)) ||
         !(m->norm2 = nb_layernorm_new(&m->base, "norm2", dim)) ||
         !(m->ff = nb_feedforward_new(&m->base, "ff", dim, 4 * dim)))
-        return nb_module_discard(&m->base);
+        return nbn_discard(&m->base);
     return m;
 }
 
 nb_tensor *nb_transformer_block_forward(nb_transformer_block *m, const nb_tensor *x,
                                         const nb_mha_opts *opts) {
-    if (!m) return nbt_error("TransformerBlock", "NULL module");
+    if (!m || !x) return nbn_null_argument("TransformerBlock", m ? &m->base : NULL, "input");
     nb_tensor *h = nb_add(x, nb_mha_forward(m->attn, nb_layernorm_forward(m->norm1, x), opts));
-    return nb_add(h, nb_feedforward_forward(m->ff, nb_layernorm_forward(m->norm2, h)));
+    return nbn_result(&m->base,
+                      nb_add(h, nb_feedforward_forward(m->ff, nb_layernorm_forward(m->norm2, h))));
 }

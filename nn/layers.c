@@ -1,5 +1,6 @@
 /* LayerNorm, Embedding, Dropout and the GELU feed-forward block. */
 #include "nabla/nn.h"
+#include "module_error.h"
 #include "tensor/nbt.h" /* nbt_error, nbt_shape */
 
 nb_layernorm *nb_layernorm_new(nb_module *parent, const char *name, int64_t dim) {
@@ -9,13 +10,13 @@ nb_layernorm *nb_layernorm_new(nb_module *parent, const char *name, int64_t dim)
     m->eps = 1e-5;
     if (!(m->weight = nb_module_add_param(&m->base, "weight", NB_SHAPE(dim), nb_init_ones())) ||
         !(m->bias = nb_module_add_param(&m->base, "bias", NB_SHAPE(dim), nb_init_zeros())))
-        return nb_module_discard(&m->base);
+        return nbn_discard(&m->base);
     return m;
 }
 
 nb_tensor *nb_layernorm_forward(nb_layernorm *m, const nb_tensor *x) {
-    if (!m) return nbt_error("LayerNorm", "NULL module");
-    return nb_layer_norm(x, m->weight, m->bias, m->eps);
+    if (!m || !x) return nbn_null_argument("LayerNorm", m ? &m->base : NULL, "input");
+    return nbn_result(&m->base, nb_layer_norm(x, m->weight, m->bias, m->eps));
 }
 
 nb_embedding_layer *nb_embedding_new(nb_module *parent, const char *name, int64_t num,
@@ -26,12 +27,12 @@ nb_embedding_layer *nb_embedding_new(nb_module *parent, const char *name, int64_
     nb_embedding_layer *m = nb_module_new(parent, name, "Embedding", sizeof *m);
     if (!m) return NULL;
     m->weight = nb_module_add_param(&m->base, "weight", NB_SHAPE(num, dim), nb_init_embedding());
-    return m->weight ? m : nb_module_discard(&m->base);
+    return m->weight ? m : nbn_discard(&m->base);
 }
 
 nb_tensor *nb_embedding_forward(nb_embedding_layer *m, const nb_tensor *indices) {
-    if (!m) return nbt_error("Embedding", "NULL module");
-    return nb_embedding(m->weight, indices);
+    if (!m || !indices) return nbn_null_argument("Embedding", m ? &m->base : NULL, "indices");
+    return nbn_result(&m->base, nb_embedding(m->weight, indices));
 }
 
 nb_dropout_layer *nb_dropout_new(nb_module *parent, const char *name, double p) {
@@ -44,9 +45,9 @@ nb_dropout_layer *nb_dropout_new(nb_module *parent, const char *name, double p) 
 }
 
 nb_tensor *nb_dropout_forward(nb_dropout_layer *m, const nb_tensor *x) {
-    if (!m) return nbt_error("Dropout", "NULL module");
+    if (!m || !x) return nbn_null_argument("Dropout", m ? &m->base : NULL, "input");
     if (!nb_module_is_training(&m->base) || m->p == 0) return (nb_tensor *)x;
-    return nb_dropout(x, m->p, true, &m->rng);
+    return nbn_result(&m->base, nb_dropout(x, m->p, true, &m->rng));
 }
 
 nb_feedforward *nb_feedforward_new(nb_module *parent, const char *name, int64_t dim,
@@ -55,11 +56,11 @@ nb_feedforward *nb_feedforward_new(nb_module *parent, const char *name, int64_t 
     if (!m) return NULL;
     if (!(m->fc1 = nb_linear_new(&m->base, "fc1", dim, hidden, true)) ||
         !(m->fc2 = nb_linear_new(&m->base, "fc2", hidden, dim, true)))
-        return nb_module_discard(&m->base);
+        return nbn_discard(&m->base);
     return m;
 }
 
 nb_tensor *nb_feedforward_forward(nb_feedforward *m, const nb_tensor *x) {
-    if (!m) return nbt_error("FeedForward", "NULL module");
-    return nb_linear_forward(m->fc2, nb_gelu(nb_linear_forward(m->fc1, x)));
+    if (!m || !x) return nbn_null_argument("FeedForward", m ? &m->base : NULL, "input");
+    return nbn_result(&m->base, nb_linear_forward(m->fc2, nb_gelu(nb_linear_forward(m->fc1, x))));
 }

@@ -1,5 +1,6 @@
 /* A small GPT-style transformer: embeddings, pre-LN blocks, final norm, vocabulary head. */
 #include "nabla/nn.h"
+#include "module_error.h"
 #include "tensor/nbt.h" /* nbt_error, nbt_shape */
 
 #include <stdio.h>
@@ -56,16 +57,16 @@ nb_transformer_lm *nb_transformer_lm_new_config(nb_module *parent, const char *n
     if (!(m->tok_emb = nb_embedding_new(&m->base, "tok_emb", m->vocab, m->dim)) ||
         !(m->pos_emb = nb_embedding_new(&m->base, "pos_emb", m->max_len, m->dim)) ||
         !(m->blocks_container = nb_module_container(&m->base, "blocks")))
-        return nb_module_discard(&m->base);
+        return nbn_discard(&m->base);
     for (int i = 0; i < layers; i++) {
         char idx[16];
         snprintf(idx, sizeof idx, "%d", i);
         if (!(m->blocks[i] = nb_transformer_block_new(m->blocks_container, idx, m->dim,
                                                       m->num_heads, dropout)))
-            return nb_module_discard(&m->base);
+            return nbn_discard(&m->base);
     }
     if (!(m->norm_f = nb_layernorm_new(&m->base, "norm_f", m->dim)) || !make_head(m))
-        return nb_module_discard(&m->base);
+        return nbn_discard(&m->base);
     return m;
 }
 
@@ -82,9 +83,9 @@ nb_lm_config nb_transformer_lm_config(const nb_transformer_lm *lm) {
 
 nb_tensor *nb_transformer_lm_forward(nb_transformer_lm *m, const nb_tensor *tokens, bool causal,
                                      const nb_tensor *key_padding_mask, nb_tensor **attn_weights) {
-    if (!m || !tokens) return nbt_error("TransformerLM", "NULL argument");
+    if (!m || !tokens) return nbn_null_argument("TransformerLM", m ? &m->base : NULL, "tokens");
     if (tokens->ndim != 2 || tokens->dtype != NB_I64 || tokens->shape[1] > m->max_len)
-        return nbt_error("TransformerLM", "expects int64 tokens [B, T] with T <= %lld, got %s %s",
+        return nbn_error(&m->base, "expects int64 tokens [B, T] with T <= %lld, got %s %s",
                          (long long)m->max_len, nb_dtype_name(tokens->dtype), nbt_shape(tokens));
     int64_t T = tokens->shape[1];
     nb_tensor *positions = nb_arange(NB_I64, 0, (double)T, 1);
@@ -96,5 +97,6 @@ nb_tensor *nb_transformer_lm_forward(nb_transformer_lm *m, const nb_tensor *toke
                             .attn_weights = attn_weights ? &attn_weights[i] : NULL};
         x = nb_transformer_block_forward(m->blocks[i], x, &opts);
     }
-    return nb_f_linear(nb_layernorm_forward(m->norm_f, x), m->head_weight, m->head_bias);
+    return nbn_result(
+        &m->base, nb_f_linear(nb_layernorm_forward(m->norm_f, x), m->head_weight, m->head_bias));
 }

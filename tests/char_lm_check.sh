@@ -28,4 +28,8 @@ if "$bin" --eval "$dir/missing.safetensors" 2>/dev/null; then
 fi
 "$bin" --grammar --steps 20 --sample 20 --out "$dir/grammar" >"$dir/glog"
 grep -q "from the built-in grammar" "$dir/glog" || { echo "FAIL: --grammar"; exit 1; }
-echo "ok: loss $first -> $last, validation $bpc bits per character"
+# A text sharing no character with the sampling prompt: a sample, not a crash.
+for _ in $(seq 400); do printf '0123456789'; done >"$dir/digits.txt"
+"$bin" --text "$dir/digits.txt" --steps 2 --sample 10 --out "$dir/digits" >"$dir/digits.log" 2>&1 ||
+    { cat "$dir/digits.log"; echo "FAIL: a text without the prompt's characters"; exit 1; }
+echo "ok: loss $first -> $last, validation $bpc bits per character; a text without the prompt's characters samples"

@@ -104,8 +104,23 @@ bool args_trainer_flag(args *a, trainer_flags *f, bool *ok) {
         *ok = (f->out = args_string(a)) != NULL;
     else if (args_is(a, "--eval"))
         *ok = (f->eval = args_string(a)) != NULL;
+    else if (args_is(a, "--lr"))
+        *ok = args_double(a, 1e-12, 1e30, &f->lr);
+    else if (args_is(a, "--resume"))
+        *ok = f->resume = true;
+    else if (args_is(a, "--checkpoint-every"))
+        *ok = args_int(a, 1, ARGS_MAX_STEPS, &f->checkpoint_every);
     else
         return false;
+    return true;
+}
+
+bool args_trainer_check(const args *a, const trainer_flags *f) {
+    if (f->eval && (f->resume || f->checkpoint_every)) {
+        fprintf(stderr, "%s: --eval does not train: it takes no --resume or --checkpoint-every\n",
+                a->prog);
+        return false;
+    }
     return true;
 }
 

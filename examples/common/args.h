@@ -48,16 +48,27 @@ bool args_is_help(const args *a);
 /* Reports the current flag as unknown; always false. */
 bool args_unknown(const args *a);
 
-/* The flags every trainer takes: --steps N, --seed S, --threads N, --out DIR, --eval CKPT. */
+/* The flags every trainer takes: --steps N, --seed S, --threads N, --lr X, --out DIR,
+ * --eval CHECKPOINT, --resume and --checkpoint-every N. */
 typedef struct {
     int64_t steps;
     uint64_t seed;
     int threads; /* 0: nabla's default */
+    double lr;   /* 0: the program's default */
     const char *out, *eval;
+    bool resume;              /* continue from the last checkpoint in out */
+    int64_t checkpoint_every; /* 0: no resume checkpoints */
 } trainer_flags;
+
+/* Usage text for trainer_flags' flags, for the programs' usage lines. */
+#define ARGS_TRAINER_USAGE                                                                         \
+    "[--steps N] [--seed S] [--threads N] [--lr X] [--out DIR] [--eval CHECKPOINT] "               \
+    "[--checkpoint-every N] [--resume]"
 
 /* If the current flag is one of trainer_flags', parses its value into f, sets *ok to whether
  * that worked and returns true; returns false for any other flag. */
 bool args_trainer_flag(args *a, trainer_flags *f, bool *ok);
+/* After parsing: false with a message if the trainer flags contradict each other. */
+bool args_trainer_check(const args *a, const trainer_flags *f);
 
 #endif

@@ -20,8 +20,10 @@ void progress_start(progress *p, int64_t total_steps) {
 }
 
 static void format_eta(double seconds, char *buf, size_t len) {
-    if (seconds >= 60) snprintf(buf, len, "%dm%02ds", (int)(seconds / 60), (int)seconds % 60);
-    else snprintf(buf, len, "%.1fs", seconds);
+    if (seconds >= 60)
+        snprintf(buf, len, "%dm%02ds", (int)(seconds / 60), (int)seconds % 60);
+    else
+        snprintf(buf, len, "%.1fs", seconds);
 }
 
 void progress_update(progress *p, int64_t step, double loss, double accuracy) {

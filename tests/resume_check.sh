@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Killed and resumed training equals uninterrupted training bit for bit (checkpoint bytes,
+# train.csv rows, the sample printed afterwards), for toy_tasks and char_lm; --resume refuses
+# a directory without a checkpoint or with another run's; a blown-up run (huge --lr) stops
+# with a message naming the step and the first parameter whose gradient is not finite.
+# Usage: resume_check.sh TOY_TASKS CHAR_LM
+set -euo pipefail
+toy=$1 lm=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+# Runs "$@" and succeeds only if it exits with status $1, keeping its output in $dir/log.
+expect_exit() {
+    local want=$1 rc=0
+    shift
+    "$@" >"$dir/log" 2>&1 || rc=$?
+    [ "$rc" -eq "$want" ] || { echo "FAIL: exit $rc, not $want: $*"; cat "$dir/log"; exit 1; }
+}
+# The sample printed after training (char_lm), without the timing lines.
+sample_of() { sed -n '/^sample (temperature/,$p' "$1"; }
+
+same_run() { # name reference-dir resumed-dir files...
+    local name=$1 a=$2 b=$3
+    shift 3
+    for f in "$@"; do
+        cmp "$a/$f" "$b/$f" || { echo "FAIL: $name: $f differs after resuming"; exit 1; }
+    done
+    echo "ok: $name: resumed run equals the uninterrupted one ($*)"
+}
+
+check_program() { # name final-checkpoint steps every kill-step command...
+    local name=$1 ckpt=$2 steps=$3 every=$4 kill_at=$5
+    shift 5
+    local run=("$@" --steps "$steps" --checkpoint-every "$every")
+    expect_exit 0 "${run[@]}" --out "$dir/$name-ref"
+    cp "$dir/log" "$dir/$name-ref.log"
+
+    # Killed by SIGKILL (exit 137) between checkpoints, then resumed.
+    NABLA_TEST_KILL_AFTER_STEP=$kill_at expect_exit 137 "${run[@]}" --out "$dir/$name-hook"
+    local at
+    at=$(sed -n 's/^ *"step": \([0-9]*\),$/\1/p' "$dir/$name-hook/resume.json")
+    [ "$at" -eq $((kill_at / every * every)) ] ||
+        { echo "FAIL: $name: killed after step $kill_at, checkpoint at $at"; exit 1; }
+    [ ! -e "$dir/$name-hook/$ckpt" ] || { echo "FAIL: $name finished before its kill"; exit 1; }
+    expect_exit 0 "${run[@]}" --out "$dir/$name-hook" --resume
+    cp "$dir/log" "$dir/$name-hook.log"
+    same_run "$name (killed after step $kill_at)" "$dir/$name-ref" "$dir/$name-hook" \
+        "$ckpt" train.csv "resume-$steps.safetensors"
+    [ "$(sample_of "$dir/$name-ref.log")" = "$(sample_of "$dir/$name-hook.log")" ] ||
+        { echo "FAIL: $name: the sample differs after resuming"; exit 1; }
+
+    # Killed from outside at whatever moment the first checkpoint has been written.
+    "${run[@]}" --out "$dir/$name-ext" >/dev/null 2>&1 &
+    local pid=$!
+    while kill -0 "$pid" 2>/dev/null && [ ! -e "$dir/$name-ext/resume.json" ]; do sleep 0.01; done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    expect_exit 0 "${run[@]}" --out "$dir/$name-ext" --resume
+    same_run "$name (killed from outside)" "$dir/$name-ref" "$dir/$name-ext" "$ckpt" train.csv
+
+    # A second --resume of a finished run trains no more and changes nothing.
+    expect_exit 0 "${run[@]}" --out "$dir/$name-ext" --resume
+    same_run "$name (resumed when finished)" "$dir/$name-ref" "$dir/$name-ext" "$ckpt" train.csv
+
+    # Refusals: nothing to resume, another run's checkpoint, --eval with --resume.
+    expect_exit 1 "${run[@]}" --out "$dir/$name-empty" --resume
+    grep -q "nothing to resume in $dir/$name-empty" "$dir/log" ||
+        { echo "FAIL: $name: no clear message for a missing checkpoint"; cat "$dir/log"; exit 1; }
+    expect_exit 1 "$@" --steps $((steps + 1)) --out "$dir/$name-ref" --resume
+    grep -q "holds the run .*--steps $steps.*, not .*--steps $((steps + 1))" "$dir/log" ||
+        { echo "FAIL: $name: resumed another run's checkpoint"; cat "$dir/log"; exit 1; }
+    expect_exit 2 "$@" --eval "$dir/$name-ref/$ckpt" --resume
+    echo "ok: $name: refuses what it cannot resume"
+
+    # Training health: a huge learning rate makes the model blow up within a few steps.
+    expect_exit 1 "$@" --steps 40 --lr 1e30 --out "$dir/$name-nan"
+    grep -Eq "^[a-z_]+: step [0-9]+: the gradient of [a-z_.0-9]+ is not finite" "$dir/log" ||
+        { echo "FAIL: $name: no message naming the step and parameter"; cat "$dir/log"; exit 1; }
+    echo "ok: $name: $(grep 'is not finite' "$dir/log")"
+}
+
+check_program toy "model.safetensors" 40 10 25 "$toy" --task shift --quiet
+check_program char_lm "char_lm.safetensors" 24 5 13 "$lm" --sample 30
+echo "ok: resume and training health"
