@@ -24,10 +24,9 @@ typedef struct {
 } kv_slot;
 
 struct nb_kv_cache {
-    nb_scope *scope; /* holds every slot's tensors and the scores row */
+    nb_scope *scope; /* holds every slot's tensors */
     nb_dtype dtype;
     int64_t batch, max_len;
-    nb_tensor *scores; /* [max_len] scratch for one query's scores */
     int nslots;
     kv_slot slots[];
 };
@@ -45,13 +44,6 @@ static nb_kv_cache *cache_new(int nslots, int64_t batch, int64_t max_len, nb_dty
     c->batch = batch;
     c->max_len = max_len;
     c->nslots = nslots;
-    nb_scope_push(c->scope);
-    c->scores = nb_empty(dt, NB_SHAPE(max_len));
-    nb_scope_pop();
-    if (!c->scores) {
-        nb_kv_cache_free(c);
-        return NULL;
-    }
     return c;
 }
 
@@ -118,7 +110,8 @@ void nb_kv_cache_free(nb_kv_cache *c) {
 /* ---- attention of new queries against a slot ------------------------------------------ */
 
 /* Everything one call of the kernel needs; q, k_new, v_new and ctx are contiguous
- * [batch, T_new, heads * head_dim] (k_new, v_new with kv_heads). */
+ * [batch, T_new, heads * head_dim] (k_new, v_new with kv_heads). scores has a row of max_len
+ * for every (sequence, head) pair, so pairs can run on different threads. */
 typedef struct {
     const kv_slot *slot;
     int64_t batch, t_new, heads, max_len;
@@ -127,47 +120,58 @@ typedef struct {
     void *ctx, *scores;
 } cached_attention;
 
-/* Appends the new keys and values at positions len.., then for each sequence b, head h and
- * new query i (position p = len + i): s = scale * q K[0..p]^T, e = exp(s - max s),
- * ctx = (e V[0..p]) / sum(e). Query head h reads key/value head h / (heads / kv_heads). */
+/* append: writes the new keys (transposed) and values at positions len... pairs: for pairs
+ * [p0, p1) of (sequence b, head h) and each new query i (position len + i):
+ * s = scale * q K[0..len+i]^T, e = exp(s - max s), ctx = (e V[0..len+i]) / sum(e). Query head
+ * h reads key/value head h / (heads / kv_heads). */
 #define DEFINE_CACHED_ATTENTION(T, SUF, ROWS, VEXP)                                                \
-    static void cached_attention_##SUF(const cached_attention *a) {                                \
+    static void append_##SUF(const cached_attention *a) {                                          \
         const kv_slot *s = a->slot;                                                                \
         const int64_t hd = s->head_dim, kvh = s->kv_heads, L = a->max_len, len = s->len;           \
-        const int64_t q_row = a->heads * hd, kv_row = kvh * hd, group = a->heads / kvh;            \
-        T *K = nb_data(s->k), *V = nb_data(s->v), *sc = a->scores;                                 \
-        const T *q = a->q, *kn = a->k_new, *vn = a->v_new;                                         \
-        T *ctx = a->ctx;                                                                           \
+        T *K = nb_data(s->k), *V = nb_data(s->v);                                                  \
+        const T *kn = a->k_new, *vn = a->v_new;                                                    \
         for (int64_t b = 0; b < a->batch; b++)                                                     \
             for (int64_t i = 0; i < a->t_new; i++)                                                 \
                 for (int64_t h = 0; h < kvh; h++) {                                                \
-                    size_t at = (size_t)(((b * kvh + h) * L + len + i) * hd);                      \
-                    size_t from = (size_t)((b * a->t_new + i) * kv_row + h * hd);                  \
+                    const size_t from = (size_t)((b * a->t_new + i) * kvh * hd + h * hd);          \
                     const size_t kt = (size_t)((b * kvh + h) * hd * L + len + i);                  \
                     for (int64_t d = 0; d < hd; d++)                                               \
                         K[kt + (size_t)(d * L)] = kn[from + (size_t)d];                            \
-                    memcpy(V + at, vn + from, sizeof(T) * (size_t)hd);                             \
+                    memcpy(V + (size_t)(((b * kvh + h) * L + len + i) * hd), vn + from,            \
+                           sizeof(T) * (size_t)hd);                                                \
                 }                                                                                  \
-        for (int64_t b = 0; b < a->batch; b++)                                                     \
-            for (int64_t h = 0; h < a->heads; h++) {                                               \
-                const size_t head = (size_t)((b * kvh + h / group) * L * hd);                      \
-                for (int64_t i = 0; i < a->t_new; i++) {                                           \
-                    const int64_t n = len + i + 1; /* keys 0..p */                                 \
-                    const size_t row = (size_t)((b * a->t_new + i) * q_row + h * hd);              \
-                    ROWS(false, 1, n, hd, (T)a->scale, q + row, hd, 1, K + head, L, 0, sc, n);     \
-                    T max = sc[0];                                                                 \
-                    for (int64_t j = 1; j < n; j++) max = sc[j] > max ? sc[j] : max;               \
-                    for (int64_t j = 0; j < n; j++) sc[j] -= max;                                  \
-                    VEXP(sc, sc, n);                                                               \
-                    double sum = 0;                                                                \
-                    for (int64_t j = 0; j < n; j++) sum += sc[j];                                  \
-                    ROWS(false, 1, hd, n, (T)(1.0 / sum), sc, n, 1, V + head, hd, 0, ctx + row,    \
-                         hd);                                                                      \
-                }                                                                                  \
+    }                                                                                              \
+    static void pairs_##SUF(int64_t p0, int64_t p1, void *va) {                                    \
+        const cached_attention *a = va;                                                            \
+        const kv_slot *s = a->slot;                                                                \
+        const int64_t hd = s->head_dim, kvh = s->kv_heads, L = a->max_len, len = s->len;           \
+        const int64_t q_row = a->heads * hd, group = a->heads / kvh;                               \
+        const T *K = nb_data(s->k), *V = nb_data(s->v), *q = a->q;                                 \
+        T *ctx = a->ctx;                                                                           \
+        for (int64_t pair = p0; pair < p1; pair++) {                                               \
+            const int64_t b = pair / a->heads, h = pair % a->heads;                                \
+            const size_t head = (size_t)((b * kvh + h / group) * L * hd);                          \
+            T *sc = (T *)a->scores + pair * L;                                                     \
+            for (int64_t i = 0; i < a->t_new; i++) {                                               \
+                const int64_t n = len + i + 1; /* keys 0..p */                                     \
+                const size_t row = (size_t)((b * a->t_new + i) * q_row + h * hd);                  \
+                ROWS(false, 1, n, hd, (T)a->scale, q + row, hd, 1, K + head, L, 0, sc, n);         \
+                T max = sc[0];                                                                     \
+                for (int64_t j = 1; j < n; j++) max = sc[j] > max ? sc[j] : max;                   \
+                for (int64_t j = 0; j < n; j++) sc[j] -= max;                                      \
+                VEXP(sc, sc, n);                                                                   \
+                double sum = 0;                                                                    \
+                for (int64_t j = 0; j < n; j++) sum += sc[j];                                      \
+                ROWS(false, 1, hd, n, (T)(1.0 / sum), sc, n, 1, V + head, hd, 0, ctx + row, hd);   \
             }                                                                                      \
+        }                                                                                          \
     }
 DEFINE_CACHED_ATTENTION(float, f32, nbt_sgemm_rows, nbt_vexp_f32)
 DEFINE_CACHED_ATTENTION(double, f64, nbt_dgemm_rows, nbt_vexp_f64)
+
+/* A (sequence, head) pair's work is about 2 * keys * head_dim multiply-adds per query; pairs
+ * are split across threads only when each thread gets at least this many. */
+#define PAIRS_GRAIN_MACS 16384
 
 /* ---- one-row linear layers, split across threads by output features ------------------- */
 
@@ -292,7 +296,9 @@ static nb_tensor *mha_cached(nb_mha *m, const nb_tensor *x, nb_kv_cache *c, int 
     if (!linears(3, (nb_linear *const[]){m->W_query, m->W_key, m->W_value}, x, qkv)) return NULL;
     nb_tensor *q = nbt_contiguous(qkv[0]), *k = nbt_contiguous(qkv[1]), *v = nbt_contiguous(qkv[2]);
     nb_tensor *ctx = nb_empty(c->dtype, NB_SHAPE(B, Tn, m->d_out));
-    if (!q || !k || !v || !ctx) return NULL;
+    /* one row of scores per pair, always max_len long so the scope's pool reuses it */
+    nb_tensor *scores = nb_empty(c->dtype, NB_SHAPE(B * m->num_heads, c->max_len));
+    if (!q || !k || !v || !ctx || !scores) return NULL;
     cached_attention a = {.slot = s,
                           .batch = B,
                           .t_new = Tn,
@@ -303,11 +309,17 @@ static nb_tensor *mha_cached(nb_mha *m, const nb_tensor *x, nb_kv_cache *c, int 
                           .k_new = nb_data(k),
                           .v_new = nb_data(v),
                           .ctx = nb_data(ctx),
-                          .scores = nb_data(c->scores)};
-    if (c->dtype == NB_F32)
-        cached_attention_f32(&a);
-    else
-        cached_attention_f64(&a);
+                          .scores = nb_data(scores)};
+    const int64_t pairs = B * m->num_heads;
+    const int64_t macs = 2 * (s->len + Tn) * m->head_dim * Tn;
+    const int64_t grain = macs >= PAIRS_GRAIN_MACS ? 1 : PAIRS_GRAIN_MACS / (macs ? macs : 1);
+    if (c->dtype == NB_F32) {
+        append_f32(&a);
+        nbt_parallel_ranges(pairs, grain, pairs_f32, &a);
+    } else {
+        append_f64(&a);
+        nbt_parallel_ranges(pairs, grain, pairs_f64, &a);
+    }
     s->len += Tn;
     return linear(m->out_proj, ctx);
 }

@@ -8,21 +8,6 @@
 typedef enum { CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE } cmp_op;
 static const char *const cmp_names[] = {"eq", "ne", "lt", "le", "gt", "ge"};
 
-/* One element of any dtype as a double (int64 beyond 2^53 rounds: only mixed-dtype comparisons
- * take this path; same-dtype ones compare natively). */
-static double as_double(const char *p, nb_dtype dt) {
-    switch (dt) {
-    case NB_F32:
-        return *(const float *)p;
-    case NB_F64:
-        return *(const double *)p;
-    case NB_I64:
-        return (double)*(const int64_t *)p;
-    default:
-        return *(const uint8_t *)p;
-    }
-}
-
 #define APPLY(op, x, y)                                                                            \
     ((op) == CMP_EQ   ? (x) == (y)                                                                 \
      : (op) == CMP_NE ? (x) != (y)                                                                 \
@@ -53,7 +38,8 @@ DEFINE_SAME(uint8_t, bool)
 static void cmp_mixed(int64_t n, char **p, const int64_t *s, void *vctx) {
     const cmp_ctx *c = vctx;
     for (int64_t i = 0; i < n; i++) {
-        double x = as_double(p[1] + i * s[1], c->a), y = as_double(p[2] + i * s[2], c->b);
+        double x = nbt_load_double(p[1] + i * s[1], c->a),
+               y = nbt_load_double(p[2] + i * s[2], c->b);
         *(uint8_t *)(p[0] + i * s[0]) = (uint8_t)APPLY(c->op, x, y);
     }
 }
@@ -104,7 +90,7 @@ typedef struct {
 
 static void count_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
     count_ctx *c = vctx;
-    for (int64_t i = 0; i < n; i++) c->total += as_double(p[0] + i * s[0], c->dtype) != 0;
+    for (int64_t i = 0; i < n; i++) c->total += nbt_load_double(p[0] + i * s[0], c->dtype) != 0;
 }
 
 int64_t nb_count_nonzero(const nb_tensor *t) {

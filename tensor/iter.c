@@ -60,16 +60,6 @@ static int64_t to_int64(double v) {
     return v >= -0x1p63 && v < 0x1p63 ? (int64_t)v : INT64_MIN;
 }
 
-static double load(const char *p, nb_dtype dt) {
-    switch (dt) {
-    case NB_F32: return *(const float *)p;
-    case NB_F64: return *(const double *)p;
-    case NB_I64: return (double)*(const int64_t *)p;
-    case NB_BOOL: return *(const uint8_t *)p ? 1.0 : 0.0;
-    }
-    return 0;
-}
-
 static void store(char *p, nb_dtype dt, double v) {
     switch (dt) {
     case NB_F32: *(float *)p = (float)v; break;
@@ -100,7 +90,7 @@ static void copy_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
             *(int64_t *)(d + i * s[0]) = *(const int64_t *)(x + i * s[1]);
         return;
     }
-    for (int64_t i = 0; i < n; i++) store(d + i * s[0], c->dst, load(x + i * s[1], c->src));
+    for (int64_t i = 0; i < n; i++) store(d + i * s[0], c->dst, nbt_load_double(x + i * s[1], c->src));
 }
 
 /* Same-dtype copy of a few elements with a plain odometer: for tiny tensors (a 3-token
@@ -164,7 +154,8 @@ double nbt_get_linear(const nb_tensor *t, int64_t k) {
         off += (k % t->shape[i]) * t->strides[i];
         k /= t->shape[i];
     }
-    return load((const char *)t->storage->data + off * (int64_t)nbt_esize(t->dtype), t->dtype);
+    return nbt_load_double((const char *)t->storage->data + off * (int64_t)nbt_esize(t->dtype),
+                           t->dtype);
 }
 
 bool nb_copy_(nb_tensor *dst, const nb_tensor *src) {

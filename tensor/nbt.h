@@ -88,6 +88,21 @@ static inline int64_t nbt_numel(const nb_tensor *t) {
     return n;
 }
 
+/* The element at p of dtype dt as a double (int64 beyond 2^53 rounds; bool is 0 or 1). */
+static inline double nbt_load_double(const char *p, nb_dtype dt) {
+    switch (dt) {
+    case NB_F32:
+        return *(const float *)p;
+    case NB_F64:
+        return *(const double *)p;
+    case NB_I64:
+        return (double)*(const int64_t *)p;
+    case NB_BOOL:
+        return *(const uint8_t *)p ? 1.0 : 0.0;
+    }
+    return 0;
+}
+
 /* Element pointer at the first element of t. */
 static inline char *nbt_ptr(const nb_tensor *t) {
     return (char *)t->storage->data + t->offset * (int64_t)nbt_esize(t->dtype);

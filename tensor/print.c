@@ -29,18 +29,8 @@ typedef struct {
 
 /* Element at the storage offset off, as double. */
 static double value_at(const nb_tensor *t, int64_t off) {
-    const char *p = (const char *)t->storage->data + off * (int64_t)nbt_esize(t->dtype);
-    switch (t->dtype) {
-    case NB_F32:
-        return *(const float *)p;
-    case NB_F64:
-        return *(const double *)p;
-    case NB_I64:
-        return (double)*(const int64_t *)p;
-    case NB_BOOL:
-        return *(const uint8_t *)p ? 1.0 : 0.0;
-    }
-    return 0;
+    return nbt_load_double((const char *)t->storage->data + off * (int64_t)nbt_esize(t->dtype),
+                           t->dtype);
 }
 
 /* Formats one element without padding (Python's str.format rules for the chosen style). */

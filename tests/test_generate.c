@@ -57,26 +57,32 @@ static void test_lm_cached_equals_full_f64(void) {
     check_lm_chunks(NB_F64, 1e-12, chunks, 5, 1);
 }
 
-/* A model wide enough that one-token products are split between threads (fc1 is 512 x 128):
- * cached logits match the full forward, and 1 and 2 threads give the same bits. */
+/* A model wide enough that one-token products are split between threads (fc1 is 512 x 128),
+ * with a context long enough that heads are too (250 cached keys): cached logits match the
+ * full forward, and 1 and 2 threads give the same bits. */
 static void test_lm_cached_threads(void) {
+    enum { T = 258, PROMPT = 250 };
     nb_module *model = nb_model_new(NB_F32, 11);
-    nb_transformer_lm *lm = nb_transformer_lm_new(model, "", 11, 6, 128, 4, 1, 0.0);
-    nb_tensor *tokens = nb_from_array(NB_I64, NB_SHAPE(1, 6), (int64_t[]){3, 1, 4, 1, 5, 9});
+    nb_transformer_lm *lm = nb_transformer_lm_new(model, "", 11, T, 128, 4, 1, 0.0);
+    nb_rng rng;
+    nb_rng_seed(&rng, 5);
+    nb_tensor *tokens = nb_randint(&rng, 0, 11, NB_SHAPE(1, T));
     nb_tensor *full = nb_transformer_lm_forward(lm, tokens, true, NULL, NULL);
-    nb_tensor *got[2][6];
+    nb_tensor *got[2][T - PROMPT];
     const int before = nb_get_num_threads();
     for (int threads = 1; threads <= 2; threads++) {
         nb_set_num_threads(threads);
         nb_kv_cache *c = nb_kv_cache_for_lm(lm, 1);
-        for (int64_t t = 0; t < 6; t++) {
-            got[threads - 1][t] =
+        NBT_ASSERT_CLOSE(nb_transformer_lm_forward_cached(lm, nb_narrow(tokens, 1, 0, PROMPT), c),
+                         nb_narrow(full, 1, 0, PROMPT), 1e-5, 1e-5);
+        for (int64_t t = PROMPT; t < T; t++) {
+            got[threads - 1][t - PROMPT] =
                 nb_transformer_lm_forward_cached(lm, nb_narrow(tokens, 1, t, 1), c);
-            NBT_ASSERT_CLOSE(got[threads - 1][t], nb_narrow(full, 1, t, 1), 1e-5, 1e-5);
+            NBT_ASSERT_CLOSE(got[threads - 1][t - PROMPT], nb_narrow(full, 1, t, 1), 1e-5, 1e-5);
         }
         nb_kv_cache_free(c);
     }
-    for (int64_t t = 0; t < 6; t++) NBT_ASSERT_CLOSE(got[0][t], got[1][t], 0, 0);
+    for (int64_t t = 0; t < T - PROMPT; t++) NBT_ASSERT_CLOSE(got[0][t], got[1][t], 0, 0);
     nb_set_num_threads(before);
     nb_module_free(model);
 }
