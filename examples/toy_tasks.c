@@ -122,10 +122,6 @@ static double evaluate(const toy_model *lm, const toy_task *task, uint64_t seed)
 
 /* One heatmap per layer and head for held-out example 0. */
 static void plot_heads(const toy_model *lm, const toy_task *task, uint64_t seed, const char *dir) {
-    if (!lm->gpt) {
-        printf("heatmaps: only with --block gpt (the llama block's weights stay in its op)\n");
-        return;
-    }
     if (!plot_available()) return;
     nb_rng rng;
     nb_rng_seed(&rng, seed ^ HELDOUT_SEED_MIX);
@@ -147,8 +143,8 @@ static void plot_heads(const toy_model *lm, const toy_task *task, uint64_t seed,
         rows[t] = outs[t];
     }
     double w[64 * 64];
-    for (int l = 0; l < lm->gpt->num_layers; l++)
-        for (int64_t h = 0; h < lm->gpt->num_heads; h++) {
+    for (int l = 0; l < lm->layers; l++)
+        for (int64_t h = 0; h < lm->heads; h++) {
             nb_tensor *head = nb_select(nb_select(weights[l], 0, 0), 0, h);
             nb_to_doubles(head, w);
             char path[512], title[256];
@@ -242,7 +238,7 @@ static int run_training(const toy_model *lm, const options *o) {
         printf("%s: %s\nmodel: %s block, %lld parameters, %d layer(s), %lld heads, d %lld; %lld "
                "steps of batch %lld\n",
                task->name, task->what, o->block == TOY_BLOCK_LLAMA ? "llama" : "gpt",
-               (long long)nb_module_numel(model), lm->llama ? lm->llama->n_layers : task->layers,
+               (long long)nb_module_numel(model), lm->layers,
                (long long)task->heads, (long long)task->dim, (long long)o->run.steps,
                (long long)task->batch);
     nb_rng data_rng;

@@ -87,11 +87,15 @@ static void test_gqa_matches_repeated_heads_and_builtin(void) {
     for (int64_t kv = 1; kv <= H; kv *= 2) {
         nb_tensor *k = randn64(&rng, NB_SHAPE(B, kv, T, hd)),
                   *v = randn64(&rng, NB_SHAPE(B, kv, T, hd));
-        nb_tensor *got = blk_gqa_attention(q, k, v, pad, true, 0.6);
+        nb_tensor *weights;
+        nb_tensor *got = blk_gqa_attention(q, k, v, pad, true, 0.6, &weights);
         nb_tensor *kr = repeat_heads(k, H / kv), *vr = repeat_heads(v, H / kv);
         nb_tensor *probs =
             nb_masked_softmax(nb_matmul(q, nb_transpose(kr, -2, -1)), pad, true, 0.6);
         NBT_ASSERT_CLOSE(got, nb_matmul(probs, vr), 1e-12, 1e-12);
+        NBT_ASSERT_CLOSE(weights, probs, 1e-12, 1e-12);
+        /* nabla's fused op reads the kv heads itself */
+        NBT_ASSERT_CLOSE(nb_sdpa(q, k, v, pad, true, 0.6), got, 1e-12, 1e-12);
         /* and nabla's fused multi-head attention on the merged [B, T, H * hd] layout */
         nb_tensor *merge[3] = {q, kr, vr};
         for (int i = 0; i < 3; i++)
@@ -100,6 +104,37 @@ static void test_gqa_matches_repeated_heads_and_builtin(void) {
         NBT_ASSERT_CLOSE(nb_reshape(nb_transpose(got, 1, 2), NB_SHAPE(B, T, H * hd)), fused, 1e-12,
                          1e-12);
     }
+}
+
+/* The module's two paths: fused nb_sdpa, and op by op when the weights are asked for. */
+static void test_attention_paths_agree(void) {
+    nb_module *model = nb_model_new(NB_F64, 4);
+    blk_attention *attn = blk_attention_new(model, "attn", 8, 4, 2, 100);
+    nb_rng rng;
+    nb_rng_seed(&rng, 21);
+    nb_tensor *x = randn64(&rng, NB_SHAPE(2, 5, 8));
+    nb_tensor *pad = nb_zeros(NB_BOOL, NB_SHAPE(2, 5));
+    nb_set(pad, NB_IDX(0, 4), 1);
+    nb_tensor *weights = NULL;
+    blk_attn_opts fused = {.causal = true, .key_padding_mask = pad, .offset = 3};
+    blk_attn_opts by_ops = fused;
+    by_ops.attn_weights = &weights;
+    NBT_ASSERT_CLOSE(blk_attention_forward(attn, x, &by_ops),
+                     blk_attention_forward(attn, x, &fused), 1e-12, 1e-12);
+    NBT_ASSERT_SHAPE(weights, 2, 4, 5, 5);
+    /* causal: row 0 reads only key 0; padding: batch 0's key 4 gets nothing */
+    CU_ASSERT_DOUBLE_EQUAL(nb_get(weights, NB_IDX(1, 3, 0, 0)), 1.0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(nb_get(weights, NB_IDX(0, 2, 4, 4)), 0.0, 0);
+    blk_llama_config cfg = {
+        .dim = 8, .n_heads = 4, .n_kv_heads = 1, .hidden = 8, .norm_eps = 1e-5, .rope_base = 100};
+    blk_llama_lm *lm = blk_llama_lm_new(model, "lm", 6, 2, &cfg);
+    nb_tensor *tokens = nb_from_array(NB_I64, NB_SHAPE(1, 3), (int64_t[]){5, 1, 1});
+    nb_tensor *layers[2] = {NULL, NULL};
+    NBT_ASSERT_CLOSE(blk_llama_lm_forward(lm, tokens, &(blk_attn_opts){.attn_weights = layers}),
+                     blk_llama_lm_forward(lm, tokens, NULL), 1e-12, 1e-12);
+    NBT_ASSERT_SHAPE(layers[0], 1, 4, 3, 3);
+    NBT_ASSERT_SHAPE(layers[1], 1, 4, 3, 3);
+    nb_module_free(model);
 }
 
 /* ---- gradchecks of the functions --------------------------------------------------------- */
@@ -125,7 +160,8 @@ static nb_tensor *f_gqa(nb_tensor *const *in, int n, void *vctx) {
     (void)n;
     fn_ctx *c = vctx;
     /* q arrives as [B, T, H, hd] and is read through a transposed view */
-    return blk_gqa_attention(nb_transpose(in[0], 1, 2), in[1], in[2], c->mask, c->causal, 0.5);
+    return blk_gqa_attention(nb_transpose(in[0], 1, 2), in[1], in[2], c->mask, c->causal, 0.5,
+                             NULL);
 }
 
 static void test_gradcheck_functions(void) {
@@ -289,7 +325,7 @@ static void test_errors(void) {
     nb_tensor *q = nb_zeros(NB_F32, NB_SHAPE(1, 4, 2, 2)),
               *k = nb_zeros(NB_F32, NB_SHAPE(1, 3, 2, 2));
     nb_clear_error();
-    CU_ASSERT_PTR_NULL(blk_gqa_attention(q, k, k, NULL, false, 1));
+    CU_ASSERT_PTR_NULL(blk_gqa_attention(q, k, k, NULL, false, 1, NULL));
     NBT_ASSERT_ERROR("gqa_attention");
     NBT_ASSERT_ERROR("q float32 [1, 4, 2, 2], k float32 [1, 3, 2, 2]");
 
@@ -323,6 +359,7 @@ int main(void) {
         {"swiglu value by hand", test_swiglu_values},
         {"gqa equals repeated kv heads and the fused attention",
          test_gqa_matches_repeated_heads_and_builtin},
+        {"attention module: fused and op-by-op paths agree", test_attention_paths_agree},
         {"gradcheck: rms_norm, rope, swiglu, gqa (MQA and 2 of 4)", test_gradcheck_functions},
         {"gradcheck: every module with its parameters", test_gradcheck_modules},
         {"LM parameter names, counts and a checkpoint round trip", test_lm_names_and_checkpoint},

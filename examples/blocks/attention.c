@@ -72,9 +72,13 @@ nb_tensor *blk_attention_forward(blk_attention *m, const nb_tensor *x, const blk
     nb_tensor *q = heads(m, nb_linear_forward(m->wq, x), m->n_heads, true, offset);
     nb_tensor *k = heads(m, nb_linear_forward(m->wk, x), m->n_kv_heads, true, offset);
     nb_tensor *v = heads(m, nb_linear_forward(m->wv, x), m->n_kv_heads, false, 0);
-    nb_tensor *ctx = blk_gqa_attention(q, k, v, mask, opts && opts->causal,
-                                       1.0 / sqrt((double)m->head_dim)); /* [B, H, T, hd] */
+    const bool causal = opts && opts->causal;
+    const double scale = 1.0 / sqrt((double)m->head_dim);
+    nb_tensor *ctx = opts && opts->attn_weights
+                         ? blk_gqa_attention(q, k, v, mask, causal, scale, opts->attn_weights)
+                         : nb_sdpa(q, k, v, mask, causal, scale); /* [B, H, T, hd] */
     if (!ctx) return blk_module_error(&m->base);
+    /* nb_sdpa stores its result as [B, T, H, hd], so this contiguous is no copy */
     ctx = nb_view(nb_contiguous(nb_transpose(ctx, 1, 2)), NB_SHAPE(B, T, m->dim));
     return nb_linear_forward(m->wo, ctx);
 }

@@ -30,14 +30,16 @@ nb_tensor *blk_rope(const nb_tensor *x, int seq_dim, int64_t offset, double base
 nb_tensor *blk_swiglu(const nb_tensor *x, const nb_tensor *w1, const nb_tensor *w3,
                       const nb_tensor *w2);
 
-/* Grouped-query scaled dot-product attention: q [B, H, T_q, hd] reads k, v [B, KV, T_k, hd],
- * KV dividing H, query head h using kv head h / (H / KV) (PyTorch's repeat_interleave of the
- * kv heads). Returns [B, H, T_q, hd]: softmax(scale * q k^T with blocked keys excluded) v.
- * mask: NB_BOOL broadcast to [B, H, T_q, T_k], true = blocked, or NULL; causal also blocks
- * key j > query i. A row with every key blocked gives zeros and zero gradient. The kv heads
- * are read in place, never copied per query head. */
+/* Grouped-query scaled dot-product attention written op by op: q [B, H, T_q, hd] reads
+ * k, v [B, KV, T_k, hd], KV dividing H, query head h using kv head h / (H / KV) (PyTorch's
+ * repeat_interleave of the kv heads). Returns [B, H, T_q, hd]: softmax(scale * q k^T with
+ * blocked keys excluded) v. mask: NB_BOOL broadcast to [B, H, T_q, T_k], true = blocked, or
+ * NULL; causal also blocks key j > query i. A row with every key blocked gives zeros and zero
+ * gradient. The kv heads are read in place, never copied per query head. It computes what
+ * nabla's fused nb_sdpa computes, with the weights as a tensor: if weights is not NULL,
+ * *weights receives them, [B, H, T_q, T_k] (differentiable, in the current scope). */
 nb_tensor *blk_gqa_attention(const nb_tensor *q, const nb_tensor *k, const nb_tensor *v,
-                             const nb_tensor *mask, bool causal, double scale);
+                             const nb_tensor *mask, bool causal, double scale, nb_tensor **weights);
 
 /* ---- Modules ---------------------------------------------------------------------------- */
 /* RMSNorm over the last dim with parameter weight [dim] (ones at first). */
@@ -64,12 +66,15 @@ typedef struct {
     const nb_tensor *key_padding_mask; /* [B, T], true = padding, or NULL */
     const nb_tensor *attn_mask;        /* [T, T], or NULL */
     int64_t offset;                    /* position of the first token (RoPE), for a KV cache */
+    nb_tensor **attn_weights;          /* if not NULL, receives [B, H, T, T] */
 } blk_attn_opts;
 
 /* Self-attention with RoPE on q and k and n_kv_heads key/value heads shared by groups of the
  * n_heads query heads (n_kv_heads = n_heads: multi-head; 1: multi-query). Linear children
  * wq [n_heads * hd, dim], wk and wv [n_kv_heads * hd, dim], wo [dim, n_heads * hd], no biases,
- * with hd = dim / n_heads (even). */
+ * with hd = dim / n_heads (even). The heads go through nabla's fused nb_sdpa, reading the
+ * rotated q and k and the kv heads in place; asking for attn_weights takes blk_gqa_attention
+ * instead (the same function, op by op). */
 typedef struct {
     nb_module base;
     nb_linear *wq, *wk, *wv, *wo;
@@ -118,7 +123,8 @@ typedef struct {
 /* n_layers in 1..BLK_MAX_LAYERS. */
 blk_llama_lm *blk_llama_lm_new(nb_module *parent, const char *name, int64_t vocab, int n_layers,
                                const blk_llama_config *cfg);
-/* tokens NB_I64 [B, T] -> logits [B, T, vocab]. opts may be NULL. */
+/* tokens NB_I64 [B, T] -> logits [B, T, vocab]. opts may be NULL; its attn_weights, if not
+ * NULL, has room for n_layers tensors and receives each layer's [B, H, T, T] weights. */
 nb_tensor *blk_llama_lm_forward(blk_llama_lm *m, const nb_tensor *tokens,
                                 const blk_attn_opts *opts);
 

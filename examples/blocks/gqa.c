@@ -32,7 +32,8 @@ static bool group_mask(const nb_tensor *mask, int64_t H, int64_t KV, nb_tensor *
 }
 
 nb_tensor *blk_gqa_attention(const nb_tensor *q, const nb_tensor *k, const nb_tensor *v,
-                             const nb_tensor *mask, bool causal, double scale) {
+                             const nb_tensor *mask, bool causal, double scale,
+                             nb_tensor **weights) {
     if (!q || !k || !v) return blk_null_argument("gqa_attention");
     if (!nb_is_float(q) || q->dtype != k->dtype || q->dtype != v->dtype || q->ndim != 4 ||
         k->ndim != 4 || !nb_same_shape(k, v) || k->shape[0] != q->shape[0] ||
@@ -50,5 +51,6 @@ nb_tensor *blk_gqa_attention(const nb_tensor *q, const nb_tensor *k, const nb_te
     nb_tensor *k5 = nb_unsqueeze(k, 2), *v5 = nb_unsqueeze(v, 2);
     nb_tensor *scores = nb_matmul(q5, nb_transpose(k5, -2, -1)); /* [B, KV, G, T_q, T_k] */
     nb_tensor *probs = nb_masked_softmax(scores, mask5, causal, scale);
+    if (weights) *weights = nb_view(probs, NB_SHAPE(B, H, Tq, k->shape[2]));
     return nb_view(nb_matmul(probs, v5), NB_SHAPE(B, H, Tq, hd));
 }

@@ -61,7 +61,11 @@ nb_tensor *blk_llama_lm_forward(blk_llama_lm *m, const nb_tensor *tokens,
                         nb_module_path(&m->base), nb_dtype_name(tokens->dtype),
                         nb_shape_text(tokens));
     nb_tensor *x = nb_embedding_forward(m->tok_embeddings, tokens);
-    for (int i = 0; i < m->n_layers && x; i++) x = blk_llama_block_forward(m->layers[i], x, opts);
+    for (int i = 0; i < m->n_layers && x; i++) {
+        blk_attn_opts layer = opts ? *opts : (blk_attn_opts){0};
+        layer.attn_weights = opts && opts->attn_weights ? &opts->attn_weights[i] : NULL;
+        x = blk_llama_block_forward(m->layers[i], x, &layer);
+    }
     if (!x) return NULL; /* nb_linear_forward would replace the first error with its own */
     return nb_linear_forward(m->output, blk_rmsnorm_forward(m->norm, x));
 }

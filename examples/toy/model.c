@@ -29,18 +29,19 @@ static blk_llama_config llama_config(const toy_task *task) {
 }
 
 bool toy_model_init(toy_model *m, nb_module *root, toy_block block, const toy_task *task) {
-    *m = (toy_model){.block = block};
+    *m = (toy_model){.block = block, .heads = task->heads};
     if (block == TOY_BLOCK_GPT) {
         m->gpt = nb_transformer_lm_new(root, "", task->vocab, task->seq_len, task->dim, task->heads,
                                        task->layers, 0.0);
         m->module = m->gpt ? &m->gpt->base : NULL;
+        m->layers = task->layers;
     } else {
         blk_llama_config cfg = llama_config(task);
         /* With positions only relative (RoPE), a bidirectional layer's query cannot know where
          * it stands: reverse needs a first layer that reads its distance to the BOS token and
          * a second that looks up the mirrored position, so the llama model has 2 or more. */
-        int layers = task->causal || task->layers > 1 ? task->layers : 2;
-        m->llama = blk_llama_lm_new(root, "", task->vocab + 1, layers, &cfg);
+        m->layers = task->causal || task->layers > 1 ? task->layers : 2;
+        m->llama = blk_llama_lm_new(root, "", task->vocab + 1, m->layers, &cfg);
         m->bos = task->vocab;
         m->module = m->llama ? &m->llama->base : NULL;
     }
@@ -52,17 +53,26 @@ bool toy_model_init(toy_model *m, nb_module *root, toy_block block, const toy_ta
  * and key, so a bidirectional layer cannot tell where in the sequence a token sits; the BOS
  * token is the fixed point a layer can measure its distance to. Its logits row and the BOS
  * column are dropped from the result, so the caller sees the task's [B, T, vocab]. */
-nb_tensor *toy_model_forward(const toy_model *m, const nb_tensor *tokens, bool causal) {
-    if (m->gpt) return nb_transformer_lm_forward(m->gpt, tokens, causal, NULL, NULL);
+/* The logits, and each layer's attention weights if attn_weights is not NULL. */
+static nb_tensor *run(const toy_model *m, const nb_tensor *tokens, bool causal,
+                      nb_tensor **attn_weights) {
+    if (m->gpt) return nb_transformer_lm_forward(m->gpt, tokens, causal, NULL, attn_weights);
     if (!tokens) return NULL;
     int64_t B = tokens->shape[0], T = tokens->shape[1];
     nb_tensor *seq[2] = {nb_full(NB_I64, NB_SHAPE(B, 1), (double)m->bos), (nb_tensor *)tokens};
     nb_tensor *logits =
-        blk_llama_lm_forward(m->llama, nb_concat(2, seq, 1), &(blk_attn_opts){.causal = causal});
+        blk_llama_lm_forward(m->llama, nb_concat(2, seq, 1),
+                             &(blk_attn_opts){.causal = causal, .attn_weights = attn_weights});
+    for (int l = 0; attn_weights && l < m->layers; l++) /* the task's tokens only */
+        attn_weights[l] = nb_narrow(nb_narrow(attn_weights[l], 2, 1, T), 3, 1, T);
     return nb_contiguous(nb_narrow(nb_narrow(logits, 1, 1, T), 2, 0, m->bos));
+}
+
+nb_tensor *toy_model_forward(const toy_model *m, const nb_tensor *tokens, bool causal) {
+    return run(m, tokens, causal, NULL);
 }
 
 bool toy_model_attention(const toy_model *m, const nb_tensor *tokens, bool causal,
                          nb_tensor **attn_weights) {
-    return m->gpt && nb_transformer_lm_forward(m->gpt, tokens, causal, NULL, attn_weights);
+    return run(m, tokens, causal, attn_weights) != NULL;
 }
