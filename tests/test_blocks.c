@@ -321,7 +321,7 @@ static void test_errors(void) {
     NBT_ASSERT_ERROR("rope: head dim (last of [2, 3, 5]) must be even");
     nb_clear_error();
     CU_ASSERT_PTR_NULL(blk_rms_norm(x, nb_ones(NB_F32, NB_SHAPE(4)), 1e-5));
-    NBT_ASSERT_ERROR("weight must be [5] for x [2, 3, 5], got [4]");
+    NBT_ASSERT_ERROR("weight must be float32 [5] for x [2, 3, 5], got float32 [4]");
     nb_tensor *q = nb_zeros(NB_F32, NB_SHAPE(1, 4, 2, 2)),
               *k = nb_zeros(NB_F32, NB_SHAPE(1, 3, 2, 2));
     nb_clear_error();
