@@ -45,7 +45,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from golden_json import tensor_json, write_json
+from golden_json import module_case_entry, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "goldens", "blocks.json")
@@ -210,24 +210,8 @@ def case(module_name, label, seed, make, config, inputs, forward=None):
         (out * grad_out).sum().backward()
         for t in [out] + [p.grad for p in m.parameters()]:
             assert torch.isfinite(t).all(), f"{module_name} {label}: non-finite values"
-        CASES.append({
-            "name": f"{module_name} {label} {dt}",
-            "module": module_name,
-            "dtype": dt,
-            "seed": seed,
-            "config": config,
-            "forward": forward,
-            "parameters": [dict(name=n, requires_grad=True, **tensor_json(p))
-                           for n, p in m.state_dict(keep_vars=True).items()],
-            "inputs": [dict(name=n, requires_grad=x.requires_grad, **tensor_json(x))
-                       for n, x in xs.items()],
-            "output": tensor_json(out),
-            "grad_output": tensor_json(grad_out),
-            "parameter_grads": [dict(name=n, **tensor_json(p.grad))
-                                for n, p in m.named_parameters()],
-            "input_grads": [dict(name=n, **tensor_json(x.grad))
-                            for n, x in xs.items() if x.requires_grad],
-        })
+        CASES.append(module_case_entry(f"{module_name} {label} {dt}", module_name, dt, seed,
+                                       config, forward, m, xs, out, grad_out))
 
 
 def main():
