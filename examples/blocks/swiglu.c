@@ -2,20 +2,19 @@
 #include "blocks.h"
 #include "errors.h"
 
-#include <math.h>
-
 /* silu(a) * b as one node (nabla's function API): op by op it took four nodes (sigmoid, two
- * products) and kept three [..., hidden] intermediates for backward. With s = sigmoid(a):
+ * products) and kept three [..., hidden] intermediates for backward. With s = sigmoid(a),
+ * computed by nabla's vectorised nb_sigmoid and kept for backward:
  *   out = a s b,  da = g b s (1 + a (1 - s)),  db = g a s. */
 #define SILU_GATE(T)                                                                               \
-    static void silu_gate_##T(const T *a, const T *b, T *out, int64_t n) {                         \
-        for (int64_t i = 0; i < n; i++) out[i] = (T)(a[i] / (1 + exp(-(double)a[i])) * b[i]);      \
+    static void silu_gate_##T(const T *a, const T *s, const T *b, T *out, int64_t n) {             \
+        for (int64_t i = 0; i < n; i++) out[i] = a[i] * s[i] * b[i];                               \
     }                                                                                              \
-    static void silu_gate_grad_##T(const T *a, const T *b, const T *g, T *da, T *db, int64_t n) {  \
+    static void silu_gate_grad_##T(const T *a, const T *s, const T *b, const T *g, T *da, T *db,   \
+                                   int64_t n) {                                                    \
         for (int64_t i = 0; i < n; i++) {                                                          \
-            double s = 1 / (1 + exp(-(double)a[i]));                                               \
-            if (da) da[i] = (T)((double)g[i] * b[i] * s * (1 + a[i] * (1 - s)));                   \
-            if (db) db[i] = (T)((double)g[i] * a[i] * s);                                          \
+            if (da) da[i] = g[i] * b[i] * s[i] * (1 + a[i] * (1 - s[i]));                          \
+            if (db) db[i] = g[i] * a[i] * s[i];                                                    \
         }                                                                                          \
     }
 SILU_GATE(float)
@@ -30,28 +29,29 @@ static bool silu_gate_forward(nb_node *ctx, int nin, const nb_tensor *const *in,
         return nb_error("silu_gate", "gate %s and up %s differ", nb_shape_text(a),
                         nb_shape_text(b)),
                false;
-    if (!(out[0] = nb_empty(a->dtype, a->ndim, a->shape))) return false;
+    const nb_tensor *s = nb_sigmoid(a); /* grad mode is off in forward: a plain tensor */
+    if (!s || !(out[0] = nb_empty(a->dtype, a->ndim, a->shape))) return false;
     if (a->dtype == NB_F32)
-        silu_gate_float(nb_data(a), nb_data(b), nb_data(out[0]), nb_numel(a));
+        silu_gate_float(nb_data(a), nb_data(s), nb_data(b), nb_data(out[0]), nb_numel(a));
     else
-        silu_gate_double(nb_data(a), nb_data(b), nb_data(out[0]), nb_numel(a));
-    return nb_ctx_save(ctx, a) && nb_ctx_save(ctx, b);
+        silu_gate_double(nb_data(a), nb_data(s), nb_data(b), nb_data(out[0]), nb_numel(a));
+    return nb_ctx_save(ctx, a) && nb_ctx_save(ctx, b) && nb_ctx_save(ctx, s);
 }
 
 static bool silu_gate_backward(nb_node *ctx, int nout, const nb_tensor *const *gout, int nin,
                                nb_tensor **gin) {
     (void)nout, (void)nin;
-    const nb_tensor *a = nb_ctx_saved(ctx, 0), *b = nb_ctx_saved(ctx, 1);
+    const nb_tensor *a = nb_ctx_saved(ctx, 0), *b = nb_ctx_saved(ctx, 1), *s = nb_ctx_saved(ctx, 2);
     const nb_tensor *g = nb_contiguous(gout[0]);
-    if (!a || !b || !g) return false;
+    if (!a || !b || !s || !g) return false;
     for (int i = 0; i < 2; i++)
         if (nb_ctx_needs_input_grad(ctx, i) && !(gin[i] = nb_empty(a->dtype, a->ndim, a->shape)))
             return false;
     void *da = gin[0] ? nb_data(gin[0]) : NULL, *db = gin[1] ? nb_data(gin[1]) : NULL;
     if (a->dtype == NB_F32)
-        silu_gate_grad_float(nb_data(a), nb_data(b), nb_data(g), da, db, nb_numel(a));
+        silu_gate_grad_float(nb_data(a), nb_data(s), nb_data(b), nb_data(g), da, db, nb_numel(a));
     else
-        silu_gate_grad_double(nb_data(a), nb_data(b), nb_data(g), da, db, nb_numel(a));
+        silu_gate_grad_double(nb_data(a), nb_data(s), nb_data(b), nb_data(g), da, db, nb_numel(a));
     return true;
 }
 
