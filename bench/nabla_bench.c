@@ -7,8 +7,13 @@
  * name, threads, us/step, GFLOP/s (model FLOPs: 2*m*n*k per matmul, forward + backward),
  * peak RSS, mallocs per step after the first, and the share of the step that the causal
  * softmax and the GELU take (forward + backward, timed alone at the step's shapes). The gen
- * workload is timed per generated token ("step" = one token there). */
+ * workload is timed per generated token ("step" = one token there).
+ *
+ * One workload is nabla's own, not in torch_bench.py: llama, lm's training step with the
+ * Llama-style LM of examples/blocks at lm's size and parameter count (see llama_setup). */
 #define _POSIX_C_SOURCE 200809L
+#include "blocks.h"
+
 #include <nabla/nabla.h>
 
 #include <stdio.h>
@@ -35,6 +40,8 @@ struct workload {
     nb_module *model;
     nb_mha *mha;
     nb_transformer_lm *lm;
+    blk_llama_lm *llama;
+    int64_t KV, hidden; /* llama: kv heads and SwiGLU hidden size */
     nb_optimizer *opt;
     nb_tensor *x, *idx, *tgt;
     nb_tensor *params[256];
@@ -119,6 +126,51 @@ static void gen_step(workload *w) {
         fprintf(stderr, "gen: %s\n", nb_last_error());
 }
 
+/* ---- The same step with the Llama-style LM of examples/blocks ---- */
+static void llama_setup(workload *w) {
+    w->model = nb_model_new(NB_F32, 0);
+    blk_llama_config cfg = {.dim = w->D,
+                            .n_heads = w->H,
+                            .n_kv_heads = w->KV,
+                            .hidden = w->hidden,
+                            .norm_eps = 1e-5,
+                            .rope_base = 10000};
+    w->llama = blk_llama_lm_new(w->model, "", w->V, (int)w->L, &cfg);
+    nb_param p[256];
+    w->nparams = nb_module_params(w->model, p, 256);
+    for (int i = 0; i < w->nparams; i++) w->params[i] = p[i].tensor;
+    w->opt = nb_adamw_new(w->params, w->nparams, nb_adamw_defaults(1e-3));
+    nb_rng rng;
+    nb_rng_seed(&rng, 0);
+    nb_scope_push(w->model->scope);
+    w->idx = nb_randint(&rng, 0, w->V, NB_SHAPE(w->B, w->T));
+    w->tgt = nb_randint(&rng, 0, w->V, NB_SHAPE(w->B * w->T));
+    nb_scope_pop();
+    double tokens = (double)(w->B * w->T), D = (double)w->D, T = (double)w->T;
+    double kv_dim = D * (double)w->KV / (double)w->H, hidden = (double)w->hidden;
+    double per_layer =
+        2 * tokens * (2 * D * D + 2 * D * kv_dim + 3 * D * hidden) + 2 * 2 * tokens * T * D;
+    double fwd = (double)w->L * per_layer + 2 * tokens * D * (double)w->V;
+    w->flops = 3 * fwd;
+}
+
+static void llama_step(workload *w) {
+    nb_scope_begin();
+    nb_optimizer_zero_grad(w->opt);
+    nb_tensor *logits = blk_llama_lm_forward(w->llama, w->idx, &(blk_attn_opts){.causal = true});
+    nb_tensor *loss =
+        nb_cross_entropy(nb_view(logits, NB_SHAPE(-1, w->V)), w->tgt, -100, NB_REDUCE_MEAN);
+    nb_backward(loss, NULL);
+    nb_optimizer_step(w->opt);
+    nb_scope_end();
+}
+
+/* llama matches lm's 420,929 parameters within 0.08%: lm has per layer 4 D^2 + D (attention,
+ * out_proj bias) + 8 D^2 + 5 D (GELU feed-forward with biases) + 4 D (two LayerNorms), plus
+ * token and position embeddings and a head with bias. llama has no position embedding or
+ * biases, 2 kv heads of 4 (wk, wv are D x D/2), RMSNorm weights only, so its SwiGLU hidden
+ * size takes the rest: 65 D + 2 (2 D^2 + 2 D^2/2 + 3 D h + 2 D) + D + 65 D = 420,929 gives
+ * h = 397.6, rounded to 398 (421,248 parameters). */
 /* clang-format off */
 static workload workloads[] = {
     {.name = "seed", .shape = "B1 T3 D6 H2", .B = 1, .T = 3, .D = 6, .H = 2, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
@@ -127,6 +179,7 @@ static workload workloads[] = {
     {.name = "lm", .shape = "V65 B16 T64 D128 H4 L2", .B = 16, .T = 64, .D = 128, .H = 4, .V = 65, .L = 2, .setup = lm_setup, .step = lm_step},
     {.name = "long", .shape = "B1 T2048 D256 H8", .B = 1, .T = 2048, .D = 256, .H = 8, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
     {.name = "gen", .shape = "V65 T256 D128 H4 L2 (token)", .B = 1, .T = 256, .D = 128, .H = 4, .V = 65, .L = 2, .setup = gen_setup, .step = gen_step},
+    {.name = "llama", .shape = "V65 B16 T64 D128 H4/2 L2", .B = 16, .T = 64, .D = 128, .H = 4, .V = 65, .L = 2, .KV = 2, .hidden = 398, .setup = llama_setup, .step = llama_step},
 };
 /* clang-format on */
 #define NUM_WORKLOADS (int)(sizeof workloads / sizeof workloads[0])
@@ -162,7 +215,7 @@ static void op_shares(const workload *w, double step, double *softmax, double *g
         nb_requires_grad_(nb_randn(&rng, NB_F32, NB_SHAPE(w->B, w->H, w->T, w->T)), true);
     *softmax = time_op(causal_softmax, scores, layers) / step;
     *gelu = 0;
-    if (w->L) {
+    if (w->L && !w->llama) { /* the llama block has no GELU */
         nb_tensor *h =
             nb_requires_grad_(nb_randn(&rng, NB_F32, NB_SHAPE(w->B, w->T, 4 * w->D)), true);
         *gelu = time_op(nb_gelu, h, layers) / step;

@@ -1,7 +1,8 @@
 /* Trains a small transformer on a toy task and shows what its attention heads learned.
  *
- *   toy_tasks --task shift|reverse|sort|recall [--steps N] [--seed S] [--threads N]
- *             [--lr X] [--out DIR] [--eval CHECKPOINT] [--checkpoint-every N] [--resume]
+ *   toy_tasks --task shift|reverse|sort|recall [--block gpt|llama] [--steps N] [--seed S]
+ *             [--threads N] [--lr X] [--out DIR] [--eval CHECKPOINT] [--checkpoint-every N]
+ *             [--resume]
  *
  * Writes into DIR: train.csv (step, loss, accuracy), curve.png, one heatmap per layer and
  * head for a held-out example (attn_L<layer>_H<head>.png), and model.safetensors, which
@@ -15,6 +16,7 @@
 #include "common/progress.h"
 #include "common/resume.h"
 #include "common/update.h"
+#include "toy/model.h"
 #include "toy/tasks.h"
 
 #include <errno.h>
@@ -30,14 +32,24 @@
 typedef struct {
     const toy_task *task;
     trainer_flags run;
+    toy_block block;
     bool quiet;
 } options;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: toy_tasks --task NAME " ARGS_TRAINER_USAGE " [--quiet]\ntasks:\n");
+    fprintf(f, "usage: toy_tasks --task NAME [--block gpt|llama] " ARGS_TRAINER_USAGE
+               " [--quiet]\ntasks:\n");
     for (int i = 0; toy_tasks[i]; i++)
         fprintf(f, "  %-8s %s; %lld steps by default\n", toy_tasks[i]->name, toy_tasks[i]->what,
                 (long long)toy_tasks[i]->steps);
+}
+
+static bool parse_block(args *a, toy_block *block) {
+    const char *name = args_string(a);
+    if (!name) return false;
+    if (toy_block_parse(name, block)) return true;
+    fprintf(stderr, "toy_tasks: unknown block '%s' (gpt or llama)\n", name);
+    return false;
 }
 
 static bool parse_task(args *a, const toy_task **task) {
@@ -60,6 +72,8 @@ static bool parse(int argc, char **argv, options *o) {
             o->quiet = true;
         else if (args_is(&a, "--task"))
             ok = parse_task(&a, &o->task);
+        else if (args_is(&a, "--block"))
+            ok = parse_block(&a, &o->block);
         else if (!args_trainer_flag(&a, &o->run, &ok))
             ok = args_unknown(&a);
         if (!ok) return usage(stderr), false;
@@ -88,7 +102,7 @@ static nb_tensor *tokens_tensor(const int64_t *data, int64_t n, int64_t T) {
 }
 
 /* Held-out token accuracy, in eval mode with no graph recorded. */
-static double evaluate(nb_transformer_lm *lm, const toy_task *task, uint64_t seed) {
+static double evaluate(const toy_model *lm, const toy_task *task, uint64_t seed) {
     nb_rng rng;
     nb_rng_seed(&rng, seed ^ HELDOUT_SEED_MIX);
     int64_t T = task->seq_len, correct = 0, scored = 0;
@@ -96,16 +110,15 @@ static double evaluate(nb_transformer_lm *lm, const toy_task *task, uint64_t see
             *y = malloc(sizeof *y * HELDOUT * (size_t)T);
     task->make(&rng, HELDOUT, x, y);
     bool prev = nb_set_grad_enabled(false);
-    nb_module_train(&lm->base, false);
+    nb_module_train(lm->module, false);
     for (int64_t b = 0; b < HELDOUT; b += 256) {
         nb_scope_begin();
-        nb_tensor *logits = nb_transformer_lm_forward(lm, tokens_tensor(x + b * T, 256, T),
-                                                      task->causal, NULL, NULL);
+        nb_tensor *logits = toy_model_forward(lm, tokens_tensor(x + b * T, 256, T), task->causal);
         count_correct(nb_view(logits, NB_SHAPE(-1, task->vocab)), y + b * T, 256 * T, &correct,
                       &scored);
         nb_scope_end();
     }
-    nb_module_train(&lm->base, true);
+    nb_module_train(lm->module, true);
     nb_set_grad_enabled(prev);
     free(x);
     free(y);
@@ -113,8 +126,7 @@ static double evaluate(nb_transformer_lm *lm, const toy_task *task, uint64_t see
 }
 
 /* One heatmap per layer and head for held-out example 0. */
-static void plot_heads(nb_transformer_lm *lm, const toy_task *task, uint64_t seed,
-                       const char *dir) {
+static void plot_heads(const toy_model *lm, const toy_task *task, uint64_t seed, const char *dir) {
     if (!plot_available()) return;
     nb_rng rng;
     nb_rng_seed(&rng, seed ^ HELDOUT_SEED_MIX);
@@ -122,9 +134,9 @@ static void plot_heads(nb_transformer_lm *lm, const toy_task *task, uint64_t see
     task->make(&rng, 1, x, y);
     nb_scope_begin();
     bool prev = nb_set_grad_enabled(false);
-    nb_module_train(&lm->base, false);
+    nb_module_train(lm->module, false);
     nb_tensor *weights[16];
-    nb_transformer_lm_forward(lm, tokens_tensor(x, 1, T), task->causal, NULL, weights);
+    toy_model_attention(lm, tokens_tensor(x, 1, T), task->causal, weights);
     char labels[64][16], outs[64][16];
     const char *rows[64], *cols[64];
     for (int64_t t = 0; t < T; t++) {
@@ -136,8 +148,8 @@ static void plot_heads(nb_transformer_lm *lm, const toy_task *task, uint64_t see
         rows[t] = outs[t];
     }
     double w[64 * 64];
-    for (int l = 0; l < lm->num_layers; l++)
-        for (int64_t h = 0; h < lm->num_heads; h++) {
+    for (int l = 0; l < lm->layers; l++)
+        for (int64_t h = 0; h < lm->heads; h++) {
             nb_tensor *head = nb_select(nb_select(weights[l], 0, 0), 0, h);
             nb_to_doubles(head, w);
             char path[512], title[256];
@@ -146,7 +158,7 @@ static void plot_heads(nb_transformer_lm *lm, const toy_task *task, uint64_t see
                      l, (long long)h);
             plot_heatmap(path, title, w, T, T, rows, cols);
         }
-    nb_module_train(&lm->base, true);
+    nb_module_train(lm->module, true);
     nb_set_grad_enabled(prev);
     nb_scope_end();
     printf("heatmaps: %s/attn_L*_H*.png (%s)\n", dir, task->shows);
@@ -158,8 +170,9 @@ static int fail(const char *what) {
 }
 
 /* --eval: reloads a checkpoint and reports its held-out accuracy. */
-static int run_eval(nb_transformer_lm *lm, const options *o) {
-    if (!nb_module_load(lm->base.root, o->run.eval)) return fail("loading the checkpoint");
+static int run_eval(const toy_model *lm, const options *o) {
+    if (!nb_module_load(nb_module_root(lm->module), o->run.eval))
+        return fail("loading the checkpoint");
     double acc = evaluate(lm, o->task, o->run.seed);
     printf("%s: held-out token accuracy %.2f%% (%d sequences, checkpoint %s)\n", o->task->name,
            100 * acc, HELDOUT, o->run.eval);
@@ -168,7 +181,7 @@ static int run_eval(nb_transformer_lm *lm, const options *o) {
 
 /* What the training steps share. */
 typedef struct {
-    nb_transformer_lm *lm;
+    const toy_model *lm;
     nb_optimizer *opt;
     param_list params;
     int64_t *x, *y; /* one batch of tokens and targets */
@@ -184,9 +197,8 @@ static bool train_step(trainer *tr, const options *o, int64_t step, nb_rng *data
     int64_t B = task->batch, T = task->seq_len;
     nb_scope_begin();
     task->make(data_rng, B, tr->x, tr->y);
-    nb_tensor *logits = nb_view(
-        nb_transformer_lm_forward(tr->lm, tokens_tensor(tr->x, B, T), task->causal, NULL, NULL),
-        NB_SHAPE(B * T, task->vocab));
+    nb_tensor *logits = nb_view(toy_model_forward(tr->lm, tokens_tensor(tr->x, B, T), task->causal),
+                                NB_SHAPE(B * T, task->vocab));
     nb_tensor *loss = nb_cross_entropy(logits, nb_from_array(NB_I64, NB_SHAPE(B * T), tr->y),
                                        TOY_IGNORE, NB_REDUCE_MEAN);
     bool ok = train_update("toy_tasks", tr->opt, &tr->params, loss, step, o->run.steps, o->run.lr,
@@ -206,9 +218,9 @@ static bool train_step(trainer *tr, const options *o, int64_t step, nb_rng *data
 
 /* Trains (from the last resume checkpoint with --resume), evaluates, saves and plots into
  * o->run.out. Frees what it allocates on every path. */
-static int run_training(nb_transformer_lm *lm, const options *o) {
+static int run_training(const toy_model *lm, const options *o) {
     const toy_task *task = o->task;
-    nb_module *model = lm->base.root;
+    nb_module *model = nb_module_root(lm->module);
     char csv_path[512], png_path[512], ckpt_path[512], run[256];
     snprintf(csv_path, sizeof csv_path, "%s/train.csv", o->run.out);
     snprintf(png_path, sizeof png_path, "%s/curve.png", o->run.out);
@@ -245,11 +257,12 @@ static int run_training(nb_transformer_lm *lm, const options *o) {
         goto done;
     }
     if (!o->quiet)
-        printf("%s: %s\nmodel: %lld parameters, %d layer(s), %lld heads, d %lld; %lld steps of "
-               "batch %lld%s\n",
-               task->name, task->what, (long long)nb_module_numel(model), task->layers,
-               (long long)task->heads, (long long)task->dim, (long long)o->run.steps,
-               (long long)task->batch, o->run.resume ? " (resumed)" : "");
+        printf("%s: %s\nmodel: %s block, %lld parameters, %d layer(s), %lld heads, d %lld; %lld "
+               "steps of batch %lld%s\n",
+               task->name, task->what, o->block == TOY_BLOCK_LLAMA ? "llama" : "gpt",
+               (long long)nb_module_numel(model), lm->layers, (long long)task->heads,
+               (long long)task->dim, (long long)o->run.steps, (long long)task->batch,
+               o->run.resume ? " (resumed)" : "");
     progress prog;
     progress_start(&prog, o->run.steps);
     while (st.step < o->run.steps) {
@@ -288,11 +301,10 @@ int main(int argc, char **argv) {
     if (o.run.threads > 0) nb_set_num_threads(o.run.threads);
     const toy_task *task = o.task;
     nb_module *model = nb_model_new(NB_F32, o.run.seed);
-    nb_transformer_lm *lm = nb_transformer_lm_new(model, "", task->vocab, task->seq_len, task->dim,
-                                                  task->heads, task->layers, 0.0);
-    int rc = !lm          ? fail("building the model")
-             : o.run.eval ? run_eval(lm, &o)
-                          : run_training(lm, &o);
+    toy_model lm;
+    int rc = !toy_model_init(&lm, model, o.block, task) ? fail("building the model")
+             : o.run.eval                               ? run_eval(&lm, &o)
+                                                        : run_training(&lm, &o);
     nb_module_free(model);
     nb_shutdown();
     return rc;

@@ -62,7 +62,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from gen_safetensors_golden import DTYPES, raw_bytes
-from golden_json import tensor_json, write_json
+from golden_json import module_case_entry, tensor_json, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "goldens", "modules.json")
@@ -202,26 +202,9 @@ def module_case(module_name, label, seed, make, config, inputs, forward=None, pe
         (out * grad_out).sum().backward()
         for t in [out] + [p.grad for p in m.parameters()]:
             assert torch.isfinite(t).all(), f"{module_name} {label}: non-finite values"
-        params = [dict(name=n, requires_grad=True, **tensor_json(p))
-                  for n, p in m.state_dict(keep_vars=True).items()]
-        entry = {
-            "name": f"{module_name} {label} {dt}",
-            "module": module_name,
-            "dtype": dt,
-            "seed": seed,
-            "config": config,
-            "forward": forward,
-            "parameters": params,
-            "inputs": [dict(name=n, requires_grad=x.requires_grad, **tensor_json(x))
-                       for n, x in xs.items()],
-            "output": tensor_json(out),
-            "grad_output": tensor_json(grad_out),
-            "parameter_grads": [dict(name=n, **tensor_json(p.grad))
-                                for n, p in m.named_parameters()],
-            "input_grads": [dict(name=n, **tensor_json(x.grad))
-                            for n, x in xs.items() if x.requires_grad],
-            "extra_outputs": [],
-        }
+        entry = module_case_entry(f"{module_name} {label} {dt}", module_name, dt, seed, config,
+                                  forward, m, xs, out, grad_out)
+        entry["extra_outputs"] = []
         if isinstance(m, MultiHeadAttention):
             entry["extra_outputs"].append(dict(name="attn_weights", **tensor_json(m.last_attn)))
         into.append(entry)

@@ -79,3 +79,26 @@ def tensor_json(t):
     t = t.detach()
     data = t.contiguous().view(-1).tolist()  # f32 -> the exact float32 values as doubles
     return {"dtype": DTYPE_NAME[t.dtype], "shape": list(t.shape), "data": data}
+
+
+def module_case_entry(name, module, dtype, seed, config, forward, m, inputs, out, grad_out):
+    """One module case of the module golden files (see tests/gen_module_goldens.py for the
+    format): module m after backward of sum(out * grad_out), its inputs a name -> tensor
+    dict."""
+    return {
+        "name": name,
+        "module": module,
+        "dtype": dtype,
+        "seed": seed,
+        "config": config,
+        "forward": forward,
+        "parameters": [dict(name=n, requires_grad=True, **tensor_json(p))
+                       for n, p in m.state_dict(keep_vars=True).items()],
+        "inputs": [dict(name=n, requires_grad=x.requires_grad, **tensor_json(x))
+                   for n, x in inputs.items()],
+        "output": tensor_json(out),
+        "grad_output": tensor_json(grad_out),
+        "parameter_grads": [dict(name=n, **tensor_json(p.grad)) for n, p in m.named_parameters()],
+        "input_grads": [dict(name=n, **tensor_json(x.grad))
+                        for n, x in inputs.items() if x.requires_grad],
+    }

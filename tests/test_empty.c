@@ -83,7 +83,7 @@ static void test_reductions(void) {
     nb_tensor *s = nb_sum(x), *m = nb_mean(x);
     CU_ASSERT_EQUAL(nb_item(s), 0);
     CU_ASSERT_TRUE(isnan(nb_item(m)));
-    CHECK("sum", s, SCALAR, 0, x);
+    CHECK("sum of empty", s, SCALAR, 0, x);
     nb_tensor *sd = nb_sum_dims(x, 1, (int[]){1}, false);
     CU_ASSERT_TRUE(all_equal(sd, 0));
     CHECK("sum over the empty dim", sd, NB_SHAPE(2, 8), 0, x);
@@ -105,10 +105,10 @@ static void test_elementwise(void) {
     nb_tensor *(*unary[])(const nb_tensor *) = {nb_neg,     nb_exp,  nb_log,  nb_sqrt,     nb_tanh,
                                                 nb_sigmoid, nb_relu, nb_gelu, nb_gelu_tanh};
     for (size_t i = 0; i < sizeof unary / sizeof unary[0]; i++)
-        CHECK("unary", unary[i](x), NB_SHAPE(2, 0, 8), 0, x);
-    CHECK("add_scalar", nb_add_scalar(x, 1), NB_SHAPE(2, 0, 8), 0, x);
-    CHECK("mul_scalar", nb_mul_scalar(x, 2), NB_SHAPE(2, 0, 8), 0, x);
-    CHECK("pow_scalar", nb_pow_scalar(x, 2), NB_SHAPE(2, 0, 8), 0, x);
+        CHECK("unary of empty", unary[i](x), NB_SHAPE(2, 0, 8), 0, x);
+    CHECK("add_scalar of empty", nb_add_scalar(x, 1), NB_SHAPE(2, 0, 8), 0, x);
+    CHECK("mul_scalar of empty", nb_mul_scalar(x, 2), NB_SHAPE(2, 0, 8), 0, x);
+    CHECK("pow_scalar of empty", nb_pow_scalar(x, 2), NB_SHAPE(2, 0, 8), 0, x);
     CHECK("add broadcast", nb_add(x, row), NB_SHAPE(2, 0, 8), 0, x, row);
     CHECK("sub broadcast", nb_sub(x, row), NB_SHAPE(2, 0, 8), 0, x, row);
     CHECK("mul broadcast", nb_mul(y, col), NB_SHAPE(0, 3), 0, y, col);
@@ -116,7 +116,7 @@ static void test_elementwise(void) {
     /* Broadcasting a size-1 dim against 0 gives 0, as in PyTorch. */
     nb_tensor *one = LEAF(1, 8);
     CHECK("broadcast 1 against 0", nb_add(one, LEAF(0, 1)), NB_SHAPE(0, 8), 0, one);
-    CHECK("masked_fill", nb_masked_fill(x, nb_zeros(NB_BOOL, NB_SHAPE(0, 8)), -1),
+    CHECK("masked_fill of empty", nb_masked_fill(x, nb_zeros(NB_BOOL, NB_SHAPE(0, 8)), -1),
           NB_SHAPE(2, 0, 8), 0, x);
 }
 
@@ -131,16 +131,16 @@ static void test_softmax_family(void) {
 
 static void test_views_and_joins(void) {
     nb_tensor *x = LEAF(2, 0, 8), *e = LEAF(0, 3), *full = LEAF(2, 3);
-    CHECK("view", nb_view(x, NB_SHAPE(-1, 8)), NB_SHAPE(0, 8), 0, x);
-    CHECK("reshape", nb_reshape(nb_transpose(x, 0, 2), NB_SHAPE(-1)), NB_SHAPE(0), 0, x);
-    CHECK("permute", nb_permute(x, (int[]){2, 0, 1}), NB_SHAPE(8, 2, 0), 0, x);
-    CHECK("unsqueeze", nb_unsqueeze(x, 0), NB_SHAPE(1, 2, 0, 8), 0, x);
-    CHECK("squeeze_all", nb_squeeze_all(nb_unsqueeze(x, 0)), NB_SHAPE(2, 0, 8), 0, x);
-    CHECK("expand", nb_expand(e, NB_SHAPE(4, 0, 3)), NB_SHAPE(4, 0, 3), 0, e);
+    CHECK("view of empty", nb_view(x, NB_SHAPE(-1, 8)), NB_SHAPE(0, 8), 0, x);
+    CHECK("reshape of empty", nb_reshape(nb_transpose(x, 0, 2), NB_SHAPE(-1)), NB_SHAPE(0), 0, x);
+    CHECK("permute of empty", nb_permute(x, (int[]){2, 0, 1}), NB_SHAPE(8, 2, 0), 0, x);
+    CHECK("unsqueeze of empty", nb_unsqueeze(x, 0), NB_SHAPE(1, 2, 0, 8), 0, x);
+    CHECK("squeeze_all of empty", nb_squeeze_all(nb_unsqueeze(x, 0)), NB_SHAPE(2, 0, 8), 0, x);
+    CHECK("expand of empty", nb_expand(e, NB_SHAPE(4, 0, 3)), NB_SHAPE(4, 0, 3), 0, e);
     nb_tensor *w = LEAF(5, 8);
     CHECK("narrow to 0", nb_narrow(w, 0, 5, 0), NB_SHAPE(0, 8), 0, w);
-    CHECK("select", nb_select(x, 0, 1), NB_SHAPE(0, 8), 0, x);
-    CHECK("contiguous", nb_contiguous(nb_transpose(x, 0, 2)), NB_SHAPE(8, 0, 2), 0, x);
+    CHECK("select of empty", nb_select(x, 0, 1), NB_SHAPE(0, 8), 0, x);
+    CHECK("contiguous of empty", nb_contiguous(nb_transpose(x, 0, 2)), NB_SHAPE(8, 0, 2), 0, x);
     CHECK("concat with empty", nb_concat(2, (nb_tensor *[]){e, full}, 0), NB_SHAPE(2, 3), 1, e);
     CHECK("concat of empties", nb_concat(2, (nb_tensor *[]){e, e}, 1), NB_SHAPE(0, 6), 0, e);
     CHECK("stack of empties", nb_stack(2, (nb_tensor *[]){e, e}, 1), NB_SHAPE(0, 2, 3), 0, e);
@@ -181,7 +181,7 @@ static void test_losses_and_layers(void) {
     CHECK("embedding V=0", nb_embedding(empty_table, none), NB_SHAPE(0, 4), 0, empty_table);
     nb_rng rng;
     nb_rng_seed(&rng, 1);
-    CHECK("dropout", nb_dropout(a, 0.5, true, &rng), NB_SHAPE(2, 0, 8), 0, a);
+    CHECK("dropout of empty", nb_dropout(a, 0.5, true, &rng), NB_SHAPE(2, 0, 8), 0, a);
 }
 
 static void test_attention_without_causal_mask(void) {

@@ -2,13 +2,13 @@
 # Trains one toy task at a reduced budget with a fixed seed and checks: held-out accuracy
 # reaches the threshold, --eval on the written checkpoint reports the same accuracy, and a
 # missing or corrupt checkpoint is a clear error (non-zero exit, message naming the file).
-# Usage: toy_tasks_check.sh TOY_TASKS_BINARY TASK STEPS MIN_ACCURACY_PERCENT
+# Usage: toy_tasks_check.sh TOY_TASKS_BINARY TASK STEPS MIN_ACCURACY_PERCENT [BLOCK]
 set -euo pipefail
-bin=$1 task=$2 steps=$3 min=$4
+bin=$1 task=$2 steps=$3 min=$4 block=${5:-gpt}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
-out=$("$bin" --task "$task" --steps "$steps" --seed 1 --out "$dir" --quiet)
+out=$("$bin" --task "$task" --block "$block" --steps "$steps" --seed 1 --out "$dir" --quiet)
 echo "$out"
 acc=$(sed -n "s/^$task: held-out token accuracy \([0-9.]*\)% .*/\1/p" <<<"$out" | head -1)
 [ -n "$acc" ] || { echo "FAIL: no accuracy line"; exit 1; }
@@ -20,13 +20,13 @@ done
 lines=$(wc -l <"$dir/train.csv")
 [ "$lines" -eq $((steps + 1)) ] || { echo "FAIL: train.csv has $lines lines"; exit 1; }
 
-eval_out=$("$bin" --task "$task" --eval "$dir/model.safetensors")
+eval_out=$("$bin" --task "$task" --block "$block" --eval "$dir/model.safetensors")
 echo "$eval_out"
 grep -q "held-out token accuracy $acc%" <<<"$eval_out" ||
     { echo "FAIL: --eval did not reproduce $acc%"; exit 1; }
 
 expect_error() { # what, file
-    if err=$("$bin" --task "$task" --eval "$2" 2>&1); then
+    if err=$("$bin" --task "$task" --block "$block" --eval "$2" 2>&1); then
         echo "FAIL: --eval accepted a $1 checkpoint"; exit 1
     fi
     echo "$err"
@@ -37,4 +37,4 @@ head -c 100 "$dir/model.safetensors" >"$dir/truncated.safetensors"
 expect_error truncated "$dir/truncated.safetensors"
 printf 'not a checkpoint at all, just text\n' >"$dir/garbage.safetensors"
 expect_error garbage "$dir/garbage.safetensors"
-echo "ok: $task reached $acc% in $steps steps; --eval and bad checkpoints behave"
+echo "ok: $task ($block block) reached $acc% in $steps steps; --eval and bad checkpoints behave"

@@ -1,0 +1,84 @@
+/* The Llama-style attention module: projections, RoPE on q and k, grouped-query attention. */
+#include "blocks.h"
+#include "errors.h"
+
+#include <math.h>
+
+blk_attention *blk_attention_new(nb_module *parent, const char *name, int64_t dim, int64_t n_heads,
+                                 int64_t n_kv_heads, double rope_base) {
+    if (dim <= 0 || n_heads <= 0 || n_kv_heads <= 0 || dim % n_heads != 0 ||
+        (dim / n_heads) % 2 != 0 || n_heads % n_kv_heads != 0 || !(rope_base > 0))
+        return nb_error("Attention",
+                        "needs n_kv_heads dividing n_heads dividing dim with an even head dim "
+                        "and rope_base > 0, got dim %lld, n_heads %lld, n_kv_heads %lld, "
+                        "rope_base %g",
+                        (long long)dim, (long long)n_heads, (long long)n_kv_heads, rope_base);
+    blk_attention *m = nb_module_new(parent, name, "Attention", sizeof *m);
+    if (!m) return NULL;
+    m->dim = dim;
+    m->n_heads = n_heads;
+    m->n_kv_heads = n_kv_heads;
+    m->head_dim = dim / n_heads;
+    m->rope_base = rope_base;
+    int64_t kv_dim = n_kv_heads * m->head_dim;
+    if (!(m->wq = nb_linear_new(&m->base, "wq", dim, dim, false)) ||
+        !(m->wk = nb_linear_new(&m->base, "wk", dim, kv_dim, false)) ||
+        !(m->wv = nb_linear_new(&m->base, "wv", dim, kv_dim, false)) ||
+        !(m->wo = nb_linear_new(&m->base, "wo", dim, dim, false)))
+        return nb_module_discard(&m->base);
+    return m;
+}
+
+/* The masks of opts as one bool tensor broadcasting to [B, H, T, T]; NULL (no error) when
+ * there are none. */
+static bool combined_mask(const blk_attention *m, const blk_attn_opts *o, int64_t B, int64_t T,
+                          nb_tensor **out) {
+    *out = NULL;
+    const nb_tensor *pad = o ? o->key_padding_mask : NULL, *am = o ? o->attn_mask : NULL;
+    if ((pad &&
+         (pad->dtype != NB_BOOL || pad->ndim != 2 || pad->shape[0] != B || pad->shape[1] != T)) ||
+        (am && (am->dtype != NB_BOOL || am->ndim != 2 || am->shape[0] != T || am->shape[1] != T))) {
+        nb_error("Attention",
+                 "'%s': key_padding_mask must be bool [%lld, %lld] and attn_mask bool "
+                 "[%lld, %lld], got %s and %s",
+                 nb_module_path(&m->base), (long long)B, (long long)T, (long long)T, (long long)T,
+                 nb_shape_text(pad), nb_shape_text(am));
+        return false;
+    }
+    nb_tensor *pad4 = pad ? nb_view(pad, NB_SHAPE(B, 1, 1, T)) : NULL;
+    *out = pad4 && am ? nb_logical_or(pad4, am) : pad4 ? pad4 : (nb_tensor *)am;
+    return !(pad || am) || *out;
+}
+
+/* [B, T, heads * hd] -> [B, heads, T, hd], rotated for positions offset.. when rotate. The
+ * rotation runs on the [B, T, heads, hd] layout the projection wrote, and the head dim is
+ * then moved in front of the tokens as a strided view. */
+static nb_tensor *heads(const blk_attention *m, const nb_tensor *x, int64_t n, bool rotate,
+                        int64_t offset) {
+    if (!x) return NULL;
+    nb_tensor *h = nb_view(x, NB_SHAPE(x->shape[0], x->shape[1], n, m->head_dim));
+    if (rotate) h = blk_rope(h, 1, offset, m->rope_base);
+    return nb_transpose(h, 1, 2);
+}
+
+nb_tensor *blk_attention_forward(blk_attention *m, const nb_tensor *x, const blk_attn_opts *opts) {
+    if (!m || !x) return blk_null_argument("Attention");
+    if (x->ndim != 3 || x->shape[2] != m->dim)
+        return nb_error("Attention", "'%s' expects x [B, T, %lld], got %s",
+                        nb_module_path(&m->base), (long long)m->dim, nb_shape_text(x));
+    int64_t B = x->shape[0], T = x->shape[1], offset = opts ? opts->offset : 0;
+    nb_tensor *mask;
+    if (!combined_mask(m, opts, B, T, &mask)) return NULL;
+    nb_tensor *q = heads(m, nb_linear_forward(m->wq, x), m->n_heads, true, offset);
+    nb_tensor *k = heads(m, nb_linear_forward(m->wk, x), m->n_kv_heads, true, offset);
+    nb_tensor *v = heads(m, nb_linear_forward(m->wv, x), m->n_kv_heads, false, 0);
+    const bool causal = opts && opts->causal;
+    const double scale = 1.0 / sqrt((double)m->head_dim);
+    nb_tensor *ctx = opts && opts->attn_weights
+                         ? blk_gqa_attention(q, k, v, mask, causal, scale, opts->attn_weights)
+                         : nb_sdpa(q, k, v, mask, causal, scale); /* [B, H, T, hd] */
+    if (!ctx) return blk_module_error(&m->base);
+    /* nb_sdpa stores its result as [B, T, H, hd], so this contiguous is no copy */
+    ctx = nb_view(nb_contiguous(nb_transpose(ctx, 1, 2)), NB_SHAPE(B, T, m->dim));
+    return nb_linear_forward(m->wo, ctx);
+}

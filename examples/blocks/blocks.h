@@ -1,0 +1,134 @@
+/* Llama-style transformer pieces built on nabla's public API alone (this folder includes
+ * nothing but <nabla/...>): RMSNorm, rotary position embeddings, a SwiGLU feed-forward,
+ * grouped-query attention, the block that combines them and a small language model.
+ *
+ * Each piece is a function of tensors (differentiable, any float dtype) and a module that
+ * holds its parameters in a nabla model tree, under Meta's Llama parameter names
+ * (attention.wq.weight, feed_forward.w1.weight, attention_norm.weight, ...). Results are new
+ * tensors in the current scope, or NULL with nb_last_error() set; a NULL input gives NULL.
+ * Modules are owned by their model's root. */
+#ifndef NABLA_BLOCKS_H
+#define NABLA_BLOCKS_H
+
+#include <nabla/nabla.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Functions ------------------------------------------------------------------------- */
+/* RMSNorm over the last dim: x * rsqrt(mean(x^2) + eps) * weight, weight [D] (or NULL). */
+nb_tensor *blk_rms_norm(const nb_tensor *x, const nb_tensor *weight, double eps);
+
+/* Rotary position embedding, rotate-half convention: x [..., hd] (hd even) holds positions
+ * offset, offset + 1, ... along dim seq_dim (not the last). Pair i < hd/2, made of elements i
+ * and i + hd/2, is rotated by angle position * base^(-2i/hd). */
+nb_tensor *blk_rope(const nb_tensor *x, int seq_dim, int64_t offset, double base);
+
+/* SwiGLU feed-forward: (silu(x w1^T) * (x w3^T)) w2^T with w1, w3 [hidden, D], w2 [D, hidden],
+ * no biases. */
+nb_tensor *blk_swiglu(const nb_tensor *x, const nb_tensor *w1, const nb_tensor *w3,
+                      const nb_tensor *w2);
+
+/* Grouped-query scaled dot-product attention written op by op: q [B, H, T_q, hd] reads
+ * k, v [B, KV, T_k, hd], KV dividing H, query head h using kv head h / (H / KV) (PyTorch's
+ * repeat_interleave of the kv heads). Returns [B, H, T_q, hd]: softmax(scale * q k^T with
+ * blocked keys excluded) v. mask: NB_BOOL broadcast to [B, H, T_q, T_k], true = blocked, or
+ * NULL; causal also blocks key j > query i. A row with every key blocked gives zeros and zero
+ * gradient. The kv heads are read in place, never copied per query head. It computes what
+ * nabla's fused nb_sdpa computes, with the weights as a tensor: if weights is not NULL,
+ * *weights receives them, [B, H, T_q, T_k] (differentiable, in the current scope). */
+nb_tensor *blk_gqa_attention(const nb_tensor *q, const nb_tensor *k, const nb_tensor *v,
+                             const nb_tensor *mask, bool causal, double scale, nb_tensor **weights);
+
+/* ---- Modules ---------------------------------------------------------------------------- */
+/* RMSNorm over the last dim with parameter weight [dim] (ones at first). */
+typedef struct {
+    nb_module base;
+    nb_tensor *weight;
+    double eps;
+} blk_rmsnorm;
+blk_rmsnorm *blk_rmsnorm_new(nb_module *parent, const char *name, int64_t dim, double eps);
+nb_tensor *blk_rmsnorm_forward(blk_rmsnorm *m, const nb_tensor *x);
+
+/* SwiGLU feed-forward D -> hidden -> D: Linear children w1, w3 (gate, up) and w2 (down),
+ * without biases, initialised as PyTorch's nn.Linear. */
+typedef struct {
+    nb_module base;
+    nb_linear *w1, *w2, *w3;
+} blk_swiglu_ff;
+blk_swiglu_ff *blk_swiglu_new(nb_module *parent, const char *name, int64_t dim, int64_t hidden);
+nb_tensor *blk_swiglu_forward(blk_swiglu_ff *m, const nb_tensor *x);
+
+/* Options of an attention forward. Masks are NB_BOOL with true = blocked, as nb_mha takes. */
+typedef struct {
+    bool causal;                       /* block key j > query i */
+    const nb_tensor *key_padding_mask; /* [B, T], true = padding, or NULL */
+    const nb_tensor *attn_mask;        /* [T, T], or NULL */
+    int64_t offset;                    /* position of the first token (RoPE), for a KV cache */
+    nb_tensor **attn_weights;          /* if not NULL, receives [B, H, T, T] */
+} blk_attn_opts;
+
+/* Self-attention with RoPE on q and k and n_kv_heads key/value heads shared by groups of the
+ * n_heads query heads (n_kv_heads = n_heads: multi-head; 1: multi-query). Linear children
+ * wq [n_heads * hd, dim], wk and wv [n_kv_heads * hd, dim], wo [dim, n_heads * hd], no biases,
+ * with hd = dim / n_heads (even). The heads go through nabla's fused nb_sdpa, reading the
+ * rotated q and k and the kv heads in place; asking for attn_weights takes blk_gqa_attention
+ * instead (the same function, op by op). */
+typedef struct {
+    nb_module base;
+    nb_linear *wq, *wk, *wv, *wo;
+    int64_t dim, n_heads, n_kv_heads, head_dim;
+    double rope_base;
+} blk_attention;
+blk_attention *blk_attention_new(nb_module *parent, const char *name, int64_t dim, int64_t n_heads,
+                                 int64_t n_kv_heads, double rope_base);
+/* x [B, T, dim] -> [B, T, dim]. opts may be NULL (bidirectional, no masks, offset 0). */
+nb_tensor *blk_attention_forward(blk_attention *m, const nb_tensor *x, const blk_attn_opts *opts);
+
+/* The shape of a Llama-style block. */
+typedef struct {
+    int64_t dim, n_heads, n_kv_heads, hidden;
+    double norm_eps, rope_base;
+} blk_llama_config;
+
+/* Pre-RMSNorm block: h = x + attention(attention_norm(x)), out = h +
+ * feed_forward(ffn_norm(h)). */
+typedef struct {
+    nb_module base;
+    blk_rmsnorm *attention_norm, *ffn_norm;
+    blk_attention *attention;
+    blk_swiglu_ff *feed_forward;
+} blk_llama_block;
+blk_llama_block *blk_llama_block_new(nb_module *parent, const char *name,
+                                     const blk_llama_config *cfg);
+nb_tensor *blk_llama_block_forward(blk_llama_block *m, const nb_tensor *x,
+                                   const blk_attn_opts *opts);
+
+/* A Llama-style language model: tok_embeddings (N(0, 1)), no position embedding (RoPE in
+ * every block gives positions), layers.0 .. layers.{n_layers-1}, norm (RMSNorm) and output
+ * (vocabulary logits, no bias). */
+#define BLK_MAX_LAYERS 16
+typedef struct {
+    nb_module base;
+    nb_embedding_layer *tok_embeddings;
+    nb_module *layers_container;
+    blk_llama_block *layers[BLK_MAX_LAYERS];
+    blk_rmsnorm *norm;
+    nb_linear *output;
+    int64_t vocab;
+    int n_layers;
+    blk_llama_config cfg;
+} blk_llama_lm;
+/* n_layers in 1..BLK_MAX_LAYERS. */
+blk_llama_lm *blk_llama_lm_new(nb_module *parent, const char *name, int64_t vocab, int n_layers,
+                               const blk_llama_config *cfg);
+/* tokens NB_I64 [B, T] -> logits [B, T, vocab]. opts may be NULL; its attn_weights, if not
+ * NULL, has room for n_layers tensors and receives each layer's [B, H, T, T] weights. */
+nb_tensor *blk_llama_lm_forward(blk_llama_lm *m, const nb_tensor *tokens,
+                                const blk_attn_opts *opts);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

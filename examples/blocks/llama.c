@@ -1,0 +1,71 @@
+/* The Llama-style block (pre-RMSNorm, RoPE, grouped-query attention, SwiGLU, residuals) and
+ * a small language model of such blocks. */
+#include "blocks.h"
+#include "errors.h"
+
+#include <stdio.h>
+
+blk_llama_block *blk_llama_block_new(nb_module *parent, const char *name,
+                                     const blk_llama_config *cfg) {
+    if (!cfg) return blk_null_argument("LlamaBlock");
+    blk_llama_block *m = nb_module_new(parent, name, "LlamaBlock", sizeof *m);
+    if (!m) return NULL;
+    if (!(m->attention_norm =
+              blk_rmsnorm_new(&m->base, "attention_norm", cfg->dim, cfg->norm_eps)) ||
+        !(m->attention = blk_attention_new(&m->base, "attention", cfg->dim, cfg->n_heads,
+                                           cfg->n_kv_heads, cfg->rope_base)) ||
+        !(m->ffn_norm = blk_rmsnorm_new(&m->base, "ffn_norm", cfg->dim, cfg->norm_eps)) ||
+        !(m->feed_forward = blk_swiglu_new(&m->base, "feed_forward", cfg->dim, cfg->hidden)))
+        return nb_module_discard(&m->base);
+    return m;
+}
+
+nb_tensor *blk_llama_block_forward(blk_llama_block *m, const nb_tensor *x,
+                                   const blk_attn_opts *opts) {
+    if (!m) return blk_null_argument("LlamaBlock");
+    nb_tensor *h = nb_add(
+        x, blk_attention_forward(m->attention, blk_rmsnorm_forward(m->attention_norm, x), opts));
+    return nb_add(h, blk_swiglu_forward(m->feed_forward, blk_rmsnorm_forward(m->ffn_norm, h)));
+}
+
+blk_llama_lm *blk_llama_lm_new(nb_module *parent, const char *name, int64_t vocab, int n_layers,
+                               const blk_llama_config *cfg) {
+    if (!cfg || n_layers < 1 || n_layers > BLK_MAX_LAYERS || vocab <= 0)
+        return nb_error("LlamaLM", "needs a config, vocab > 0 and 1 to %d layers, got %lld and %d",
+                        BLK_MAX_LAYERS, (long long)vocab, n_layers);
+    blk_llama_lm *m = nb_module_new(parent, name, "LlamaLM", sizeof *m);
+    if (!m) return NULL;
+    m->vocab = vocab;
+    m->n_layers = n_layers;
+    m->cfg = *cfg;
+    if (!(m->tok_embeddings = nb_embedding_new(&m->base, "tok_embeddings", vocab, cfg->dim)) ||
+        !(m->layers_container = nb_module_container(&m->base, "layers")))
+        return nb_module_discard(&m->base);
+    for (int i = 0; i < n_layers; i++) {
+        char idx[16];
+        snprintf(idx, sizeof idx, "%d", i);
+        if (!(m->layers[i] = blk_llama_block_new(m->layers_container, idx, cfg)))
+            return nb_module_discard(&m->base);
+    }
+    if (!(m->norm = blk_rmsnorm_new(&m->base, "norm", cfg->dim, cfg->norm_eps)) ||
+        !(m->output = nb_linear_new(&m->base, "output", cfg->dim, vocab, false)))
+        return nb_module_discard(&m->base);
+    return m;
+}
+
+nb_tensor *blk_llama_lm_forward(blk_llama_lm *m, const nb_tensor *tokens,
+                                const blk_attn_opts *opts) {
+    if (!m || !tokens) return blk_null_argument("LlamaLM");
+    if (tokens->ndim != 2 || tokens->dtype != NB_I64)
+        return nb_error("LlamaLM", "'%s' expects int64 tokens [B, T], got %s %s",
+                        nb_module_path(&m->base), nb_dtype_name(tokens->dtype),
+                        nb_shape_text(tokens));
+    nb_tensor *x = nb_embedding_forward(m->tok_embeddings, tokens);
+    for (int i = 0; i < m->n_layers && x; i++) {
+        blk_attn_opts layer = opts ? *opts : (blk_attn_opts){0};
+        layer.attn_weights = opts && opts->attn_weights ? &opts->attn_weights[i] : NULL;
+        x = blk_llama_block_forward(m->layers[i], x, &layer);
+    }
+    if (!x) return NULL; /* nb_linear_forward would replace the first error with its own */
+    return nb_linear_forward(m->output, blk_rmsnorm_forward(m->norm, x));
+}

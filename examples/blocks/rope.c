@@ -1,0 +1,106 @@
+/* Rotary position embeddings, rotate-half convention (Hugging Face's Llama layout). */
+#include "blocks.h"
+#include "errors.h"
+
+#include <math.h>
+
+/* cos and sin of every position's angles, [T, hd / 2] each: pair i of position offset + t
+ * turns by (offset + t) * base^(-2i/hd). Computed in double, rounded to dt. */
+static bool rope_tables(nb_dtype dt, int64_t T, int64_t hd, int64_t offset, double base,
+                        nb_tensor **cos_out, nb_tensor **sin_out) {
+    int64_t half = hd / 2;
+    nb_tensor *c = nb_empty(NB_F64, NB_SHAPE(T, half)), *s = nb_empty(NB_F64, NB_SHAPE(T, half));
+    if (!c || !s) return false;
+    double *cd = nb_data(c), *sd = nb_data(s);
+    for (int64_t i = 0; i < half; i++) {
+        double inv_freq = pow(base, -(double)(2 * i) / (double)hd);
+        for (int64_t t = 0; t < T; t++) {
+            double angle = (double)(offset + t) * inv_freq;
+            cd[t * half + i] = cos(angle);
+            sd[t * half + i] = sin(angle);
+        }
+    }
+    *cos_out = dt == NB_F64 ? c : nb_to_dtype(c, dt);
+    *sin_out = dt == NB_F64 ? s : nb_to_dtype(s, dt);
+    return *cos_out && *sin_out;
+}
+
+/* The rotation as one node (nabla's function API); op by op (two narrows, a concat, two
+ * products and a sum) it kept four copies of x for backward. A contiguous x is rows of hd;
+ * row r holds position (r / inner) % T, inner being the rows between two positions. With
+ * (a, b) a pair and (c, s) its cos and sin:
+ *   out = (a c - b s, b c + a s),  d(a, b) = (g_a c + g_b s, g_b c - g_a s)
+ * (the backward is the rotation by minus the angle). */
+#define ROPE_ROWS(T_)                                                                              \
+    static void rope_rows_##T_(const T_ *x, const T_ *cos_t, const T_ *sin_t, T_ *y, int64_t rows, \
+                               int64_t inner, int64_t T, int64_t half, T_ sign) {                  \
+        for (int64_t r = 0; r < rows; r++, x += 2 * half, y += 2 * half) {                         \
+            const T_ *c = cos_t + (r / inner) % T * half, *s = sin_t + (r / inner) % T * half;     \
+            for (int64_t i = 0; i < half; i++) {                                                   \
+                T_ a = x[i], b = x[half + i], si = sign * s[i];                                    \
+                y[i] = a * c[i] - b * si;                                                          \
+                y[half + i] = b * c[i] + a * si;                                                   \
+            }                                                                                      \
+        }                                                                                          \
+    }
+ROPE_ROWS(float)
+ROPE_ROWS(double)
+
+/* Rotates x's rows into a new tensor; sign -1 rotates backwards (the backward). */
+static nb_tensor *rotate(const nb_tensor *x, const nb_tensor *c, const nb_tensor *s, int64_t inner,
+                         double sign) {
+    nb_tensor *y = nb_empty(x->dtype, x->ndim, x->shape);
+    if (!y) return NULL;
+    int64_t hd = x->shape[x->ndim - 1], rows = hd ? nb_numel(x) / hd : 0, T = c->shape[0];
+    if (x->dtype == NB_F32)
+        rope_rows_float(nb_data(x), nb_data(c), nb_data(s), nb_data(y), rows, inner, T, hd / 2,
+                        (float)sign);
+    else
+        rope_rows_double(nb_data(x), nb_data(c), nb_data(s), nb_data(y), rows, inner, T, hd / 2,
+                         sign);
+    return y;
+}
+
+/* inputs: x, cos, sin (tables do not need grad); user: the rows between two positions */
+static bool rope_forward(nb_node *ctx, int nin, const nb_tensor *const *in, int nout,
+                         nb_tensor **out) {
+    (void)nin, (void)nout;
+    int64_t inner = *(const int64_t *)nb_ctx_user(ctx);
+    const nb_tensor *x = nb_contiguous(in[0]);
+    return x && (out[0] = rotate(x, in[1], in[2], inner, 1)) && nb_ctx_save(ctx, in[1]) &&
+           nb_ctx_save(ctx, in[2]) && nb_ctx_save_scalar(ctx, (double)inner);
+}
+
+static bool rope_backward(nb_node *ctx, int nout, const nb_tensor *const *gout, int nin,
+                          nb_tensor **gin) {
+    (void)nout, (void)nin;
+    const nb_tensor *g = nb_contiguous(gout[0]);
+    const nb_tensor *c = nb_ctx_saved(ctx, 0), *s = nb_ctx_saved(ctx, 1);
+    if (!g || !c || !s) return false;
+    gin[0] = rotate(g, c, s, (int64_t)nb_ctx_scalar(ctx, 0), -1);
+    return gin[0] != NULL;
+}
+
+static const nb_function rope_fn = {"rope", rope_forward, rope_backward};
+
+nb_tensor *blk_rope(const nb_tensor *x, int seq_dim, int64_t offset, double base) {
+    if (!x) return blk_null_argument("rope");
+    int d = seq_dim < 0 ? seq_dim + x->ndim : seq_dim;
+    if (!nb_is_float(x) || x->ndim < 2 || d < 0 || d >= x->ndim - 1)
+        return nb_error("rope",
+                        "expects a float tensor [..., T, ..., hd] with positions along a dim "
+                        "before the last, got %s %s and seq_dim %d",
+                        nb_dtype_name(x->dtype), nb_shape_text(x), seq_dim);
+    int64_t hd = x->shape[x->ndim - 1], T = x->shape[d];
+    if (hd % 2 != 0)
+        return nb_error("rope", "head dim (last of %s) must be even", nb_shape_text(x));
+    if (offset < 0 || !(base > 0))
+        return nb_error("rope", "needs offset >= 0 and base > 0, got %lld and %g",
+                        (long long)offset, base);
+    nb_tensor *cos_t, *sin_t;
+    if (!rope_tables(x->dtype, T, hd, offset, base, &cos_t, &sin_t)) return NULL;
+    int64_t inner = 1; /* rows of hd between two positions */
+    for (int k = d + 1; k < x->ndim - 1; k++) inner *= x->shape[k];
+    /* inner travels as the user pointer: only forward reads it, before this returns */
+    return nb_function_apply1(&rope_fn, 3, (const nb_tensor *[]){x, cos_t, sin_t}, &inner);
+}

@@ -1,0 +1,33 @@
+/* The model toy_tasks trains: nabla's built-in GPT-style TransformerLM (--block gpt) or the
+ * Llama-style LM of examples/blocks (--block llama), sized from the task. */
+#ifndef NABLA_TOY_MODEL_H
+#define NABLA_TOY_MODEL_H
+
+#include "blocks.h"
+#include "tasks.h"
+
+typedef enum { TOY_BLOCK_GPT, TOY_BLOCK_LLAMA } toy_block;
+
+typedef struct {
+    toy_block block;
+    nb_transformer_lm *gpt; /* set for TOY_BLOCK_GPT */
+    blk_llama_lm *llama;    /* set for TOY_BLOCK_LLAMA */
+    nb_module *module;      /* whichever of the two, as a module */
+    int64_t bos;            /* llama: the beginning-of-sequence token (the task's vocab) */
+    int layers;
+    int64_t heads;
+} toy_model;
+
+/* "gpt" or "llama"; false for anything else. */
+bool toy_block_parse(const char *name, toy_block *out);
+/* Builds the task's model under root (owned by root). False with nb_last_error() set. */
+bool toy_model_init(toy_model *m, nb_module *root, toy_block block, const toy_task *task);
+/* tokens NB_I64 [B, T] -> logits [B, T, vocab], in the current scope. */
+nb_tensor *toy_model_forward(const toy_model *m, const nb_tensor *tokens, bool causal);
+/* Runs the model and fills attn_weights (room for layers tensors) with each layer's
+ * [B, heads, T, T] attention weights (llama: among the task's tokens, without the BOS column,
+ * so a row sums to what the BOS token leaves). False with an error. */
+bool toy_model_attention(const toy_model *m, const nb_tensor *tokens, bool causal,
+                         nb_tensor **attn_weights);
+
+#endif

@@ -1,0 +1,153 @@
+/* The Llama-style blocks (examples/blocks/) against PyTorch: tests/goldens/blocks.json, written
+ * by tests/gen_blocks_goldens.py from references written there from the formulas (RMSNorm,
+ * rotate-half RoPE, SwiGLU, grouped-query attention with repeat_interleave, the block and the
+ * LM). Each case builds the nabla module from the case's config, copies PyTorch's parameters
+ * in under their names (every module parameter must be matched by name and shape), runs
+ * forward, backpropagates the case's output gradient and compares the output, every parameter
+ * gradient and the input gradient. */
+#include "blocks.h"
+#include "golden.h"
+#include "harness.h"
+
+#include <stdio.h>
+
+#define MAX_NAMED 48
+
+static int64_t config_int(const json_t *c, const char *key) {
+    return json_integer_value(json_object_get(json_object_get(c, "config"), key));
+}
+static double config_double(const json_t *c, const char *key) {
+    return json_number_value(json_object_get(json_object_get(c, "config"), key));
+}
+static bool forward_bool(const json_t *c, const char *key) {
+    return json_is_true(json_object_get(json_object_get(c, "forward"), key));
+}
+static int64_t forward_int(const json_t *c, const char *key) {
+    return json_integer_value(json_object_get(json_object_get(c, "forward"), key));
+}
+
+static blk_llama_config llama_config(const json_t *c) {
+    return (blk_llama_config){.dim = config_int(c, "dim"),
+                              .n_heads = config_int(c, "n_heads"),
+                              .n_kv_heads = config_int(c, "n_kv_heads"),
+                              .hidden = config_int(c, "hidden"),
+                              .norm_eps = config_double(c, "eps"),
+                              .rope_base = config_double(c, "rope_base")};
+}
+
+/* Builds the case's module as child "m" of root; NULL for RoPE, which has no parameters. */
+static void *build(const json_t *c, nb_module *root) {
+    const char *module = json_string_value(json_object_get(c, "module"));
+    blk_llama_config cfg = llama_config(c);
+    if (strcmp(module, "RMSNorm") == 0)
+        return blk_rmsnorm_new(root, "m", config_int(c, "dim"), config_double(c, "eps"));
+    if (strcmp(module, "SwiGLU") == 0)
+        return blk_swiglu_new(root, "m", config_int(c, "dim"), config_int(c, "hidden"));
+    if (strcmp(module, "Attention") == 0)
+        return blk_attention_new(root, "m", config_int(c, "dim"), config_int(c, "n_heads"),
+                                 config_int(c, "n_kv_heads"), config_double(c, "rope_base"));
+    if (strcmp(module, "Block") == 0) return blk_llama_block_new(root, "m", &cfg);
+    if (strcmp(module, "LlamaLM") == 0)
+        return blk_llama_lm_new(root, "m", config_int(c, "vocab"), (int)config_int(c, "n_layers"),
+                                &cfg);
+    return NULL;
+}
+
+/* The output of the case's module m (built by build) for input x (or tokens). */
+static nb_tensor *forward(const json_t *c, void *m, nb_tensor *x, const nb_tensor *kpm) {
+    const char *module = json_string_value(json_object_get(c, "module"));
+    blk_attn_opts opts = {.causal = forward_bool(c, "causal"),
+                          .key_padding_mask = kpm,
+                          .offset = forward_int(c, "offset")};
+    if (strcmp(module, "RoPE") == 0) /* x [B, H, T, hd]: positions along dim -2 */
+        return blk_rope(x, -2, config_int(c, "offset"), config_double(c, "base"));
+    if (strcmp(module, "RMSNorm") == 0) return blk_rmsnorm_forward(m, x);
+    if (strcmp(module, "SwiGLU") == 0) return blk_swiglu_forward(m, x);
+    if (strcmp(module, "Attention") == 0) return blk_attention_forward(m, x, &opts);
+    if (strcmp(module, "Block") == 0) return blk_llama_block_forward(m, x, &opts);
+    if (strcmp(module, "LlamaLM") == 0) return blk_llama_lm_forward(m, x, &opts);
+    return NULL;
+}
+
+/* Copies every golden parameter into the module parameter of the same name;
+ * false unless names and shapes match one to one. */
+static bool copy_params(nb_module *root, const golden_named *params, int n) {
+    if (n != nb_module_param_count(root)) {
+        printf("    %d golden parameters for %d module parameters\n", n,
+               nb_module_param_count(root));
+        return false;
+    }
+    for (int k = 0; k < n; k++) {
+        char name[160];
+        snprintf(name, sizeof name, "m.%.100s", params[k].name);
+        nb_tensor *p = nb_module_param(root, name);
+        if (!p || !nb_copy_(p, params[k].tensor)) {
+            printf("    parameter %s: %s\n", name, nb_last_error());
+            return false;
+        }
+    }
+    return true;
+}
+
+static void note(double *max_ratio, bool *ok, golden_cmp r, const char *what) {
+    if (r.worst_ratio > *max_ratio) *max_ratio = r.worst_ratio;
+    if (!r.ok) printf("    %s: %s\n", what, r.message), *ok = false;
+}
+
+static bool check_case(const json_t *c) {
+    const char *name = json_string_value(json_object_get(c, "name"));
+    const char *dtype = json_string_value(json_object_get(c, "dtype"));
+    golden_named params[MAX_NAMED], inputs[4];
+    double ratio = 0;
+    nb_scope_begin();
+    int np = golden_named_tensors(c, "parameters", params, MAX_NAMED);
+    int ni = golden_named_tensors(c, "inputs", inputs, 4);
+    bool ok = np >= 0 && ni >= 1;
+    nb_tensor *x = ok ? inputs[0].tensor : NULL, *kpm = NULL;
+    for (int k = 1; k < ni; k++)
+        if (strcmp(inputs[k].name, "key_padding_mask") == 0) kpm = inputs[k].tensor;
+    nb_module *root = nb_model_new(strcmp(dtype, "f64") == 0 ? NB_F64 : NB_F32, 1);
+    void *m = ok ? build(c, root) : NULL;
+    if (ok && np > 0) ok = m && copy_params(root, params, np);
+    nb_tensor *out = ok ? forward(c, m, x, kpm) : NULL;
+    if (ok && !out) printf("    forward: %s\n", nb_last_error()), ok = false;
+    note(&ratio, &ok, golden_compare(out, json_object_get(c, "output")), "output");
+    nb_tensor *g = golden_tensor(json_object_get(c, "grad_output"), GOLDEN_CONTIGUOUS);
+    if (ok && !nb_backward(out, g)) printf("    backward: %s\n", nb_last_error()), ok = false;
+    for (int k = 0; ok && k < np; k++) {
+        char pname[160];
+        snprintf(pname, sizeof pname, "m.%.100s", params[k].name);
+        note(&ratio, &ok,
+             golden_compare(nb_grad(nb_module_param(root, pname)),
+                            golden_named_spec(c, "parameter_grads", params[k].name)),
+             params[k].name);
+    }
+    if (ok && x->requires_grad)
+        note(&ratio, &ok, golden_compare(nb_grad(x), golden_named_spec(c, "input_grads", "x")),
+             "input gradient");
+    nb_module_free(root);
+    nb_scope_end();
+    printf("  %-4s %-44s %.2g of tolerance\n", ok ? "ok" : "FAIL", name ? name : "(unnamed)",
+           ratio);
+    return ok;
+}
+
+static void test_goldens(void) {
+    json_t *root = golden_load("blocks.json");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
+    const json_t *cases = json_object_get(root, "cases");
+    int failures = 0;
+    for (size_t k = 0; k < json_array_size(cases); k++)
+        failures += !check_case(json_array_get(cases, k));
+    /* RMSNorm x2, RoPE x2, SwiGLU, Attention x5, Block, LlamaLM; in f32 and f64. */
+    CU_ASSERT_EQUAL(json_array_size(cases), 24);
+    CU_ASSERT_EQUAL(failures, 0);
+    json_decref(root);
+}
+
+int main(void) {
+    const nbtest_case cases[] = {
+        {"the blocks match PyTorch's outputs and gradients", test_goldens},
+    };
+    return nbtest_run("blocks goldens", cases, sizeof cases / sizeof cases[0]);
+}
