@@ -159,7 +159,8 @@ static int fail(const char *what) {
 
 /* --eval: reloads a checkpoint and reports its held-out accuracy. */
 static int run_eval(nb_transformer_lm *lm, const options *o) {
-    if (!nb_module_load(lm->base.root, o->run.eval)) return fail("loading the checkpoint");
+    if (!nb_module_load(nb_module_root(&lm->base), o->run.eval))
+        return fail("loading the checkpoint");
     double acc = evaluate(lm, o->task, o->run.seed);
     printf("%s: held-out token accuracy %.2f%% (%d sequences, checkpoint %s)\n", o->task->name,
            100 * acc, HELDOUT, o->run.eval);
@@ -208,7 +209,7 @@ static bool train_step(trainer *tr, const options *o, int64_t step, nb_rng *data
  * o->run.out. Frees what it allocates on every path. */
 static int run_training(nb_transformer_lm *lm, const options *o) {
     const toy_task *task = o->task;
-    nb_module *model = lm->base.root;
+    nb_module *model = nb_module_root(&lm->base);
     char csv_path[512], png_path[512], ckpt_path[512], run[256];
     snprintf(csv_path, sizeof csv_path, "%s/train.csv", o->run.out);
     snprintf(png_path, sizeof png_path, "%s/curve.png", o->run.out);
@@ -235,7 +236,7 @@ static int run_training(nb_transformer_lm *lm, const options *o) {
     nb_rng_seed(&st.data_rng, o->run.seed);
     if (o->run.resume && !resume_load(&target, &st)) goto done;
     if (!(tr.csv = resume_open_log("toy_tasks", csv_path, "step,loss,accuracy\n", o->run.resume,
-                                   st.csv_bytes)))
+                                   st.log_bytes[0])))
         goto done;
     size_t batch_tokens = (size_t)(task->batch * task->seq_len);
     tr.x = malloc(sizeof *tr.x * batch_tokens);
@@ -256,7 +257,7 @@ static int run_training(nb_transformer_lm *lm, const options *o) {
         if (!train_step(&tr, o, st.step, &st.data_rng)) goto done;
         st.step++;
         if (!o->quiet) progress_update(&prog, st.step, tr.loss_avg, tr.acc_avg);
-        if (!resume_checkpoint_due(&target, o->run.checkpoint_every, o->run.steps, &st, tr.csv))
+        if (!resume_checkpoint_due(&target, o->run.checkpoint_every, o->run.steps, &st, &tr.csv, 1))
             goto done;
         resume_kill_hook(st.step);
     }
