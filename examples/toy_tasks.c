@@ -247,7 +247,7 @@ static int run_training(const toy_model *lm, const options *o) {
     nb_rng_seed(&st.data_rng, o->run.seed);
     if (o->run.resume && !resume_load(&target, &st)) goto done;
     if (!(tr.csv = resume_open_log("toy_tasks", csv_path, "step,loss,accuracy\n", o->run.resume,
-                                   st.csv_bytes)))
+                                   st.log_bytes[0])))
         goto done;
     size_t batch_tokens = (size_t)(task->batch * task->seq_len);
     tr.x = malloc(sizeof *tr.x * batch_tokens);
@@ -269,7 +269,7 @@ static int run_training(const toy_model *lm, const options *o) {
         if (!train_step(&tr, o, st.step, &st.data_rng)) goto done;
         st.step++;
         if (!o->quiet) progress_update(&prog, st.step, tr.loss_avg, tr.acc_avg);
-        if (!resume_checkpoint_due(&target, o->run.checkpoint_every, o->run.steps, &st, tr.csv))
+        if (!resume_checkpoint_due(&target, o->run.checkpoint_every, o->run.steps, &st, &tr.csv, 1))
             goto done;
         resume_kill_hook(st.step);
     }
