@@ -2,20 +2,25 @@
  *
  *   char_lm [--text FILE | --grammar] [--steps N] [--seed S] [--threads N] [--out DIR]
  *           [--eval CHECKPOINT] [--sample N] [--prompt TEXT] [--temperature T] [--top-k K]
- *           [--top-p P]
+ *           [--top-p P] [--lr X] [--checkpoint-every N] [--resume]
  *
  * Trains on the English fortunes of Debian's `fortunes` package (or FILE, or sentences from a
  * small grammar), holding out one block in twenty for validation; reports the training loss as
  * it goes and the validation loss in bits per character every EVAL_EVERY steps; saves
  * DIR/char_lm.safetensors with the model's configuration and character vocabulary in its
  * metadata; then samples text through nb_generate (KV cache). --eval CHECKPOINT rebuilds the
- * model from the checkpoint alone, reports its validation loss on the text and samples. */
+ * model from the checkpoint alone, reports its validation loss on the text and samples.
+ * With --checkpoint-every N it also keeps a resume checkpoint in DIR (common/resume.h), from
+ * which --resume continues a killed run exactly; training stops with a message when a loss
+ * or gradient stops being finite (common/update.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "char_lm_parts/corpus.h"
 #include "common/args.h"
 #include "common/files.h"
 #include "common/plot.h"
 #include "common/progress.h"
+#include "common/resume.h"
+#include "common/update.h"
 
 #include <math.h>
 #include <nabla/nabla.h>
@@ -150,13 +155,13 @@ typedef struct {
 static void usage(FILE *f) {
     fprintf(f, "usage: char_lm [--text FILE | --grammar] [--steps N] [--seed S] [--threads N] "
                "[--out DIR] [--eval CHECKPOINT] [--sample N] [--prompt TEXT] [--temperature T] "
-               "[--top-k K] [--top-p P]\n"
+               "[--top-k K] [--top-p P] [--lr X] [--checkpoint-every N] [--resume]\n"
                "  default text: the fortunes in " FORTUNES_DIR " (apt-get install fortunes)\n");
 }
 
 /* False after printing what is wrong and the usage: the caller exits with 2. */
 static bool parse(int argc, char **argv, options *o) {
-    *o = (options){.run = {.out = "out/char_lm", .steps = 1500, .seed = 1},
+    *o = (options){.run = {.out = "out/char_lm", .steps = 1500, .seed = 1, .lr = 3e-3},
                    .sample = {.nsample = 300, .temperature = 0.8, .prompt = "The "}};
     args a;
     args_start(&a, "char_lm", argc, argv);
@@ -187,7 +192,7 @@ static bool parse(int argc, char **argv, options *o) {
         return usage(stderr), false;
     }
     o->sample.seed = o->run.seed;
-    return true;
+    return args_trainer_check(&a, &o->run) || (usage(stderr), false);
 }
 
 static int fail(const char *what) {
@@ -200,17 +205,52 @@ static void report_validation(nb_transformer_lm *lm, const dataset *d, int64_t s
                               FILE *val_csv) {
     double loss = validation_loss(lm, d);
     if (isnan(loss)) return;
-        if (step >= 0) printf("step %lld: ", (long long)step);
+    if (step >= 0) printf("step %lld: ", (long long)step);
     printf("validation loss %.4f nats, %.3f bits per character\n", loss, loss / log(2.0));
     if (val_csv) fprintf(val_csv, "%lld,%.6f,%.6f\n", (long long)step, loss, loss / log(2.0));
 }
 
-/* Trains on d, saves the checkpoint and the curves into o->run.out, then samples. Frees what
- * it allocates on every path. */
+/* FNV-1a of the training text: a resumed run must train on the same text. */
+static uint64_t text_hash(const int64_t *ids, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint64_t)ids[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* Step step (0-based): one optimizer update on BATCH windows of the training text drawn from
+ * rng; appends its row to csv and adds its loss to *avg. False with a message on an error or
+ * a non-finite loss or gradient. */
+static bool train_step(nb_transformer_lm *lm, nb_optimizer *opt, const param_list *pl,
+                       const dataset *d, const options *o, int64_t step, nb_rng *rng, FILE *csv,
+                       double *avg) {
+    int64_t x[BATCH * CONTEXT], y[BATCH * CONTEXT];
+    for (int b = 0; b < BATCH; b++) {
+        size_t start = (size_t)(nb_rng_next(rng) % (d->train_n - CONTEXT - 1));
+        memcpy(x + b * CONTEXT, d->train + start, sizeof x[0] * CONTEXT);
+        memcpy(y + b * CONTEXT, d->train + start + 1, sizeof y[0] * CONTEXT);
+    }
+    nb_scope_begin();
+    nb_tensor *logits = nb_transformer_lm_forward(
+        lm, nb_from_array(NB_I64, NB_SHAPE(BATCH, CONTEXT), x), true, NULL, NULL);
+    nb_tensor *loss =
+        nb_cross_entropy(nb_view(logits, NB_SHAPE(-1, lm->out_features)),
+                         nb_from_array(NB_I64, NB_SHAPE(BATCH * CONTEXT), y), -100, NB_REDUCE_MEAN);
+    bool ok = train_update("char_lm", opt, pl, loss, step, o->run.steps, o->run.lr, o->run.lr / 10);
+    if (ok) {
+        double l = nb_item(loss);
+        *avg = *avg > 0 ? 0.95 * *avg + 0.05 * l : l;
+        fprintf(csv, "%lld,%.6f,%.4f\n", (long long)step + 1, l, exp(-l));
+    }
+    nb_scope_end();
+    return ok;
+}
+
+/* Trains on d (from the last resume checkpoint with --resume), saves the checkpoint and the
+ * curves into o->run.out, then samples. Frees what it allocates on every path. */
 static int run_training(nb_transformer_lm *lm, const dataset *d, const options *o, nb_rng *rng) {
     nb_module *model = nb_module_root(&lm->base);
     nb_optimizer *opt = NULL;
-    FILE *csv = NULL, *val_csv = NULL;
+    FILE *logs[2] = {NULL, NULL}; /* train.csv, val.csv */
     int rc = 1;
     if (d->train_n < CONTEXT + 2) {
         fprintf(stderr, "char_lm: %s has fewer than %d training characters\n", d->name,
@@ -223,63 +263,50 @@ static int run_training(nb_transformer_lm *lm, const dataset *d, const options *
     }
     printf("model: %lld parameters; %lld steps of %d x %d characters\n",
            (long long)nb_module_numel(model), (long long)o->run.steps, BATCH, CONTEXT);
-
-    nb_param params[256];
-    int np = nb_module_params(model, params, 256);
-    nb_tensor *pt[256];
-    for (int i = 0; i < np; i++) pt[i] = params[i].tensor;
-    if (!(opt = nb_adamw_new(pt, np, nb_adamw_defaults(3e-3)))) {
+    param_list pl;
+    if (!param_list_of(&pl, model)) {
+        rc = fail("listing the parameters");
+        goto done;
+    }
+    if (!(opt = nb_adamw_new(pl.tensors, pl.n, nb_adamw_defaults(o->run.lr)))) {
         rc = fail("creating the optimizer");
         goto done;
     }
-    char csv_path[512], val_path[512];
+    char csv_path[512], val_path[512], run[768];
     snprintf(csv_path, sizeof csv_path, "%s/train.csv", o->run.out);
     snprintf(val_path, sizeof val_path, "%s/val.csv", o->run.out);
-    if (!(csv = fopen(csv_path, "w")) || !(val_csv = fopen(val_path, "w"))) {
-        perror(csv ? val_path : csv_path);
+    snprintf(run, sizeof run,
+             "char_lm --steps %lld --seed %llu --lr %.17g, %s (%zu characters, "
+             "hash %016llx)",
+             (long long)o->run.steps, (unsigned long long)o->run.seed, o->run.lr, d->name,
+             d->train_n, (unsigned long long)text_hash(d->train, d->train_n));
+    resume_target target = {
+        .prog = "char_lm", .dir = o->run.out, .run = run, .model = model, .opt = opt};
+    resume_state st = {.step = 0, .data_rng = *rng};
+    if (o->run.resume && !resume_load(&target, &st)) goto done;
+    if (!(logs[0] = resume_open_log("char_lm", csv_path, "step,loss,accuracy\n", o->run.resume,
+                                    st.log_bytes[0])) ||
+        !(logs[1] = resume_open_log("char_lm", val_path, "step,val_loss,bits_per_char\n",
+                                    o->run.resume, st.log_bytes[1])))
         goto done;
-    }
-    fprintf(csv, "step,loss,accuracy\n");
-    fprintf(val_csv, "step,val_loss,bits_per_char\n");
-    int64_t x[BATCH * CONTEXT], y[BATCH * CONTEXT];
     progress prog;
     progress_start(&prog, o->run.steps);
     double avg = 0;
-    for (int64_t step = 0; step < o->run.steps; step++) {
-        for (int b = 0; b < BATCH; b++) {
-            size_t start = (size_t)(nb_rng_next(rng) % (d->train_n - CONTEXT - 1));
-            memcpy(x + b * CONTEXT, d->train + start, sizeof x[0] * CONTEXT);
-            memcpy(y + b * CONTEXT, d->train + start + 1, sizeof y[0] * CONTEXT);
-        }
-        nb_scope_begin();
-        nb_tensor *logits = nb_transformer_lm_forward(
-            lm, nb_from_array(NB_I64, NB_SHAPE(BATCH, CONTEXT), x), true, NULL, NULL);
-        nb_tensor *loss = nb_cross_entropy(nb_view(logits, NB_SHAPE(-1, lm->out_features)),
-                                           nb_from_array(NB_I64, NB_SHAPE(BATCH * CONTEXT), y),
-                                           -100, NB_REDUCE_MEAN);
-        nb_optimizer_zero_grad(opt);
-        if (!loss || !nb_backward(loss, NULL)) {
-            rc = fail("training step");
-            nb_scope_end();
+    while (st.step < o->run.steps) {
+        if (!train_step(lm, opt, &pl, d, o, st.step, &st.data_rng, logs[0], &avg)) goto done;
+        st.step++;
+        progress_update(&prog, st.step, avg, -1);
+        if (st.step % EVAL_EVERY == 0 && st.step < o->run.steps)
+            report_validation(lm, d, st.step, logs[1]);
+        if (!resume_checkpoint_due(&target, o->run.checkpoint_every, o->run.steps, &st, logs, 2))
             goto done;
-        }
-        nb_clip_grad_norm(pt, np, 1.0);
-        nb_optimizer_set_lr(opt,
-                            nb_lr_warmup_cosine(step, o->run.steps / 20, o->run.steps, 3e-3, 3e-4));
-        nb_optimizer_step(opt);
-        double l = nb_item(loss);
-        avg = step ? 0.95 * avg + 0.05 * l : l;
-        fprintf(csv, "%lld,%.6f,%.4f\n", (long long)step + 1, l, exp(-l));
-        progress_update(&prog, step + 1, avg, -1);
-        nb_scope_end();
-        if ((step + 1) % EVAL_EVERY == 0 && step + 1 < o->run.steps)
-            report_validation(lm, d, step + 1, val_csv);
+        resume_kill_hook(st.step);
     }
     progress_finish(&prog, "trained");
-    report_validation(lm, d, o->run.steps, val_csv);
-    fclose(csv);
-    fclose(val_csv);
-    csv = val_csv = NULL;
+    report_validation(lm, d, o->run.steps, logs[1]);
+    fclose(logs[0]);
+    fclose(logs[1]);
+    logs[0] = logs[1] = NULL;
     char path[512];
     snprintf(path, sizeof path, "%s/char_lm.safetensors", o->run.out);
     if (!save_checkpoint(lm, &d->v, path)) {
@@ -293,8 +320,8 @@ static int run_training(nb_transformer_lm *lm, const dataset *d, const options *
     printf("sample (temperature %.2f):\n", o->sample.temperature);
     rc = sample(lm, &d->v, &o->sample) ? 0 : fail("sampling");
 done:
-    if (csv) fclose(csv);
-    if (val_csv) fclose(val_csv);
+    for (int i = 0; i < 2; i++)
+        if (logs[i]) fclose(logs[i]);
     nb_optimizer_free(opt);
     return rc;
 }

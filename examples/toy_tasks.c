@@ -276,7 +276,7 @@ static int run_training(const toy_model *lm, const options *o) {
     /* Every rank reads the checkpoint; all go on only if all could. */
     if (o->run.resume && !nb_dist_all_ok(resume_load(&target, &st))) goto done;
     if (main_rank && !(tr.csv = resume_open_log("toy_tasks", csv_path, "step,loss,accuracy\n",
-                                                o->run.resume, st.csv_bytes)))
+                                                o->run.resume, st.log_bytes[0])))
         goto done;
     size_t batch_tokens = (size_t)(task->batch * task->seq_len * micro_batches);
     tr.x = malloc(sizeof *tr.x * batch_tokens);
@@ -302,7 +302,7 @@ static int run_training(const toy_model *lm, const options *o) {
         st.step++;
         if (!quiet) progress_update(&prog, st.step, tr.loss_avg, tr.acc_avg);
         if (main_rank &&
-            !resume_checkpoint_due(&target, o->run.checkpoint_every, o->run.steps, &st, tr.csv))
+            !resume_checkpoint_due(&target, o->run.checkpoint_every, o->run.steps, &st, &tr.csv, 1))
             goto done;
         resume_kill_hook(st.step);
     }

@@ -46,6 +46,9 @@ check_program() { # name final-checkpoint steps every kill-step command...
     cp "$dir/log" "$dir/$name-hook.log"
     same_run "$name (killed after step $kill_at)" "$dir/$name-ref" "$dir/$name-hook" \
         "$ckpt" train.csv "resume-$steps.safetensors"
+    if [ -e "$dir/$name-ref/val.csv" ]; then
+        same_run "$name (validation log)" "$dir/$name-ref" "$dir/$name-hook" val.csv
+    fi
     [ "$(sample_of "$dir/$name-ref.log")" = "$(sample_of "$dir/$name-hook.log")" ] ||
         { echo "FAIL: $name: the sample differs after resuming"; exit 1; }
 
@@ -80,5 +83,5 @@ check_program() { # name final-checkpoint steps every kill-step command...
 }
 
 check_program toy "model.safetensors" 40 10 25 "$toy" --task shift --quiet
-check_program char_lm "char_lm.safetensors" 24 5 13 "$lm" --sample 30
+check_program char_lm "char_lm.safetensors" 24 5 13 "$lm" --grammar --sample 30
 echo "ok: resume and training health"

@@ -76,6 +76,23 @@ static void remove_other_checkpoints(const char *dir, const char *keep) {
     closedir(d);
 }
 
+/* Log lengths as a JSON array and back. */
+static json_t *lengths_to_json(const int64_t *bytes) {
+    json_t *a = json_array();
+    for (int i = 0; i < RESUME_MAX_LOGS; i++) json_array_append_new(a, json_integer(bytes[i]));
+    return a;
+}
+
+static bool lengths_from_json(const json_t *a, int64_t *bytes) {
+    if (!json_is_array(a) || json_array_size(a) != RESUME_MAX_LOGS) return false;
+    for (size_t i = 0; i < RESUME_MAX_LOGS; i++) {
+        const json_t *v = json_array_get(a, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0) return false;
+        bytes[i] = json_integer_value(v);
+    }
+    return true;
+}
+
 bool resume_save(const resume_target *t, const resume_state *st) {
     char name[64], path[4096];
     checkpoint_name(name, sizeof name, st->step);
@@ -84,10 +101,10 @@ bool resume_save(const resume_target *t, const resume_state *st) {
         fprintf(stderr, "%s: saving %s: %s\n", t->prog, path, nb_last_error());
         return false;
     }
-    json_t *json =
-        json_pack("{s:s, s:I, s:s, s:o, s:o, s:I}", "run", t->run, "step", (json_int_t)st->step,
-                  "checkpoint", name, "data_rng", rng_to_json(&st->data_rng), "model_rng",
-                  rng_to_json(&t->model->root->rng), "csv_bytes", (json_int_t)st->csv_bytes);
+    json_t *json = json_pack(
+        "{s:s, s:I, s:s, s:o, s:o, s:o}", "run", t->run, "step", (json_int_t)st->step, "checkpoint",
+        name, "data_rng", rng_to_json(&st->data_rng), "model_rng",
+        rng_to_json(nb_module_rng(t->model)), "log_bytes", lengths_to_json(st->log_bytes));
     bool ok = json && write_json_atomically(t->prog, t->dir, STATE_FILE, json);
     json_decref(json);
     if (ok) remove_other_checkpoints(t->dir, name);
@@ -95,14 +112,16 @@ bool resume_save(const resume_target *t, const resume_state *st) {
 }
 
 bool resume_checkpoint_due(const resume_target *t, int64_t every, int64_t total, resume_state *st,
-                           FILE *log) {
+                           FILE *const *logs, int nlogs) {
     if (every <= 0 || (st->step % every != 0 && st->step != total)) return true;
-    long bytes;
-    if (fflush(log) != 0 || (bytes = ftell(log)) < 0) {
-        fprintf(stderr, "%s: cannot write the training log: %s\n", t->prog, strerror(errno));
-        return false;
+    for (int i = 0; i < nlogs && i < RESUME_MAX_LOGS; i++) {
+        long bytes;
+        if (fflush(logs[i]) != 0 || (bytes = ftell(logs[i])) < 0) {
+            fprintf(stderr, "%s: cannot write a training log: %s\n", t->prog, strerror(errno));
+            return false;
+        }
+        st->log_bytes[i] = bytes;
     }
-    st->csv_bytes = bytes;
     return resume_save(t, st);
 }
 
@@ -116,15 +135,15 @@ bool resume_load(const resume_target *t, resume_state *st) {
         return false;
     }
     const char *run = NULL, *name = NULL;
-    json_int_t step = -1, csv_bytes = -1;
-    json_t *data_rng = NULL, *model_rng = NULL;
+    json_int_t step = -1;
+    json_t *data_rng = NULL, *model_rng = NULL, *log_bytes = NULL;
     resume_state loaded;
     nb_rng model_state;
     bool ok = false;
-    if (json_unpack(json, "{s:s, s:I, s:s, s:o, s:o, s:I}", "run", &run, "step", &step,
+    if (json_unpack(json, "{s:s, s:I, s:s, s:o, s:o, s:o}", "run", &run, "step", &step,
                     "checkpoint", &name, "data_rng", &data_rng, "model_rng", &model_rng,
-                    "csv_bytes", &csv_bytes) != 0 ||
-        step < 0 || csv_bytes < 0 || strchr(name, '/') ||
+                    "log_bytes", &log_bytes) != 0 ||
+        step < 0 || strchr(name, '/') || !lengths_from_json(log_bytes, loaded.log_bytes) ||
         !rng_from_json(data_rng, &loaded.data_rng) || !rng_from_json(model_rng, &model_state)) {
         fprintf(stderr, "%s: %s is damaged\n", t->prog, path);
     } else if (strcmp(run, t->run) != 0) {
@@ -138,16 +157,15 @@ bool resume_load(const resume_target *t, resume_state *st) {
     }
     if (ok) {
         loaded.step = step;
-        loaded.csv_bytes = csv_bytes;
         *st = loaded;
-        t->model->root->rng = model_state;
+        *nb_module_rng(t->model) = model_state;
     }
     json_decref(json);
     return ok;
 }
 
 FILE *resume_open_log(const char *prog, const char *path, const char *header, bool resuming,
-                      int64_t csv_bytes) {
+                      int64_t bytes) {
     FILE *f = NULL;
     if (!resuming) {
         if ((f = fopen(path, "w"))) fputs(header, f);
@@ -155,10 +173,10 @@ FILE *resume_open_log(const char *prog, const char *path, const char *header, bo
         /* The rows after the checkpoint were written by steps that will run again. */
         int fd = open(path, O_WRONLY);
         off_t size = fd >= 0 ? lseek(fd, 0, SEEK_END) : -1;
-        if (fd >= 0 && size >= csv_bytes && ftruncate(fd, csv_bytes) == 0 &&
-            lseek(fd, 0, SEEK_END) == csv_bytes)
+        if (fd >= 0 && size >= bytes && ftruncate(fd, bytes) == 0 &&
+            lseek(fd, 0, SEEK_END) == bytes)
             f = fdopen(fd, "a");
-        else if (fd >= 0 && size >= 0 && size < csv_bytes)
+        else if (fd >= 0 && size >= 0 && size < bytes)
             errno = EINVAL; /* shorter than at the checkpoint: not this run's log */
         if (!f && fd >= 0) close(fd);
     }
