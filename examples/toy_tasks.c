@@ -15,6 +15,7 @@
 #include "common/plot.h"
 #include "common/progress.h"
 #include "common/resume.h"
+#include "common/dist_train.h"
 #include "common/update.h"
 #include "toy/model.h"
 #include "toy/tasks.h"
@@ -184,35 +185,55 @@ typedef struct {
     const toy_model *lm;
     nb_optimizer *opt;
     param_list params;
-    int64_t *x, *y; /* one batch of tokens and targets */
-    FILE *csv;
+    int64_t *x, *y; /* the step's global batch of tokens and targets (every rank's) */
+    FILE *csv;      /* rank 0's log; NULL on the other ranks */
+    dist_train dist;
     double loss_avg, acc_avg; /* for the progress line */
     bool averaging;           /* false until the first step's values are in */
 } trainer;
 
-/* Step step (0-based): one optimizer update on the batch drawn from data_rng; appends its row
- * to the log. False with a message on an error or a non-finite loss or gradient. */
-static bool train_step(trainer *tr, const options *o, int64_t step, nb_rng *data_rng) {
+/* Forward and backward of micro-batch k of this rank (x and y point at its batch), adding its
+ * loss, correct predictions and scored positions to stats. */
+static bool micro_step(trainer *tr, const options *o, int64_t step, int k, const int64_t *x,
+                       const int64_t *y, double *stats) {
     const toy_task *task = o->task;
     int64_t B = task->batch, T = task->seq_len;
     nb_scope_begin();
-    task->make(data_rng, B, tr->x, tr->y);
-    nb_tensor *logits = nb_view(toy_model_forward(tr->lm, tokens_tensor(tr->x, B, T), task->causal),
+    nb_tensor *logits = nb_view(toy_model_forward(tr->lm, tokens_tensor(x, B, T), task->causal),
                                 NB_SHAPE(B * T, task->vocab));
-    nb_tensor *loss = nb_cross_entropy(logits, nb_from_array(NB_I64, NB_SHAPE(B * T), tr->y),
+    nb_tensor *loss = nb_cross_entropy(logits, nb_from_array(NB_I64, NB_SHAPE(B * T), y),
                                        TOY_IGNORE, NB_REDUCE_MEAN);
-    bool ok = train_update("toy_tasks", tr->opt, &tr->params, loss, step, o->run.steps, o->run.lr,
-                           o->run.lr / 20);
+    bool ok = dist_train_backward(&tr->dist, tr->opt, loss, k, step);
     if (ok) {
         int64_t correct = 0, scored = 0;
-        count_correct(logits, tr->y, B * T, &correct, &scored);
-        double l = nb_item(loss), acc = (double)correct / (double)scored;
+        count_correct(logits, y, B * T, &correct, &scored);
+        stats[0] += nb_item(loss), stats[1] += (double)correct, stats[2] += (double)scored;
+    }
+    nb_scope_end();
+    return ok;
+}
+
+/* Step step (0-based): one optimizer update on the global batch drawn from data_rng (this
+ * rank's micro-batches of it); appends its row to the log. False with a message on an error or
+ * a non-finite loss or gradient. */
+static bool train_step(trainer *tr, const options *o, int64_t step, nb_rng *data_rng) {
+    const toy_task *task = o->task;
+    int64_t B = task->batch, T = task->seq_len;
+    task->make(data_rng, B * dist_train_micro_batches(&tr->dist), tr->x, tr->y);
+    double stats[3] = {0, 0, 0}; /* loss sum, correct, scored */
+    for (int k = 0; k < tr->dist.accum; k++) {
+        int64_t first = dist_train_micro_index(&tr->dist, k) * B * T;
+        if (!micro_step(tr, o, step, k, tr->x + first, tr->y + first, stats)) return false;
+    }
+    bool ok = dist_train_update(&tr->dist, tr->opt, &tr->params, stats, 3, step, o->run.steps,
+                                o->run.lr, o->run.lr / 20);
+    if (ok) {
+        double l = stats[0] / dist_train_micro_batches(&tr->dist), acc = stats[1] / stats[2];
         tr->loss_avg = tr->averaging ? 0.9 * tr->loss_avg + 0.1 * l : l;
         tr->acc_avg = tr->averaging ? 0.9 * tr->acc_avg + 0.1 * acc : acc;
         tr->averaging = true;
-        fprintf(tr->csv, "%lld,%.6f,%.4f\n", (long long)step + 1, l, acc);
+        if (tr->csv) fprintf(tr->csv, "%lld,%.6f,%.4f\n", (long long)step + 1, l, acc);
     }
-    nb_scope_end();
     return ok;
 }
 
@@ -225,16 +246,23 @@ static int run_training(const toy_model *lm, const options *o) {
     snprintf(csv_path, sizeof csv_path, "%s/train.csv", o->run.out);
     snprintf(png_path, sizeof png_path, "%s/curve.png", o->run.out);
     snprintf(ckpt_path, sizeof ckpt_path, "%s/model.safetensors", o->run.out);
-    snprintf(run, sizeof run, "toy_tasks --task %s --steps %lld --seed %llu --lr %.17g", task->name,
-             (long long)o->run.steps, (unsigned long long)o->run.seed, o->run.lr);
     trainer tr = {.lm = lm};
     int rc = 1;
-    if (!make_dirs(o->run.out)) {
-        fprintf(stderr, "toy_tasks: cannot create %s: %s\n", o->run.out, strerror(errno));
-        goto done;
-    }
     if (!param_list_of(&tr.params, model)) {
         rc = fail("listing the parameters");
+        goto done;
+    }
+    if (!dist_train_init(&tr.dist, "toy_tasks", model, &tr.params, o->run.accum)) goto done;
+    bool main_rank = dist_train_is_main(&tr.dist), quiet = o->quiet || !main_rank;
+    int micro_batches = dist_train_micro_batches(&tr.dist);
+    /* A resumed run must draw the same batches: its micro-batch count is part of it. */
+    int len =
+        snprintf(run, sizeof run, "toy_tasks --task %s --steps %lld --seed %llu --lr %.17g",
+                 task->name, (long long)o->run.steps, (unsigned long long)o->run.seed, o->run.lr);
+    if (micro_batches > 1)
+        snprintf(run + len, sizeof run - (size_t)len, " micro-batches %d", micro_batches);
+    if (main_rank && !make_dirs(o->run.out)) {
+        fprintf(stderr, "toy_tasks: cannot create %s: %s\n", o->run.out, strerror(errno));
         goto done;
     }
     if (!(tr.opt = nb_adamw_new(tr.params.tensors, tr.params.n, nb_adamw_defaults(o->run.lr)))) {
@@ -245,37 +273,53 @@ static int run_training(const toy_model *lm, const options *o) {
         .prog = "toy_tasks", .dir = o->run.out, .run = run, .model = model, .opt = tr.opt};
     resume_state st = {.step = 0};
     nb_rng_seed(&st.data_rng, o->run.seed);
-    if (o->run.resume && !resume_load(&target, &st)) goto done;
-    if (!(tr.csv = resume_open_log("toy_tasks", csv_path, "step,loss,accuracy\n", o->run.resume,
-                                   st.log_bytes[0])))
+    /* Every rank reads the checkpoint; all go on only if all could. */
+    if (o->run.resume && !nb_dist_all_ok(resume_load(&target, &st))) goto done;
+    if (main_rank && !(tr.csv = resume_open_log("toy_tasks", csv_path, "step,loss,accuracy\n",
+                                                o->run.resume, st.log_bytes[0])))
         goto done;
-    size_t batch_tokens = (size_t)(task->batch * task->seq_len);
+    size_t batch_tokens = (size_t)(task->batch * task->seq_len * micro_batches);
     tr.x = malloc(sizeof *tr.x * batch_tokens);
     tr.y = malloc(sizeof *tr.y * batch_tokens);
     if (!tr.x || !tr.y) {
         fprintf(stderr, "toy_tasks: out of memory\n");
         goto done;
     }
-    if (!o->quiet)
+    if (!quiet)
         printf("%s: %s\nmodel: %s block, %lld parameters, %d layer(s), %lld heads, d %lld; %lld "
                "steps of batch %lld%s\n",
                task->name, task->what, o->block == TOY_BLOCK_LLAMA ? "llama" : "gpt",
                (long long)nb_module_numel(model), lm->layers, (long long)task->heads,
                (long long)task->dim, (long long)o->run.steps, (long long)task->batch,
                o->run.resume ? " (resumed)" : "");
+    if (!quiet && micro_batches > 1)
+        printf("data parallel: %d rank(s) x %d micro-batch(es) of %lld per step\n", tr.dist.ranks,
+               tr.dist.accum, (long long)task->batch);
     progress prog;
     progress_start(&prog, o->run.steps);
     while (st.step < o->run.steps) {
         if (!train_step(&tr, o, st.step, &st.data_rng)) goto done;
         st.step++;
-        if (!o->quiet) progress_update(&prog, st.step, tr.loss_avg, tr.acc_avg);
-        if (!resume_checkpoint_due(&target, o->run.checkpoint_every, o->run.steps, &st, &tr.csv, 1))
+        if (!quiet) progress_update(&prog, st.step, tr.loss_avg, tr.acc_avg);
+        if (main_rank &&
+            !resume_checkpoint_due(&target, o->run.checkpoint_every, o->run.steps, &st, &tr.csv, 1))
             goto done;
         resume_kill_hook(st.step);
     }
-    fclose(tr.csv);
+    if (tr.csv) fclose(tr.csv);
     tr.csv = NULL;
-    if (!o->quiet) progress_finish(&prog, "trained");
+    if (!quiet) progress_finish(&prog, "trained");
+    uint64_t hash;
+    if (!nb_dist_state_agrees(model, &hash)) {
+        rc = fail("comparing the ranks' parameters");
+        goto done;
+    }
+    if (!main_rank) {
+        rc = 0;
+        goto done;
+    }
+    printf("parameter hash %016llx (the same on all %d rank(s))\n", (unsigned long long)hash,
+           tr.dist.ranks);
 
     double acc = evaluate(lm, task, o->run.seed);
     printf("%s: held-out token accuracy %.2f%% (%d sequences)\n", task->name, 100 * acc, HELDOUT);
@@ -288,6 +332,8 @@ static int run_training(const toy_model *lm, const options *o) {
     plot_heads(lm, task, o->run.seed, o->run.out);
     rc = 0;
 done:
+    if (rc != 0) rc = dist_train_fail(&tr.dist, rc);
+    dist_train_free(&tr.dist);
     if (tr.csv) fclose(tr.csv);
     free(tr.x);
     free(tr.y);
@@ -296,16 +342,22 @@ done:
 }
 
 int main(int argc, char **argv) {
+    dist_train_start("toy_tasks", &argc, &argv);
     options o;
-    if (!parse(argc, argv, &o)) return 2;
+    if (!parse(argc, argv, &o)) {
+        nb_dist_finalize(); /* every rank read the same flags: all stop here */
+        return 2;
+    }
     if (o.run.threads > 0) nb_set_num_threads(o.run.threads);
     const toy_task *task = o.task;
     nb_module *model = nb_model_new(NB_F32, o.run.seed);
     toy_model lm;
+    /* --eval is rank 0's alone: the others have nothing to evaluate. */
     int rc = !toy_model_init(&lm, model, o.block, task) ? fail("building the model")
-             : o.run.eval                               ? run_eval(&lm, &o)
-                                                        : run_training(&lm, &o);
+             : o.run.eval ? (nb_dist_rank() == 0 ? run_eval(&lm, &o) : 0)
+                          : run_training(&lm, &o);
     nb_module_free(model);
+    nb_dist_finalize();
     nb_shutdown();
     return rc;
 }

@@ -110,6 +110,8 @@ bool args_trainer_flag(args *a, trainer_flags *f, bool *ok) {
         *ok = f->resume = true;
     else if (args_is(a, "--checkpoint-every"))
         *ok = args_int(a, 1, ARGS_MAX_STEPS, &f->checkpoint_every);
+    else if (args_is(a, "--accum"))
+        *ok = args_int32(a, 1, ARGS_MAX_ACCUM, &f->accum);
     else
         return false;
     return true;

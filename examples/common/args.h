@@ -19,6 +19,8 @@
  * beyond any example's use that still keeps step arithmetic far from overflow. */
 #define ARGS_MAX_THREADS 64
 #define ARGS_MAX_STEPS 100000000
+/* Micro-batches accumulated per step (--accum): far more than any example's batch needs. */
+#define ARGS_MAX_ACCUM 1024
 
 typedef struct {
     const char *prog; /* prefix of every message */
@@ -58,12 +60,13 @@ typedef struct {
     const char *out, *eval;
     bool resume;              /* continue from the last checkpoint in out */
     int64_t checkpoint_every; /* 0: no resume checkpoints */
+    int accum;                /* micro-batches per step and rank (0 or 1: one) */
 } trainer_flags;
 
 /* Usage text for trainer_flags' flags, for the programs' usage lines. */
 #define ARGS_TRAINER_USAGE                                                                         \
     "[--steps N] [--seed S] [--threads N] [--lr X] [--out DIR] [--eval CHECKPOINT] "               \
-    "[--checkpoint-every N] [--resume]"
+    "[--checkpoint-every N] [--resume] [--accum K]"
 
 /* If the current flag is one of trainer_flags', parses its value into f, sets *ok to whether
  * that worked and returns true; returns false for any other flag. */

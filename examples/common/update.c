@@ -33,6 +33,11 @@ bool train_update(const char *prog, nb_optimizer *opt, const param_list *pl, nb_
         return false;
     }
     if (!training_healthy(prog, step + 1, loss, pl)) return false;
+    return train_apply(prog, opt, pl, step, total, lr, min_lr);
+}
+
+bool train_apply(const char *prog, nb_optimizer *opt, const param_list *pl, int64_t step,
+                 int64_t total, double lr, double min_lr) {
     nb_clip_grad_norm(pl->tensors, pl->n, 1.0);
     if (!nb_optimizer_set_lr(opt, nb_lr_warmup_cosine(step, total / 20, total, lr, min_lr)) ||
         !nb_optimizer_step(opt)) {

@@ -29,4 +29,9 @@ bool training_healthy(const char *prog, int64_t step, const nb_tensor *loss, con
 bool train_update(const char *prog, nb_optimizer *opt, const param_list *pl, nb_tensor *loss,
                   int64_t step, int64_t total, double lr, double min_lr);
 
+/* The update's second half, on gradients already in place: clips the gradient norm to 1, sets
+ * the warmup-cosine rate and steps opt. False with a message (prefixed prog). */
+bool train_apply(const char *prog, nb_optimizer *opt, const param_list *pl, int64_t step,
+                 int64_t total, double lr, double min_lr);
+
 #endif
