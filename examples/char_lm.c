@@ -20,6 +20,7 @@
 #include "common/plot.h"
 #include "common/progress.h"
 #include "common/resume.h"
+#include "common/dist_train.h"
 #include "common/update.h"
 
 #include <math.h>
@@ -222,27 +223,37 @@ static uint64_t text_hash(const int64_t *ids, size_t n) {
  * a non-finite loss or gradient. */
 static bool train_step(nb_transformer_lm *lm, nb_optimizer *opt, const param_list *pl,
                        const dataset *d, const options *o, int64_t step, nb_rng *rng, FILE *csv,
-                       double *avg) {
-    int64_t x[BATCH * CONTEXT], y[BATCH * CONTEXT];
-    for (int b = 0; b < BATCH; b++) {
+                       double *avg, dist_train *dt, int64_t *x, int64_t *y) {
+    /* The global batch's windows, drawn on every rank; this rank keeps its micro-batches'. */
+    int first = dist_train_micro_index(dt, 0);
+    for (int b = 0; b < BATCH * dist_train_micro_batches(dt); b++) {
         size_t start = (size_t)(nb_rng_next(rng) % (d->train_n - CONTEXT - 1));
-        memcpy(x + b * CONTEXT, d->train + start, sizeof x[0] * CONTEXT);
-        memcpy(y + b * CONTEXT, d->train + start + 1, sizeof y[0] * CONTEXT);
+        int mine = b - first * BATCH;
+        if (mine < 0 || mine >= BATCH * dt->accum) continue;
+        memcpy(x + mine * CONTEXT, d->train + start, sizeof x[0] * CONTEXT);
+        memcpy(y + mine * CONTEXT, d->train + start + 1, sizeof y[0] * CONTEXT);
     }
-    nb_scope_begin();
-    nb_tensor *logits = nb_transformer_lm_forward(
-        lm, nb_from_array(NB_I64, NB_SHAPE(BATCH, CONTEXT), x), true, NULL, NULL);
-    nb_tensor *loss =
-        nb_cross_entropy(nb_view(logits, NB_SHAPE(-1, lm->out_features)),
-                         nb_from_array(NB_I64, NB_SHAPE(BATCH * CONTEXT), y), -100, NB_REDUCE_MEAN);
-    bool ok = train_update("char_lm", opt, pl, loss, step, o->run.steps, o->run.lr, o->run.lr / 10);
-    if (ok) {
-        double l = nb_item(loss);
-        *avg = *avg > 0 ? 0.95 * *avg + 0.05 * l : l;
-        fprintf(csv, "%lld,%.6f,%.4f\n", (long long)step + 1, l, exp(-l));
+    double stats[1] = {0}; /* the micro-batches' losses, summed */
+    for (int k = 0; k < dt->accum; k++) {
+        nb_scope_begin();
+        nb_tensor *logits = nb_transformer_lm_forward(
+            lm, nb_from_array(NB_I64, NB_SHAPE(BATCH, CONTEXT), x + k * BATCH * CONTEXT), true,
+            NULL, NULL);
+        nb_tensor *loss = nb_cross_entropy(
+            nb_view(logits, NB_SHAPE(-1, lm->out_features)),
+            nb_from_array(NB_I64, NB_SHAPE(BATCH * CONTEXT), y + k * BATCH * CONTEXT), -100,
+            NB_REDUCE_MEAN);
+        bool ok = dist_train_backward(dt, opt, loss, k, step);
+        if (ok) stats[0] += nb_item(loss);
+        nb_scope_end();
+        if (!ok) return false;
     }
-    nb_scope_end();
-    return ok;
+    if (!dist_train_update(dt, opt, pl, stats, 1, step, o->run.steps, o->run.lr, o->run.lr / 10))
+        return false;
+    double l = stats[0] / dist_train_micro_batches(dt);
+    *avg = *avg > 0 ? 0.95 * *avg + 0.05 * l : l;
+    if (csv) fprintf(csv, "%lld,%.6f,%.4f\n", (long long)step + 1, l, exp(-l));
+    return true;
 }
 
 /* Trains on d (from the last resume checkpoint with --resume), saves the checkpoint and the
@@ -250,14 +261,16 @@ static bool train_step(nb_transformer_lm *lm, nb_optimizer *opt, const param_lis
 static int run_training(nb_transformer_lm *lm, const dataset *d, const options *o, nb_rng *rng) {
     nb_module *model = nb_module_root(&lm->base);
     nb_optimizer *opt = NULL;
-    FILE *logs[2] = {NULL, NULL}; /* train.csv, val.csv */
+    FILE *logs[2] = {NULL, NULL}; /* train.csv, val.csv: rank 0's */
+    dist_train dt = {0};
+    int64_t *x = NULL, *y = NULL; /* this rank's micro-batches of a step */
     int rc = 1;
     if (d->train_n < CONTEXT + 2) {
         fprintf(stderr, "char_lm: %s has fewer than %d training characters\n", d->name,
                 CONTEXT + 2);
         return 1;
     }
-    if (!make_dirs(o->run.out)) {
+    if (nb_dist_rank() == 0 && !make_dirs(o->run.out)) {
         perror(o->run.out);
         goto done;
     }
@@ -268,6 +281,13 @@ static int run_training(nb_transformer_lm *lm, const dataset *d, const options *
         rc = fail("listing the parameters");
         goto done;
     }
+    if (!dist_train_init(&dt, "char_lm", model, &pl, o->run.accum)) goto done;
+    bool main_rank = dist_train_is_main(&dt);
+    size_t tokens = (size_t)BATCH * CONTEXT * (size_t)dt.accum;
+    if (!(x = malloc(sizeof *x * tokens)) || !(y = malloc(sizeof *y * tokens))) {
+        fprintf(stderr, "char_lm: out of memory\n");
+        goto done;
+    }
     if (!(opt = nb_adamw_new(pl.tensors, pl.n, nb_adamw_defaults(o->run.lr)))) {
         rc = fail("creating the optimizer");
         goto done;
@@ -275,34 +295,53 @@ static int run_training(nb_transformer_lm *lm, const dataset *d, const options *
     char csv_path[512], val_path[512], run[768];
     snprintf(csv_path, sizeof csv_path, "%s/train.csv", o->run.out);
     snprintf(val_path, sizeof val_path, "%s/val.csv", o->run.out);
-    snprintf(run, sizeof run,
-             "char_lm --steps %lld --seed %llu --lr %.17g, %s (%zu characters, "
-             "hash %016llx)",
-             (long long)o->run.steps, (unsigned long long)o->run.seed, o->run.lr, d->name,
-             d->train_n, (unsigned long long)text_hash(d->train, d->train_n));
+    /* A resumed run must draw the same batches: its micro-batch count is part of it. */
+    int len = snprintf(run, sizeof run,
+                       "char_lm --steps %lld --seed %llu --lr %.17g, %s (%zu characters, "
+                       "hash %016llx)",
+                       (long long)o->run.steps, (unsigned long long)o->run.seed, o->run.lr, d->name,
+                       d->train_n, (unsigned long long)text_hash(d->train, d->train_n));
+    if (dist_train_micro_batches(&dt) > 1)
+        snprintf(run + len, sizeof run - (size_t)len, " micro-batches %d",
+                 dist_train_micro_batches(&dt));
     resume_target target = {
         .prog = "char_lm", .dir = o->run.out, .run = run, .model = model, .opt = opt};
     resume_state st = {.step = 0, .data_rng = *rng};
-    if (o->run.resume && !resume_load(&target, &st)) goto done;
-    if (!(logs[0] = resume_open_log("char_lm", csv_path, "step,loss,accuracy\n", o->run.resume,
-                                    st.log_bytes[0])) ||
-        !(logs[1] = resume_open_log("char_lm", val_path, "step,val_loss,bits_per_char\n",
-                                    o->run.resume, st.log_bytes[1])))
+    /* Every rank reads the checkpoint; all go on only if all could. */
+    if (o->run.resume && !nb_dist_all_ok(resume_load(&target, &st))) goto done;
+    if (main_rank &&
+        (!(logs[0] = resume_open_log("char_lm", csv_path, "step,loss,accuracy\n", o->run.resume,
+                                     st.log_bytes[0])) ||
+         !(logs[1] = resume_open_log("char_lm", val_path, "step,val_loss,bits_per_char\n",
+                                     o->run.resume, st.log_bytes[1]))))
         goto done;
     progress prog;
     progress_start(&prog, o->run.steps);
     double avg = 0;
     while (st.step < o->run.steps) {
-        if (!train_step(lm, opt, &pl, d, o, st.step, &st.data_rng, logs[0], &avg)) goto done;
+        if (!train_step(lm, opt, &pl, d, o, st.step, &st.data_rng, logs[0], &avg, &dt, x, y))
+            goto done;
         st.step++;
-        progress_update(&prog, st.step, avg, -1);
-        if (st.step % EVAL_EVERY == 0 && st.step < o->run.steps)
+        if (main_rank) progress_update(&prog, st.step, avg, -1);
+        if (main_rank && st.step % EVAL_EVERY == 0 && st.step < o->run.steps)
             report_validation(lm, d, st.step, logs[1]);
-        if (!resume_checkpoint_due(&target, o->run.checkpoint_every, o->run.steps, &st, logs, 2))
+        if (main_rank &&
+            !resume_checkpoint_due(&target, o->run.checkpoint_every, o->run.steps, &st, logs, 2))
             goto done;
         resume_kill_hook(st.step);
     }
+    uint64_t hash;
+    if (!nb_dist_state_agrees(model, &hash)) {
+        rc = fail("comparing the ranks' parameters");
+        goto done;
+    }
+    if (!main_rank) {
+        rc = 0;
+        goto done;
+    }
     progress_finish(&prog, "trained");
+    printf("parameter hash %016llx (the same on all %d rank(s))\n", (unsigned long long)hash,
+           dt.ranks);
     report_validation(lm, d, o->run.steps, logs[1]);
     fclose(logs[0]);
     fclose(logs[1]);
@@ -320,6 +359,10 @@ static int run_training(nb_transformer_lm *lm, const dataset *d, const options *
     printf("sample (temperature %.2f):\n", o->sample.temperature);
     rc = sample(lm, &d->v, &o->sample) ? 0 : fail("sampling");
 done:
+    if (rc != 0) rc = dist_train_fail(&dt, rc);
+    dist_train_free(&dt);
+    free(x);
+    free(y);
     for (int i = 0; i < 2; i++)
         if (logs[i]) fclose(logs[i]);
     nb_optimizer_free(opt);
@@ -362,8 +405,12 @@ static int run_eval(const options *o, const corpus *c) {
 }
 
 int main(int argc, char **argv) {
+    dist_train_start("char_lm", &argc, &argv);
     options o;
-    if (!parse(argc, argv, &o)) return 2;
+    if (!parse(argc, argv, &o)) {
+        nb_dist_finalize(); /* every rank read the same flags: all stop here */
+        return 2;
+    }
     if (o.run.threads > 0) nb_set_num_threads(o.run.threads);
     corpus c;
     bool read = o.text_path ? corpus_file(&c, o.text_path)
@@ -373,7 +420,7 @@ int main(int argc, char **argv) {
     printf("text: %zu training and %zu validation bytes from %s\n", c.train_len, c.val_len, c.name);
     int rc;
     if (o.run.eval) {
-        rc = run_eval(&o, &c);
+        rc = nb_dist_rank() == 0 ? run_eval(&o, &c) : 0; /* rank 0's alone */
     } else {
         dataset d = {0};
         vocab_build(&d.v, c.train, c.train_len, c.val, c.val_len);
@@ -394,6 +441,7 @@ int main(int argc, char **argv) {
         nb_module_free(model);
     }
     corpus_free(&c);
+    nb_dist_finalize();
     nb_shutdown();
     return rc;
 }

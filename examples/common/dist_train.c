@@ -4,9 +4,15 @@
 #include <stdlib.h>
 
 void dist_train_start(const char *prog, int *argc, char ***argv) {
-    if (nb_dist_init(argc, argv)) return;
-    fprintf(stderr, "%s: %s\n", prog, nb_last_error());
-    exit(1);
+    if (!nb_dist_init(argc, argv)) {
+        fprintf(stderr, "%s: %s\n", prog, nb_last_error());
+        exit(1);
+    }
+    /* Rank 0 speaks for the job; the others keep stderr for their errors. */
+    if (nb_dist_rank() > 0 && !freopen("/dev/null", "w", stdout)) {
+        fprintf(stderr, "%s: rank %d: cannot silence stdout\n", prog, nb_dist_rank());
+        exit(1);
+    }
 }
 
 bool dist_train_init(dist_train *dt, const char *prog, nb_module *model, const param_list *pl,

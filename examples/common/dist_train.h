@@ -20,7 +20,8 @@ typedef struct {
     nb_grad_reducer *reducer; /* NULL alone with one micro-batch */
 } dist_train;
 
-/* Starts MPI when run under mpirun (nb_dist_init), before anything else in main. Exits with a
+/* Starts MPI when run under mpirun (nb_dist_init), before anything else in main, and sends the
+ * standard output of every rank but 0 to /dev/null (errors still reach stderr). Exits with a
  * message if MPI fails to start. */
 void dist_train_start(const char *prog, int *argc, char ***argv);
 /* Prepares data-parallel steps over pl with accum micro-batches per rank (0 means 1): checks

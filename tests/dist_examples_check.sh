@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Data parallelism end to end with toy_tasks:
-#  1. two ranks with one micro-batch each equal one process accumulating two micro-batches of
-#     the same size, with the same seed: identical train.csv, identical checkpoint bytes, and
-#     the parameter hash both ranks agreed on equals the single process's;
-#  2. ranks that built different models stop, naming the first differing parameter.
-# Usage: dist_toy_check.sh MPIEXEC TOY_TASKS
+# Data parallelism end to end with the example trainers:
+#  1. toy_tasks: two ranks with one micro-batch each equal one process accumulating two
+#     micro-batches of the same size, with the same seed: identical train.csv, identical
+#     checkpoint bytes, and the parameter hash both ranks agreed on equals the single
+#     process's;
+#  2. char_lm the same (train.csv, val.csv, checkpoint, printed sample);
+#  3. ranks that built different models stop, naming the first differing parameter.
+# Usage: dist_examples_check.sh MPIEXEC TOY_TASKS CHAR_LM
 set -u
-mpiexec=$1 toy=$2
+mpiexec=$1 toy=$2 char_lm=$3
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 passed=0 failed=0
@@ -41,6 +43,23 @@ if ! cmp -s "$dir/plain/train.csv" "$dir/accum/train.csv"; then
     ok "one micro-batch is another run (the comparison above can fail)"
 else
     bad "--accum 2 trained exactly like --accum 1"
+fi
+
+lm_flags=(--grammar --steps 12 --seed 4 --threads 1 --sample 40)
+"$mpiexec" -np 2 "$char_lm" "${lm_flags[@]}" --out "$dir/lm_ranks" >"$dir/lm_ranks.out" 2>&1 ||
+    bad "mpirun -np 2 char_lm failed: $(tail -5 "$dir/lm_ranks.out")"
+"$char_lm" "${lm_flags[@]}" --accum 2 --out "$dir/lm_accum" >"$dir/lm_accum.out" 2>&1 ||
+    bad "char_lm --accum 2 failed: $(tail -5 "$dir/lm_accum.out")"
+same=true
+for f in train.csv val.csv char_lm.safetensors; do
+    cmp -s "$dir/lm_ranks/$f" "$dir/lm_accum/$f" || { same=false; bad "char_lm $f differs"; }
+done
+sample() { sed -n '/^sample/,$p' "$1"; }
+if $same && [ -n "$(sample "$dir/lm_ranks.out")" ] &&
+    [ "$(sample "$dir/lm_ranks.out")" = "$(sample "$dir/lm_accum.out")" ]; then
+    ok "char_lm: 2 ranks == --accum 2 (logs, checkpoint, sample)"
+else
+    $same && bad "char_lm samples differ"
 fi
 
 out=$(timeout 120 "$mpiexec" -np 1 "$toy" --task reverse --steps 5 --out "$dir/m" : \
