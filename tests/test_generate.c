@@ -259,6 +259,11 @@ static void test_generate_seeded(void) {
     NBT_ASSERT_ERROR("outside [0, 11)");
     CU_ASSERT_EQUAL(nb_generate(lm, prompt, 0, &o, a, NULL), -1);
     NBT_ASSERT_ERROR("at least 1 token");
+    nb_lm_config classes = {
+        .vocab = 11, .max_len = 8, .dim = 8, .num_heads = 2, .layers = 1, .out_features = 3};
+    nb_transformer_lm *counter = nb_transformer_lm_new_config(model, "counter", &classes, 0.0);
+    CU_ASSERT_EQUAL(nb_generate(counter, prompt, 1, &o, a, NULL), -1);
+    NBT_ASSERT_ERROR("predicts 3 classes, not its 11 tokens");
     nb_module_free(model);
 }
 
