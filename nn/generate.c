@@ -111,6 +111,11 @@ int64_t nb_generate(nb_transformer_lm *lm, const int64_t *prompt, int64_t prompt
                          "got %lld and %lld",
                          (long long)prompt_len, (long long)o->max_new_tokens),
                -1;
+    if (lm->out_features != lm->vocab)
+        return nbt_error("generate",
+                         "'%s' predicts %lld classes, not its %lld tokens: it cannot generate",
+                         lm->base.path, (long long)lm->out_features, (long long)lm->vocab),
+               -1;
     for (int64_t i = 0; i < prompt_len; i++)
         if (prompt[i] < 0 || prompt[i] >= lm->vocab)
             return nbt_error("generate", "prompt token %lld is %lld, outside [0, %lld)",

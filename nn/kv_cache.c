@@ -288,40 +288,94 @@ static bool check_cached(const nb_mha *m, const nb_tensor *x, const nb_kv_cache 
     return true;
 }
 
-/* The cached attention with grad mode already off and x checked. */
-static nb_tensor *mha_cached(nb_mha *m, const nb_tensor *x, nb_kv_cache *c, int layer) {
+/* Appends k and v to slot `layer` and attends q to it (shapes checked by the caller); ctx
+ * [B, T_new, heads * head_dim] in the current scope. */
+static nb_tensor *attend(nb_kv_cache *c, int layer, const nb_tensor *q, const nb_tensor *k,
+                         const nb_tensor *v, int64_t heads) {
     kv_slot *s = &c->slots[layer];
-    const int64_t B = x->shape[0], Tn = x->shape[1];
-    nb_tensor *qkv[3];
-    if (!linears(3, (nb_linear *const[]){m->W_query, m->W_key, m->W_value}, x, qkv)) return NULL;
-    nb_tensor *q = nbt_contiguous(qkv[0]), *k = nbt_contiguous(qkv[1]), *v = nbt_contiguous(qkv[2]);
-    nb_tensor *ctx = nb_empty(c->dtype, NB_SHAPE(B, Tn, m->d_out));
+    const int64_t B = q->shape[0], Tn = q->shape[1], hd = s->head_dim;
+    q = nbt_contiguous(q), k = nbt_contiguous(k), v = nbt_contiguous(v);
+    nb_tensor *ctx = nb_empty(c->dtype, NB_SHAPE(B, Tn, heads * hd));
     /* one row of scores per pair, always max_len long so the scope's pool reuses it */
-    nb_tensor *scores = nb_empty(c->dtype, NB_SHAPE(B * m->num_heads, c->max_len));
+    nb_tensor *scores = nb_empty(c->dtype, NB_SHAPE(B * heads, c->max_len));
     if (!q || !k || !v || !ctx || !scores) return NULL;
     cached_attention a = {.slot = s,
                           .batch = B,
                           .t_new = Tn,
-                          .heads = m->num_heads,
+                          .heads = heads,
                           .max_len = c->max_len,
-                          .scale = 1.0 / sqrt((double)m->head_dim),
+                          .scale = 1.0 / sqrt((double)hd),
                           .q = nb_data(q),
                           .k_new = nb_data(k),
                           .v_new = nb_data(v),
                           .ctx = nb_data(ctx),
                           .scores = nb_data(scores)};
-    const int64_t pairs = B * m->num_heads;
-    const int64_t macs = 2 * (s->len + Tn) * m->head_dim * Tn;
+    const int64_t macs = 2 * (s->len + Tn) * hd * Tn;
     const int64_t grain = macs >= PAIRS_GRAIN_MACS ? 1 : PAIRS_GRAIN_MACS / (macs ? macs : 1);
     if (c->dtype == NB_F32) {
         append_f32(&a);
-        nbt_parallel_ranges(pairs, grain, pairs_f32, &a);
+        nbt_parallel_ranges(B * heads, grain, pairs_f32, &a);
     } else {
         append_f64(&a);
-        nbt_parallel_ranges(pairs, grain, pairs_f64, &a);
+        nbt_parallel_ranges(B * heads, grain, pairs_f64, &a);
     }
     s->len += Tn;
-    return linear(m->out_proj, ctx);
+    return ctx;
+}
+
+nb_kv_cache *nb_kv_cache_new(int layers, int64_t batch, int64_t max_len, int64_t kv_heads,
+                             int64_t head_dim, nb_dtype dt) {
+    if (layers < 1 || kv_heads < 1 || head_dim < 1 || (dt != NB_F32 && dt != NB_F64))
+        return nbt_error("kv_cache",
+                         "needs layers, kv_heads and head_dim >= 1 and float32 or float64, got "
+                         "%d, %lld, %lld and %s",
+                         layers, (long long)kv_heads, (long long)head_dim, nb_dtype_name(dt));
+    nb_kv_cache *c = cache_new(layers, batch, max_len, dt);
+    for (int i = 0; c && i < layers; i++)
+        if (!slot_init(c, i, kv_heads, head_dim)) {
+            nb_kv_cache_free(c);
+            return NULL;
+        }
+    return c;
+}
+
+nb_tensor *nb_kv_cache_attend(nb_kv_cache *c, int layer, const nb_tensor *q, const nb_tensor *k,
+                              const nb_tensor *v, int64_t heads) {
+    if (!c || !q || !k || !v) return nbt_error("kv_cache_attend", "NULL argument");
+    if (layer < 0 || layer >= c->nslots)
+        return nbt_error("kv_cache_attend", "slot %d out of range (cache has %d)", layer,
+                         c->nslots);
+    const kv_slot *s = &c->slots[layer];
+    const int64_t hd = s->head_dim, kvh = s->kv_heads;
+    bool ok = heads >= 1 && heads % kvh == 0 && q->ndim == 3 && k->ndim == 3 && v->ndim == 3 &&
+              q->shape[0] == c->batch && q->shape[2] == heads * hd;
+    for (int d = 0; ok && d < 3; d++)
+        ok = k->shape[d] == v->shape[d] && k->shape[d] == (d == 2 ? kvh * hd : q->shape[d]);
+    ok = ok && q->dtype == c->dtype && k->dtype == c->dtype && v->dtype == c->dtype;
+    if (!ok)
+        return nbt_error("kv_cache_attend",
+                         "a slot of %lld key/value heads of %lld for batch %lld expects %s q "
+                         "[%lld, T, heads * %lld] (heads a multiple of %lld) and k, v [%lld, T, "
+                         "%lld]; got heads %lld, q %s, k %s, v %s",
+                         (long long)kvh, (long long)hd, (long long)c->batch,
+                         nb_dtype_name(c->dtype), (long long)c->batch, (long long)hd,
+                         (long long)kvh, (long long)c->batch, (long long)(kvh * hd),
+                         (long long)heads, nbt_shape(q), nbt_shape(k), nbt_shape(v));
+    if (s->len + q->shape[1] > c->max_len)
+        return nbt_error("kv_cache_attend",
+                         "%lld new positions after %lld cached overflow the cache's %lld",
+                         (long long)q->shape[1], (long long)s->len, (long long)c->max_len);
+    bool prev = nb_set_grad_enabled(false);
+    nb_tensor *ctx = attend(c, layer, q, k, v, heads);
+    nb_set_grad_enabled(prev);
+    return ctx;
+}
+
+/* The cached attention with grad mode already off and x checked. */
+static nb_tensor *mha_cached(nb_mha *m, const nb_tensor *x, nb_kv_cache *c, int layer) {
+    nb_tensor *qkv[3];
+    if (!linears(3, (nb_linear *const[]){m->W_query, m->W_key, m->W_value}, x, qkv)) return NULL;
+    return linear(m->out_proj, attend(c, layer, qkv[0], qkv[1], qkv[2], m->num_heads));
 }
 
 nb_tensor *nb_mha_forward_cached(nb_mha *m, const nb_tensor *x, nb_kv_cache *c, int layer) {

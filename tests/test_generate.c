@@ -87,6 +87,44 @@ static void test_lm_cached_threads(void) {
     nb_module_free(model);
 }
 
+/* Grouped-query attention through a cache of fewer key/value heads (4 query heads reading 2
+ * key/value heads, query head h reading h / 2): token by token it equals causal attention
+ * with each key/value head repeated for its query heads. */
+static void test_kv_cache_attend_grouped(void) {
+    enum { B = 2, T = 6, H = 4, KVH = 2, HD = 3 };
+    nb_rng rng;
+    nb_rng_seed(&rng, 8);
+    nb_tensor *q = nb_randn(&rng, NB_F64, NB_SHAPE(B, T, H * HD));
+    nb_tensor *k = nb_randn(&rng, NB_F64, NB_SHAPE(B, T, KVH * HD));
+    nb_tensor *v = nb_randn(&rng, NB_F64, NB_SHAPE(B, T, KVH * HD));
+    nb_tensor *kr[H], *vr[H];
+    for (int h = 0; h < H; h++) {
+        kr[h] = nb_narrow(k, 2, (h / (H / KVH)) * HD, HD);
+        vr[h] = nb_narrow(v, 2, (h / (H / KVH)) * HD, HD);
+    }
+    nb_tensor *want = nb_f_attention(q, nb_concat(H, kr, 2), nb_concat(H, vr, 2), H, NULL, true,
+                                     1.0 / sqrt((double)HD));
+    nb_kv_cache *c = nb_kv_cache_new(1, B, T, KVH, HD, NB_F64);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    NBT_ASSERT_CLOSE(nb_kv_cache_attend(c, 0, nb_narrow(q, 1, 0, 2), nb_narrow(k, 1, 0, 2),
+                                        nb_narrow(v, 1, 0, 2), H),
+                     nb_narrow(want, 1, 0, 2), 1e-12, 1e-12);
+    for (int64_t t = 2; t < T; t++)
+        NBT_ASSERT_CLOSE(nb_kv_cache_attend(c, 0, nb_narrow(q, 1, t, 1), nb_narrow(k, 1, t, 1),
+                                            nb_narrow(v, 1, t, 1), H),
+                         nb_narrow(want, 1, t, 1), 1e-12, 1e-12);
+    CU_ASSERT_EQUAL(nb_kv_cache_len(c), T);
+    nb_kv_cache_reset(c);
+    CU_ASSERT_PTR_NULL(nb_kv_cache_attend(c, 0, nb_narrow(q, 1, 0, 1), nb_narrow(k, 1, 0, 1),
+                                          nb_narrow(v, 1, 0, 1), 3));
+    NBT_ASSERT_ERROR("heads a multiple of 2");
+    CU_ASSERT_PTR_NULL(nb_kv_cache_attend(c, 0, nb_narrow(q, 1, 0, 1), q, q, H));
+    NBT_ASSERT_ERROR("kv_cache_attend");
+    CU_ASSERT_EQUAL(nb_kv_cache_len(c), 0);
+    CU_ASSERT_PTR_NULL(nb_kv_cache_new(1, B, T, 0, HD, NB_F64));
+    nb_kv_cache_free(c);
+}
+
 /* The attention layer alone and a block alone, with their one-slot caches, token by token. */
 static void test_mha_and_block_cached(void) {
     nb_module *model = nb_model_new(NB_F64, 5);
@@ -259,6 +297,11 @@ static void test_generate_seeded(void) {
     NBT_ASSERT_ERROR("outside [0, 11)");
     CU_ASSERT_EQUAL(nb_generate(lm, prompt, 0, &o, a, NULL), -1);
     NBT_ASSERT_ERROR("at least 1 token");
+    nb_lm_config classes = {
+        .vocab = 11, .max_len = 8, .dim = 8, .num_heads = 2, .layers = 1, .out_features = 3};
+    nb_transformer_lm *counter = nb_transformer_lm_new_config(model, "counter", &classes, 0.0);
+    CU_ASSERT_EQUAL(nb_generate(counter, prompt, 1, &o, a, NULL), -1);
+    NBT_ASSERT_ERROR("predicts 3 classes, not its 11 tokens");
     nb_module_free(model);
 }
 
@@ -329,6 +372,7 @@ int main(void) {
         {"LM cached logits equal the full forward (f32, chunks)", test_lm_cached_equals_full_f32},
         {"LM cached logits equal the full forward (f64)", test_lm_cached_equals_full_f64},
         {"LM cached on 1 and 2 threads", test_lm_cached_threads},
+        {"grouped-query attention through nb_kv_cache_attend", test_kv_cache_attend_grouped},
         {"MHA and block cached equal the causal forward", test_mha_and_block_cached},
         {"LM cached errors", test_lm_cached_errors},
         {"no malloc per decoded token", test_no_malloc_per_token},

@@ -28,6 +28,20 @@ nb_kv_cache *nb_kv_cache_for_lm(const nb_transformer_lm *lm, int64_t batch);
 /* A one-slot cache for a single attention layer (self-attention through m, or a transformer
  * block whose attention is m), up to max_len positions. Caller owns. */
 nb_kv_cache *nb_kv_cache_for_mha(const nb_mha *m, int64_t batch, int64_t max_len);
+/* A cache of `layers` slots, each kv_heads key/value heads of head_dim, for attention layers
+ * of your own (grouped-query attention, rotary positions) through nb_kv_cache_attend. dt is
+ * NB_F32 or NB_F64. Caller owns. */
+nb_kv_cache *nb_kv_cache_new(int layers, int64_t batch, int64_t max_len, int64_t kv_heads,
+                             int64_t head_dim, nb_dtype dt);
+/* Appends the new keys and values k, v [batch, T_new, kv_heads * head_dim] (already projected,
+ * rotated, ...) to slot `layer`, and attends the queries q [batch, T_new, heads * head_dim]
+ * to every cached position, causally (new query i sees new keys 0..i), with scale
+ * 1/sqrt(head_dim). heads must be a multiple of kv_heads: query head h reads key/value head
+ * h / (heads / kv_heads). Returns the heads' contexts side by side, [batch, T_new,
+ * heads * head_dim] (current scope, no autograd history); NULL with an error naming the shapes
+ * (cache unchanged) on a mismatch or overflow. */
+nb_tensor *nb_kv_cache_attend(nb_kv_cache *c, int layer, const nb_tensor *q, const nb_tensor *k,
+                              const nb_tensor *v, int64_t heads);
 /* Forgets every position (keeps the memory): the next forward starts at position 0. */
 void nb_kv_cache_reset(nb_kv_cache *c);
 /* Positions held so far (the position the next token gets), or -1 for NULL. */
