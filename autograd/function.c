@@ -6,6 +6,7 @@
 #include "node.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 struct nba_function_state {
@@ -16,7 +17,22 @@ struct nba_function_state {
     int nsaved, nscalars;
     bool needs_grad[NB_FUNCTION_MAX_IO];
     bool released; /* backward ran without retain_graph: saved tensors dropped */
+    struct nba_function_state *next_free;
 };
+
+/* Released states are recycled: a training loop records the same functions every step, so
+ * after its first step no state is malloc'd, as with tensors and nodes (nb_alloc_count). One
+ * list for every thread (a node may end on another thread than the one that recorded it). */
+static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct nba_function_state *state_free;
+
+static struct nba_function_state *state_new(void) {
+    pthread_mutex_lock(&state_lock);
+    struct nba_function_state *st = state_free;
+    if (st) state_free = st->next_free;
+    pthread_mutex_unlock(&state_lock);
+    return st ? st : nbt_malloc(sizeof *st);
+}
 
 static const char *name_of(const nb_node *ctx) {
     return ctx && ctx->function ? ctx->function->fn->name : "function";
@@ -86,8 +102,13 @@ void *nb_ctx_user(const nb_node *ctx) {
 }
 
 void nba_function_release(nb_node *n) {
-    nbt_free(n->function);
+    struct nba_function_state *st = n->function;
     n->function = NULL;
+    if (!st) return;
+    pthread_mutex_lock(&state_lock);
+    st->next_free = state_free;
+    state_free = st;
+    pthread_mutex_unlock(&state_lock);
 }
 
 void nba_function_consume(nb_node *n) {
@@ -199,7 +220,7 @@ bool nb_function_apply(const nb_function *fn, int ninputs, const nb_tensor *cons
     if (ok && record) {
         nb_node *n =
             nba_record_outputs(fn->name, noutputs, outputs, ninputs, inputs, function_backward);
-        struct nba_function_state *kept = n ? nbt_malloc(sizeof *kept) : NULL;
+        struct nba_function_state *kept = n ? state_new() : NULL;
         if (kept) {
             *kept = st;
             n->function = kept;

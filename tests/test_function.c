@@ -330,6 +330,27 @@ static void test_sum_to_shape(void) {
     NBT_ASSERT_ERROR("sum_to_shape");
 }
 
+/* A loop of identical steps through a user function stops calling malloc after its first
+ * step, as the built-in ops do (the function's recorded state is recycled). */
+static void test_steps_do_not_allocate(void) {
+    nb_rng rng;
+    nb_rng_seed(&rng, 8);
+    nb_tensor *x = nb_requires_grad_(nb_randn(&rng, NB_F64, NB_SHAPE(4, 3)), true);
+    nb_tensor *w = nb_requires_grad_(nb_randn(&rng, NB_F64, NB_SHAPE(3)), true);
+    gather_case gc = {.idx = nb_from_array(NB_I64, NB_SHAPE(5), (int64_t[]){2, 0, 2, 3, 1})};
+    uint64_t allocs[3];
+    for (int step = 0; step < 3; step++) {
+        uint64_t before = nb_alloc_count();
+        nb_scope_begin();
+        nb_tensor *y = run_gather((nb_tensor *[]){x, w}, 2, &gc);
+        CU_ASSERT_TRUE(nb_backward(nb_sum(y), NULL));
+        nb_scope_end();
+        allocs[step] = nb_alloc_count() - before;
+    }
+    CU_ASSERT_EQUAL(allocs[1], 0); /* (the first step may find the pools warm already) */
+    CU_ASSERT_EQUAL(allocs[2], 0);
+}
+
 static void test_context_misuse(void) {
     CU_ASSERT_FALSE(nb_ctx_save(NULL, nb_ones(NB_F64, NB_SHAPE(1))));
     NBT_ASSERT_ERROR("not a user function's context");
@@ -349,6 +370,7 @@ int main(void) {
         {"second backward is an error unless retained", test_second_backward},
         {"nb_sum_to_shape", test_sum_to_shape},
         {"context misuse", test_context_misuse},
+        {"steps through a function do not allocate", test_steps_do_not_allocate},
     };
     return nbtest_run("function", cases, (int)(sizeof cases / sizeof cases[0]));
 }
