@@ -76,7 +76,7 @@ bool nba_check_inputs(const char *op, int n, const nb_tensor *const *inputs) {
 }
 
 bool nba_check_float(const char *op, const nb_tensor *a) {
-    if (!a) return nba_check_inputs(op, 1, &a);
+    if (!a || !nbt_check_live(op, a)) return nba_check_inputs(op, 1, &a);
     if (nb_is_float(a)) return true;
     nbt_error(op, "expected a float32 or float64 tensor, got %s of shape %s",
               nb_dtype_name(a->dtype), nbt_shape(a));
