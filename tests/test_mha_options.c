@@ -297,6 +297,47 @@ static void test_bad_masks(void) {
     nb_module_free(model);
 }
 
+/* TransformerLM passes row l of a [layers, heads] head mask to layer l. */
+static nb_tensor *run_lm(nb_tensor *const *in, int n, void *vctx) {
+    (void)n;
+    nb_transformer_lm *lm = vctx;
+    nb_tensor *tokens = nb_from_array(NB_I64, NB_SHAPE(2, 4), (int64_t[]){1, 4, 2, 0, 3, 3, 1, 2});
+    return nb_transformer_lm_forward_opts(
+        lm, tokens, &(nb_lm_forward_opts){.causal = true, .head_mask = in[0]});
+}
+
+static void test_lm_head_mask(void) {
+    nb_module *model = nb_model_new(NB_F64, 21);
+    nb_transformer_lm *lm = nb_transformer_lm_new(model, "lm", 5, 8, 8, 2, 2, 0.0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+    nb_tensor *tokens = nb_from_array(NB_I64, NB_SHAPE(2, 4), (int64_t[]){1, 4, 2, 0, 3, 3, 1, 2});
+    nb_tensor *plain = nb_transformer_lm_forward(lm, tokens, true, NULL, NULL);
+    nb_tensor *ones = nb_ones(NB_F64, NB_SHAPE(2, 2));
+    NBT_ASSERT_CLOSE(nb_transformer_lm_forward_opts(
+                         lm, tokens, &(nb_lm_forward_opts){.causal = true, .head_mask = ones}),
+                     plain, 0, 0);
+    /* Layer 1's head 0 off equals that head's mask in layer 1 alone. */
+    nb_tensor *hm = nb_from_array(NB_F64, NB_SHAPE(2, 2), (double[]){1, 1, 0, 1});
+    nb_tensor *y = nb_transformer_lm_forward_opts(
+        lm, tokens, &(nb_lm_forward_opts){.causal = true, .head_mask = hm});
+    CU_ASSERT_FALSE(nbtest_close(y, plain, 1e-6, 0));
+    nb_fill_(nb_narrow(lm->blocks[1]->attn->W_value->weight, 0, 0, 4), 0);
+    NBT_ASSERT_CLOSE(nb_transformer_lm_forward(lm, tokens, true, NULL, NULL), y, 1e-12, 1e-12);
+
+    nb_tensor *grad_hm = nb_requires_grad_(
+        nb_from_array(NB_F64, NB_SHAPE(2, 2), (double[]){1, 0.5, -0.25, 2}), true);
+    nb_gradcheck_result res;
+    bool ok = nb_gradcheck(run_lm, 1, &grad_hm, lm, NULL, &res);
+    printf("\n  TransformerLM head mask: %s", res.message);
+    CU_ASSERT_TRUE(ok);
+
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(nb_transformer_lm_forward_opts(
+        lm, tokens, &(nb_lm_forward_opts){.head_mask = nb_ones(NB_F64, NB_SHAPE(2))}));
+    NBT_ASSERT_ERROR("'lm': head_mask must be [2, 2] (layers, heads), got [2]");
+    nb_module_free(model);
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"bias=False switches every bias off; the defaults keep out_proj's", test_bias_switches},
@@ -309,6 +350,7 @@ int main(void) {
          test_head_mask_values},
         {"the KV cache decodes an MHA without biases", test_cache_without_bias},
         {"bad masks are errors naming the module and the shapes", test_bad_masks},
+        {"TransformerLM: a [layers, heads] head mask, gradchecked", test_lm_head_mask},
     };
     return nbtest_run("MultiHeadAttention options", cases, sizeof cases / sizeof cases[0]);
 }

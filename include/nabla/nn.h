@@ -186,6 +186,18 @@ nb_lm_config nb_transformer_lm_config(const nb_transformer_lm *lm);
  * for num_layers tensors and receives each layer's [B, H, T, T] attention weights. */
 nb_tensor *nb_transformer_lm_forward(nb_transformer_lm *m, const nb_tensor *tokens, bool causal,
                                      const nb_tensor *key_padding_mask, nb_tensor **attn_weights);
+/* What nb_transformer_lm_forward_opts takes beyond the tokens. */
+typedef struct {
+    bool causal;
+    const nb_tensor *key_padding_mask; /* bool [B, T], true = padding, or NULL */
+    /* [layers, heads] in the model's dtype, or NULL: row l is layer l's head mask (nb_mha_opts'
+     * head_mask; Hugging Face's head_mask), differentiable. */
+    const nb_tensor *head_mask;
+    nb_tensor **attn_weights; /* room for num_layers tensors, or NULL */
+} nb_lm_forward_opts;
+/* nb_transformer_lm_forward with a head mask. */
+nb_tensor *nb_transformer_lm_forward_opts(nb_transformer_lm *m, const nb_tensor *tokens,
+                                          const nb_lm_forward_opts *opts);
 
 /* ---- Checkpoints that describe their model ---------------------------------------------- */
 /* Saves lm's subtree (and opt's state if opt is not NULL, as nb_module_save_with) with lm's
