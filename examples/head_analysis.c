@@ -49,13 +49,13 @@ static void usage(FILE *f) {
     fprintf(f, "usage: head_analysis [--task NAME] [--steps N] [--seed S] [--threads N] "
                "[--out DIR] [--heldout N] [--quiet]\n  --task    one of");
     for (int i = 0; toy_tasks[i]; i++) fprintf(f, " %s", toy_tasks[i]->name);
-    fprintf(f, " (default sort)\n  --heldout sequences in each held-out set (default 1024)\n");
+    fprintf(f, " (default recall)\n  --heldout sequences in each held-out set (default 1024)\n");
 }
 
 static bool parse(int argc, char **argv, options *o) {
     *o = (options){.run = {.seed = 1, .out = "out/heads", .steps = -1},
                    .heldout = 1024,
-                   .task = toy_task_find("sort")};
+                   .task = toy_task_find("recall")};
     args a;
     args_start(&a, "head_analysis", argc, argv);
     while (args_next(&a)) {
