@@ -16,6 +16,15 @@ static nb_mha *make_mha(nb_module *model, bool bias) {
     return nb_mha_new_config(model, "attn", &cfg);
 }
 
+/* A model of dtype dt holding one MHA "attn" (biases as asked), and rng seeded. */
+static nb_mha *fixture(nb_dtype dt, uint64_t seed, bool bias, nb_rng *rng, nb_module **model) {
+    nb_rng_seed(rng, seed);
+    *model = nb_model_new(dt, seed);
+    nb_mha *m = make_mha(*model, bias);
+    CU_ASSERT_PTR_NOT_NULL(m);
+    return m;
+}
+
 static void test_bias_switches(void) {
     nb_module *model = nb_model_new(NB_F32, 1);
     nb_mha *none = make_mha(model, false);
@@ -137,10 +146,9 @@ static nb_tensor *forward_recorded(nb_mha *m, const nb_tensor *x, const nb_mha_o
 
 static void test_mask_forms_agree(void) {
     nb_rng rng;
-    nb_rng_seed(&rng, 9);
-    nb_module *model = nb_model_new(NB_F32, 4);
-    nb_mha *m = make_mha(model, true);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    nb_module *model;
+    nb_mha *m = fixture(NB_F32, 9, true, &rng, &model);
+    if (!m) return;
     const int64_t T = 5;
     nb_tensor *x = nb_randn(&rng, NB_F32, NB_SHAPE(B, T, D));
     /* A random bool [B, T, T] mask, its float 0/-inf twin, the [B, 1, T, T] and [B * H, T, T]
@@ -183,10 +191,9 @@ static void test_mask_forms_agree(void) {
 /* causal with T_q != T_k blocks key j > query i (top-left), on both paths. */
 static void test_causal_alignment(void) {
     nb_rng rng;
-    nb_rng_seed(&rng, 11);
-    nb_module *model = nb_model_new(NB_F64, 6);
-    nb_mha *m = make_mha(model, true);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    nb_module *model;
+    nb_mha *m = fixture(NB_F64, 11, true, &rng, &model);
+    if (!m) return;
     const int64_t sizes[2][2] = {{3, 5}, {5, 3}};
     for (int s = 0; s < 2; s++) {
         const int64_t Tq = sizes[s][0], Tk = sizes[s][1];
@@ -218,10 +225,9 @@ static void test_causal_alignment(void) {
 
 static void test_head_mask_values(void) {
     nb_rng rng;
-    nb_rng_seed(&rng, 13);
-    nb_module *model = nb_model_new(NB_F32, 7);
-    nb_mha *m = make_mha(model, true);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    nb_module *model;
+    nb_mha *m = fixture(NB_F32, 13, true, &rng, &model);
+    if (!m) return;
     nb_tensor *x = nb_randn(&rng, NB_F32, NB_SHAPE(B, 4, D));
     nb_tensor *plain = nb_mha_forward(m, x, NULL);
     /* Ones change nothing, bit for bit. */
@@ -244,10 +250,9 @@ static void test_head_mask_values(void) {
 /* Decoding through the KV cache works without biases. */
 static void test_cache_without_bias(void) {
     nb_rng rng;
-    nb_rng_seed(&rng, 17);
-    nb_module *model = nb_model_new(NB_F32, 8);
-    nb_mha *m = make_mha(model, false);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    nb_module *model;
+    nb_mha *m = fixture(NB_F32, 17, false, &rng, &model);
+    if (!m) return;
     const int64_t T = 6;
     nb_tensor *x = nb_randn(&rng, NB_F32, NB_SHAPE(1, T, D));
     nb_tensor *full = nb_mha_forward(m, x, &(nb_mha_opts){.causal = true});
@@ -272,10 +277,9 @@ static void expect_error(nb_mha *m, const nb_tensor *x, const nb_mha_opts *o, co
 
 static void test_bad_masks(void) {
     nb_rng rng;
-    nb_rng_seed(&rng, 19);
-    nb_module *model = nb_model_new(NB_F32, 9);
-    nb_mha *m = make_mha(model, true);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    nb_module *model;
+    nb_mha *m = fixture(NB_F32, 19, true, &rng, &model);
+    if (!m) return;
     const int64_t T = 3;
     nb_tensor *x = nb_randn(&rng, NB_F32, NB_SHAPE(B, T, D));
     /* 3 is neither B, 1 nor B * H. */
