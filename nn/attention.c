@@ -1,12 +1,19 @@
 /* MultiHeadAttention, written the way the PyTorch tutorials write it. */
 #include "nabla/nn.h"
 #include "module_error.h"
+#include "nn/attention_mask.h"
 #include "tensor/nbt.h" /* nbt_error, nbt_shape */
 
 #include <math.h>
 
-nb_mha *nb_mha_new(nb_module *parent, const char *name, int64_t d_in, int64_t d_out,
-                   int64_t num_heads, bool qkv_bias, double dropout) {
+nb_mha_config nb_mha_defaults(int64_t d_in, int64_t d_out, int64_t num_heads) {
+    return (nb_mha_config){
+        .d_in = d_in, .d_out = d_out, .num_heads = num_heads, .qkv_bias = false, .out_bias = true};
+}
+
+nb_mha *nb_mha_new_config(nb_module *parent, const char *name, const nb_mha_config *cfg) {
+    if (!cfg) return nbt_error("MultiHeadAttention", "NULL config");
+    const int64_t d_in = cfg->d_in, d_out = cfg->d_out, num_heads = cfg->num_heads;
     if (d_in <= 0 || d_out <= 0 || num_heads <= 0)
         return nbt_error("MultiHeadAttention",
                          "d_in %lld, d_out %lld and num_heads %lld must "
@@ -21,13 +28,21 @@ nb_mha *nb_mha_new(nb_module *parent, const char *name, int64_t d_in, int64_t d_
     m->d_out = d_out;
     m->num_heads = num_heads;
     m->head_dim = d_out / num_heads;
-    if (!(m->W_query = nb_linear_new(&m->base, "W_query", d_in, d_out, qkv_bias)) ||
-        !(m->W_key = nb_linear_new(&m->base, "W_key", d_in, d_out, qkv_bias)) ||
-        !(m->W_value = nb_linear_new(&m->base, "W_value", d_in, d_out, qkv_bias)) ||
-        !(m->out_proj = nb_linear_new(&m->base, "out_proj", d_out, d_out, true)) ||
-        !(m->dropout = nb_dropout_new(&m->base, "dropout", dropout)))
+    if (!(m->W_query = nb_linear_new(&m->base, "W_query", d_in, d_out, cfg->qkv_bias)) ||
+        !(m->W_key = nb_linear_new(&m->base, "W_key", d_in, d_out, cfg->qkv_bias)) ||
+        !(m->W_value = nb_linear_new(&m->base, "W_value", d_in, d_out, cfg->qkv_bias)) ||
+        !(m->out_proj = nb_linear_new(&m->base, "out_proj", d_out, d_out, cfg->out_bias)) ||
+        !(m->dropout = nb_dropout_new(&m->base, "dropout", cfg->dropout)))
         return nbn_discard(&m->base);
     return m;
+}
+
+nb_mha *nb_mha_new(nb_module *parent, const char *name, int64_t d_in, int64_t d_out,
+                   int64_t num_heads, bool qkv_bias, double dropout) {
+    nb_mha_config cfg = nb_mha_defaults(d_in, d_out, num_heads);
+    cfg.qkv_bias = qkv_bias;
+    cfg.dropout = dropout;
+    return nb_mha_new_config(parent, name, &cfg);
 }
 
 /* [B, T, d_out] -> [B, H, T, head_dim]: view splits d_out into heads, transpose moves the
@@ -38,31 +53,43 @@ static nb_tensor *split_heads(const nb_mha *m, const nb_tensor *x) {
                         1, 2);
 }
 
-/* Combines the key padding mask [B, T_k] and the attention mask [T_q, T_k] into one boolean
- * mask broadcastable to the scores [B, H, T_q, T_k]; NULL (no error) when there are none. */
-static bool combined_mask(const nb_mha *m, const nb_mha_opts *o, int64_t B, int64_t Tq, int64_t Tk,
-                          nb_tensor **out) {
-    *out = NULL;
-    const nb_tensor *pad = o ? o->key_padding_mask : NULL, *am = o ? o->attn_mask : NULL;
-    if (pad &&
-        (pad->dtype != NB_BOOL || pad->ndim != 2 || pad->shape[0] != B || pad->shape[1] != Tk)) {
-        nbn_error(&m->base, "key_padding_mask must be bool [%lld, %lld], got %s %s", (long long)B,
-                  (long long)Tk, nb_dtype_name(pad->dtype), nbt_shape(pad));
-        return false;
-    }
-    if (am && (am->dtype != NB_BOOL || am->ndim != 2 || am->shape[0] != Tq || am->shape[1] != Tk)) {
-        nbn_error(&m->base, "attn_mask must be bool [%lld, %lld], got %s %s", (long long)Tq,
-                  (long long)Tk, nb_dtype_name(am->dtype), nbt_shape(am));
-        return false;
-    }
-    nb_tensor *pad4 = pad ? nb_view(pad, NB_SHAPE(B, 1, 1, Tk)) : NULL;
-    if (pad4 && am)
-        *out = nb_logical_or(pad4, am);
-    else if (pad4)
-        *out = pad4;
-    else if (am)
-        *out = (nb_tensor *)am;
-    return !(pad || am) || *out;
+/* The head mask must be [H] in the inputs' dtype. */
+static bool check_head_mask(const nb_mha *m, const nb_tensor *hm, nb_dtype dt) {
+    if (!hm || (hm->dtype == dt && hm->ndim == 1 && hm->shape[0] == m->num_heads)) return true;
+    nbn_error(&m->base, "head_mask must be %s [%lld], got %s %s", nb_dtype_name(dt),
+              (long long)m->num_heads, nb_dtype_name(hm->dtype), nbt_shape(hm));
+    return false;
+}
+
+/* ctx [B, T_q, d_out] with head h's columns multiplied by head_mask[h]. */
+static nb_tensor *apply_head_mask(const nb_mha *m, nb_tensor *ctx, const nb_tensor *head_mask) {
+    if (!head_mask || !ctx) return ctx;
+    const int64_t B = ctx->shape[0], Tq = ctx->shape[1];
+    nb_tensor *heads = nb_view(ctx, NB_SHAPE(B, Tq, m->num_heads, m->head_dim));
+    nb_tensor *scaled = nb_mul(heads, nb_view(head_mask, NB_SHAPE(m->num_heads, 1)));
+    return nb_view(scaled, NB_SHAPE(B, Tq, m->d_out));
+}
+
+/* Op by op, as the tutorials write it: the attention weights exist as a tensor (to return,
+ * to drop out, or to add a float mask's finite values to the scores). */
+static nb_tensor *attention_op_by_op(nb_mha *m, nb_tensor *q, nb_tensor *k, nb_tensor *v,
+                                     const mha_mask *mask, const nb_mha_opts *opts, double scale) {
+    const int64_t B = q->shape[0], Tq = q->shape[1];
+    const bool causal = opts && opts->causal;
+    q = split_heads(m, q);                                     /* [B, H, T_q, hd] */
+    k = split_heads(m, k);                                     /* [B, H, T_k, hd] */
+    v = split_heads(m, v);                                     /* [B, H, T_k, hd] */
+    nb_tensor *scores = nb_matmul(q, nb_transpose(k, -2, -1)); /* [B, H, T_q, T_k] */
+    nb_tensor *attn;
+    if (mask->additive) /* PyTorch adds the float mask to the scaled scores */
+        attn = nb_masked_softmax(nb_add(nb_mul_scalar(scores, scale), mask->additive),
+                                 mask->blocked, causal, 1.0);
+    else /* scale, mask and softmax in one fused op: softmax(scores / sqrt(hd)) */
+        attn = nb_masked_softmax(scores, mask->blocked, causal, scale);
+    if (opts && opts->attn_weights) *opts->attn_weights = attn;
+    attn = nb_dropout_forward(m->dropout, attn);
+    nb_tensor *ctx = nb_transpose(nb_matmul(attn, v), 1, 2); /* [B, T_q, H, hd] */
+    return nb_view(nb_contiguous(ctx), NB_SHAPE(B, Tq, m->d_out));
 }
 
 nb_tensor *nb_mha_forward_cross(nb_mha *m, const nb_tensor *q_in, const nb_tensor *kv_in,
@@ -77,36 +104,30 @@ nb_tensor *nb_mha_forward_cross(nb_mha *m, const nb_tensor *q_in, const nb_tenso
                          m->base.path, (long long)m->d_in, (long long)m->d_in, nbt_shape(q_in),
                          nbt_shape(kv_in));
     int64_t B = q_in->shape[0], Tq = q_in->shape[1], Tk = kv_in->shape[1];
-    nb_tensor *mask;
-    if (!combined_mask(m, opts, B, Tq, Tk, &mask)) return NULL;
+    const nb_tensor *head_mask = opts ? opts->head_mask : NULL;
+    mha_mask mask;
+    if (!mha_mask_build(m, opts, q_in->dtype, B, Tq, Tk, &mask) ||
+        !check_head_mask(m, head_mask, q_in->dtype))
+        return NULL;
 
     /* Each projection only after the one before worked: the first failure is the message. */
     nb_tensor *q = nb_linear_forward(m->W_query, q_in);             /* [B, T_q, d_out] */
     nb_tensor *k = q ? nb_linear_forward(m->W_key, kv_in) : NULL;   /* [B, T_k, d_out] */
     nb_tensor *v = k ? nb_linear_forward(m->W_value, kv_in) : NULL; /* [B, T_k, d_out] */
     if (!v) return nbn_result(&m->base, NULL);
-    const bool causal = opts && opts->causal;
     const double scale = 1.0 / sqrt((double)m->head_dim);
     nb_tensor *ctx;
-    if (!(opts && opts->attn_weights) && !(m->dropout->base.training && m->dropout->p > 0)) {
+    if (!(opts && opts->attn_weights) && !(m->dropout->base.training && m->dropout->p > 0) &&
+        !mask.additive) {
         /* Nobody needs the weights as a tensor: the fused op computes the same heads with one
          * node and no transposed copies. nb_f_attention is nb_sdpa's node reading heads packed
          * in [B, T, d_out]: nb_sdpa on split_heads views would add eight view nodes (a third
          * of the seed workload's step). */
-        ctx = nb_f_attention(q, k, v, m->num_heads, mask, causal, scale);
+        ctx = nb_f_attention(q, k, v, m->num_heads, mask.blocked, opts && opts->causal, scale);
     } else {
-        q = split_heads(m, q);                                     /* [B, H, T_q, hd] */
-        k = split_heads(m, k);                                     /* [B, H, T_k, hd] */
-        v = split_heads(m, v);                                     /* [B, H, T_k, hd] */
-        nb_tensor *scores = nb_matmul(q, nb_transpose(k, -2, -1)); /* [B, H, T_q, T_k] */
-        /* Scale, mask and softmax in one fused op: softmax(scores / sqrt(hd)) over the keys. */
-        nb_tensor *attn = nb_masked_softmax(scores, mask, causal, scale);
-        if (opts && opts->attn_weights) *opts->attn_weights = attn;
-        attn = nb_dropout_forward(m->dropout, attn);
-        ctx = nb_transpose(nb_matmul(attn, v), 1, 2); /* [B, T_q, H, hd] */
-        ctx = nb_view(nb_contiguous(ctx), NB_SHAPE(B, Tq, m->d_out));
+        ctx = attention_op_by_op(m, q, k, v, &mask, opts, scale);
     }
-    return nbn_result(&m->base, nb_linear_forward(m->out_proj, ctx));
+    return nbn_result(&m->base, nb_linear_forward(m->out_proj, apply_head_mask(m, ctx, head_mask)));
 }
 
 nb_tensor *nb_mha_forward(nb_mha *m, const nb_tensor *x, const nb_mha_opts *opts) {

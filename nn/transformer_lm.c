@@ -83,19 +83,33 @@ nb_lm_config nb_transformer_lm_config(const nb_transformer_lm *lm) {
 
 nb_tensor *nb_transformer_lm_forward(nb_transformer_lm *m, const nb_tensor *tokens, bool causal,
                                      const nb_tensor *key_padding_mask, nb_tensor **attn_weights) {
-    if (!m || !tokens) return nbn_null_argument("TransformerLM", m ? &m->base : NULL, "tokens");
+    const nb_lm_forward_opts opts = {
+        .causal = causal, .key_padding_mask = key_padding_mask, .attn_weights = attn_weights};
+    return nb_transformer_lm_forward_opts(m, tokens, &opts);
+}
+
+nb_tensor *nb_transformer_lm_forward_opts(nb_transformer_lm *m, const nb_tensor *tokens,
+                                          const nb_lm_forward_opts *opts) {
+    if (!m || !tokens || !opts)
+        return nbn_null_argument("TransformerLM", m ? &m->base : NULL, tokens ? "opts" : "tokens");
     if (tokens->ndim != 2 || tokens->dtype != NB_I64 || tokens->shape[1] > m->max_len)
         return nbn_error(&m->base, "expects int64 tokens [B, T] with T <= %lld, got %s %s",
                          (long long)m->max_len, nb_dtype_name(tokens->dtype), nbt_shape(tokens));
+    const nb_tensor *hm = opts->head_mask;
+    if (hm && (hm->ndim != 2 || hm->shape[0] != m->num_layers || hm->shape[1] != m->num_heads))
+        return nbn_error(&m->base, "head_mask must be [%d, %lld] (layers, heads), got %s",
+                         m->num_layers, (long long)m->num_heads, nbt_shape(hm));
     int64_t T = tokens->shape[1];
     nb_tensor *positions = nb_arange(NB_I64, 0, (double)T, 1);
     nb_tensor *x = nb_add(nb_embedding_forward(m->tok_emb, tokens),
                           nb_embedding_forward(m->pos_emb, positions));
     for (int i = 0; i < m->num_layers; i++) {
-        nb_mha_opts opts = {.causal = causal,
-                            .key_padding_mask = key_padding_mask,
-                            .attn_weights = attn_weights ? &attn_weights[i] : NULL};
-        x = nb_transformer_block_forward(m->blocks[i], x, &opts);
+        nb_mha_opts layer = {.causal = opts->causal,
+                             .key_padding_mask = opts->key_padding_mask,
+                             .attn_weights = opts->attn_weights ? &opts->attn_weights[i] : NULL,
+                             .head_mask = hm ? nb_select(hm, 0, i) : NULL};
+        if (hm && !layer.head_mask) return nbn_result(&m->base, NULL);
+        x = nb_transformer_block_forward(m->blocks[i], x, &layer);
     }
     return nbn_result(
         &m->base, nb_f_linear(nb_layernorm_forward(m->norm_f, x), m->head_weight, m->head_bias));

@@ -14,6 +14,12 @@ combine: key padding with an attention mask, in self- and cross-attention, and a
 TransformerBlock over a fully padded sequence. They are kept apart because modules.json is
 pinned at its 26 cases by tests/test_module_goldens.c; tests/test_module_parity.c reads both.
 
+A third, tests/goldens/modules_mha.json, holds MultiHeadAttention as PyTorch users expect it:
+no biases (PyTorch's bias=False), boolean and float additive attention masks of every shape
+nn.h accepts, a head mask with its gradient, causal attention with T_q != T_k. Its cases
+without a head mask or causal flag are also checked here against PyTorch's own
+nn.MultiheadAttention (torch_mha_agrees), so the reference below follows PyTorch's mask rules.
+
 It also writes tests/goldens/torch_block.safetensors: the state_dict of the float32
 TransformerBlock of the case "TransformerBlock causal, perturbed layer norms" (the very
 parameters of that case), so tests/test_module_parity.c can load a checkpoint written from
@@ -42,8 +48,8 @@ Gradients are those of sum(output * grad_output). Tensors are {"dtype", "shape",
 as in tests/gen_goldens.py.
 
 nabla conventions computed here by hand (look for "nabla:"):
-  * Masks are boolean with true = blocked: key_padding_mask [B, T_k] (true = padding) and
-    attn_mask [T_q, T_k]; causal blocks key j > query i.
+  * Boolean masks have true = blocked: key_padding_mask [B, T_k] (true = padding) and
+    attn_mask; causal blocks key j > query i (top-left aligned when T_q != T_k).
   * A query row whose keys are all blocked attends to nothing: its attention weights are 0
     (PyTorch's softmax gives NaN). The reference unblocks such rows before the softmax and
     multiplies them by 0 after it, so the output there is out_proj.bias and no NaN reaches
@@ -67,24 +73,28 @@ from golden_json import module_case_entry, tensor_json, write_json
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "goldens", "modules.json")
 MASK_OUT = os.path.join(HERE, "goldens", "modules_masks.json")
+MHA_OUT = os.path.join(HERE, "goldens", "modules_mha.json")
 BLOCK_OUT = os.path.join(HERE, "goldens", "torch_block.safetensors")
 
 
 class MultiHeadAttention(nn.Module):
     """The tutorials' MultiHeadAttention, with boolean masks and nabla's empty-row rule."""
 
-    def __init__(self, d_in, d_out, num_heads, qkv_bias=False):
+    def __init__(self, d_in, d_out, num_heads, qkv_bias=False, out_bias=True):
         super().__init__()
         assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
         self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.out_proj = nn.Linear(d_out, d_out)
+        self.out_proj = nn.Linear(d_out, d_out, bias=out_bias)
 
     def forward(self, x_q, x_kv=None, causal=False, key_padding_mask=None, attn_mask=None,
-                zero_dead_rows=True):
-        """zero_dead_rows False: PyTorch's own softmax, NaN in a fully blocked row."""
+                head_mask=None, zero_dead_rows=True):
+        """zero_dead_rows False: PyTorch's own softmax, NaN in a fully blocked row.
+        attn_mask: bool (true = blocked) or float (added to the scaled scores, -inf blocks),
+        [T_q, T_k], [B, T_q, T_k], [B * H, T_q, T_k] or [B, H, T_q, T_k] (nabla's shapes,
+        nn.h). head_mask [H] multiplies each head's context (Hugging Face's head_mask)."""
         x_kv = x_q if x_kv is None else x_kv
         b, t_q, _ = x_q.shape
         t_k = x_kv.shape[1]
@@ -100,7 +110,14 @@ class MultiHeadAttention(nn.Module):
         if key_padding_mask is not None:
             blocked = blocked | key_padding_mask[:, None, None, :]
         if attn_mask is not None:
-            blocked = blocked | attn_mask
+            am = attn_mask
+            if am.dim() == 3:  # nabla: [B or 1, T_q, T_k], else PyTorch's [B * H, T_q, T_k]
+                am = am[:, None] if am.shape[0] in (b, 1) else am.view(b, h, t_q, t_k)
+            if am.dtype == torch.bool:
+                blocked = blocked | am
+            else:
+                blocked = blocked | (am == -math.inf)
+                scores = scores + am.masked_fill(am == -math.inf, 0)
         if zero_dead_rows:  # nabla: fully blocked rows give zero weights, not NaN (docstring)
             dead = blocked.all(dim=-1, keepdim=True)
             scores = scores.masked_fill(blocked & ~dead, -math.inf)
@@ -109,7 +126,10 @@ class MultiHeadAttention(nn.Module):
             attn = torch.softmax(scores.masked_fill(blocked, -math.inf), dim=-1)
         self.last_attn = attn
 
-        context = (attn @ v).transpose(1, 2).contiguous().view(b, t_q, self.d_out)
+        heads = attn @ v  # [B, H, T_q, hd]
+        if head_mask is not None:
+            heads = heads * head_mask[:, None, None]
+        context = heads.transpose(1, 2).contiguous().view(b, t_q, self.d_out)
         return self.out_proj(context)
 
 
@@ -143,10 +163,12 @@ class TransformerBlock(nn.Module):
 
 
 class Float:
-    """Float input, passed to forward by position; random normal unless values are given."""
+    """Float input, passed to forward by position (by name if keyword); random normal unless
+    values are given."""
 
-    def __init__(self, name, shape, values=None, grad=True):
+    def __init__(self, name, shape, values=None, grad=True, keyword=False):
         self.name, self.shape, self.values, self.grad = name, shape, values, grad
+        self.keyword = keyword
 
 
 class Fixed:
@@ -159,12 +181,14 @@ class Fixed:
 
 CASES = []        # -> modules.json
 MASK_CASES = []   # -> modules_masks.json
+MHA_CASES = []    # -> modules_mha.json
 
 
 def module_case(module_name, label, seed, make, config, inputs, forward=None, perturb=None,
-                into=CASES):
+                into=CASES, check=None):
     """make() builds the module (float32) right after torch.manual_seed(seed); perturb(module,
-    generator), if given, then replaces some parameters (documented per case). inputs are
+    generator), if given, then replaces some parameters (documented per case); check(module,
+    draws), if given, asserts something about the module on the case's inputs. inputs are
     Float/Fixed specs in the order forward takes them, as keyword arguments by name. The f32
     and f64 cases are appended to into. Returns the float32 module whose parameters the cases
     hold."""
@@ -182,16 +206,18 @@ def module_case(module_name, label, seed, make, config, inputs, forward=None, pe
                                 else torch.randn(spec.shape, generator=g, dtype=torch.float64))
         else:
             draws[spec.name] = torch.tensor(spec.values, dtype=spec.dtype)
+    if check:
+        check(base, draws)
     grad_out_draw = None
     for dt, dtype in (("f32", torch.float32), ("f64", torch.float64)):
         m = copy.deepcopy(base).to(dtype)  # f64: the f32 parameters widened
         xs, args, kwargs = {}, [], dict(forward)
         for spec in inputs:
             x = draws[spec.name]
-            if isinstance(spec, Float):
-                x = x.to(dtype).requires_grad_(spec.grad)
+            if isinstance(spec, Float) or x.is_floating_point():
+                x = x.to(dtype).requires_grad_(isinstance(spec, Float) and spec.grad)
             xs[spec.name] = x
-            if isinstance(spec, Fixed) and spec.keyword:
+            if spec.keyword:
                 kwargs[spec.name] = x
             else:
                 args.append(x)
@@ -209,6 +235,49 @@ def module_case(module_name, label, seed, make, config, inputs, forward=None, pe
             entry["extra_outputs"].append(dict(name="attn_weights", **tensor_json(m.last_attn)))
         into.append(entry)
     return base
+
+
+def torch_mha_agrees(module, draws):
+    """Asserts that the reference MultiHeadAttention above computes what PyTorch's own
+    nn.MultiheadAttention computes on a case's inputs (its masks in PyTorch's forms: 3-D as
+    [B * H, T_q, T_k]), so the goldens hold PyTorch's mask semantics, not only ours. Rows that
+    PyTorch gives NaN (every key blocked) are left out; nabla's rule for them is checked by the
+    other cases."""
+    h, d = module.num_heads, module.d_out
+    bias = module.W_query.bias is not None
+    assert bias == (module.out_proj.bias is not None), "PyTorch's bias covers all projections"
+    ref = nn.MultiheadAttention(d, h, bias=bias, batch_first=True).double()
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([module.W_query.weight, module.W_key.weight,
+                                            module.W_value.weight]))
+        ref.out_proj.weight.copy_(module.out_proj.weight)
+        if bias:
+            ref.in_proj_bias.copy_(torch.cat([module.W_query.bias, module.W_key.bias,
+                                              module.W_value.bias]))
+            ref.out_proj.bias.copy_(module.out_proj.bias)
+    x_q = draws.get("x", draws.get("x_q"))
+    x_kv = draws.get("x", draws.get("x_kv"))
+    b, t_q, t_k = x_q.shape[0], x_q.shape[1], x_kv.shape[1]
+    am = draws.get("attn_mask")
+    if am is not None and am.dim() == 3 and am.shape[0] in (b, 1):
+        am = am.expand(b, t_q, t_k).repeat_interleave(h, dim=0)
+    elif am is not None and am.dim() == 4:
+        am = am.expand(b, h, t_q, t_k).reshape(b * h, t_q, t_k)
+    if am is not None and am.is_floating_point():
+        am = am.double()
+    with torch.no_grad():
+        want, want_w = ref(x_q, x_kv, x_kv, key_padding_mask=draws.get("key_padding_mask"),
+                           attn_mask=am, need_weights=True, average_attn_weights=False)
+        got = module.double()(x_q, x_kv, key_padding_mask=draws.get("key_padding_mask"),
+                              attn_mask=draws.get("attn_mask"))
+        got_w = module.last_attn
+    module.float()
+    del module.last_attn
+    live = ~torch.isnan(want)
+    assert live.any() and torch.allclose(got[live], want[live], atol=1e-12), "outputs differ"
+    live_w = ~torch.isnan(want_w)
+    assert torch.allclose(got_w.expand_as(want_w)[live_w], want_w[live_w],
+                          atol=1e-12), "attention weights differ"
 
 
 def perturb_layer_norms(module, g):
@@ -239,6 +308,73 @@ def write_safetensors(path, tensors):
     text += b" " * (-len(text) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text + data)
+
+
+def mha_cases():
+    """MultiHeadAttention as PyTorch users expect it (modules_mha.json): no biases, attention
+    masks of every accepted shape, float additive masks, a head mask, causal with T_q != T_k.
+    Every case without a head mask or a causal flag is also checked against PyTorch's own
+    nn.MultiheadAttention (torch_mha_agrees)."""
+    def mha(heads, qkv_bias, out_bias):
+        return (lambda: MultiHeadAttention(6, 6, heads, qkv_bias, out_bias),
+                {"d_in": 6, "d_out": 6, "num_heads": heads, "qkv_bias": qkv_bias,
+                 "out_bias": out_bias, "dropout": 0.0})
+
+    inf = math.inf
+    make, cfg = mha(2, False, False)  # PyTorch's bias=False
+    module_case("MultiHeadAttention", "bias=False", 21, make, cfg, [Float("x", [2, 4, 6])],
+                {"causal": False}, into=MHA_CASES, check=torch_mha_agrees)
+    make, cfg = mha(2, True, True)
+    # Float [T_q, T_k]: -inf blocks, finite values shift the scores; row 2 keeps one key.
+    module_case("MultiHeadAttention", "float attn_mask [T_q, T_k]", 22, make, cfg,
+                [Float("x", [2, 4, 6]),
+                 Fixed("attn_mask", torch.float64,
+                       [[0.0, -1.5, 0.0, 2.0], [-inf, 0.0, 0.5, 0.0],
+                        [-inf, -inf, -inf, 0.25], [0.0, 0.0, 0.0, 0.0]])],
+                {"causal": False}, into=MHA_CASES, check=torch_mha_agrees)
+    # Bool [B, T_q, T_k]: each sequence its own mask.
+    module_case("MultiHeadAttention", "bool attn_mask [B, T_q, T_k]", 23, make, cfg,
+                [Float("x", [2, 3, 6]),
+                 Fixed("attn_mask", torch.bool,
+                       [[[False, True, False], [False, False, True], [True, False, False]],
+                        [[False, False, False], [True, False, True], [False, True, True]]])],
+                {"causal": False}, into=MHA_CASES, check=torch_mha_agrees)
+    # Float [B * H, T_q, T_k] (PyTorch's 3-D form) with a key padding mask, cross-attention.
+    g = torch.Generator().manual_seed(24)
+    bh = torch.randn(4, 2, 3, generator=g, dtype=torch.float64).tolist()
+    bh[1][0][2] = bh[2][1][0] = -inf
+    module_case("MultiHeadAttention", "float attn_mask [B * H, T_q, T_k] and key padding", 24,
+                make, cfg,
+                [Float("x_q", [2, 2, 6]), Float("x_kv", [2, 3, 6]),
+                 Fixed("key_padding_mask", torch.bool, [[False, False, True],
+                                                        [False, False, False]]),
+                 Fixed("attn_mask", torch.float64, bh)],
+                {"causal": False}, into=MHA_CASES, check=torch_mha_agrees)
+    make, cfg = mha(2, False, True)
+    # Bool [B, H, T_q, T_k]; sequence 1, head 0, query 1 sees no key (zero weights in nabla).
+    module_case("MultiHeadAttention", "bool attn_mask [B, H, T_q, T_k], an empty row", 25, make,
+                cfg,
+                [Float("x", [2, 3, 6]),
+                 Fixed("attn_mask", torch.bool,
+                       [[[[False, True, True], [False, False, True], [False, False, False]],
+                         [[True, False, True], [True, False, False], [False, True, False]]],
+                        [[[False, False, True], [True, True, True], [True, False, False]],
+                         [[False, False, False], [False, True, False], [True, True, False]]]])],
+                {"causal": False}, into=MHA_CASES)
+    # Head mask (Hugging Face's head_mask): one multiplier per head, its gradient checked.
+    make, cfg = mha(3, False, True)
+    module_case("MultiHeadAttention", "head_mask", 26, make, cfg,
+                [Float("x", [2, 4, 6]), Float("head_mask", [3], values=[1.0, 0.0, 0.5],
+                                              keyword=True)],
+                {"causal": True}, into=MHA_CASES)
+    # Causal with T_q != T_k: top-left aligned, key j > query i blocked (tril(ones(T_q, T_k))).
+    make, cfg = mha(2, False, True)
+    module_case("MultiHeadAttention", "causal cross-attention, T_q 3 < T_k 5", 27, make, cfg,
+                [Float("x_q", [2, 3, 6]), Float("x_kv", [2, 5, 6])], {"causal": True},
+                into=MHA_CASES)
+    module_case("MultiHeadAttention", "causal cross-attention, T_q 5 > T_k 3", 28, make, cfg,
+                [Float("x_q", [2, 5, 6]), Float("x_kv", [2, 3, 6])], {"causal": True},
+                into=MHA_CASES)
 
 
 def main():
@@ -336,6 +472,10 @@ def main():
     write_json(MASK_OUT, {"generator": "tests/gen_module_goldens.py",
                           "torch": str(torch.__version__), "cases": MASK_CASES})
     print(f"{os.path.relpath(MASK_OUT)}: {len(MASK_CASES)} cases")
+    mha_cases()
+    write_json(MHA_OUT, {"generator": "tests/gen_module_goldens.py",
+                         "torch": str(torch.__version__), "cases": MHA_CASES})
+    print(f"{os.path.relpath(MHA_OUT)}: {len(MHA_CASES)} cases")
     state = block.state_dict()  # nabla's parameter names: norm1.weight, attn.W_query.weight, ...
     write_safetensors(BLOCK_OUT, state)
     print(f"{os.path.relpath(BLOCK_OUT)}: {len(state)} tensors")

@@ -1,10 +1,12 @@
-/* nabla's nn modules against PyTorch. Every case of tests/goldens/modules.json and
- * modules_masks.json (written by tests/gen_module_goldens.py) is rebuilt with the real modules of
+/* nabla's nn modules against PyTorch. Every case of tests/goldens/modules.json, modules_masks.json
+ * and modules_mha.json (written by tests/gen_module_goldens.py) is rebuilt with the real modules of
  * nn.h under a model of the case's dtype, the golden parameters are copied in by name, and the
  * module's forward runs with the case's inputs and flags; the output, the attention weights and,
  * after nb_backward(out, grad_out), every parameter and input gradient must match PyTorch's within
  * golden_compare's tolerances, and nothing may be NaN or infinite (fully padded sequences
- * included). Anything in a case this test does not understand fails it: no case is skipped.
+ * included). MultiHeadAttention runs twice, with and without returning its weights, so both
+ * the op-by-op and the fused path must give the golden output. Anything in a case this test does
+ * not understand fails it: no case is skipped.
  *
  * Also TransformerBlock checkpoints: a bitwise round trip through nb_module_save/load, loads
  * that must fail and leave the model untouched (other dim, other dtype, other names, one
@@ -114,17 +116,19 @@ static bool build(const json_t *c, nb_dtype dt, built_module *b) {
         b->embedding = nb_embedding_new(b->model, "", num, dim);
         b->module = b->embedding ? &b->embedding->base : NULL;
     } else if (strcmp(module, "MultiHeadAttention") == 0) {
-        static const char *const keys[] = {"d_in",     "d_out",   "num_heads",
-                                           "qkv_bias", "dropout", NULL};
+        static const char *const keys[] = {"d_in",    "d_out",    "num_heads", "qkv_bias",
+                                           "dropout", "out_bias", NULL};
         int64_t d_in, d_out, heads;
-        bool qkv_bias;
-        double dropout;
+        nb_mha_config mc;
         if (!only_keys(cfg, "config", keys) || !get_int(cfg, "d_in", &d_in) ||
-            !get_int(cfg, "d_out", &d_out) || !get_int(cfg, "num_heads", &heads) ||
-            !get_bool(cfg, "qkv_bias", &qkv_bias) || !get_double(cfg, "dropout", &dropout))
+            !get_int(cfg, "d_out", &d_out) || !get_int(cfg, "num_heads", &heads))
+            return false;
+        mc = nb_mha_defaults(d_in, d_out, heads); /* out_bias true unless the case says */
+        if (!get_bool(cfg, "qkv_bias", &mc.qkv_bias) || !get_double(cfg, "dropout", &mc.dropout) ||
+            (json_object_get(cfg, "out_bias") && !get_bool(cfg, "out_bias", &mc.out_bias)))
             return false;
         b->kind = M_MHA;
-        b->mha = nb_mha_new(b->model, "", d_in, d_out, heads, qkv_bias, dropout);
+        b->mha = nb_mha_new_config(b->model, "", &mc);
         b->module = b->mha ? &b->mha->base : NULL;
     } else if (strcmp(module, "TransformerBlock") == 0) {
         static const char *const keys[] = {"d_model", "num_heads", "qkv_bias", "ff_hidden",
@@ -200,9 +204,9 @@ static bool copy_parameters(const json_t *c, const built_module *b) {
 }
 
 /* ---- inputs and forward flags ----------------------------------------------------------- */
-enum { IN_X, IN_X_Q, IN_X_KV, IN_INDICES, IN_KEY_PADDING, IN_ATTN_MASK, N_INPUTS };
+enum { IN_X, IN_X_Q, IN_X_KV, IN_INDICES, IN_KEY_PADDING, IN_ATTN_MASK, IN_HEAD_MASK, N_INPUTS };
 static const char *const input_names[N_INPUTS] = {
-    "x", "x_q", "x_kv", "indices", "key_padding_mask", "attn_mask"};
+    "x", "x_q", "x_kv", "indices", "key_padding_mask", "attn_mask", "head_mask"};
 #define BIT(i) (1u << (i))
 
 typedef struct {
@@ -219,7 +223,8 @@ static bool load_inputs(const json_t *c, module_kind kind, case_inputs *in) {
         [M_LINEAR] = BIT(IN_X),
         [M_LAYERNORM] = BIT(IN_X),
         [M_EMBEDDING] = BIT(IN_INDICES),
-        [M_MHA] = BIT(IN_X) | BIT(IN_X_Q) | BIT(IN_X_KV) | BIT(IN_KEY_PADDING) | BIT(IN_ATTN_MASK),
+        [M_MHA] = BIT(IN_X) | BIT(IN_X_Q) | BIT(IN_X_KV) | BIT(IN_KEY_PADDING) | BIT(IN_ATTN_MASK) |
+                  BIT(IN_HEAD_MASK),
         [M_BLOCK] = BIT(IN_X) | BIT(IN_KEY_PADDING) | BIT(IN_ATTN_MASK),
     };
     memset(in, 0, sizeof *in);
@@ -270,7 +275,8 @@ static nb_tensor *forward(const built_module *b, const case_inputs *in, nb_tenso
     nb_mha_opts opts = {.causal = in->causal,
                         .key_padding_mask = x[IN_KEY_PADDING],
                         .attn_mask = x[IN_ATTN_MASK],
-                        .attn_weights = in->want_weights ? weights : NULL};
+                        .attn_weights = weights,
+                        .head_mask = x[IN_HEAD_MASK]};
     switch (b->kind) {
     case M_LINEAR:
         return nb_linear_forward(b->linear, x[IN_X]);
@@ -332,7 +338,14 @@ enum {
     F_MHA_CROSS_MASKED = 1 << 10, /* cross-attention with a key padding mask */
     F_BLOCK = 1 << 11,
     F_BLOCK_FULLY_PADDED = 1 << 12,
-    F_ALL = (1 << 13) - 1
+    F_MHA_NO_BIAS = 1 << 13,     /* no projection has a bias (PyTorch's bias=False) */
+    F_MHA_FLOAT_MASK = 1 << 14,  /* a float attn_mask with finite non-zero values */
+    F_MHA_MASK_B = 1 << 15,      /* attn_mask [B, T_q, T_k] */
+    F_MHA_MASK_BH = 1 << 16,     /* attn_mask [B * H, T_q, T_k] */
+    F_MHA_MASK_4D = 1 << 17,     /* attn_mask [B, H, T_q, T_k] */
+    F_MHA_HEAD_MASK = 1 << 18,   /* head_mask, with its gradient */
+    F_MHA_CAUSAL_RECT = 1 << 19, /* causal with T_q != T_k */
+    F_ALL = (1 << 20) - 1
 };
 
 /* True if some sequence of the [B, T_k] key padding mask is padding throughout. */
@@ -343,6 +356,23 @@ static bool has_fully_padded(const nb_tensor *mask) {
         if (all) return true;
     }
     return false;
+}
+
+/* The features of modules_mha.json. */
+static unsigned mha_features(const nb_mha *m, const case_inputs *in) {
+    const nb_tensor *am = in->slot[IN_ATTN_MASK];
+    const nb_tensor *q = in->slot[IN_X] ? in->slot[IN_X] : in->slot[IN_X_Q];
+    const nb_tensor *kv = in->slot[IN_X] ? in->slot[IN_X] : in->slot[IN_X_KV];
+    unsigned f = 0;
+    if (!m->W_query->bias && !m->out_proj->bias) f |= F_MHA_NO_BIAS;
+    if (am && nb_is_float(am)) f |= F_MHA_FLOAT_MASK;
+    if (am && am->ndim == 3 && am->shape[0] == q->shape[0]) f |= F_MHA_MASK_B;
+    if (am && am->ndim == 3 && m->num_heads > 1 && am->shape[0] == q->shape[0] * m->num_heads)
+        f |= F_MHA_MASK_BH;
+    if (am && am->ndim == 4) f |= F_MHA_MASK_4D;
+    if (in->slot[IN_HEAD_MASK] && in->slot[IN_HEAD_MASK]->requires_grad) f |= F_MHA_HEAD_MASK;
+    if (in->causal && q->shape[1] != kv->shape[1]) f |= F_MHA_CAUSAL_RECT;
+    return f;
 }
 
 static unsigned features_of(const built_module *b, const case_inputs *in) {
@@ -358,9 +388,10 @@ static unsigned features_of(const built_module *b, const case_inputs *in) {
     case M_BLOCK:
         return F_BLOCK | (fully_padded ? F_BLOCK_FULLY_PADDED : 0u);
     case M_MHA:
-        return (in->causal ? F_MHA_CAUSAL : 0u) | (pad ? F_MHA_PADDING : 0u) |
-               (fully_padded ? F_MHA_FULLY_PADDED : 0u) | (am ? F_MHA_ATTN_MASK : 0u) |
-               (pad && am ? F_MHA_BOTH_MASKS : 0u) | (in->slot[IN_X_Q] ? F_MHA_CROSS : 0u) |
+        return mha_features(b->mha, in) | (in->causal ? F_MHA_CAUSAL : 0u) |
+               (pad ? F_MHA_PADDING : 0u) | (fully_padded ? F_MHA_FULLY_PADDED : 0u) |
+               (am ? F_MHA_ATTN_MASK : 0u) | (pad && am ? F_MHA_BOTH_MASKS : 0u) |
+               (in->slot[IN_X_Q] ? F_MHA_CROSS : 0u) |
                (in->slot[IN_X_Q] && pad ? F_MHA_CROSS_MASKED : 0u) |
                (in->want_weights ? F_MHA_WEIGHTS : 0u);
     }
@@ -418,8 +449,10 @@ static bool run_case(const json_t *c, unsigned features[2]) {
     t.ok = parse_case_dtype(c, &dt, &which) && build(c, dt, &b) && copy_parameters(c, &b) &&
            load_inputs(c, b.kind, &in);
     nb_tensor *weights = NULL, *out = NULL;
+    if (t.ok && b.kind == M_MHA) /* without weights: the fused path where masks allow it */
+        compare(&t, forward(&b, &in, NULL), json_object_get(c, "output"), "output (no weights)");
     if (t.ok) {
-        out = forward(&b, &in, &weights);
+        out = forward(&b, &in, in.want_weights ? &weights : NULL);
         compare(&t, out, json_object_get(c, "output"), "output");
         if (in.want_weights)
             compare(&t, weights, golden_named_spec(c, "extra_outputs", "attn_weights"),
@@ -475,7 +508,8 @@ static int run_file(const char *file, unsigned features[2]) {
 static void test_every_golden_case(void) {
     unsigned features[2] = {0, 0};
     printf("\n");
-    int failures = run_file("modules.json", features) + run_file("modules_masks.json", features);
+    int failures = run_file("modules.json", features) + run_file("modules_masks.json", features) +
+                   run_file("modules_mha.json", features);
     CU_ASSERT_EQUAL(failures, 0);
     for (int w = 0; w < 2; w++)
         if (features[w] != F_ALL)
@@ -661,8 +695,7 @@ static void test_block_from_pytorch(void) {
             CU_ASSERT_TRUE(r.ok);
         }
         /* ...so the block gives the case's output. */
-        nb_tensor *weights = NULL;
-        golden_cmp r = golden_compare(forward(&b, &in, &weights), json_object_get(c, "output"));
+        golden_cmp r = golden_compare(forward(&b, &in, NULL), json_object_get(c, "output"));
         if (!r.ok) printf("\n    output: %s\n", r.message);
         CU_ASSERT_TRUE(r.ok);
     }

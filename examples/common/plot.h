@@ -20,4 +20,12 @@ bool plot_train_val(const char *train_csv, const char *val_csv, const char *png_
 bool plot_heatmap(const char *png_path, const char *title, const double *weights, int64_t rows,
                   int64_t cols, const char *const *row_labels, const char *const *col_labels);
 
+/* Head analysis (examples/head_analysis.c) in one picture: held-out accuracy against the
+ * number of heads removed, accuracy[k] for k = 0..n_heads (left), beside a layers x heads grid
+ * of T x T attention heatmaps of one example with the heads of removed[] left blank
+ * (right). titles[l * heads + h] labels each heatmap. In plot_heads.c. */
+bool plot_head_analysis(const char *png_path, const char *title, const double *accuracy, int layers,
+                        int64_t heads, const double *weights, int64_t T, const bool *removed,
+                        const char *const *titles, int64_t marked);
+
 #endif

@@ -67,10 +67,33 @@ nb_tensor *nb_feedforward_forward(nb_feedforward *m, const nb_tensor *x);
 /* ---- Attention --------------------------------------------------------------------------- */
 /* MultiHeadAttention as in the tutorials: W_query, W_key, W_value (bias optional), heads split
  * with view + transpose, scaled dot-product with masks, softmax, dropout on the weights,
- * heads merged with transpose + contiguous + view, then out_proj.
+ * heads merged with transpose + contiguous + view, then out_proj (bias optional).
  *
- * Mask convention: every mask is NB_BOOL with true = blocked (PyTorch's
- * nn.MultiheadAttention convention; F.scaled_dot_product_attention uses the opposite). */
+ * Masks. Boolean masks mean true = blocked (PyTorch's nn.MultiheadAttention convention;
+ * F.scaled_dot_product_attention uses the opposite). A float attn_mask is added to the scaled
+ * scores q k^T / sqrt(head_dim) before the softmax, as nn.MultiheadAttention adds it: -inf
+ * blocks, finite values shift the scores; NaN and +inf are errors. A float mask holding only
+ * 0 and -inf runs exactly like the boolean mask it stands for; one with finite non-zero values
+ * takes the op-by-op path (the path that returns attn_weights), because the fused attention op
+ * takes boolean masks only. attn_mask shapes (B batch, H heads):
+ *   [T_q, T_k]                  the same for every sequence and head;
+ *   [B, T_q, T_k] or [1, ...]   per sequence, the same for every head;
+ *   [B * H, T_q, T_k]           per sequence and head, entry b * H + h (PyTorch's 3-D form);
+ *   [B or 1, H or 1, T_q, T_k]  per sequence and/or head.
+ * A 3-D mask is read as [B, ...] when its first dim is B or 1, else as PyTorch's [B * H, ...]
+ * (the two agree when H is 1). Queries whose keys are all blocked (by any mask together) get
+ * zero weights and zero gradient (PyTorch gives NaN there).
+ *
+ * Causal alignment: causal blocks key j > query i, counting both from 0, whatever T_q and T_k
+ * are (top-left aligned, like torch.ones(T_q, T_k).tril() and SDPA's is_causal): with T_q <
+ * T_k the last keys are seen by no query, with T_q > T_k queries i >= T_k - 1 see every key.
+ * To give T_q new queries the last T_q of T_k positions (bottom-right alignment, decoding
+ * after a prefix), use the KV cache (nabla/generate.h) or an attn_mask.
+ *
+ * Returned attention weights (opts.attn_weights) are per head, [B, H, T_q, T_k], the softmax
+ * output before dropout and before the head mask. PyTorch's nn.MultiheadAttention returns
+ * them averaged over heads by default (average_attn_weights=True); nb_mean_dims(w, 1,
+ * (int[]){1}, false) gives that. */
 typedef struct {
     nb_module base;
     nb_linear *W_query, *W_key, *W_value, *out_proj;
@@ -79,13 +102,31 @@ typedef struct {
 } nb_mha;
 
 typedef struct {
-    bool causal;                      /* block key j > query i */
-    const nb_tensor *key_padding_mask; /* [B, T_k], true = padding, or NULL */
-    const nb_tensor *attn_mask;        /* [T_q, T_k], true = blocked, or NULL */
-    nb_tensor **attn_weights;          /* if not NULL, receives [B, H, T_q, T_k] */
+    bool causal;                       /* block key j > query i (top-left aligned, above) */
+    const nb_tensor *key_padding_mask; /* bool [B, T_k], true = padding, or NULL */
+    const nb_tensor *attn_mask;        /* bool or float, shapes above, or NULL */
+    nb_tensor **attn_weights;          /* if not NULL, receives [B, H, T_q, T_k] (above) */
+    /* [H] in the inputs' dtype, or NULL: head h's output (its slice of the context before
+     * out_proj) is multiplied by head_mask[h], as Hugging Face's head_mask does. 0 removes the
+     * head. Differentiable: d loss / d head_mask is the head importance of Michel et al. 2019
+     * (examples/head_analysis.c). */
+    const nb_tensor *head_mask;
 } nb_mha_opts;
 
+/* Constructor arguments. PyTorch's nn.MultiheadAttention(bias=False) is qkv_bias = out_bias =
+ * false; the tutorials' MultiHeadAttention has qkv_bias false and out_bias true. */
+typedef struct {
+    int64_t d_in, d_out, num_heads;
+    bool qkv_bias;  /* W_query, W_key and W_value have biases */
+    bool out_bias;  /* out_proj has a bias */
+    double dropout; /* on the attention weights, while training */
+} nb_mha_config;
+
+/* The tutorials' settings: no qkv bias, out_proj bias, no dropout. */
+nb_mha_config nb_mha_defaults(int64_t d_in, int64_t d_out, int64_t num_heads);
 /* Errors (NULL) if d_out is not divisible by num_heads. Owned by the root. */
+nb_mha *nb_mha_new_config(nb_module *parent, const char *name, const nb_mha_config *cfg);
+/* The same with out_bias true. Owned by the root. */
 nb_mha *nb_mha_new(nb_module *parent, const char *name, int64_t d_in, int64_t d_out,
                    int64_t num_heads, bool qkv_bias, double dropout);
 /* Self-attention: x [B, T, d_in] -> [B, T, d_out]. opts may be NULL. */
@@ -145,6 +186,18 @@ nb_lm_config nb_transformer_lm_config(const nb_transformer_lm *lm);
  * for num_layers tensors and receives each layer's [B, H, T, T] attention weights. */
 nb_tensor *nb_transformer_lm_forward(nb_transformer_lm *m, const nb_tensor *tokens, bool causal,
                                      const nb_tensor *key_padding_mask, nb_tensor **attn_weights);
+/* What nb_transformer_lm_forward_opts takes beyond the tokens. */
+typedef struct {
+    bool causal;
+    const nb_tensor *key_padding_mask; /* bool [B, T], true = padding, or NULL */
+    /* [layers, heads] in the model's dtype, or NULL: row l is layer l's head mask (nb_mha_opts'
+     * head_mask; Hugging Face's head_mask), differentiable. */
+    const nb_tensor *head_mask;
+    nb_tensor **attn_weights; /* room for num_layers tensors, or NULL */
+} nb_lm_forward_opts;
+/* nb_transformer_lm_forward with a head mask. */
+nb_tensor *nb_transformer_lm_forward_opts(nb_transformer_lm *m, const nb_tensor *tokens,
+                                          const nb_lm_forward_opts *opts);
 
 /* ---- Checkpoints that describe their model ---------------------------------------------- */
 /* Saves lm's subtree (and opt's state if opt is not NULL, as nb_module_save_with) with lm's
