@@ -96,7 +96,13 @@ _Noreturn void nb_dist_abort(int code, const char *msg) {
     fprintf(stderr, "rank %d: %s\n", world_rank, msg ? msg : "aborted");
     fflush(stderr);
 #ifdef NABLA_HAVE_MPI
-    if (mpi_active) MPI_Abort(MPI_COMM_WORLD, code);
+    if (mpi_active) {
+        /* When every rank fails at once (a model mismatch, a missing checkpoint), simultaneous
+         * MPI_Abort calls sometimes crashed Open MPI 4.1's mpirun (exit 139): the other ranks
+         * give rank 0 a second to end the job first, then end it themselves. */
+        if (world_rank > 0) nanosleep(&(struct timespec){1, 0}, NULL);
+        MPI_Abort(MPI_COMM_WORLD, code);
+    }
 #endif
     exit(code);
 }

@@ -5,7 +5,10 @@
 #     checkpoint bytes, and the parameter hash both ranks agreed on equals the single
 #     process's;
 #  2. char_lm the same (train.csv, val.csv, checkpoint, printed sample);
-#  3. ranks that built different models stop, naming the first differing parameter.
+#  3. a two-rank run killed mid-way and resumed with --resume equals the uninterrupted one (rank
+#     0 wrote the checkpoints, every rank read them); resuming where there is no checkpoint
+#     fails on every rank, with no hang;
+#  4. ranks that built different models stop, naming the first differing parameter.
 # Usage: dist_examples_check.sh MPIEXEC TOY_TASKS CHAR_LM
 set -u
 mpiexec=$1 toy=$2 char_lm=$3
@@ -60,6 +63,27 @@ if $same && [ -n "$(sample "$dir/lm_ranks.out")" ] &&
     ok "char_lm: 2 ranks == --accum 2 (logs, checkpoint, sample)"
 else
     $same && bad "char_lm samples differ"
+fi
+
+rflags=(--task reverse --steps 30 --seed 2 --threads 1 --quiet --checkpoint-every 10)
+"$mpiexec" -np 2 "$toy" "${rflags[@]}" --out "$dir/full" >/dev/null 2>&1
+NABLA_TEST_KILL_AFTER_STEP=15 "$mpiexec" -np 2 -x NABLA_TEST_KILL_AFTER_STEP "$toy" "${rflags[@]}" \
+    --out "$dir/cut" >/dev/null 2>&1
+killed=$?
+"$mpiexec" -np 2 "$toy" "${rflags[@]}" --out "$dir/cut" --resume >"$dir/resume.out" 2>&1
+resumed=$?
+if [ $killed -ne 0 ] && [ $resumed -eq 0 ] && cmp -s "$dir/full/train.csv" "$dir/cut/train.csv" &&
+    cmp -s "$dir/full/model.safetensors" "$dir/cut/model.safetensors"; then
+    ok "2 ranks killed at step 15 and resumed == uninterrupted (train.csv, checkpoint)"
+else
+    bad "resume under mpirun: killed exit $killed, resumed exit $resumed: $(tail -3 "$dir/resume.out")"
+fi
+out=$(timeout 120 "$mpiexec" -np 2 "$toy" "${rflags[@]}" --out "$dir/none" --resume 2>&1)
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c 'nothing to resume' <<<"$out")" -ge 1 ]; then
+    ok "--resume without a checkpoint fails on every rank (exit $rc)"
+else
+    bad "--resume without a checkpoint: exit $rc: $out"
 fi
 
 out=$(timeout 120 "$mpiexec" -np 1 "$toy" --task reverse --steps 5 --out "$dir/m" : \
