@@ -1,10 +1,13 @@
-/* nabla's side of bench/compare: the workloads of bench/torch_bench.py (all but gen), same shapes and
- * model definitions, timed as median microseconds per step after warm-up.
+/* nabla's side of bench/compare: the workloads of bench/torch_bench.py, same shapes and model
+ * definitions, timed the way torch_bench.py's timeit does: 5 warm-up steps, then steps in a loop
+ * until min_time has passed, reporting the loop's mean time per step (outliers included, as on
+ * PyTorch's side).
  *
  *   nabla_bench [--threads N] [--min-time SECONDS] [workload...]
  *
  * Each workload runs in a child process so its peak RSS is its own. Printed per line:
- * name, threads, us/step, GFLOP/s (model FLOPs: 2*m*n*k per matmul, forward + backward),
+ * name, threads, us/step, GFLOP/s (model FLOPs: 2*m*n*k per matmul the step needs, forward +
+ * backward, counted by hand below),
  * peak RSS, mallocs per step after the first, and the share of the step that the causal
  * softmax and the GELU take (forward + backward, timed alone at the step's shapes). The gen
  * workload is timed per generated token ("step" = one token there).
@@ -60,9 +63,15 @@ static void mha_setup(workload *w) {
     nb_scope_push(w->model->scope);
     w->x = nb_randn(&rng, NB_F32, NB_SHAPE(w->B, w->T, w->D));
     nb_scope_pop();
+    /* x does not require grad, so the q/k/v projections have no dX. Per step, with the scores
+     * counted in full (T x T per head, as both sides compute them; H heads of D/H columns):
+     *   forward:  q, k, v, out projections 4 * 2BTD^2;  QK^T and PV 2 * 2BT^2D
+     *   backward: out projection dX + dW 2 * 2BTD^2;  dP, dV, dQ, dK 4 * 2BT^2D;
+     *             q, k, v projections dW only 3 * 2BTD^2
+     *   total:    18 BTD^2 + 12 BT^2D   (3 x forward, the old count, is 24 BTD^2 + 12 BT^2D:
+     *             25% high for seed and mid, 29% for toy, 5% for long). */
     double B = (double)w->B, T = (double)w->T, D = (double)w->D;
-    double fwd = 2 * B * T * D * D * 4 + 2 * 2 * B * T * T * D;
-    w->flops = 3 * fwd;
+    w->flops = 18 * B * T * D * D + 12 * B * T * T * D;
 }
 
 static void mha_step(workload *w) {
@@ -87,6 +96,10 @@ static void lm_setup(workload *w) {
     w->idx = nb_randint(&rng, 0, w->V, NB_SHAPE(w->B, w->T));
     w->tgt = nb_randint(&rng, 0, w->V, NB_SHAPE(w->B * w->T));
     nb_scope_pop();
+    /* Every matmul input requires grad here (the first block's input is the embeddings), so
+     * backward is dX + dW for each: 2 x forward, 3 x forward in all. Forward per layer: the
+     * four attention projections 4 * 2tD^2 and the MLP 2 * 2t(4D)D (t = B*T tokens), QK^T and
+     * PV 2 * 2tTD; then the head 2tDV. */
     double tokens = (double)(w->B * w->T), D = (double)w->D, T = (double)w->T;
     double per_layer = 2 * tokens * (4 * D * D + 8 * D * D) + 2 * 2 * tokens * T * D;
     double fwd = (double)w->L * per_layer + 2 * tokens * D * (double)w->V;
@@ -223,37 +236,28 @@ static void op_shares(const workload *w, double step, double *softmax, double *g
     nb_scope_end();
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Runs in the child: warm up, then time single steps until min_time has passed. */
+/* Runs in the child: as torch_bench.py's timeit, 5 warm-up steps (the allocations of the last
+ * one counted), then steps until min_time has passed; the mean over that loop. */
 static void run(workload *w, double min_time) {
     w->setup(w);
-    for (int i = 0; i < 5; i++) w->step(w);
+    for (int i = 0; i < 4; i++) w->step(w);
     uint64_t allocs_before = nb_alloc_count();
     w->step(w);
     uint64_t allocs_per_step = nb_alloc_count() - allocs_before;
-    enum { MAX_SAMPLES = 100000 };
-    double *samples = malloc(sizeof(double) * MAX_SAMPLES);
-    int n = 0;
-    double start = now();
-    while ((now() - start < min_time || n < 5) && n < MAX_SAMPLES) {
-        double t0 = now();
+    int64_t n = 0;
+    double start = now(), elapsed;
+    do {
         w->step(w);
-        samples[n++] = now() - t0;
-    }
-    qsort(samples, (size_t)n, sizeof(double), cmp_double);
-    double median = samples[n / 2] / (double)(w->per_step ? w->per_step : 1);
-    free(samples);
+        n++;
+    } while ((elapsed = now() - start) < min_time);
+    double mean = elapsed / (double)n / (double)(w->per_step ? w->per_step : 1);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru); /* before the share measurements allocate anything */
     double softmax = 0, gelu = 0;
-    if (!w->per_step) op_shares(w, median, &softmax, &gelu); /* training-step shapes only */
+    if (!w->per_step) op_shares(w, mean, &softmax, &gelu); /* training-step shapes only */
     printf("%-5s %-24s threads %d  %10.1f us/step  %7.2f GFLOP/s  peak RSS %6.1f MB  "
            "mallocs/step %llu  softmax %4.1f%%  gelu %4.1f%%\n",
-           w->name, w->shape, nb_get_num_threads(), median * 1e6, w->flops / median * 1e-9,
+           w->name, w->shape, nb_get_num_threads(), mean * 1e6, w->flops / mean * 1e-9,
            (double)ru.ru_maxrss / 1024.0, (unsigned long long)allocs_per_step, 100 * softmax,
            100 * gelu);
     fflush(stdout);
