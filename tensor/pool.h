@@ -19,6 +19,11 @@
 /* More threads than this are never used. */
 #define NBT_POOL_MAX_THREADS 64
 
+/* Callers split a job into about this many tasks per thread (when the work allows), not one
+ * each: a worker the OS deschedules then holds up only its current piece while the others
+ * take the rest, where with one share per thread the job waited for its whole share. */
+#define NBT_PIECES_PER_THREAD 8
+
 /* One task: task is in [0, ntasks); worker in [0, threads) names the thread running it (for
  * per-thread scratch: no two tasks run on the same worker at once). */
 typedef void (*nbt_task_fn)(int64_t task, int worker, void *ctx);
