@@ -3,7 +3,12 @@
  * until min_time has passed, reporting the loop's mean time per step (outliers included, as on
  * PyTorch's side).
  *
- *   nabla_bench [--threads N] [--min-time SECONDS] [workload...]
+ *   nabla_bench [--threads N] [--min-time SECONDS] [--busy-neighbour] [workload...]
+ *
+ * --busy-neighbour starts a process that keeps one core busy at normal priority (a spinning
+ * child, killed at the end) and times each workload at 1 and at 2 threads in turn within one
+ * process, switching every ~50 ms, so that the rest of a shared machine's load falls on both
+ * alike; it prints both means and their ratio (the aim: 2 threads no more than 10% slower).
  *
  * Each workload runs in a child process so its peak RSS is its own. Printed per line:
  * name, threads, us/step, GFLOP/s (model FLOPs: 2*m*n*k per matmul the step needs, forward +
@@ -19,9 +24,11 @@
 
 #include <nabla/nabla.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -263,8 +270,49 @@ static void run(workload *w, double min_time) {
     fflush(stdout);
 }
 
+/* Busy-neighbour mode, in the child: 5 warm-up steps at each thread count, then blocks of
+ * steps of at least 50 ms, alternately at 1 and 2 threads, until each count has had
+ * min_time; each count's mean over its blocks. */
+static void run_one_vs_two(workload *w, double min_time) {
+    w->setup(w);
+    for (int t = 1; t <= 2; t++) {
+        nb_set_num_threads(t);
+        for (int i = 0; i < 5; i++) w->step(w);
+    }
+    double spent[3] = {0, 0, 0};
+    int64_t steps[3] = {0, 0, 0};
+    while (spent[1] < min_time || spent[2] < min_time) {
+        for (int t = 1; t <= 2; t++) {
+            nb_set_num_threads(t);
+            double start = now(), elapsed;
+            do {
+                w->step(w);
+                steps[t]++;
+            } while ((elapsed = now() - start) < 0.05);
+            spent[t] += elapsed;
+        }
+    }
+    double per = (double)(w->per_step ? w->per_step : 1);
+    double one = spent[1] / (double)steps[1] / per, two = spent[2] / (double)steps[2] / per;
+    printf("%-5s %-24s busy neighbour  1 thread %10.1f us/step  2 threads %10.1f us/step  "
+           "2t/1t %5.2f\n",
+           w->name, w->shape, one * 1e6, two * 1e6, two / one);
+    fflush(stdout);
+}
+
+/* A process that keeps one core busy at normal priority until killed (or its parent dies). */
+static pid_t start_neighbour(void) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        for (volatile unsigned long spin = 0;; spin++) continue;
+    }
+    return pid;
+}
+
 int main(int argc, char **argv) {
     int threads = 0;
+    bool busy = false;
     double min_time = 1.0;
     const char *only[NUM_WORKLOADS];
     int nonly = 0;
@@ -273,10 +321,13 @@ int main(int argc, char **argv) {
             threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--min-time") == 0 && i + 1 < argc)
             min_time = atof(argv[++i]);
+        else if (strcmp(argv[i], "--busy-neighbour") == 0)
+            busy = true;
         else if (nonly < NUM_WORKLOADS)
             only[nonly++] = argv[i];
     }
     if (threads > 0) nb_set_num_threads(threads);
+    pid_t neighbour = busy ? start_neighbour() : -1;
     for (int k = 0; k < NUM_WORKLOADS; k++) {
         bool wanted = nonly == 0;
         for (int j = 0; j < nonly; j++) wanted |= strcmp(only[j], workloads[k].name) == 0;
@@ -284,13 +335,20 @@ int main(int argc, char **argv) {
         fflush(stdout);
         pid_t pid = fork();
         if (pid == 0) {
-            run(&workloads[k], min_time);
+            if (busy)
+                run_one_vs_two(&workloads[k], min_time);
+            else
+                run(&workloads[k], min_time);
             _exit(0);
         }
         int status;
         waitpid(pid, &status, 0);
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
             fprintf(stderr, "nabla_bench: workload %s failed\n", workloads[k].name);
+    }
+    if (neighbour > 0) {
+        kill(neighbour, SIGKILL);
+        waitpid(neighbour, NULL, 0);
     }
     return 0;
 }
