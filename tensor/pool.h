@@ -22,8 +22,8 @@
 /* Callers split a job into about this many tasks per thread (when the work allows), not one
  * each: a worker the OS deschedules then holds up only its current piece while the others
  * take the rest, where with one share per thread the job waited for its whole share. */
-#ifndef NBT_PIECES_PER_THREAD /* -DNBT_PIECES_PER_THREAD=1 builds the old one-share split, to compare */
-#define NBT_PIECES_PER_THREAD 8
+#ifndef NBT_PIECES_PER_THREAD /* -DNBT_PIECES_PER_THREAD=1: the old one-share split */
+#define NBT_PIECES_PER_THREAD 4
 #endif
 
 /* One task: task is in [0, ntasks); worker in [0, threads) names the thread running it (for
