@@ -2,7 +2,8 @@
  * at square sizes, next to the FMA peak of this machine measured with a tight loop of
  * independent FMAs on one core (times the thread count); then the time per call of the
  * products the bench workloads make, from seed's tiny ones to mid's attention heads.
- * Usage: gemm_bench [--isa avx512|avx2|generic] [--reps N] [--threads N]
+ * Usage: gemm_bench [--isa avx512|avx2|generic] [--reps N] [--threads N] [--peak]
+ * --peak prints only the one-core FMA peak (best of reps runs), for bench/compare's header.
  * A timing is an output, never a pass/fail check. The machine may be shared: each figure is
  * the best of a few repetitions. */
 #include "tensor/gemm.h"
@@ -144,6 +145,7 @@ static double product_us(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int6
 
 int main(int argc, char **argv) {
     int reps = 5, threads = 1;
+    bool peak_only = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--isa") == 0 && i + 1 < argc) {
             const char *name = argv[++i];
@@ -157,17 +159,30 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             reps = atoi(argv[++i]);
             if (reps < 1) reps = 1;
+        } else if (strcmp(argv[i], "--peak") == 0) {
+            peak_only = true;
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             threads = atoi(argv[++i]);
             if (threads < 1) threads = 1;
         } else {
-            fprintf(stderr, "usage: %s [--isa avx512|avx2|generic] [--reps N] [--threads N]\n",
+            fprintf(stderr,
+                    "usage: %s [--isa avx512|avx2|generic] [--reps N] [--threads N] [--peak]\n",
                     argv[0]);
             return 1;
         }
     }
     nb_set_num_threads(threads);
     nbt_isa isa = nbt_isa_current();
+    if (peak_only) {
+        double best = 0;
+        for (int rep = 0; rep < reps; rep++) {
+            double p = peak_once(isa);
+            if (p > best) best = p;
+        }
+        printf("FMA peak of one core: %.1f GFLOP/s fp32 (%s, best of %d runs)\n", best,
+               isa == NBT_ISA_GENERIC ? "scalar" : nbt_isa_name(isa), reps);
+        return 0;
+    }
     const char *blas = nbt_gemm_blas();
     char what[64];
     snprintf(what, sizeof what, "%s%s", blas ? blas : "the ", blas ? "" : nbt_isa_name(isa));

@@ -1,10 +1,18 @@
-/* nabla's side of bench/compare: the workloads of bench/torch_bench.py (all but gen), same shapes and
- * model definitions, timed as median microseconds per step after warm-up.
+/* nabla's side of bench/compare: the workloads of bench/torch_bench.py, same shapes and model
+ * definitions, timed the way torch_bench.py's timeit does: 5 warm-up steps, then steps in a loop
+ * until min_time has passed, reporting the loop's mean time per step (outliers included, as on
+ * PyTorch's side).
  *
- *   nabla_bench [--threads N] [--min-time SECONDS] [workload...]
+ *   nabla_bench [--threads N] [--min-time SECONDS] [--busy-neighbour] [workload...]
+ *
+ * --busy-neighbour starts a process that keeps one core busy at normal priority (a spinning
+ * child, killed at the end) and times each workload at 1 and at 2 threads in turn within one
+ * process, switching every ~50 ms, so that the rest of a shared machine's load falls on both
+ * alike; it prints both means and their ratio (the aim: 2 threads no more than 10% slower).
  *
  * Each workload runs in a child process so its peak RSS is its own. Printed per line:
- * name, threads, us/step, GFLOP/s (model FLOPs: 2*m*n*k per matmul, forward + backward),
+ * name, threads, us/step, GFLOP/s (model FLOPs: 2*m*n*k per matmul the step needs, forward +
+ * backward, counted by hand below),
  * peak RSS, mallocs per step after the first, and the share of the step that the causal
  * softmax and the GELU take (forward + backward, timed alone at the step's shapes). The gen
  * workload is timed per generated token ("step" = one token there).
@@ -16,9 +24,11 @@
 
 #include <nabla/nabla.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -60,9 +70,15 @@ static void mha_setup(workload *w) {
     nb_scope_push(w->model->scope);
     w->x = nb_randn(&rng, NB_F32, NB_SHAPE(w->B, w->T, w->D));
     nb_scope_pop();
+    /* x does not require grad, so the q/k/v projections have no dX. Per step, with the scores
+     * counted in full (T x T per head, as both sides compute them; H heads of D/H columns):
+     *   forward:  q, k, v, out projections 4 * 2BTD^2;  QK^T and PV 2 * 2BT^2D
+     *   backward: out projection dX + dW 2 * 2BTD^2;  dP, dV, dQ, dK 4 * 2BT^2D;
+     *             q, k, v projections dW only 3 * 2BTD^2
+     *   total:    18 BTD^2 + 12 BT^2D   (3 x forward, the old count, is 24 BTD^2 + 12 BT^2D:
+     *             25% high for seed and mid, 29% for toy, 5% for long). */
     double B = (double)w->B, T = (double)w->T, D = (double)w->D;
-    double fwd = 2 * B * T * D * D * 4 + 2 * 2 * B * T * T * D;
-    w->flops = 3 * fwd;
+    w->flops = 18 * B * T * D * D + 12 * B * T * T * D;
 }
 
 static void mha_step(workload *w) {
@@ -87,6 +103,10 @@ static void lm_setup(workload *w) {
     w->idx = nb_randint(&rng, 0, w->V, NB_SHAPE(w->B, w->T));
     w->tgt = nb_randint(&rng, 0, w->V, NB_SHAPE(w->B * w->T));
     nb_scope_pop();
+    /* Every matmul input requires grad here (the first block's input is the embeddings), so
+     * backward is dX + dW for each: 2 x forward, 3 x forward in all. Forward per layer: the
+     * four attention projections 4 * 2tD^2 and the MLP 2 * 2t(4D)D (t = B*T tokens), QK^T and
+     * PV 2 * 2tTD; then the head 2tDV. */
     double tokens = (double)(w->B * w->T), D = (double)w->D, T = (double)w->T;
     double per_layer = 2 * tokens * (4 * D * D + 8 * D * D) + 2 * 2 * tokens * T * D;
     double fwd = (double)w->L * per_layer + 2 * tokens * D * (double)w->V;
@@ -223,44 +243,76 @@ static void op_shares(const workload *w, double step, double *softmax, double *g
     nb_scope_end();
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Runs in the child: warm up, then time single steps until min_time has passed. */
+/* Runs in the child: as torch_bench.py's timeit, 5 warm-up steps (the allocations of the last
+ * one counted), then steps until min_time has passed; the mean over that loop. */
 static void run(workload *w, double min_time) {
     w->setup(w);
-    for (int i = 0; i < 5; i++) w->step(w);
+    for (int i = 0; i < 4; i++) w->step(w);
     uint64_t allocs_before = nb_alloc_count();
     w->step(w);
     uint64_t allocs_per_step = nb_alloc_count() - allocs_before;
-    enum { MAX_SAMPLES = 100000 };
-    double *samples = malloc(sizeof(double) * MAX_SAMPLES);
-    int n = 0;
-    double start = now();
-    while ((now() - start < min_time || n < 5) && n < MAX_SAMPLES) {
-        double t0 = now();
+    int64_t n = 0;
+    double start = now(), elapsed;
+    do {
         w->step(w);
-        samples[n++] = now() - t0;
-    }
-    qsort(samples, (size_t)n, sizeof(double), cmp_double);
-    double median = samples[n / 2] / (double)(w->per_step ? w->per_step : 1);
-    free(samples);
+        n++;
+    } while ((elapsed = now() - start) < min_time);
+    double mean = elapsed / (double)n / (double)(w->per_step ? w->per_step : 1);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru); /* before the share measurements allocate anything */
     double softmax = 0, gelu = 0;
-    if (!w->per_step) op_shares(w, median, &softmax, &gelu); /* training-step shapes only */
+    if (!w->per_step) op_shares(w, mean, &softmax, &gelu); /* training-step shapes only */
     printf("%-5s %-24s threads %d  %10.1f us/step  %7.2f GFLOP/s  peak RSS %6.1f MB  "
            "mallocs/step %llu  softmax %4.1f%%  gelu %4.1f%%\n",
-           w->name, w->shape, nb_get_num_threads(), median * 1e6, w->flops / median * 1e-9,
+           w->name, w->shape, nb_get_num_threads(), mean * 1e6, w->flops / mean * 1e-9,
            (double)ru.ru_maxrss / 1024.0, (unsigned long long)allocs_per_step, 100 * softmax,
            100 * gelu);
     fflush(stdout);
 }
 
+/* Busy-neighbour mode, in the child: 5 warm-up steps at each thread count, then blocks of
+ * steps of at least 50 ms, alternately at 1 and 2 threads, until each count has had
+ * min_time; each count's mean over its blocks. */
+static void run_one_vs_two(workload *w, double min_time) {
+    w->setup(w);
+    for (int t = 1; t <= 2; t++) {
+        nb_set_num_threads(t);
+        for (int i = 0; i < 5; i++) w->step(w);
+    }
+    double spent[3] = {0, 0, 0};
+    int64_t steps[3] = {0, 0, 0};
+    while (spent[1] < min_time || spent[2] < min_time) {
+        for (int t = 1; t <= 2; t++) {
+            nb_set_num_threads(t);
+            double start = now(), elapsed;
+            do {
+                w->step(w);
+                steps[t]++;
+            } while ((elapsed = now() - start) < 0.05);
+            spent[t] += elapsed;
+        }
+    }
+    double per = (double)(w->per_step ? w->per_step : 1);
+    double one = spent[1] / (double)steps[1] / per, two = spent[2] / (double)steps[2] / per;
+    printf("%-5s %-24s busy neighbour  1 thread %10.1f us/step  2 threads %10.1f us/step  "
+           "2t/1t %5.2f\n",
+           w->name, w->shape, one * 1e6, two * 1e6, two / one);
+    fflush(stdout);
+}
+
+/* A process that keeps one core busy at normal priority until killed (or its parent dies). */
+static pid_t start_neighbour(void) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        for (volatile unsigned long spin = 0;; spin++) continue;
+    }
+    return pid;
+}
+
 int main(int argc, char **argv) {
     int threads = 0;
+    bool busy = false;
     double min_time = 1.0;
     const char *only[NUM_WORKLOADS];
     int nonly = 0;
@@ -269,10 +321,13 @@ int main(int argc, char **argv) {
             threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--min-time") == 0 && i + 1 < argc)
             min_time = atof(argv[++i]);
+        else if (strcmp(argv[i], "--busy-neighbour") == 0)
+            busy = true;
         else if (nonly < NUM_WORKLOADS)
             only[nonly++] = argv[i];
     }
     if (threads > 0) nb_set_num_threads(threads);
+    pid_t neighbour = busy ? start_neighbour() : -1;
     for (int k = 0; k < NUM_WORKLOADS; k++) {
         bool wanted = nonly == 0;
         for (int j = 0; j < nonly; j++) wanted |= strcmp(only[j], workloads[k].name) == 0;
@@ -280,13 +335,20 @@ int main(int argc, char **argv) {
         fflush(stdout);
         pid_t pid = fork();
         if (pid == 0) {
-            run(&workloads[k], min_time);
+            if (busy)
+                run_one_vs_two(&workloads[k], min_time);
+            else
+                run(&workloads[k], min_time);
             _exit(0);
         }
         int status;
         waitpid(pid, &status, 0);
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
             fprintf(stderr, "nabla_bench: workload %s failed\n", workloads[k].name);
+    }
+    if (neighbour > 0) {
+        kill(neighbour, SIGKILL);
+        waitpid(neighbour, NULL, 0);
     }
     return 0;
 }

@@ -348,9 +348,11 @@ static void run_part_task(int64_t task, int worker, void *arg) {
     if (q.b0 < q.b1 && q.m0 < q.m1 && q.n0 < q.n1) run_part(p, &q, s->ws[worker]);
 }
 
-/* Splits the work into parts, one per thread, and runs them. Independent products are split
- * by batch entry; otherwise C is split by rows or by columns at multiples of the tile size,
- * and every part runs all products for its piece of C. Never along K. */
+/* Splits the work into parts and runs them on the pool, whichever thread is free taking the
+ * next part: up to NBT_PIECES_PER_THREAD parts a thread, none under GEMM_MIN_WORK_PER_THREAD
+ * multiply-adds or a unit. Independent products are split by batch entry; otherwise C is
+ * split by rows or by columns at multiples of the tile size, and every part runs all products
+ * for its piece of C. Never along K, so every part owns whole outputs. */
 static bool run(problem_t *p) {
     int64_t M = p->M, N = p->N, batch = p->batch;
     double work = (double)batch * (double)M * (double)N * (double)p->K;
@@ -389,8 +391,14 @@ static bool run(problem_t *p) {
         part_t all = {0, batch, 0, M, 0, N};
         run_part(p, &all, ws[0]);
     } else {
-        parts_t parts = {p, split, unit, threads, ws};
-        nbt_run_tasks(threads, threads, run_part_task, &parts);
+        int64_t along = split == SPLIT_BATCH ? batch : split == SPLIT_ROWS ? M : N;
+        double by_work = work / GEMM_MIN_WORK_PER_THREAD, by_unit = (double)(along / unit);
+        double most = (double)threads * NBT_PIECES_PER_THREAD;
+        most = by_work < most ? by_work : most;
+        most = by_unit < most ? by_unit : most;
+        int nparts = most > threads ? (int)most : threads;
+        parts_t parts = {p, split, unit, nparts, ws};
+        nbt_run_tasks(nparts, threads, run_part_task, &parts);
     }
     if (packs) gemm_workspaces_release(threads, slots);
     return true;

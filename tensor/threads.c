@@ -69,10 +69,14 @@ void nbt_parallel_ranges(int64_t n, int64_t grain, nbt_range_fn fn, void *ctx) {
         if (n > 0) fn(0, n, ctx);
         return;
     }
-    /* Equal slices rounded to 16 elements so that no two threads share a cache line of floats;
-     * indices coarser than that (a grain under 16: rows, chunks) are not rounded, or a few
-     * of them would all land in the first slice. */
-    int64_t unit = grain >= 16 ? 16 : 1;
-    ranges_job r = {n, ((n + nt - 1) / nt + unit - 1) / unit * unit, fn, ctx};
-    nbt_run_tasks(nt, nt, run_range, &r);
+    /* Up to NBT_PIECES_PER_THREAD slices a thread, none under a grain, claimed in turn by
+     * whichever thread is free. Slices are rounded to 16 elements so that no two threads
+     * share a cache line of floats; indices coarser than that (a grain under 16: rows,
+     * chunks) are not rounded, or a few of them would all land in the first slice. */
+    int64_t unit = grain >= 16 ? 16 : 1, by_grain = grain > 0 ? n / grain : n;
+    int64_t pieces = (int64_t)nt * NBT_PIECES_PER_THREAD;
+    if (pieces > by_grain) pieces = by_grain > nt ? by_grain : nt;
+    int64_t slice = ((n + pieces - 1) / pieces + unit - 1) / unit * unit;
+    ranges_job r = {n, slice, fn, ctx};
+    nbt_run_tasks((n + slice - 1) / slice, nt, run_range, &r);
 }
