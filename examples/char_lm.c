@@ -330,18 +330,12 @@ static int run_training(nb_transformer_lm *lm, const dataset *d, const options *
             goto done;
         resume_kill_hook(st.step);
     }
-    uint64_t hash;
-    if (!nb_dist_state_agrees(model, &hash)) {
-        rc = fail("comparing the ranks' parameters");
-        goto done;
-    }
+    progress_finish(&prog, "trained"); /* stdout: rank 0's alone */
+    if (!dist_train_finish(&dt, model)) goto done;
     if (!main_rank) {
         rc = 0;
         goto done;
     }
-    progress_finish(&prog, "trained");
-    printf("parameter hash %016llx (the same on all %d rank(s))\n", (unsigned long long)hash,
-           dt.ranks);
     report_validation(lm, d, o->run.steps, logs[1]);
     fclose(logs[0]);
     fclose(logs[1]);

@@ -309,17 +309,11 @@ static int run_training(const toy_model *lm, const options *o) {
     if (tr.csv) fclose(tr.csv);
     tr.csv = NULL;
     if (!quiet) progress_finish(&prog, "trained");
-    uint64_t hash;
-    if (!nb_dist_state_agrees(model, &hash)) {
-        rc = fail("comparing the ranks' parameters");
-        goto done;
-    }
+    if (!dist_train_finish(&tr.dist, model)) goto done;
     if (!main_rank) {
         rc = 0;
         goto done;
     }
-    printf("parameter hash %016llx (the same on all %d rank(s))\n", (unsigned long long)hash,
-           tr.dist.ranks);
 
     double acc = evaluate(lm, task, o->run.seed);
     printf("%s: held-out token accuracy %.2f%% (%d sequences)\n", task->name, 100 * acc, HELDOUT);

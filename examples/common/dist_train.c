@@ -70,6 +70,17 @@ bool dist_train_update(dist_train *dt, nb_optimizer *opt, const param_list *pl, 
     return healthy && train_apply(dt->prog, opt, pl, step, total, lr, min_lr);
 }
 
+bool dist_train_finish(const dist_train *dt, const nb_module *model) {
+    uint64_t hash;
+    if (!nb_dist_state_agrees(model, &hash)) {
+        fprintf(stderr, "%s: comparing the ranks' parameters: %s\n", dt->prog, nb_last_error());
+        return false;
+    }
+    printf("parameter hash %016llx (the same on all %d rank(s))\n", (unsigned long long)hash,
+           dt->ranks);
+    return true;
+}
+
 int dist_train_fail(const dist_train *dt, int code) {
     if (dt->ranks > 1) nb_dist_abort(code, "stopping every rank after the error above");
     return code;

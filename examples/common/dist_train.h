@@ -46,6 +46,10 @@ bool dist_train_backward(dist_train *dt, nb_optimizer *opt, nb_tensor *loss, int
  * since every rank sees the same averaged gradients. */
 bool dist_train_update(dist_train *dt, nb_optimizer *opt, const param_list *pl, double *stats,
                        int n, int64_t step, int64_t total, double lr, double min_lr);
+/* After the last step: checks that every rank holds the same parameters (a hash of their
+ * bytes) and prints that hash (on rank 0's stdout; the others' goes to /dev/null). False with
+ * a message (prefixed prog) when the ranks differ or cannot compare. */
+bool dist_train_finish(const dist_train *dt, const nb_module *model);
 /* Stops every rank after a failure on this one: prints "prog: what" (rank-tagged under MPI)
  * and ends the job with exit code code. Alone, returns code for main to return. */
 int dist_train_fail(const dist_train *dt, int code);
