@@ -89,10 +89,9 @@ static void mha_step(workload *w) {
     nb_scope_end();
 }
 
-/* ---- LM training step (torch_bench.py lm_step) ---- */
-static void lm_setup(workload *w) {
-    w->model = nb_model_new(NB_F32, 0);
-    w->lm = nb_transformer_lm_new(w->model, "", w->V, w->T, w->D, w->H, (int)w->L, 0.0);
+/* What lm and llama share once the model is built: AdamW over its parameters, and one batch
+ * of tokens and targets from a generator seeded with 0. */
+static void training_setup(workload *w) {
     nb_param p[256];
     w->nparams = nb_module_params(w->model, p, 256);
     for (int i = 0; i < w->nparams; i++) w->params[i] = p[i].tensor;
@@ -103,6 +102,13 @@ static void lm_setup(workload *w) {
     w->idx = nb_randint(&rng, 0, w->V, NB_SHAPE(w->B, w->T));
     w->tgt = nb_randint(&rng, 0, w->V, NB_SHAPE(w->B * w->T));
     nb_scope_pop();
+}
+
+/* ---- LM training step (torch_bench.py lm_step) ---- */
+static void lm_setup(workload *w) {
+    w->model = nb_model_new(NB_F32, 0);
+    w->lm = nb_transformer_lm_new(w->model, "", w->V, w->T, w->D, w->H, (int)w->L, 0.0);
+    training_setup(w);
     /* Every matmul input requires grad here (the first block's input is the embeddings), so
      * backward is dX + dW for each: 2 x forward, 3 x forward in all. Forward per layer: the
      * four attention projections 4 * 2tD^2 and the MLP 2 * 2t(4D)D (t = B*T tokens), QK^T and
@@ -156,16 +162,7 @@ static void llama_setup(workload *w) {
                             .norm_eps = 1e-5,
                             .rope_base = 10000};
     w->llama = blk_llama_lm_new(w->model, "", w->V, (int)w->L, &cfg);
-    nb_param p[256];
-    w->nparams = nb_module_params(w->model, p, 256);
-    for (int i = 0; i < w->nparams; i++) w->params[i] = p[i].tensor;
-    w->opt = nb_adamw_new(w->params, w->nparams, nb_adamw_defaults(1e-3));
-    nb_rng rng;
-    nb_rng_seed(&rng, 0);
-    nb_scope_push(w->model->scope);
-    w->idx = nb_randint(&rng, 0, w->V, NB_SHAPE(w->B, w->T));
-    w->tgt = nb_randint(&rng, 0, w->V, NB_SHAPE(w->B * w->T));
-    nb_scope_pop();
+    training_setup(w);
     double tokens = (double)(w->B * w->T), D = (double)w->D, T = (double)w->T;
     double kv_dim = D * (double)w->KV / (double)w->H, hidden = (double)w->hidden;
     double per_layer =
