@@ -85,7 +85,8 @@ static bool plan_buckets(nb_grad_reducer *r, double bucket_bytes) {
     }
     r->total = offset;
     r->buckets = malloc(sizeof *r->buckets * (size_t)r->nparams);
-    if (!r->buckets) return false;
+    if (!r->buckets)
+        return nbt_error("grad_reducer", "out of memory for %d buckets", r->nparams) != NULL;
     int64_t start = 0, length = 0;
     for (int i = r->nparams - 1; i >= 0; i--) {
         length += nb_numel(r->params[i]);
@@ -103,7 +104,6 @@ static bool plan_buckets(nb_grad_reducer *r, double bucket_bytes) {
 
 nb_grad_reducer *nb_grad_reducer_new(nb_tensor *const *params, int n, double bucket_bytes) {
     if (!check_params(params, n)) return NULL;
-    nb_clear_error(); /* so a failure below can tell whether it has said why */
     if (!(bucket_bytes > 0)) bucket_bytes = DEFAULT_BUCKET_BYTES;
     nb_grad_reducer *r = calloc(1, sizeof *r);
     if (!r) return nbt_error("grad_reducer", "out of memory");
@@ -111,10 +111,10 @@ nb_grad_reducer *nb_grad_reducer_new(nb_tensor *const *params, int n, double buc
     r->dtype = params[0]->dtype;
     r->params = malloc(sizeof *r->params * (size_t)n);
     r->offsets = malloc(sizeof *r->offsets * (size_t)n);
-    bool ok = r->params && r->offsets;
+    bool ok = r->params && r->offsets, said_why = false; /* ensure_grad and plan_buckets say why */
     if (ok) memcpy(r->params, params, sizeof *r->params * (size_t)n);
-    for (int i = 0; ok && i < n; i++) ok = ensure_grad(r->params[i]);
-    ok = ok && plan_buckets(r, bucket_bytes);
+    for (int i = 0; ok && i < n; i++) said_why = !(ok = ensure_grad(r->params[i]));
+    if (ok) said_why = !(ok = plan_buckets(r, bucket_bytes));
     size_t esize = nb_dtype_size(r->dtype);
     if (ok) ok = (r->sum = calloc((size_t)r->total + 1, esize)) != NULL;
 #ifdef NABLA_HAVE_MPI
@@ -133,7 +133,7 @@ nb_grad_reducer *nb_grad_reducer_new(nb_tensor *const *params, int n, double buc
     }
 #endif
     if (!ok) {
-        if (!nb_last_error()[0]) nbt_error("grad_reducer", "out of memory for %d parameters", n);
+        if (!said_why) nbt_error("grad_reducer", "out of memory for %d parameters", n);
         nb_grad_reducer_free(r);
         return NULL;
     }
