@@ -31,11 +31,23 @@ static bool rope_tables(nb_dtype dt, int64_t T, int64_t hd, int64_t offset, doub
  * (a, b) a pair and (c, s) its cos and sin:
  *   out = (a c - b s, b c + a s),  d(a, b) = (g_a c + g_b s, g_b c - g_a s)
  * (the backward is the rotation by minus the angle). */
+typedef struct {
+    const void *x, *cos_t, *sin_t;
+    void *y;
+    int64_t inner, T, half;
+    double sign; /* -1 rotates backwards (the backward) */
+} rope_job;
+
+/* Rows begin..end-1 of the rotation, on nabla's threads (nb_parallel_for): each row its own. */
 #define ROPE_ROWS(T_)                                                                              \
-    static void rope_rows_##T_(const T_ *x, const T_ *cos_t, const T_ *sin_t, T_ *y, int64_t rows, \
-                               int64_t inner, int64_t T, int64_t half, T_ sign) {                  \
-        for (int64_t r = 0; r < rows; r++, x += 2 * half, y += 2 * half) {                         \
-            const T_ *c = cos_t + (r / inner) % T * half, *s = sin_t + (r / inner) % T * half;     \
+    static void rope_rows_##T_(void *ctx, int64_t begin, int64_t end) {                            \
+        const rope_job *j = ctx;                                                                   \
+        const int64_t half = j->half;                                                              \
+        const T_ *x = (const T_ *)j->x + begin * 2 * half, *cos_t = j->cos_t, *sin_t = j->sin_t;   \
+        T_ *y = (T_ *)j->y + begin * 2 * half, sign = (T_)j->sign;                                 \
+        for (int64_t r = begin; r < end; r++, x += 2 * half, y += 2 * half) {                      \
+            int64_t pos = (r / j->inner) % j->T;                                                   \
+            const T_ *c = cos_t + pos * half, *s = sin_t + pos * half;                             \
             for (int64_t i = 0; i < half; i++) {                                                   \
                 T_ a = x[i], b = x[half + i], si = sign * s[i];                                    \
                 y[i] = a * c[i] - b * si;                                                          \
@@ -51,13 +63,13 @@ static nb_tensor *rotate(const nb_tensor *x, const nb_tensor *c, const nb_tensor
                          double sign) {
     nb_tensor *y = nb_empty(x->dtype, x->ndim, x->shape);
     if (!y) return NULL;
-    int64_t hd = x->shape[x->ndim - 1], rows = hd ? nb_numel(x) / hd : 0, T = c->shape[0];
-    if (x->dtype == NB_F32)
-        rope_rows_float(nb_data(x), nb_data(c), nb_data(s), nb_data(y), rows, inner, T, hd / 2,
-                        (float)sign);
-    else
-        rope_rows_double(nb_data(x), nb_data(c), nb_data(s), nb_data(y), rows, inner, T, hd / 2,
-                         sign);
+    int64_t hd = x->shape[x->ndim - 1], rows = hd ? nb_numel(x) / hd : 0;
+    rope_job job = {nb_data(x), nb_data(c),  nb_data(s), nb_data(y),
+                    inner,      c->shape[0], hd / 2,     sign};
+    int64_t grain = hd < 8192 ? 8192 / (hd ? hd : 1) : 1; /* rows: about 8K elements */
+    if (!nb_parallel_for(rows, grain, x->dtype == NB_F32 ? rope_rows_float : rope_rows_double,
+                         &job))
+        return NULL;
     return y;
 }
 
