@@ -3,7 +3,11 @@
  * until min_time has passed, reporting the loop's mean time per step (outliers included, as on
  * PyTorch's side).
  *
- *   nabla_bench [--threads N] [--min-time SECONDS] [--busy-neighbour] [workload...]
+ *   nabla_bench [--threads N] [--min-time SECONDS] [--steps N] [--busy-neighbour] [workload...]
+ *
+ * --steps N times exactly N steps instead of running for min_time: under
+ * `perf stat -e cycles:u`, two runs' difference over the difference in N is the cycles one step
+ * takes, counted for this process alone (steadier than time on a shared machine).
  *
  * --busy-neighbour starts a process that keeps one core busy at normal priority (a spinning
  * child, killed at the end) and times each workload at 1 and at 2 threads in turn within one
@@ -242,6 +246,8 @@ static void op_shares(const workload *w, double step, double *softmax, double *g
 
 /* Runs in the child: as torch_bench.py's timeit, 5 warm-up steps (the allocations of the last
  * one counted), then steps until min_time has passed; the mean over that loop. */
+static int64_t fixed_steps; /* --steps: this many timed steps, not min_time's worth */
+
 static void run(workload *w, double min_time) {
     w->setup(w);
     for (int i = 0; i < 4; i++) w->step(w);
@@ -253,7 +259,8 @@ static void run(workload *w, double min_time) {
     do {
         w->step(w);
         n++;
-    } while ((elapsed = now() - start) < min_time);
+        elapsed = now() - start;
+    } while (fixed_steps ? n < fixed_steps : elapsed < min_time);
     double mean = elapsed / (double)n / (double)(w->per_step ? w->per_step : 1);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru); /* before the share measurements allocate anything */
@@ -318,6 +325,8 @@ int main(int argc, char **argv) {
             threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--min-time") == 0 && i + 1 < argc)
             min_time = atof(argv[++i]);
+        else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
+            fixed_steps = atoll(argv[++i]);
         else if (strcmp(argv[i], "--busy-neighbour") == 0)
             busy = true;
         else if (nonly < NUM_WORKLOADS)
