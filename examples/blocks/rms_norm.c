@@ -8,7 +8,9 @@
  * mean, add, power, two products) recorded six nodes and kept five [..., D] intermediates
  * for backward; this keeps x and one inverse rms per row. With xh = x * r, r = 1 / rms:
  *   y = xh * w,  dw = sum over rows of g * xh,  dx = r * (g w - xh * mean(g w * xh)).
- * Sums run in double for either dtype. The loops run on nabla's threads (nb_parallel_for):
+ * Sums run in double for either dtype; a row's sums keep 8 running partial sums (added up in
+ * one fixed order at the end), so they vectorise: one running sum is a chain of dependent
+ * additions the compiler may not reorder. The loops run on nabla's threads (nb_parallel_for):
  * y, r and dx by rows; dw, a sum over rows, by columns, each column summing the rows in
  * order, so the results are the same bits for any thread count. */
 typedef struct {
@@ -19,17 +21,32 @@ typedef struct {
     double eps;
 } rms_job;
 
+/* result = the sum over i < d of term (a double expression of i), as 8 partial sums added
+ * up in one fixed order. */
+#define ROW_SUM(result, d, term)                                                                   \
+    do {                                                                                           \
+        double part_[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tail_ = 0;                                     \
+        for (int64_t k_ = 0; k_ + 8 <= (d); k_ += 8)                                               \
+            for (int u_ = 0; u_ < 8; u_++) {                                                       \
+                const int64_t i = k_ + u_;                                                         \
+                part_[u_] += (term);                                                               \
+            }                                                                                      \
+        for (int64_t i = (d) / 8 * 8; i < (d); i++) tail_ += (term);                               \
+        (result) = ((part_[0] + part_[1]) + (part_[2] + part_[3])) +                               \
+                   ((part_[4] + part_[5]) + (part_[6] + part_[7])) + tail_;                        \
+    } while (0)
+
 #define RMS_LOOPS(T)                                                                               \
     static void rms_forward_##T(void *ctx, int64_t begin, int64_t end) {                           \
         const rms_job *j = ctx;                                                                    \
         const int64_t d = j->d;                                                                    \
         const T *x = (const T *)j->x + begin * d, *w = j->w;                                       \
         T *y = (T *)j->y + begin * d, *r = j->r_out;                                               \
-        for (int64_t i = begin; i < end; i++, x += d, y += d) {                                    \
-            double sq = 0;                                                                         \
-            for (int64_t k = 0; k < d; k++) sq += (double)x[k] * x[k];                             \
+        for (int64_t row = begin; row < end; row++, x += d, y += d) {                              \
+            double sq;                                                                             \
+            ROW_SUM(sq, d, (double)x[i] * x[i]);                                                   \
             double inv = 1 / sqrt(sq / (double)d + j->eps);                                        \
-            r[i] = (T)inv;                                                                         \
+            r[row] = (T)inv;                                                                       \
             for (int64_t k = 0; k < d; k++) y[k] = (T)((double)x[k] * inv * w[k]);                 \
         }                                                                                          \
     }                                                                                              \
@@ -39,10 +56,10 @@ typedef struct {
         const T *x = (const T *)j->x + begin * d, *g = (const T *)j->g + begin * d, *w = j->w;     \
         const T *r = j->r;                                                                         \
         T *dx = (T *)j->dx + begin * d;                                                            \
-        for (int64_t i = begin; i < end; i++, x += d, g += d, dx += d) {                           \
-            double dot = 0, inv = r[i];                                                            \
-            for (int64_t k = 0; k < d; k++) dot += (double)g[k] * w[k] * x[k] * inv;               \
-            dot /= (double)d;                                                                      \
+        for (int64_t row = begin; row < end; row++, x += d, g += d, dx += d) {                     \
+            double dot, inv = r[row];                                                              \
+            ROW_SUM(dot, d, (double)g[i] * w[i] * x[i]);                                           \
+            dot *= inv / (double)d;                                                                \
             for (int64_t k = 0; k < d; k++)                                                        \
                 dx[k] = (T)(inv * ((double)g[k] * w[k] - (double)x[k] * inv * dot));               \
         }                                                                                          \
