@@ -20,10 +20,10 @@
  * Threads: fn runs on the calling thread and on nabla's workers, several calls at once on
  * disjoint ranges; it must not fail and should do plain computation on memory it was given
  * (no tensor creation, no nabla ops, no nb_error: those belong to the calling thread, before
- * or after the loop). The loop runs inline, as one call fn(ctx, 0, n) on the calling thread,
- * when n is under two grains, when one thread is allowed, inside another parallel loop or
- * kernel (nesting never oversubscribes), or while another user thread's loop holds the
- * workers. Any thread may call it, as any nabla function. */
+ * or after the loop; a nested nb_parallel_for is fine). The loop runs inline, as one call
+ * fn(ctx, 0, n) on the calling thread, when n is under two grains, when one thread is allowed,
+ * inside another parallel loop or kernel (nesting never oversubscribes), or while another
+ * user thread's loop holds the workers. Any thread may call it, as any nabla function. */
 #ifndef NABLA_PARALLEL_H
 #define NABLA_PARALLEL_H
 
