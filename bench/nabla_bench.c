@@ -3,12 +3,22 @@
  * until min_time has passed, reporting the loop's mean time per step (outliers included, as on
  * PyTorch's side).
  *
- *   nabla_bench [--threads N] [--min-time SECONDS] [--busy-neighbour] [workload...]
+ *   nabla_bench [--threads N] [--min-time SECONDS] [--steps N] [--busy-neighbour | --alternate]
+ *               [workload...]
+ *
+ * --steps N times exactly N steps instead of running for min_time: under
+ * `perf stat -e cycles:u`, two runs' difference over the difference in N is the cycles one step
+ * takes, counted for this process alone (steadier than time on a shared machine).
  *
  * --busy-neighbour starts a process that keeps one core busy at normal priority (a spinning
  * child, killed at the end) and times each workload at 1 and at 2 threads in turn within one
  * process, switching every ~50 ms, so that the rest of a shared machine's load falls on both
  * alike; it prints both means and their ratio (the aim: 2 threads no more than 10% slower).
+ *
+ * --alternate times the named workloads (two or more) in one process, in turns of ~50 ms until
+ * each has had min_time, and prints each mean with its ratio to the first's: on a shared
+ * machine both see the same load, so `--alternate lm llama` compares them where separate runs
+ * cannot (peak RSS and op shares are not printed then).
  *
  * Each workload runs in a child process so its peak RSS is its own. Printed per line:
  * name, threads, us/step, GFLOP/s (model FLOPs: 2*m*n*k per matmul the step needs, forward +
@@ -242,6 +252,8 @@ static void op_shares(const workload *w, double step, double *softmax, double *g
 
 /* Runs in the child: as torch_bench.py's timeit, 5 warm-up steps (the allocations of the last
  * one counted), then steps until min_time has passed; the mean over that loop. */
+static int64_t fixed_steps; /* --steps: this many timed steps, not min_time's worth */
+
 static void run(workload *w, double min_time) {
     w->setup(w);
     for (int i = 0; i < 4; i++) w->step(w);
@@ -253,7 +265,8 @@ static void run(workload *w, double min_time) {
     do {
         w->step(w);
         n++;
-    } while ((elapsed = now() - start) < min_time);
+        elapsed = now() - start;
+    } while (fixed_steps ? n < fixed_steps : elapsed < min_time);
     double mean = elapsed / (double)n / (double)(w->per_step ? w->per_step : 1);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru); /* before the share measurements allocate anything */
@@ -265,6 +278,16 @@ static void run(workload *w, double min_time) {
            (double)ru.ru_maxrss / 1024.0, (unsigned long long)allocs_per_step, 100 * softmax,
            100 * gelu);
     fflush(stdout);
+}
+
+/* Steps w for at least 50 ms; returns the time taken and adds the steps to *steps. */
+static double timed_block(workload *w, int64_t *steps) {
+    double start = now(), elapsed;
+    do {
+        w->step(w);
+        ++*steps;
+    } while ((elapsed = now() - start) < 0.05);
+    return elapsed;
 }
 
 /* Busy-neighbour mode, in the child: 5 warm-up steps at each thread count, then blocks of
@@ -281,12 +304,7 @@ static void run_one_vs_two(workload *w, double min_time) {
     while (spent[1] < min_time || spent[2] < min_time) {
         for (int t = 1; t <= 2; t++) {
             nb_set_num_threads(t);
-            double start = now(), elapsed;
-            do {
-                w->step(w);
-                steps[t]++;
-            } while ((elapsed = now() - start) < 0.05);
-            spent[t] += elapsed;
+            spent[t] += timed_block(w, &steps[t]);
         }
     }
     double per = (double)(w->per_step ? w->per_step : 1);
@@ -294,6 +312,33 @@ static void run_one_vs_two(workload *w, double min_time) {
     printf("%-5s %-24s busy neighbour  1 thread %10.1f us/step  2 threads %10.1f us/step  "
            "2t/1t %5.2f\n",
            w->name, w->shape, one * 1e6, two * 1e6, two / one);
+    fflush(stdout);
+}
+
+/* Alternate mode, in the child: the n workloads set up side by side, 5 warm-up steps each,
+ * then blocks of steps of at least 50 ms taken in turn until each has had min_time, so that
+ * a shared machine's load falls on all of them alike; each one's mean and its ratio to the
+ * first's. */
+static void run_alternating(workload **ws, int n, double min_time) {
+    double spent[NUM_WORKLOADS] = {0};
+    int64_t steps[NUM_WORKLOADS] = {0};
+    for (int i = 0; i < n; i++) {
+        ws[i]->setup(ws[i]);
+        for (int k = 0; k < 5; k++) ws[i]->step(ws[i]);
+    }
+    for (bool more = true; more;) {
+        more = false;
+        for (int i = 0; i < n; i++) spent[i] += timed_block(ws[i], &steps[i]);
+        for (int i = 0; i < n; i++) more |= spent[i] < min_time;
+    }
+    double first = 0;
+    for (int i = 0; i < n; i++) {
+        double per = (double)(ws[i]->per_step ? ws[i]->per_step : 1);
+        double mean = spent[i] / (double)steps[i] / per;
+        if (i == 0) first = mean;
+        printf("%-5s %-24s alternating  threads %d  %10.1f us/step  %5.3fx %s\n", ws[i]->name,
+               ws[i]->shape, nb_get_num_threads(), mean * 1e6, mean / first, ws[0]->name);
+    }
     fflush(stdout);
 }
 
@@ -309,7 +354,7 @@ static pid_t start_neighbour(void) {
 
 int main(int argc, char **argv) {
     int threads = 0;
-    bool busy = false;
+    bool busy = false, alternate = false;
     double min_time = 1.0;
     const char *only[NUM_WORKLOADS];
     int nonly = 0;
@@ -318,12 +363,35 @@ int main(int argc, char **argv) {
             threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "--min-time") == 0 && i + 1 < argc)
             min_time = atof(argv[++i]);
+        else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
+            fixed_steps = atoll(argv[++i]);
         else if (strcmp(argv[i], "--busy-neighbour") == 0)
             busy = true;
+        else if (strcmp(argv[i], "--alternate") == 0)
+            alternate = true;
         else if (nonly < NUM_WORKLOADS)
             only[nonly++] = argv[i];
     }
     if (threads > 0) nb_set_num_threads(threads);
+    if (alternate) { /* one child runs them all, in turn */
+        workload *ws[NUM_WORKLOADS];
+        int n = 0;
+        for (int j = 0; j < nonly; j++)
+            for (int k = 0; k < NUM_WORKLOADS; k++)
+                if (strcmp(only[j], workloads[k].name) == 0) ws[n++] = &workloads[k];
+        if (n < 2) {
+            fprintf(stderr, "nabla_bench: --alternate needs two or more workloads\n");
+            return 1;
+        }
+        pid_t pid = fork();
+        if (pid == 0) {
+            run_alternating(ws, n, min_time);
+            _exit(0);
+        }
+        int status;
+        waitpid(pid, &status, 0);
+        return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+    }
     pid_t neighbour = busy ? start_neighbour() : -1;
     for (int k = 0; k < NUM_WORKLOADS; k++) {
         bool wanted = nonly == 0;

@@ -2,6 +2,7 @@
  * (pool.h). Kernels split work only above a size threshold and give each task whole outputs
  * (rows, tiles, batch entries), never parts of one sum, so results are bitwise identical for
  * any thread count. */
+#include "nabla/parallel.h"
 #include "nbt.h"
 #include "pool.h"
 
@@ -79,4 +80,27 @@ void nbt_parallel_ranges(int64_t n, int64_t grain, nbt_range_fn fn, void *ctx) {
     int64_t slice = ((n + pieces - 1) / pieces + unit - 1) / unit * unit;
     ranges_job r = {n, slice, fn, ctx};
     nbt_run_tasks((n + slice - 1) / slice, nt, run_range, &r);
+}
+
+/* nb_parallel_for's fn and ctx, passed through nbt_parallel_ranges' argument order. */
+typedef struct {
+    nb_range_fn fn;
+    void *ctx;
+} user_loop;
+
+static void run_user_range(int64_t begin, int64_t end, void *arg) {
+    const user_loop *loop = arg;
+    loop->fn(loop->ctx, begin, end);
+}
+
+bool nb_parallel_for(int64_t n, int64_t grain, nb_range_fn fn, void *ctx) {
+    if (!fn || n < 0 || grain < 1) {
+        nb_error("nb_parallel_for",
+                 "needs n >= 0, grain >= 1 and a function, got n %lld, grain %lld%s", (long long)n,
+                 (long long)grain, fn ? "" : " and a NULL function");
+        return false;
+    }
+    user_loop loop = {fn, ctx};
+    nbt_parallel_ranges(n, grain, run_user_range, &loop);
+    return true;
 }

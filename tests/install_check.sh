@@ -36,7 +36,7 @@ case "$cflags" in *"$tmp/root"*) ;; *) fail "cflags '$cflags' do not point into 
 libdir=$(pkgconf --variable=libdir nabla)
 [ -f "$libdir/libnabla.so" ] || fail "no libnabla.so in $libdir"
 [ -f "$libdir/libnabla.a" ] || fail "no libnabla.a in $libdir"
-for h in nabla.h tensor.h autograd.h ops.h module.h function.h nn.h; do
+for h in nabla.h tensor.h autograd.h ops.h module.h function.h parallel.h nn.h; do
     [ -f "$tmp/root$prefix/include/nabla/$h" ] || fail "header nabla/$h was not installed"
 done
 
@@ -77,11 +77,11 @@ mkdir "$tmp/ext"
 cp "$user_extension" "$tmp/ext/user_extension.c"
 # shellcheck disable=SC2046
 (cd "$tmp/ext" && "$@" -std=c11 -Wall -Wextra -Werror user_extension.c -o user_extension \
-    $(pkgconf --cflags --libs nabla)) >"$tmp/ext.log" 2>&1 ||
+    $(pkgconf --cflags --libs nabla) -lm) >"$tmp/ext.log" 2>&1 ||
     { cat "$tmp/ext.log" >&2; fail "the out-of-tree extension does not build"; }
 (cd "$tmp/ext" && env -u LD_LIBRARY_PATH ./user_extension) >"$tmp/ext_run.log" 2>&1 ||
     { cat "$tmp/ext_run.log" >&2; fail "the out-of-tree extension failed"; }
 grep -q "user extension: ok" "$tmp/ext_run.log" || fail "the extension did not finish"
 sed 's/^/  /' "$tmp/ext_run.log"
 
-echo "install_check: nabla $version installs, pkg-config finds it, shared and static links work, a user extension builds, checks and trains"
+echo "install_check: nabla $version installs, pkg-config finds it, shared and static links work, a user extension builds, checks, runs a parallel loop and trains"

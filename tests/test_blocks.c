@@ -4,6 +4,7 @@
  * are in tests/test_blocks_goldens.c. */
 #include "blocks.h"
 #include "harness.h"
+#include "rope_tables.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,14 @@ static void test_rope_offset_and_layouts(void) {
     nb_tensor *pairs = nb_add(nb_narrow(sq, -1, 0, 3), nb_narrow(sq, -1, 3, 3));
     nb_tensor *pairs_in = nb_add(nb_narrow(sq_in, -1, 0, 3), nb_narrow(sq_in, -1, 3, 3));
     NBT_ASSERT_CLOSE(pairs, pairs_in, 1e-12, 1e-12);
+    /* Tables made once (the attention module's q and k) rotate as blk_rope does; tables for
+     * another length or head dim are refused. */
+    blk_rope_tables tables;
+    CU_ASSERT_TRUE_FATAL(blk_rope_tables_make(NB_F64, 3, 6, 4, 500, &tables));
+    NBT_ASSERT_CLOSE(blk_rope_apply(nb_narrow(x, 2, 4, 3), -2, &tables), tail, 0, 0);
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(blk_rope_apply(x, -2, &tables));
+    NBT_ASSERT_ERROR("rope: tables float64 [3, 3] do not fit x float64 [2, 3, 7, 6] along dim -2");
 }
 
 static void test_swiglu_values(void) {
@@ -348,6 +357,9 @@ static void test_errors(void) {
     CU_ASSERT_PTR_NULL(
         blk_llama_lm_forward(lm, tokens, &(blk_attn_opts){.key_padding_mask = bad_pad}));
     NBT_ASSERT_ERROR("'lm.layers.0.attention': key_padding_mask must be bool [2, 3]");
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(blk_llama_lm_forward(lm, tokens, &(blk_attn_opts){.offset = -2}));
+    NBT_ASSERT_ERROR("'lm.layers.0.attention': offset must be >= 0, got -2");
     nb_module_free(model);
 }
 

@@ -1,6 +1,7 @@
 /* The Llama-style attention module: projections, RoPE on q and k, grouped-query attention. */
 #include "blocks.h"
 #include "errors.h"
+#include "rope_tables.h"
 
 #include <math.h>
 
@@ -50,14 +51,14 @@ static bool combined_mask(const blk_attention *m, const blk_attn_opts *o, int64_
     return !(pad || am) || *out;
 }
 
-/* [B, T, heads * hd] -> [B, heads, T, hd], rotated for positions offset.. when rotate. The
+/* [B, T, heads * hd] -> [B, heads, T, hd], rotated with the tables when there are some. The
  * rotation runs on the [B, T, heads, hd] layout the projection wrote, and the head dim is
  * then moved in front of the tokens as a strided view. */
-static nb_tensor *heads(const blk_attention *m, const nb_tensor *x, int64_t n, bool rotate,
-                        int64_t offset) {
+static nb_tensor *heads(const blk_attention *m, const nb_tensor *x, int64_t n,
+                        const blk_rope_tables *rope) {
     if (!x) return NULL;
     nb_tensor *h = nb_view(x, NB_SHAPE(x->shape[0], x->shape[1], n, m->head_dim));
-    if (rotate) h = blk_rope(h, 1, offset, m->rope_base);
+    if (rope) h = blk_rope_apply(h, 1, rope);
     return nb_transpose(h, 1, 2);
 }
 
@@ -69,9 +70,14 @@ nb_tensor *blk_attention_forward(blk_attention *m, const nb_tensor *x, const blk
     int64_t B = x->shape[0], T = x->shape[1], offset = opts ? opts->offset : 0;
     nb_tensor *mask;
     if (!combined_mask(m, opts, B, T, &mask)) return NULL;
-    nb_tensor *q = heads(m, nb_linear_forward(m->wq, x), m->n_heads, true, offset);
-    nb_tensor *k = heads(m, nb_linear_forward(m->wk, x), m->n_kv_heads, true, offset);
-    nb_tensor *v = heads(m, nb_linear_forward(m->wv, x), m->n_kv_heads, false, 0);
+    if (offset < 0)
+        return nb_error("Attention", "'%s': offset must be >= 0, got %lld",
+                        nb_module_path(&m->base), (long long)offset);
+    blk_rope_tables rope; /* q and k are rotated at the same positions: one set of tables */
+    if (!blk_rope_tables_make(x->dtype, T, m->head_dim, offset, m->rope_base, &rope)) return NULL;
+    nb_tensor *q = heads(m, nb_linear_forward(m->wq, x), m->n_heads, &rope);
+    nb_tensor *k = heads(m, nb_linear_forward(m->wk, x), m->n_kv_heads, &rope);
+    nb_tensor *v = heads(m, nb_linear_forward(m->wv, x), m->n_kv_heads, NULL);
     const bool causal = opts && opts->causal;
     const double scale = 1.0 / sqrt((double)m->head_dim);
     nb_tensor *ctx = opts && opts->attn_weights

@@ -8,34 +8,78 @@
  * mean, add, power, two products) recorded six nodes and kept five [..., D] intermediates
  * for backward; this keeps x and one inverse rms per row. With xh = x * r, r = 1 / rms:
  *   y = xh * w,  dw = sum over rows of g * xh,  dx = r * (g w - xh * mean(g w * xh)).
- * Sums run in double for either dtype. */
-#define RMS_ROWS(T)                                                                                \
-    static void rms_forward_##T(const T *x, const T *w, T *y, T *r, int64_t rows, int64_t d,       \
-                                double eps) {                                                      \
-        for (int64_t i = 0; i < rows; i++, x += d, y += d) {                                       \
-            double sq = 0;                                                                         \
-            for (int64_t j = 0; j < d; j++) sq += (double)x[j] * x[j];                             \
-            double inv = 1 / sqrt(sq / (double)d + eps);                                           \
-            r[i] = (T)inv;                                                                         \
-            for (int64_t j = 0; j < d; j++) y[j] = (T)((double)x[j] * inv * w[j]);                 \
+ * Sums run in double for either dtype; a row's sums keep 8 running partial sums (added up in
+ * one fixed order at the end), so they vectorise: one running sum is a chain of dependent
+ * additions the compiler may not reorder. The loops run on nabla's threads (nb_parallel_for):
+ * y, r and dx by rows; dw, a sum over rows, by columns, each column summing the rows in
+ * order, so the results are the same bits for any thread count. */
+typedef struct {
+    const void *x, *w, *g, *r; /* r: one inverse rms per row, written by forward */
+    void *y, *r_out, *dx;
+    double *dw;
+    int64_t rows, d;
+    double eps;
+} rms_job;
+
+/* result = the sum over i < d of term (a double expression of i), as 8 partial sums added
+ * up in one fixed order. */
+#define ROW_SUM(result, d, term)                                                                   \
+    do {                                                                                           \
+        double part_[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tail_ = 0;                                     \
+        for (int64_t k_ = 0; k_ + 8 <= (d); k_ += 8)                                               \
+            for (int u_ = 0; u_ < 8; u_++) {                                                       \
+                const int64_t i = k_ + u_;                                                         \
+                part_[u_] += (term);                                                               \
+            }                                                                                      \
+        for (int64_t i = (d) / 8 * 8; i < (d); i++) tail_ += (term);                               \
+        (result) = ((part_[0] + part_[1]) + (part_[2] + part_[3])) +                               \
+                   ((part_[4] + part_[5]) + (part_[6] + part_[7])) + tail_;                        \
+    } while (0)
+
+#define RMS_LOOPS(T)                                                                               \
+    static void rms_forward_##T(void *ctx, int64_t begin, int64_t end) {                           \
+        const rms_job *j = ctx;                                                                    \
+        const int64_t d = j->d;                                                                    \
+        const T *x = (const T *)j->x + begin * d, *w = j->w;                                       \
+        T *y = (T *)j->y + begin * d, *r = j->r_out;                                               \
+        for (int64_t row = begin; row < end; row++, x += d, y += d) {                              \
+            double sq;                                                                             \
+            ROW_SUM(sq, d, (double)x[i] * x[i]);                                                   \
+            double inv = 1 / sqrt(sq / (double)d + j->eps);                                        \
+            r[row] = (T)inv;                                                                       \
+            for (int64_t k = 0; k < d; k++) y[k] = (T)((double)x[k] * inv * w[k]);                 \
         }                                                                                          \
     }                                                                                              \
-    static void rms_backward_##T(const T *x, const T *w, const T *r, const T *g, T *dx,            \
-                                 double *dw, int64_t rows, int64_t d) {                            \
-        for (int64_t i = 0; i < rows; i++, x += d, g += d) {                                       \
-            double dot = 0, inv = r[i];                                                            \
-            for (int64_t j = 0; j < d; j++) {                                                      \
-                dot += (double)g[j] * w[j] * x[j] * inv;                                           \
-                dw[j] += (double)g[j] * x[j] * inv;                                                \
-            }                                                                                      \
-            dot /= (double)d;                                                                      \
-            if (dx)                                                                                \
-                for (int64_t j = 0; j < d; j++, dx++)                                              \
-                    *dx = (T)(inv * ((double)g[j] * w[j] - (double)x[j] * inv * dot));             \
+    static void rms_input_grad_##T(void *ctx, int64_t begin, int64_t end) {                        \
+        const rms_job *j = ctx;                                                                    \
+        const int64_t d = j->d;                                                                    \
+        const T *x = (const T *)j->x + begin * d, *g = (const T *)j->g + begin * d, *w = j->w;     \
+        const T *r = j->r;                                                                         \
+        T *dx = (T *)j->dx + begin * d;                                                            \
+        for (int64_t row = begin; row < end; row++, x += d, g += d, dx += d) {                     \
+            double dot, inv = r[row];                                                              \
+            ROW_SUM(dot, d, (double)g[i] * w[i] * x[i]);                                           \
+            dot *= inv / (double)d;                                                                \
+            for (int64_t k = 0; k < d; k++)                                                        \
+                dx[k] = (T)(inv * ((double)g[k] * w[k] - (double)x[k] * inv * dot));               \
+        }                                                                                          \
+    }                                                                                              \
+    static void rms_weight_grad_##T(void *ctx, int64_t begin, int64_t end) { /* columns */         \
+        const rms_job *j = ctx;                                                                    \
+        const int64_t d = j->d;                                                                    \
+        const T *x = j->x, *g = j->g, *r = j->r;                                                   \
+        for (int64_t i = 0; i < j->rows; i++, x += d, g += d) {                                    \
+            double inv = r[i];                                                                     \
+            for (int64_t k = begin; k < end; k++) j->dw[k] += (double)g[k] * x[k] * inv;           \
         }                                                                                          \
     }
-RMS_ROWS(float)
-RMS_ROWS(double)
+RMS_LOOPS(float)
+RMS_LOOPS(double)
+
+/* Rows per thread-worthy piece of work: about 8K elements. */
+static int64_t row_grain(int64_t d) {
+    return d < 8192 ? 8192 / (d ? d : 1) : 1;
+}
 
 static bool rms_forward(nb_node *ctx, int nin, const nb_tensor *const *in, int nout,
                         nb_tensor **out) {
@@ -46,12 +90,16 @@ static bool rms_forward(nb_node *ctx, int nin, const nb_tensor *const *in, int n
     nb_tensor *r = nb_empty(x->dtype, NB_SHAPE(rows));
     out[0] = nb_empty(x->dtype, x->ndim, x->shape);
     if (!r || !out[0]) return false;
-    double eps = *(const double *)nb_ctx_user(ctx);
-    if (x->dtype == NB_F32)
-        rms_forward_float(nb_data(x), nb_data(w), nb_data(out[0]), nb_data(r), rows, d, eps);
-    else
-        rms_forward_double(nb_data(x), nb_data(w), nb_data(out[0]), nb_data(r), rows, d, eps);
-    return nb_ctx_save(ctx, x) && nb_ctx_save(ctx, w) && nb_ctx_save(ctx, r);
+    rms_job job = {.x = nb_data(x),
+                   .w = nb_data(w),
+                   .y = nb_data(out[0]),
+                   .r_out = nb_data(r),
+                   .rows = rows,
+                   .d = d,
+                   .eps = *(const double *)nb_ctx_user(ctx)};
+    return nb_parallel_for(rows, row_grain(d),
+                           x->dtype == NB_F32 ? rms_forward_float : rms_forward_double, &job) &&
+           nb_ctx_save(ctx, x) && nb_ctx_save(ctx, w) && nb_ctx_save(ctx, r);
 }
 
 static bool rms_backward(nb_node *ctx, int nout, const nb_tensor *const *gout, int nin,
@@ -61,18 +109,27 @@ static bool rms_backward(nb_node *ctx, int nout, const nb_tensor *const *gout, i
     const nb_tensor *g = nb_contiguous(gout[0]);
     if (!x || !w || !r || !g) return false;
     int64_t d = x->shape[x->ndim - 1], rows = d ? nb_numel(x) / d : 0;
-    nb_tensor *dx = nb_ctx_needs_input_grad(ctx, 0) ? nb_empty(x->dtype, x->ndim, x->shape) : NULL;
-    nb_tensor *dw = nb_zeros(NB_F64, NB_SHAPE(d)); /* summed in double for either dtype */
-    if (!dw) return false;
-    if (x->dtype == NB_F32)
-        rms_backward_float(nb_data(x), nb_data(w), nb_data(r), nb_data(g), dx ? nb_data(dx) : NULL,
-                           nb_data(dw), rows, d);
-    else
-        rms_backward_double(nb_data(x), nb_data(w), nb_data(r), nb_data(g), dx ? nb_data(dx) : NULL,
-                            nb_data(dw), rows, d);
-    gin[0] = dx;
-    if (nb_ctx_needs_input_grad(ctx, 1))
-        gin[1] = x->dtype == NB_F64 ? dw : nb_to_dtype(dw, x->dtype);
+    rms_job job = {
+        .x = nb_data(x), .w = nb_data(w), .g = nb_data(g), .r = nb_data(r), .rows = rows, .d = d};
+    const bool f32 = x->dtype == NB_F32;
+    if (nb_ctx_needs_input_grad(ctx, 0)) {
+        if (!(gin[0] = nb_empty(x->dtype, x->ndim, x->shape))) return false;
+        job.dx = nb_data(gin[0]);
+        if (!nb_parallel_for(rows, row_grain(d), f32 ? rms_input_grad_float : rms_input_grad_double,
+                             &job))
+            return false;
+    }
+    if (nb_ctx_needs_input_grad(ctx, 1)) {
+        nb_tensor *dw = nb_zeros(NB_F64, NB_SHAPE(d)); /* summed in double for either dtype */
+        if (!dw) return false;
+        job.dw = nb_data(dw);
+        /* at least 16 columns a piece: 16 doubles are two cache lines no other piece writes */
+        int64_t column_grain = rows < 8192 / 16 ? 8192 / (rows ? rows : 1) : 16;
+        if (!nb_parallel_for(d, column_grain, f32 ? rms_weight_grad_float : rms_weight_grad_double,
+                             &job))
+            return false;
+        if (!(gin[1] = x->dtype == NB_F64 ? dw : nb_to_dtype(dw, x->dtype))) return false;
+    }
     return true;
 }
 

@@ -1,13 +1,14 @@
 /* Rotary position embeddings, rotate-half convention (Hugging Face's Llama layout). */
 #include "blocks.h"
 #include "errors.h"
+#include "rope_tables.h"
 
 #include <math.h>
 
 /* cos and sin of every position's angles, [T, hd / 2] each: pair i of position offset + t
  * turns by (offset + t) * base^(-2i/hd). Computed in double, rounded to dt. */
-static bool rope_tables(nb_dtype dt, int64_t T, int64_t hd, int64_t offset, double base,
-                        nb_tensor **cos_out, nb_tensor **sin_out) {
+bool blk_rope_tables_make(nb_dtype dt, int64_t T, int64_t hd, int64_t offset, double base,
+                          blk_rope_tables *out) {
     int64_t half = hd / 2;
     nb_tensor *c = nb_empty(NB_F64, NB_SHAPE(T, half)), *s = nb_empty(NB_F64, NB_SHAPE(T, half));
     if (!c || !s) return false;
@@ -20,9 +21,9 @@ static bool rope_tables(nb_dtype dt, int64_t T, int64_t hd, int64_t offset, doub
             sd[t * half + i] = sin(angle);
         }
     }
-    *cos_out = dt == NB_F64 ? c : nb_to_dtype(c, dt);
-    *sin_out = dt == NB_F64 ? s : nb_to_dtype(s, dt);
-    return *cos_out && *sin_out;
+    out->cos = dt == NB_F64 ? c : nb_to_dtype(c, dt);
+    out->sin = dt == NB_F64 ? s : nb_to_dtype(s, dt);
+    return out->cos && out->sin;
 }
 
 /* The rotation as one node (nabla's function API); op by op (two narrows, a concat, two
@@ -31,11 +32,23 @@ static bool rope_tables(nb_dtype dt, int64_t T, int64_t hd, int64_t offset, doub
  * (a, b) a pair and (c, s) its cos and sin:
  *   out = (a c - b s, b c + a s),  d(a, b) = (g_a c + g_b s, g_b c - g_a s)
  * (the backward is the rotation by minus the angle). */
+typedef struct {
+    const void *x, *cos_t, *sin_t;
+    void *y;
+    int64_t inner, T, half;
+    double sign; /* -1 rotates backwards (the backward) */
+} rope_job;
+
+/* Rows begin..end-1 of the rotation, on nabla's threads (nb_parallel_for): each row its own. */
 #define ROPE_ROWS(T_)                                                                              \
-    static void rope_rows_##T_(const T_ *x, const T_ *cos_t, const T_ *sin_t, T_ *y, int64_t rows, \
-                               int64_t inner, int64_t T, int64_t half, T_ sign) {                  \
-        for (int64_t r = 0; r < rows; r++, x += 2 * half, y += 2 * half) {                         \
-            const T_ *c = cos_t + (r / inner) % T * half, *s = sin_t + (r / inner) % T * half;     \
+    static void rope_rows_##T_(void *ctx, int64_t begin, int64_t end) {                            \
+        const rope_job *j = ctx;                                                                   \
+        const int64_t half = j->half;                                                              \
+        const T_ *x = (const T_ *)j->x + begin * 2 * half, *cos_t = j->cos_t, *sin_t = j->sin_t;   \
+        T_ *y = (T_ *)j->y + begin * 2 * half, sign = (T_)j->sign;                                 \
+        for (int64_t r = begin; r < end; r++, x += 2 * half, y += 2 * half) {                      \
+            int64_t pos = (r / j->inner) % j->T;                                                   \
+            const T_ *c = cos_t + pos * half, *s = sin_t + pos * half;                             \
             for (int64_t i = 0; i < half; i++) {                                                   \
                 T_ a = x[i], b = x[half + i], si = sign * s[i];                                    \
                 y[i] = a * c[i] - b * si;                                                          \
@@ -51,13 +64,13 @@ static nb_tensor *rotate(const nb_tensor *x, const nb_tensor *c, const nb_tensor
                          double sign) {
     nb_tensor *y = nb_empty(x->dtype, x->ndim, x->shape);
     if (!y) return NULL;
-    int64_t hd = x->shape[x->ndim - 1], rows = hd ? nb_numel(x) / hd : 0, T = c->shape[0];
-    if (x->dtype == NB_F32)
-        rope_rows_float(nb_data(x), nb_data(c), nb_data(s), nb_data(y), rows, inner, T, hd / 2,
-                        (float)sign);
-    else
-        rope_rows_double(nb_data(x), nb_data(c), nb_data(s), nb_data(y), rows, inner, T, hd / 2,
-                         sign);
+    int64_t hd = x->shape[x->ndim - 1], rows = hd ? nb_numel(x) / hd : 0;
+    rope_job job = {nb_data(x), nb_data(c),  nb_data(s), nb_data(y),
+                    inner,      c->shape[0], hd / 2,     sign};
+    int64_t grain = hd < 8192 ? 8192 / (hd ? hd : 1) : 1; /* rows: about 8K elements */
+    if (!nb_parallel_for(rows, grain, x->dtype == NB_F32 ? rope_rows_float : rope_rows_double,
+                         &job))
+        return NULL;
     return y;
 }
 
@@ -83,24 +96,53 @@ static bool rope_backward(nb_node *ctx, int nout, const nb_tensor *const *gout, 
 
 static const nb_function rope_fn = {"rope", rope_forward, rope_backward};
 
-nb_tensor *blk_rope(const nb_tensor *x, int seq_dim, int64_t offset, double base) {
-    if (!x) return blk_null_argument("rope");
+/* Checks x, offset and base for a rotation along seq_dim; returns seq_dim as a dim index, or
+ * -1 with an error. */
+static int checked_seq_dim(const nb_tensor *x, int seq_dim, int64_t offset, double base) {
     int d = seq_dim < 0 ? seq_dim + x->ndim : seq_dim;
     if (!nb_is_float(x) || x->ndim < 2 || d < 0 || d >= x->ndim - 1)
         return nb_error("rope",
                         "expects a float tensor [..., T, ..., hd] with positions along a dim "
                         "before the last, got %s %s and seq_dim %d",
-                        nb_dtype_name(x->dtype), nb_shape_text(x), seq_dim);
-    int64_t hd = x->shape[x->ndim - 1], T = x->shape[d];
-    if (hd % 2 != 0)
-        return nb_error("rope", "head dim (last of %s) must be even", nb_shape_text(x));
+                        nb_dtype_name(x->dtype), nb_shape_text(x), seq_dim),
+               -1;
+    if (x->shape[x->ndim - 1] % 2 != 0)
+        return nb_error("rope", "head dim (last of %s) must be even", nb_shape_text(x)), -1;
     if (offset < 0 || !(base > 0))
         return nb_error("rope", "needs offset >= 0 and base > 0, got %lld and %g",
-                        (long long)offset, base);
-    nb_tensor *cos_t, *sin_t;
-    if (!rope_tables(x->dtype, T, hd, offset, base, &cos_t, &sin_t)) return NULL;
+                        (long long)offset, base),
+               -1;
+    return d;
+}
+
+/* Rotates x (checked) with tables made for it. */
+static nb_tensor *rope_with(const nb_tensor *x, int d, const blk_rope_tables *tables) {
     int64_t inner = 1; /* rows of hd between two positions */
     for (int k = d + 1; k < x->ndim - 1; k++) inner *= x->shape[k];
     /* inner travels as the user pointer: only forward reads it, before this returns */
-    return nb_function_apply1(&rope_fn, 3, (const nb_tensor *[]){x, cos_t, sin_t}, &inner);
+    return nb_function_apply1(&rope_fn, 3, (const nb_tensor *[]){x, tables->cos, tables->sin},
+                              &inner);
+}
+
+nb_tensor *blk_rope(const nb_tensor *x, int seq_dim, int64_t offset, double base) {
+    if (!x) return blk_null_argument("rope");
+    int d = checked_seq_dim(x, seq_dim, offset, base);
+    blk_rope_tables tables;
+    if (d < 0 ||
+        !blk_rope_tables_make(x->dtype, x->shape[d], x->shape[x->ndim - 1], offset, base, &tables))
+        return NULL;
+    return rope_with(x, d, &tables);
+}
+
+nb_tensor *blk_rope_apply(const nb_tensor *x, int seq_dim, const blk_rope_tables *tables) {
+    if (!x || !tables || !tables->cos || !tables->sin) return blk_null_argument("rope");
+    int d = checked_seq_dim(x, seq_dim, 0, 1);
+    if (d < 0) return NULL;
+    const nb_tensor *c = tables->cos;
+    if (c->dtype != x->dtype || c->ndim != 2 || c->shape[0] != x->shape[d] ||
+        2 * c->shape[1] != x->shape[x->ndim - 1])
+        return nb_error("rope", "tables %s %s do not fit x %s %s along dim %d",
+                        nb_dtype_name(c->dtype), nb_shape_text(c), nb_dtype_name(x->dtype),
+                        nb_shape_text(x), seq_dim);
+    return rope_with(x, d, tables);
 }

@@ -5,20 +5,35 @@
 /* silu(a) * b as one node (nabla's function API): op by op it took four nodes (sigmoid, two
  * products) and kept three [..., hidden] intermediates for backward. With s = sigmoid(a),
  * computed by nabla's vectorised nb_sigmoid and kept for backward:
- *   out = a s b,  da = g b s (1 + a (1 - s)),  db = g a s. */
+ *   out = a s b,  da = g b s (1 + a (1 - s)),  db = g a s.
+ * The element loops run on nabla's threads (nb_parallel_for); each element is its own. */
+typedef struct {
+    const void *a, *s, *b, *g;
+    void *out, *da, *db; /* da or db NULL: not needed */
+} silu_gate_job;
+
 #define SILU_GATE(T)                                                                               \
-    static void silu_gate_##T(const T *a, const T *s, const T *b, T *out, int64_t n) {             \
-        for (int64_t i = 0; i < n; i++) out[i] = a[i] * s[i] * b[i];                               \
+    static void silu_gate_##T(void *ctx, int64_t begin, int64_t end) {                             \
+        const silu_gate_job *j = ctx;                                                              \
+        const T *a = j->a, *s = j->s, *b = j->b;                                                   \
+        T *out = j->out;                                                                           \
+        for (int64_t i = begin; i < end; i++) out[i] = a[i] * s[i] * b[i];                         \
     }                                                                                              \
-    static void silu_gate_grad_##T(const T *a, const T *s, const T *b, const T *g, T *da, T *db,   \
-                                   int64_t n) {                                                    \
-        for (int64_t i = 0; i < n; i++) {                                                          \
-            if (da) da[i] = g[i] * b[i] * s[i] * (1 + a[i] * (1 - s[i]));                          \
-            if (db) db[i] = g[i] * a[i] * s[i];                                                    \
-        }                                                                                          \
+    static void silu_gate_grad_##T(void *ctx, int64_t begin, int64_t end) {                        \
+        const silu_gate_job *j = ctx;                                                              \
+        const T *a = j->a, *s = j->s, *b = j->b, *g = j->g;                                        \
+        T *da = j->da, *db = j->db;                                                                \
+        if (da)                                                                                    \
+            for (int64_t i = begin; i < end; i++)                                                  \
+                da[i] = g[i] * b[i] * s[i] * (1 + a[i] * (1 - s[i]));                              \
+        if (db)                                                                                    \
+            for (int64_t i = begin; i < end; i++) db[i] = g[i] * a[i] * s[i];                      \
     }
 SILU_GATE(float)
 SILU_GATE(double)
+
+/* Elements per thread-worthy piece: as nabla's own element-wise maps. */
+#define SILU_GATE_GRAIN 16384
 
 static bool silu_gate_forward(nb_node *ctx, int nin, const nb_tensor *const *in, int nout,
                               nb_tensor **out) {
@@ -31,11 +46,10 @@ static bool silu_gate_forward(nb_node *ctx, int nin, const nb_tensor *const *in,
                false;
     const nb_tensor *s = nb_sigmoid(a); /* grad mode is off in forward: a plain tensor */
     if (!s || !(out[0] = nb_empty(a->dtype, a->ndim, a->shape))) return false;
-    if (a->dtype == NB_F32)
-        silu_gate_float(nb_data(a), nb_data(s), nb_data(b), nb_data(out[0]), nb_numel(a));
-    else
-        silu_gate_double(nb_data(a), nb_data(s), nb_data(b), nb_data(out[0]), nb_numel(a));
-    return nb_ctx_save(ctx, a) && nb_ctx_save(ctx, b) && nb_ctx_save(ctx, s);
+    silu_gate_job job = {.a = nb_data(a), .s = nb_data(s), .b = nb_data(b), .out = nb_data(out[0])};
+    return nb_parallel_for(nb_numel(a), SILU_GATE_GRAIN,
+                           a->dtype == NB_F32 ? silu_gate_float : silu_gate_double, &job) &&
+           nb_ctx_save(ctx, a) && nb_ctx_save(ctx, b) && nb_ctx_save(ctx, s);
 }
 
 static bool silu_gate_backward(nb_node *ctx, int nout, const nb_tensor *const *gout, int nin,
@@ -47,12 +61,14 @@ static bool silu_gate_backward(nb_node *ctx, int nout, const nb_tensor *const *g
     for (int i = 0; i < 2; i++)
         if (nb_ctx_needs_input_grad(ctx, i) && !(gin[i] = nb_empty(a->dtype, a->ndim, a->shape)))
             return false;
-    void *da = gin[0] ? nb_data(gin[0]) : NULL, *db = gin[1] ? nb_data(gin[1]) : NULL;
-    if (a->dtype == NB_F32)
-        silu_gate_grad_float(nb_data(a), nb_data(s), nb_data(b), nb_data(g), da, db, nb_numel(a));
-    else
-        silu_gate_grad_double(nb_data(a), nb_data(s), nb_data(b), nb_data(g), da, db, nb_numel(a));
-    return true;
+    silu_gate_job job = {.a = nb_data(a),
+                         .s = nb_data(s),
+                         .b = nb_data(b),
+                         .g = nb_data(g),
+                         .da = gin[0] ? nb_data(gin[0]) : NULL,
+                         .db = gin[1] ? nb_data(gin[1]) : NULL};
+    return nb_parallel_for(nb_numel(a), SILU_GATE_GRAIN,
+                           a->dtype == NB_F32 ? silu_gate_grad_float : silu_gate_grad_double, &job);
 }
 
 static const nb_function silu_gate_fn = {"silu_gate", silu_gate_forward, silu_gate_backward};

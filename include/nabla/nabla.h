@@ -6,6 +6,7 @@
 #include "nabla/tensor.h"
 #include "nabla/autograd.h"
 #include "nabla/function.h"
+#include "nabla/parallel.h"
 #include "nabla/ops.h"
 #include "nabla/checkpoint.h"
 #include "nabla/module.h"
