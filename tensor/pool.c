@@ -34,8 +34,11 @@ typedef struct {
 #define SPIN_NS 200000
 
 /* How often a spinning worker asks whether the machine has more runnable threads than CPUs
- * (oversubscribed()); if so it sleeps at once, since its spinning would then only take time
- * from threads that have work (the caller between jobs, or a neighbour's process). */
+ * (oversubscribed()), the first time after CROWD_FIRST_NS: if so it sleeps at once, since its
+ * spinning would then only take time from threads that have work (the caller between jobs,
+ * or a neighbour's process). Gaps shorter than the first check (most gaps inside a training
+ * step) never ask, so a passing process on a quiet machine seldom sends a worker to sleep. */
+#define CROWD_FIRST_NS 10000
 #define CROWD_CHECK_NS 25000
 
 /* The caller, out of tasks, waits this long for other threads' tasks to finish (or
@@ -75,14 +78,15 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* True when more threads are runnable on the machine than this process has CPUs (the
- * running count of /proc/loadavg, which includes the asking thread); false if that cannot be
- * read. */
-static int loadavg_fd = -1;
+/* True when more threads are runnable on the machine than this process had CPUs when first
+ * asked (the running count of /proc/loadavg, which includes the asking thread); false if that
+ * cannot be read. */
+static int loadavg_fd = -1, cpus_at_open = 1;
 static pthread_once_t loadavg_once = PTHREAD_ONCE_INIT;
 
 static void open_loadavg(void) {
     loadavg_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    cpus_at_open = nbt_cpu_count();
 }
 
 static bool oversubscribed(void) {
@@ -93,18 +97,18 @@ static bool oversubscribed(void) {
     buf[n] = '\0';
     /* "0.52 0.58 0.59 3/123 4567": the fourth field's running count */
     const char *p = buf;
-    for (int field = 0; field < 3 && p; field++) {
+    for (int field = 0; field < 3; field++) {
         while (*p && *p != ' ') p++;
         while (*p == ' ') p++;
     }
     char *end;
     long running = strtol(p, &end, 10);
-    return end != p && *end == '/' && running > nbt_cpu_count();
+    return end != p && *end == '/' && running > cpus_at_open;
 }
 
 /* A bounded spin: call spin_on once per check; it pauses and returns false once limit_ns
  * have passed since the first call, or (when crowd_check is set) when the machine is found
- * oversubscribed, checked at the start and every CROWD_CHECK_NS. */
+ * oversubscribed (CROWD_FIRST_NS, CROWD_CHECK_NS). */
 typedef struct {
     int64_t calls, end, limit_ns, next_crowd_check;
     bool crowd_check;
@@ -114,10 +118,12 @@ static inline bool spin_on(spin_timer *t) {
     cpu_relax();
     if ((t->calls++ & 63) == 0) {
         int64_t n = now_ns();
-        if (!t->end)
+        if (!t->end) {
             t->end = n + t->limit_ns;
-        else if (n > t->end)
+            t->next_crowd_check = n + CROWD_FIRST_NS;
+        } else if (n > t->end) {
             return false;
+        }
         if (t->crowd_check && n >= t->next_crowd_check) {
             if (oversubscribed()) return false;
             t->next_crowd_check = n + CROWD_CHECK_NS;
