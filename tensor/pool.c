@@ -10,9 +10,11 @@
 #define _GNU_SOURCE
 #include "pool.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,6 +32,26 @@ typedef struct {
  * parallel pieces of a training step (a wake-up from sleep costs tens of microseconds), short
  * enough that an idle pool soon stops taking CPU time from anyone else. */
 #define SPIN_NS 200000
+
+/* How often a spinning worker asks whether the machine has more runnable threads than CPUs
+ * (oversubscribed()), the first time after CROWD_FIRST_NS: if so it sleeps at once, since its
+ * spinning would then only take time from threads that have work (the caller between jobs,
+ * or a neighbour's process). Gaps shorter than the first check (most gaps inside a training
+ * step) never ask, so a passing process on a quiet machine seldom sends a worker to sleep. */
+#define CROWD_FIRST_NS 10000
+#define CROWD_CHECK_NS 25000
+
+/* The caller, out of tasks, waits this long for other threads' tasks to finish (or
+ * WAIT_TASKS times its own mean task time, if longer) before it sleeps. A task it waits on
+ * longer than that is most likely held by a descheduled thread; sleeping frees this CPU, so
+ * the OS can run that thread here. */
+#define WAIT_MIN_NS 20000
+#define WAIT_TASKS 3
+
+/* Sleeping workers are woken for a job only once the caller has been at it this long with
+ * tasks left: waking one costs the caller a system call and the worker tens of microseconds
+ * to arrive, more than a short job takes (a generated token's matrix-vector products). */
+#define WAKE_AFTER_NS 20000
 
 static pthread_mutex_t run_lock = PTHREAD_MUTEX_INITIALIZER; /* one job at a time */
 static pthread_mutex_t sleep_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -56,20 +78,56 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* A bounded spin: call spin_on once per check; it pauses and returns false once SPIN_NS have
- * passed since the first call. */
+/* True when more threads are runnable on the machine than this process had CPUs when first
+ * asked (the running count of /proc/loadavg, which includes the asking thread); false if that
+ * cannot be read. */
+static int loadavg_fd = -1, cpus_at_open = 1;
+static pthread_once_t loadavg_once = PTHREAD_ONCE_INIT;
+
+static void open_loadavg(void) {
+    loadavg_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    cpus_at_open = nbt_cpu_count();
+}
+
+static bool oversubscribed(void) {
+    pthread_once(&loadavg_once, open_loadavg);
+    char buf[128];
+    ssize_t n = loadavg_fd < 0 ? -1 : pread(loadavg_fd, buf, sizeof buf - 1, 0);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    /* "0.52 0.58 0.59 3/123 4567": the fourth field's running count */
+    const char *p = buf;
+    for (int field = 0; field < 3; field++) {
+        while (*p && *p != ' ') p++;
+        while (*p == ' ') p++;
+    }
+    char *end;
+    long running = strtol(p, &end, 10);
+    return end != p && *end == '/' && running > cpus_at_open;
+}
+
+/* A bounded spin: call spin_on once per check; it pauses and returns false once limit_ns
+ * have passed since the first call, or (when crowd_check is set) when the machine is found
+ * oversubscribed (CROWD_FIRST_NS, CROWD_CHECK_NS). */
 typedef struct {
-    int64_t calls, end;
+    int64_t calls, end, limit_ns, next_crowd_check;
+    bool crowd_check;
 } spin_timer;
 
 static inline bool spin_on(spin_timer *t) {
     cpu_relax();
     if ((t->calls++ & 63) == 0) {
         int64_t n = now_ns();
-        if (!t->end)
-            t->end = n + SPIN_NS;
-        else if (n > t->end)
+        if (!t->end) {
+            t->end = n + t->limit_ns;
+            t->next_crowd_check = n + CROWD_FIRST_NS;
+        } else if (n > t->end) {
             return false;
+        }
+        if (t->crowd_check && n >= t->next_crowd_check) {
+            if (oversubscribed()) return false;
+            t->next_crowd_check = n + CROWD_CHECK_NS;
+        }
     }
     return true;
 }
@@ -88,23 +146,39 @@ int nbt_cpu_count(void) {
     return n > 0 ? (int)n : 1;
 }
 
-/* Claims and runs tasks of j until none are left; wakes the caller after the last one. */
-static void claim_tasks(job_t *j, int worker) {
-    for (;;) {
+/* Wakes every sleeping worker (they then look for the current generation's job). */
+static void wake_workers(void) {
+    pthread_mutex_lock(&sleep_lock);
+    pthread_cond_broadcast(&work_posted);
+    pthread_mutex_unlock(&sleep_lock);
+}
+
+/* Claims and runs tasks of j until none are left; wakes the caller after the last one.
+ * Returns how many tasks this thread ran. The caller (worker 0) also wakes sleeping workers
+ * once the job has run WAKE_AFTER_NS with tasks left. */
+static int64_t claim_tasks(job_t *j, int worker) {
+    const int64_t start = worker == 0 ? now_ns() : 0;
+    bool woken = worker != 0;
+    for (int64_t ran = 0;; ran++) {
         int64_t task = atomic_fetch_add(&j->next, 1);
-        if (task >= j->ntasks) return;
+        if (task >= j->ntasks) return ran;
         j->fn(task, worker, j->ctx);
         if (atomic_fetch_add(&j->done, 1) + 1 == j->ntasks && atomic_load(&caller_sleeping)) {
             pthread_mutex_lock(&sleep_lock);
             pthread_cond_broadcast(&work_done);
             pthread_mutex_unlock(&sleep_lock);
         }
+        if (!woken && atomic_load(&sleeping_workers) > 0 && atomic_load(&j->next) < j->ntasks &&
+            now_ns() - start > WAKE_AFTER_NS) {
+            wake_workers();
+            woken = true;
+        }
     }
 }
 
 /* Waits until the generation differs from seen, spinning first; returns the new one. */
 static uint64_t wait_for_work(uint64_t seen) {
-    spin_timer st = {0};
+    spin_timer st = {.limit_ns = SPIN_NS, .crowd_check = true};
     for (uint64_t g; spin_on(&st);)
         if ((g = atomic_load(&generation)) != seen) return g;
     pthread_mutex_lock(&sleep_lock);
@@ -172,16 +246,16 @@ void nbt_run_tasks(int64_t ntasks, int threads, nbt_task_fn fn, void *ctx) {
     j.generation = atomic_load(&generation) + 1;
     atomic_store(&current_job, &j);
     atomic_store(&generation, j.generation);
-    if (atomic_load(&sleeping_workers) > 0) {
-        pthread_mutex_lock(&sleep_lock);
-        pthread_cond_broadcast(&work_posted);
-        pthread_mutex_unlock(&sleep_lock);
-    }
+    /* Workers still spinning take tasks at once; sleeping ones are woken in claim_tasks if
+     * the job runs long enough to be worth it. */
     in_task = true;
-    claim_tasks(&j, 0);
+    int64_t started_ns = now_ns();
+    int64_t ran = claim_tasks(&j, 0);
     in_task = false;
     /* Tasks other threads claimed may still be running. */
-    spin_timer st = {0};
+    int64_t per_task = ran > 0 ? (now_ns() - started_ns) / ran : 0;
+    spin_timer st = {.limit_ns =
+                         per_task * WAIT_TASKS > WAIT_MIN_NS ? per_task * WAIT_TASKS : WAIT_MIN_NS};
     while (atomic_load(&j.done) < ntasks && spin_on(&st)) continue;
     if (atomic_load(&j.done) < ntasks) {
         pthread_mutex_lock(&sleep_lock);
@@ -192,7 +266,7 @@ void nbt_run_tasks(int64_t ntasks, int threads, nbt_task_fn fn, void *ctx) {
     }
     /* Withdraw the job, then wait out workers that may still be looking at it. */
     atomic_store(&current_job, NULL);
-    spin_timer idle = {0};
+    spin_timer idle = {.limit_ns = SPIN_NS};
     while (atomic_load(&active) > 0)
         if (!spin_on(&idle)) sched_yield();
     pthread_mutex_unlock(&run_lock);

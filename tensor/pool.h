@@ -3,10 +3,12 @@
  * Work is split into tasks that whichever thread is free claims in order, the calling
  * thread included. So a worker that the OS has descheduled (a busy machine) holds up only
  * the task it is running, never a share assigned to it in advance; idle workers spin for a
- * few microseconds and then sleep, so they do not take the CPU from the thread that still
- * has work. GNU OpenMP's default spin-waiting made two threads 100x slower than one on a
- * machine where other processes kept a core busy; with this pool 2 threads measured from
- * 0.78x to 1.35x one thread's time there (README, "Performance").
+ * while and then sleep (at once when the machine has more runnable threads than CPUs), so
+ * they do not take the CPU from the thread that still has work, and sleeping workers are
+ * woken only for jobs long enough to pay for it (pool.c). GNU OpenMP's default spin-waiting
+ * made two threads 100x slower than one on a machine where other processes kept a core busy;
+ * with this pool 2 threads measured from 0.41x to 1.15x one thread's time there on a loaded
+ * machine (README, "Performance").
  *
  * Which thread runs a task never changes what the task computes, so results do not depend on
  * the thread count as long as each task writes its own outputs. */

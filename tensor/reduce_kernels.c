@@ -14,6 +14,8 @@
 #include <string.h>
 
 #define LANES 8
+/* Column sums whose [lanes, K] accumulator fits this many doubles use a stack array. */
+#define SMALL_COLUMN_ACC 512
 
 bool nbt_reduce_dims(const char *op, const nb_tensor *a, int ndims, const int *dims, bool *reduce) {
     if (!a) return nbt_error(op, "NULL input"), false;
@@ -160,11 +162,23 @@ static void sum_column_range(int64_t k0, int64_t k1, void *vjob) {
 static bool sum_columns(const nb_tensor *a, odometer *red, int64_t K, char *out, double scale) {
     int64_t R = count(red);
     int64_t lanes = R < LANES ? R : LANES;
-    nb_tensor *acc_t = nb_zeros(NB_F64, 2, (int64_t[]){lanes, K});
-    if (!acc_t) return false;
-    double *acc = nb_data(acc_t);
+    /* A small accumulator lives on the stack and the sum stays on this thread (it is below
+     * the split's grain anyway): a bias gradient of a few rows is then no tensor and no pool
+     * call, which were most of its cost in the smallest workload. */
+    double small[SMALL_COLUMN_ACC];
+    nb_tensor *acc_t = NULL;
+    double *acc = small;
+    if (lanes * K <= SMALL_COLUMN_ACC && R * K <= 32768) {
+        memset(small, 0, sizeof(double) * (size_t)(lanes * K));
+    } else {
+        if (!(acc_t = nb_zeros(NB_F64, 2, (int64_t[]){lanes, K}))) return false;
+        acc = nb_data(acc_t);
+    }
     columns_job job = {a, *red, R, K, acc};
-    nbt_parallel_ranges(K, 32768 / R + 1, sum_column_range, &job);
+    if (acc == small)
+        sum_column_range(0, K, &job);
+    else
+        nbt_parallel_ranges(K, 32768 / R + 1, sum_column_range, &job);
     for (int64_t k = 0; k < K; k++) {
         double l[LANES] = {0};
         for (int64_t j = 0; j < lanes; j++) l[j] = acc[j * K + k];

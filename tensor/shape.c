@@ -70,7 +70,8 @@ bool nbt_check_shape(const char *op, int ndim, const int64_t *shape, nb_dtype dt
     }
     /* Sizes of 0 count as 1: a tensor with no elements still has strides (products of the
      * other sizes), and they must fit in int64 too, as in PyTorch. */
-    int64_t limit = INT64_MAX / 64 / (int64_t)nb_dtype_size(dt), n = 1;
+    /* sizes are powers of two: a shift, where a division was 1% of the seed step */
+    int64_t limit = (INT64_MAX / 64) >> __builtin_ctzll(nb_dtype_size(dt)), n = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0) {
             nbt_error(op, "negative size %lld in dim %d of shape %s", (long long)shape[i], i,

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define MAX_TASKS 20000
 
@@ -87,6 +88,34 @@ static void test_nested_calls_stay_on_their_thread(void) {
     CU_ASSERT_FALSE(nbt_in_task());
 }
 
+/* A task that takes about a millisecond and notes whether a worker other than the caller ran
+ * it. */
+static int64_t clock_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void slow_task(int64_t task, int worker, void *ctx) {
+    (void)task;
+    int64_t end = clock_ns() + 1000000;
+    while (clock_ns() < end) continue;
+    if (worker != 0) atomic_fetch_add((atomic_int *)ctx, 1);
+}
+
+/* Idle workers sleep after a while; a long job must wake them (they are woken only once the
+ * caller has worked on it for a moment). Tried up to 100 times, as a loaded machine may not
+ * run the woken worker within one job. */
+static void test_sleeping_workers_join_long_jobs(void) {
+    atomic_int helped = 0;
+    for (int round = 0; round < 100 && atomic_load(&helped) == 0; round++) {
+        struct timespec pause = {0, 2000000}; /* longer than the workers' spin */
+        nanosleep(&pause, NULL);
+        nbt_run_tasks(8, 2, slow_task, &helped);
+    }
+    CU_ASSERT_TRUE(atomic_load(&helped) > 0);
+}
+
 static void *caller_thread(void *arg) {
     tally *t = arg;
     intptr_t failures = 0;
@@ -145,6 +174,7 @@ int main(void) {
         {"5000 small jobs back to back", test_back_to_back_jobs},
         {"a nested call runs on its thread, in order", test_nested_calls_stay_on_their_thread},
         {"two callers at once both finish", test_two_callers_at_once},
+        {"sleeping workers join a long job", test_sleeping_workers_join_long_jobs},
         {"cpu count", test_cpu_count},
         {"thread budget from the environment, or set", test_thread_budget_defaults},
     };

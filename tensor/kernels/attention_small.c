@@ -136,6 +136,20 @@ DEFINE_STAGE(1)
 /* xt[d][s] = x[s][d] for the Tk rows of x (x_row apart), zeros for s >= Tk: in registers, a
  * block of 16 columns at a time (a scalar transpose was 6% of the toy step). */
 static void transpose_keys(const float *x, int64_t x_row, int64_t Tk, int64_t hd, float *xt) {
+#ifdef __AVX512F__
+    /* At most 4 keys of at most 4 dims (the seed workload's 3 x 3): a 4 x 4 transpose in
+     * 128-bit registers, where the 16 x 16 one would mostly move zeros. */
+    if (Tk <= 4 && hd <= 4) {
+        const __mmask16 dims = (__mmask16)((1u << hd) - 1);
+        __m128 r[4];
+        for (int s = 0; s < 4; s++)
+            r[s] = s < Tk ? _mm512_castps512_ps128(_mm512_maskz_loadu_ps(dims, x + s * x_row))
+                          : _mm_setzero_ps();
+        _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]);
+        for (int64_t d = 0; d < hd; d++) _mm512_storeu_ps(xt + d * W, _mm512_zextps128_ps512(r[d]));
+        return;
+    }
+#endif
     for (int64_t c = 0; c < hd; c += W) {
         int n = hd - c < W ? (int)(hd - c) : W;
         v16 r[W];
