@@ -49,6 +49,10 @@
 #define problem_t FN(problem_t)
 #define choose_path FN(choose_path)
 #define buffers_in FN(buffers_in)
+#define kblock_of FN(kblock_of)
+#define shared_b_elems FN(shared_b_elems)
+#define pack_shared_task FN(pack_shared_task)
+#define shared_pack_t FN(shared_pack_t)
 
 static inline const T *a_at(bool ta, const T *A, int64_t lda, int64_t i, int64_t k) {
     return ta ? A + k * lda + i : A + i * lda + k;
@@ -138,27 +142,35 @@ static void pack_b(const KSET *ks, bool tb, const T *B, int64_t ldb, int64_t kc,
     }
 }
 
+/* K in equal blocks of at most KC: no short last block. */
+static int64_t kblock_of(int64_t K) {
+    return (K + (K + KC - 1) / KC - 1) / ((K + KC - 1) / KC);
+}
+
+/* bshared, when not NULL, is all of op(B) already packed (pack_shared_b): K block pc's panel
+ * q at bshared + pc * npad + q * kc, npad being N rounded up to whole panels. */
 static void gemm_blocked(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_t M, int64_t N,
                          int64_t K, T alpha, const T *A, int64_t lda, const T *B, int64_t ldb,
-                         T beta, T *C, int64_t ldc, T *apack, T *bpack) {
+                         T beta, T *C, int64_t ldc, T *apack, T *bpack, const T *bshared) {
     int mr = kern.mr, nr = kern.nr;
+    int64_t npad = (N + nr - 1) / nr * nr;
     for (int64_t ic = 0; ic < M; ic += MB) {
         int64_t mc = imin(M - ic, MB);
-        /* K in equal blocks of at most KC: no short last block */
-        int64_t kblock = (K + (K + KC - 1) / KC - 1) / ((K + KC - 1) / KC);
+        int64_t kblock = kblock_of(K);
         for (int64_t pc = 0; pc < K; pc += kblock) {
             int64_t kc = imin(K - pc, kblock);
             T beta_pc = pc == 0 ? beta : 1; /* later K blocks add to the first */
             pack_a(ks, ta, a_at(ta, A, lda, ic, pc), lda, mc, kc, mr, apack);
             for (int64_t jc = 0; jc < N; jc += NB) {
                 int64_t nc = imin(N - jc, NB);
-                pack_b(ks, tb, b_at(tb, B, ldb, pc, jc), ldb, kc, nc, nr, bpack);
+                const T *bblock = bshared ? bshared + pc * npad + jc * kc : bpack;
+                if (!bshared) pack_b(ks, tb, b_at(tb, B, ldb, pc, jc), ldb, kc, nc, nr, bpack);
                 for (int64_t ir = 0; ir < mc; ir += mr) {
                     int m = (int)imin(mc - ir, mr);
                     for (int64_t jr = 0; jr < nc; jr += nr) {
                         int n = (int)imin(nc - jr, nr);
                         nbt_gemm_rect edge = {0, m, 0, n};
-                        kern.fn(kc, apack + ir * kc, 1, mr, bpack + jr * kc, nr,
+                        kern.fn(kc, apack + ir * kc, 1, mr, bblock + jr * kc, nr,
                                 C + (ic + ir) * ldc + jc + jr, ldc, alpha, beta_pc,
                                 m == mr && n == nr ? NULL : &edge);
                     }
@@ -264,7 +276,8 @@ typedef struct {
     T *C;
     int64_t ldc, sc;
     int64_t batch;
-    const T *bias; /* PATH_SMALL only: C's rows are set to it first (beta is then 1) */
+    const T *bias;    /* PATH_SMALL only: C's rows are set to it first (beta is then 1) */
+    const T *bshared; /* all of op(B) packed once for every part (run), or NULL */
 } problem_t;
 
 /* Rows [m0, m1) and columns [n0, n1) of product b. *b_ready says the packed B in buf is
@@ -314,14 +327,15 @@ static void product(const problem_t *p, int64_t b, T beta, const part_t *q, cons
     A = a_at(ta, A, lda, m0, 0), B = b_at(tb, B, ldb, 0, n0), C += m0 * ldc + n0;
     if (p->path == PATH_BLOCKED) {
         gemm_blocked(ks, p->kern, ta, tb, m, n, K, p->alpha, A, lda, B, ldb, beta, C, ldc,
-                     buf->apack, buf->bpack);
+                     buf->apack, buf->bpack, p->bshared);
         return;
     }
-    if ((tb || n < p->kern.nr) && !(*b_ready && p->sb == 0))
+    if ((tb || n < p->kern.nr) && !(*b_ready && p->sb == 0) && !p->bshared)
         pack_b(ks, tb, B, ldb, K, n, p->kern.nr, buf->bpack);
     *b_ready = true;
-    gemm_small(ks, p->kern, ta, tb, m, n, K, p->alpha, A, lda, B, ldb, buf->bpack, beta, C, ldc,
-               buf->aedge, p->bias ? p->bias + n0 : NULL);
+    gemm_small(ks, p->kern, ta, tb, m, n, K, p->alpha, A, lda, B, ldb,
+               p->bshared ? p->bshared : buf->bpack, beta, C, ldc, buf->aedge,
+               p->bias ? p->bias + n0 : NULL);
 }
 
 /* One part: its products in order of b, so products summed into one C add in a fixed order. */
@@ -346,6 +360,39 @@ static void run_part_task(int64_t task, int worker, void *arg) {
     const problem_t *p = s->p;
     part_t q = gemm_part(s->split, (int)task, s->parts, s->unit, p->batch, p->M, p->N);
     if (q.b0 < q.b1 && q.m0 < q.m1 && q.n0 < q.n1) run_part(p, &q, s->ws[worker]);
+}
+
+/* Elements of op(B) packed whole (K blocks of all of N's panels), or 0 when the product does
+ * not pack B or the packed B would not fit a workspace. */
+static int64_t shared_b_elems(const problem_t *p) {
+    bool packs_b =
+        p->path == PATH_BLOCKED || (p->path == PATH_SMALL && (p->tb || p->N < p->kern.nr));
+    if (!packs_b || p->batch != 1) return 0;
+    int64_t elems = p->K * ((p->N + p->kern.nr - 1) / p->kern.nr * p->kern.nr);
+    return elems <= (int64_t)(workspace_bytes() / sizeof(T)) - 64 ? elems : 0;
+}
+
+/* Packing op(B) whole, as pool tasks: task t packs panels [t * per, (t + 1) * per) of every
+ * K block. */
+typedef struct {
+    const problem_t *p;
+    T *dst;
+    int64_t per; /* panels per task */
+} shared_pack_t;
+
+static void pack_shared_task(int64_t task, int worker, void *arg) {
+    (void)worker;
+    const shared_pack_t *s = arg;
+    const problem_t *p = s->p;
+    int nr = p->kern.nr;
+    int64_t K = p->K, N = p->N, npad = (N + nr - 1) / nr * nr;
+    int64_t j0 = task * s->per * nr, j1 = imin(N, j0 + s->per * nr);
+    int64_t kblock = p->path == PATH_BLOCKED ? kblock_of(K) : K;
+    for (int64_t pc = 0; j0 < j1 && pc < K; pc += kblock) {
+        int64_t kc = imin(K - pc, kblock);
+        pack_b(p->ks, p->tb, b_at(p->tb, p->B, p->ldb, pc, j0), p->ldb, kc, j1 - j0, nr,
+               s->dst + pc * npad + j0 * kc);
+    }
 }
 
 /* Splits the work into parts and runs them on the pool, whichever thread is free taking the
@@ -381,12 +428,24 @@ static bool run(problem_t *p) {
     }
     bool packs =
         p->path == PATH_SMALL || p->path == PATH_BLOCKED || (p->path == PATH_THIN && p->tb);
-    void *ws[GEMM_MAX_THREADS];
-    int slots[GEMM_MAX_THREADS];
+    void *ws[GEMM_MAX_THREADS + 1];
+    int slots[GEMM_MAX_THREADS + 1];
     if (threads > GEMM_MAX_THREADS) threads = GEMM_MAX_THREADS;
-    for (int i = 0; i < threads; i++) ws[i] = NULL;
-    if (packs && !gemm_workspaces_acquire(threads, ws, slots)) return false;
+    /* Parts split by rows would each pack all of op(B) for their few rows: pack it once, the
+     * threads taking panels, into one more workspace that every part reads. The parts' kernel
+     * calls are the same, so are the results. */
+    int64_t shared = split == SPLIT_ROWS && threads < GEMM_MAX_THREADS ? shared_b_elems(p) : 0;
+    int nws = threads + (shared > 0);
+    for (int i = 0; i < nws; i++) ws[i] = NULL;
+    if (packs && !gemm_workspaces_acquire(nws, ws, slots)) return false;
     last_threads = threads;
+    if (shared > 0) {
+        int64_t panels = (p->N + p->kern.nr - 1) / p->kern.nr;
+        int64_t tasks = imin(panels, (int64_t)threads * NBT_PIECES_PER_THREAD);
+        shared_pack_t sp = {p, ws[threads], (panels + tasks - 1) / tasks};
+        nbt_run_tasks((panels + sp.per - 1) / sp.per, threads, pack_shared_task, &sp);
+        p->bshared = ws[threads];
+    }
     if (threads == 1) {
         part_t all = {0, batch, 0, M, 0, N};
         run_part(p, &all, ws[0]);
@@ -400,7 +459,8 @@ static bool run(problem_t *p) {
         parts_t parts = {p, split, unit, nparts, ws};
         nbt_run_tasks(nparts, threads, run_part_task, &parts);
     }
-    if (packs) gemm_workspaces_release(threads, slots);
+    if (packs) gemm_workspaces_release(nws, slots);
+    p->bshared = NULL;
     return true;
 }
 
@@ -531,3 +591,7 @@ static bool gemm_bias(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, in
 #undef problem_t
 #undef choose_path
 #undef buffers_in
+#undef kblock_of
+#undef shared_b_elems
+#undef pack_shared_task
+#undef shared_pack_t
