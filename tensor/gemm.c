@@ -33,13 +33,17 @@
 static atomic_bool slot_taken[GEMM_MAX_THREADS];
 static char *slot_buffer[GEMM_MAX_THREADS]; /* read and written only by the slot's holder */
 
+/* Room for the blocked path's panel padding (gemm_driver.h, PANEL_PAD: at most 16 elements
+ * a panel) in a block of n rows or columns, panels being at least 4 wide. */
+#define PAD_SLACK(n) (((size_t)(n) / 4 + 1) * 16)
+
 static size_t workspace_bytes(void) {
-    size_t f32 =
-        ((size_t)MB_F32 * KC_F32 + (size_t)KC_F32 * NB_F32 + (size_t)NBT_GEMM_MAX_MR * KC_F32) *
-        sizeof(float);
-    size_t f64 =
-        ((size_t)MB_F64 * KC_F64 + (size_t)KC_F64 * NB_F64 + (size_t)NBT_GEMM_MAX_MR * KC_F64) *
-        sizeof(double);
+    size_t f32 = ((size_t)MB_F32 * KC_F32 + PAD_SLACK(MB_F32) + (size_t)KC_F32 * NB_F32 +
+                  PAD_SLACK(NB_F32) + (size_t)NBT_GEMM_MAX_MR * KC_F32) *
+                 sizeof(float);
+    size_t f64 = ((size_t)MB_F64 * KC_F64 + PAD_SLACK(MB_F64) + (size_t)KC_F64 * NB_F64 +
+                  PAD_SLACK(NB_F64) + (size_t)NBT_GEMM_MAX_MR * KC_F64) *
+                 sizeof(double);
     return (f32 > f64 ? f32 : f64) + 64;
 }
 

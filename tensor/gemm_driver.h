@@ -84,15 +84,15 @@ static void scale_c(int64_t M, int64_t N, T beta, T *C, int64_t ldc) {
         for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0 ? 0 : beta * C[i * ldc + j];
 }
 
-/* Panels of mr rows of op(A)[0:mc, 0:kc]: dst[p*kc + k*mr + i] = op(A)[p + i][k], rows past
- * mc zero. */
+/* Panels of mr rows of op(A)[0:mc, 0:kc], pstride (>= mr * kc) apart: panel p / mr holds
+ * d[k*mr + i] = op(A)[p + i][k], rows past mc zero. */
 static void pack_a(const KSET *ks, bool ta, const T *A, int64_t lda, int64_t mc, int64_t kc, int mr,
-                   T *restrict dst) {
+                   int64_t pstride, T *restrict dst) {
     if (ta && ks->pack_n) { /* rows of the stored matrix are columns of op(A) */
-        ks->pack_n(A, lda, kc, (int)mc, mr, dst);
+        ks->pack_n(A, lda, kc, (int)mc, mr, pstride, dst);
         return;
     }
-    for (int64_t p = 0; p < mc; p += mr, dst += (int64_t)mr * kc) {
+    for (int64_t p = 0; p < mc; p += mr, dst += pstride) {
         int m = (int)imin(mr, mc - p);
         if (!ta && ks->pack_t) {
             ks->pack_t(A + p * lda, lda, kc, m, mr, dst);
@@ -111,15 +111,15 @@ static void pack_a(const KSET *ks, bool ta, const T *A, int64_t lda, int64_t mc,
     }
 }
 
-/* Panels of nr columns of op(B)[0:kc, 0:nc]: dst[q*kc + k*nr + j] = op(B)[k][q + j], columns
- * past nc zero. */
+/* Panels of nr columns of op(B)[0:kc, 0:nc], pstride (>= nr * kc) apart: panel q / nr holds
+ * d[k*nr + j] = op(B)[k][q + j], columns past nc zero. */
 static void pack_b(const KSET *ks, bool tb, const T *B, int64_t ldb, int64_t kc, int64_t nc, int nr,
-                   T *restrict dst) {
+                   int64_t pstride, T *restrict dst) {
     if (!tb && ks->pack_n) {
-        ks->pack_n(B, ldb, kc, (int)nc, nr, dst);
+        ks->pack_n(B, ldb, kc, (int)nc, nr, pstride, dst);
         return;
     }
-    for (int64_t q = 0; q < nc; q += nr, dst += (int64_t)nr * kc) {
+    for (int64_t q = 0; q < nc; q += nr, dst += pstride) {
         int n = (int)imin(nr, nc - q);
         if (tb && ks->pack_t) {
             ks->pack_t(B + q * ldb, ldb, kc, n, nr, dst);
@@ -147,30 +147,37 @@ static int64_t kblock_of(int64_t K) {
     return (K + (K + KC - 1) / KC - 1) / ((K + KC - 1) / KC);
 }
 
-/* bshared, when not NULL, is all of op(B) already packed (pack_shared_b): K block pc's panel
- * q at bshared + pc * npad + q * kc, npad being N rounded up to whole panels. */
+/* The blocked path's packed panels are a cache line longer than their data: panels a whole
+ * number of 4 KB pages long (KC x 32 floats) all fell in one set of the L1 cache, and the
+ * packing loops, which write a row of every panel in turn, missed on every store. */
+#define PANEL_PAD (64 / (int)sizeof(T))
+
+/* bshared, when not NULL, is all of op(B) already packed (pack_shared_task): the K blocks one
+ * after another, each as its panels of nr columns, kblock * nr + PANEL_PAD elements apart
+ * (kblock_of(K); a shorter last block leaves the end of each of its panels unused). */
 static void gemm_blocked(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_t M, int64_t N,
                          int64_t K, T alpha, const T *A, int64_t lda, const T *B, int64_t ldb,
                          T beta, T *C, int64_t ldc, T *apack, T *bpack, const T *bshared) {
     int mr = kern.mr, nr = kern.nr;
-    int64_t npad = (N + nr - 1) / nr * nr;
+    int64_t panels = (N + nr - 1) / nr, kblock = kblock_of(K);
     for (int64_t ic = 0; ic < M; ic += MB) {
         int64_t mc = imin(M - ic, MB);
-        int64_t kblock = kblock_of(K);
         for (int64_t pc = 0; pc < K; pc += kblock) {
             int64_t kc = imin(K - pc, kblock);
+            /* panel strides; a shared B's are its full K blocks' */
+            int64_t as = kc * mr + PANEL_PAD, bs = (bshared ? kblock : kc) * nr + PANEL_PAD;
             T beta_pc = pc == 0 ? beta : 1; /* later K blocks add to the first */
-            pack_a(ks, ta, a_at(ta, A, lda, ic, pc), lda, mc, kc, mr, apack);
+            pack_a(ks, ta, a_at(ta, A, lda, ic, pc), lda, mc, kc, mr, as, apack);
             for (int64_t jc = 0; jc < N; jc += NB) {
                 int64_t nc = imin(N - jc, NB);
-                const T *bblock = bshared ? bshared + pc * npad + jc * kc : bpack;
-                if (!bshared) pack_b(ks, tb, b_at(tb, B, ldb, pc, jc), ldb, kc, nc, nr, bpack);
+                const T *bblock = bshared ? bshared + (pc / kblock * panels + jc / nr) * bs : bpack;
+                if (!bshared) pack_b(ks, tb, b_at(tb, B, ldb, pc, jc), ldb, kc, nc, nr, bs, bpack);
                 for (int64_t ir = 0; ir < mc; ir += mr) {
                     int m = (int)imin(mc - ir, mr);
                     for (int64_t jr = 0; jr < nc; jr += nr) {
                         int n = (int)imin(nc - jr, nr);
                         nbt_gemm_rect edge = {0, m, 0, n};
-                        kern.fn(kc, apack + ir * kc, 1, mr, bblock + jr * kc, nr,
+                        kern.fn(kc, apack + ir / mr * as, 1, mr, bblock + jr / nr * bs, nr,
                                 C + (ic + ir) * ldc + jc + jr, ldc, alpha, beta_pc,
                                 m == mr && n == nr ? NULL : &edge);
                     }
@@ -190,7 +197,7 @@ static void gemm_small(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_t 
     int mr = kern.mr, nr = kern.nr;
     const T *a_tiny = NULL;
     if (M < mr) { /* shorter than one strip: pad it */
-        pack_a(ks, ta, A, lda, M, K, mr, aedge);
+        pack_a(ks, ta, A, lda, M, K, mr, K * mr, aedge);
         a_tiny = aedge;
     }
     bool b_packed = tb || N < nr;
@@ -239,7 +246,7 @@ typedef struct {
 } buffers_t;
 
 static buffers_t buffers_in(void *base) {
-    size_t a = (size_t)MB * KC, b = (size_t)KC * NB;
+    size_t a = (size_t)MB * KC + PAD_SLACK(MB), b = (size_t)KC * NB + PAD_SLACK(NB);
     T *t = base;
     return (buffers_t){t, t + a, t + a + b};
 }
@@ -314,7 +321,7 @@ static void product(const problem_t *p, int64_t b, T beta, const part_t *q, cons
             return;
         }
         if (!(*b_ready && p->sb == 0))
-            pack_b(ks, tb, B + n0 * ldb, ldb, K, n, p->kern.nr, buf->bpack);
+            pack_b(ks, tb, B + n0 * ldb, ldb, K, n, p->kern.nr, K * p->kern.nr, buf->bpack);
         *b_ready = true;
         for (int64_t q = 0; q < n; q += p->kern.nr)
             ks->rows(p->M, imin(p->kern.nr, n - q), K, A, ta ? 1 : lda, ta ? lda : 1,
@@ -331,7 +338,7 @@ static void product(const problem_t *p, int64_t b, T beta, const part_t *q, cons
         return;
     }
     if ((tb || n < p->kern.nr) && !(*b_ready && p->sb == 0) && !p->bshared)
-        pack_b(ks, tb, B, ldb, K, n, p->kern.nr, buf->bpack);
+        pack_b(ks, tb, B, ldb, K, n, p->kern.nr, K * p->kern.nr, buf->bpack);
     *b_ready = true;
     gemm_small(ks, p->kern, ta, tb, m, n, K, p->alpha, A, lda, B, ldb,
                p->bshared ? p->bshared : buf->bpack, beta, C, ldc, buf->aedge,
@@ -368,12 +375,16 @@ static int64_t shared_b_elems(const problem_t *p) {
     bool packs_b =
         p->path == PATH_BLOCKED || (p->path == PATH_SMALL && (p->tb || p->N < p->kern.nr));
     if (!packs_b || p->batch != 1) return 0;
-    int64_t elems = p->K * ((p->N + p->kern.nr - 1) / p->kern.nr * p->kern.nr);
+    int64_t panels = (p->N + p->kern.nr - 1) / p->kern.nr, elems = p->K * panels * p->kern.nr;
+    if (p->path == PATH_BLOCKED) { /* whole K blocks of padded panels (gemm_blocked) */
+        int64_t kblock = kblock_of(p->K), blocks = (p->K + kblock - 1) / kblock;
+        elems = blocks * panels * (kblock * p->kern.nr + PANEL_PAD);
+    }
     return elems <= (int64_t)(workspace_bytes() / sizeof(T)) - 64 ? elems : 0;
 }
 
 /* Packing op(B) whole, as pool tasks: task t packs panels [t * per, (t + 1) * per) of every
- * K block. */
+ * K block, laid out as gemm_blocked reads them (the small path: one K block, unpadded). */
 typedef struct {
     const problem_t *p;
     T *dst;
@@ -385,13 +396,15 @@ static void pack_shared_task(int64_t task, int worker, void *arg) {
     const shared_pack_t *s = arg;
     const problem_t *p = s->p;
     int nr = p->kern.nr;
-    int64_t K = p->K, N = p->N, npad = (N + nr - 1) / nr * nr;
+    bool blocked = p->path == PATH_BLOCKED;
+    int64_t K = p->K, N = p->N, panels = (N + nr - 1) / nr, pad = blocked ? PANEL_PAD : 0;
     int64_t j0 = task * s->per * nr, j1 = imin(N, j0 + s->per * nr);
-    int64_t kblock = p->path == PATH_BLOCKED ? kblock_of(K) : K;
+    int64_t kblock = blocked ? kblock_of(K) : K;
     for (int64_t pc = 0; j0 < j1 && pc < K; pc += kblock) {
         int64_t kc = imin(K - pc, kblock);
-        pack_b(p->ks, p->tb, b_at(p->tb, p->B, p->ldb, pc, j0), p->ldb, kc, j1 - j0, nr,
-               s->dst + pc * npad + j0 * kc);
+        int64_t stride = kblock * nr + pad;
+        pack_b(p->ks, p->tb, b_at(p->tb, p->B, p->ldb, pc, j0), p->ldb, kc, j1 - j0, nr, stride,
+               s->dst + (pc / kblock * panels + j0 / nr) * stride);
     }
 }
 
@@ -595,3 +608,4 @@ static bool gemm_bias(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, in
 #undef shared_b_elems
 #undef pack_shared_task
 #undef shared_pack_t
+#undef PANEL_PAD

@@ -32,12 +32,13 @@ typedef void (*nbt_gemm_pack_t_f64)(const double *X, int64_t ldx, int64_t kc, in
                                     double *dst);
 
 /* Packs the panels of width columns that cover n columns of a matrix read along its rows:
- * panel p starts at dst + p*kc*width, and dst[p*kc*width + k*width + j] = X[k*ldx + p*width + j]
- * for k < kc and p*width + j < n, 0 past n (an untransposed B's panels, a transposed A's). */
+ * panel p starts at dst + p*pstride (pstride >= kc*width), and
+ * dst[p*pstride + k*width + j] = X[k*ldx + p*width + j] for k < kc and p*width + j < n, 0 past
+ * n (an untransposed B's panels, a transposed A's). */
 typedef void (*nbt_gemm_pack_n_f32)(const float *X, int64_t ldx, int64_t kc, int n, int width,
-                                    float *dst);
+                                    int64_t pstride, float *dst);
 typedef void (*nbt_gemm_pack_n_f64)(const double *X, int64_t ldx, int64_t kc, int n, int width,
-                                    double *dst);
+                                    int64_t pstride, double *dst);
 
 /* Whole rows of C in axpy form, for products too small to tile and for one-row products:
  *   C[i*ldc + j*c_cs] = alpha * sum_k a[i*a_rs + k*a_cs] * b[k*ldb + j] + beta * C[...]
