@@ -70,10 +70,16 @@ typedef struct {
     int mr, nr;
 } kernel_t;
 
-/* The kernel for a matrix N columns wide: the narrow one when it wastes fewer lanes. */
-static kernel_t pick(const KSET *ks, int64_t N) {
+/* The kernel for an M x N product: the narrow one when it wastes fewer lanes; for a few
+ * rows (one to four wide strips) the flat one when its strips cover M computing fewer rows
+ * (the last strip of a product slides up over rows already done). Every tile sums an element
+ * the same way, so this changes no result. */
+static kernel_t pick(const KSET *ks, int64_t M, int64_t N) {
     if (ks->narrow && N <= ks->narrow_nr)
         return (kernel_t){ks->narrow, ks->narrow_mr, ks->narrow_nr};
+    int64_t mr = ks->mr, fr = ks->flat_mr;
+    if (ks->flat && M >= mr && M < 4 * mr && (M + fr - 1) / fr * fr < (M + mr - 1) / mr * mr)
+        return (kernel_t){ks->flat, ks->flat_mr, ks->nr};
     return (kernel_t){ks->wide, ks->mr, ks->nr};
 }
 
@@ -504,7 +510,7 @@ static bool gemm_batched(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N,
                       sc == 0 && b > 0 ? 1 : beta, C + b * sc, ldc);
         return true;
     }
-    kernel_t kern = pick(ks, N);
+    kernel_t kern = pick(ks, M, N);
     problem_t p = {.ks = ks,
                    .kern = kern,
                    .path = choose_path(kern, tb, M, N, K),
@@ -551,7 +557,7 @@ static bool gemm_bias(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, in
                       int64_t lda, const T *B, int64_t ldb, const T *bias, T *C, int64_t ldc) {
     last_threads = 1;
     if (M <= 0 || N <= 0) return true;
-    kernel_t kern = pick(ks, N);
+    kernel_t kern = pick(ks, M, N);
     if (K <= 0 || choose_path(kern, tb, M, N, K) != PATH_SMALL) {
         bias_fill_t job = {C, ldc, N, bias};
         nbt_parallel_ranges(M, GEMM_MIN_WORK_PER_THREAD / 8 / N + 1, bias_fill, &job);

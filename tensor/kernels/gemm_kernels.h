@@ -65,14 +65,17 @@ typedef void (*nbt_gemm_dots_f64)(int64_t n, int64_t kc, const double *x, int64_
                                   const double *mat, int64_t ldm, double *y, int64_t incy,
                                   double alpha, double beta);
 
-/* One instruction set's kernels: a wide one (mr x nr tiles), and a narrow one for matrices
- * with few columns (narrow_mr x narrow_nr; NULL when there is none). pack_t and pack_n NULL mean
- * the driver's plain C loops. rows and dots are always set. */
+/* One instruction set's kernels: a wide one (mr x nr tiles), a narrow one for matrices
+ * with few columns (narrow_mr x narrow_nr; NULL when there is none), and a flat one
+ * (flat_mr x nr) for products of a few rows that the wide tile does not divide. pack_t and pack_n
+ * NULL mean the driver's plain C loops. rows and dots are always set. */
 typedef struct {
     int mr, nr;
     nbt_gemm_ukr_f32 wide;
     int narrow_mr, narrow_nr;
     nbt_gemm_ukr_f32 narrow;
+    int flat_mr; /* the wide tile's columns, fewer rows (NULL when there is none) */
+    nbt_gemm_ukr_f32 flat;
     nbt_gemm_pack_t_f32 pack_t;
     nbt_gemm_pack_n_f32 pack_n;
     nbt_gemm_rows_f32 rows;
@@ -83,6 +86,8 @@ typedef struct {
     nbt_gemm_ukr_f64 wide;
     int narrow_mr, narrow_nr;
     nbt_gemm_ukr_f64 narrow;
+    int flat_mr; /* the wide tile's columns, fewer rows (NULL when there is none) */
+    nbt_gemm_ukr_f64 flat;
     nbt_gemm_pack_t_f64 pack_t;
     nbt_gemm_pack_n_f64 pack_n;
     nbt_gemm_rows_f64 rows;
