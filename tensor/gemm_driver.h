@@ -50,7 +50,7 @@
 #define choose_path FN(choose_path)
 #define buffers_in FN(buffers_in)
 #define kblock_of FN(kblock_of)
-#define shared_b_elems FN(shared_b_elems)
+#define shared_elems FN(shared_elems)
 #define pack_shared_task FN(pack_shared_task)
 #define shared_pack_t FN(shared_pack_t)
 
@@ -158,22 +158,26 @@ static int64_t kblock_of(int64_t K) {
  * packing loops, which write a row of every panel in turn, missed on every store. */
 #define PANEL_PAD (64 / (int)sizeof(T))
 
-/* bshared, when not NULL, is all of op(B) already packed (pack_shared_task): the K blocks one
- * after another, each as its panels of nr columns, kblock * nr + PANEL_PAD elements apart
- * (kblock_of(K); a shorter last block leaves the end of each of its panels unused). */
+/* ashared or bshared, when not NULL, is all of op(A) or op(B) already packed
+ * (pack_shared_task): the K blocks one after another, each as its panels of mr rows or nr
+ * columns, kblock * mr (nr) + PANEL_PAD elements apart (kblock_of(K); a shorter last block
+ * leaves the end of each of its panels unused). */
 static void gemm_blocked(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_t M, int64_t N,
                          int64_t K, T alpha, const T *A, int64_t lda, const T *B, int64_t ldb,
-                         T beta, T *C, int64_t ldc, T *apack, T *bpack, const T *bshared) {
+                         T beta, T *C, int64_t ldc, T *apack, T *bpack, const T *ashared,
+                         const T *bshared) {
     int mr = kern.mr, nr = kern.nr;
-    int64_t panels = (N + nr - 1) / nr, kblock = kblock_of(K);
+    int64_t apanels = (M + mr - 1) / mr, panels = (N + nr - 1) / nr, kblock = kblock_of(K);
     for (int64_t ic = 0; ic < M; ic += MB) {
         int64_t mc = imin(M - ic, MB);
         for (int64_t pc = 0; pc < K; pc += kblock) {
             int64_t kc = imin(K - pc, kblock);
-            /* panel strides; a shared B's are its full K blocks' */
-            int64_t as = kc * mr + PANEL_PAD, bs = (bshared ? kblock : kc) * nr + PANEL_PAD;
+            /* panel strides; a shared operand's are its full K blocks' */
+            int64_t as = (ashared ? kblock : kc) * mr + PANEL_PAD;
+            int64_t bs = (bshared ? kblock : kc) * nr + PANEL_PAD;
             T beta_pc = pc == 0 ? beta : 1; /* later K blocks add to the first */
-            pack_a(ks, ta, a_at(ta, A, lda, ic, pc), lda, mc, kc, mr, as, apack);
+            const T *ablock = ashared ? ashared + (pc / kblock * apanels + ic / mr) * as : apack;
+            if (!ashared) pack_a(ks, ta, a_at(ta, A, lda, ic, pc), lda, mc, kc, mr, as, apack);
             for (int64_t jc = 0; jc < N; jc += NB) {
                 int64_t nc = imin(N - jc, NB);
                 const T *bblock = bshared ? bshared + (pc / kblock * panels + jc / nr) * bs : bpack;
@@ -183,7 +187,7 @@ static void gemm_blocked(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_
                     for (int64_t jr = 0; jr < nc; jr += nr) {
                         int n = (int)imin(nc - jr, nr);
                         nbt_gemm_rect edge = {0, m, 0, n};
-                        kern.fn(kc, apack + ir / mr * as, 1, mr, bblock + jr / nr * bs, nr,
+                        kern.fn(kc, ablock + ir / mr * as, 1, mr, bblock + jr / nr * bs, nr,
                                 C + (ic + ir) * ldc + jc + jr, ldc, alpha, beta_pc,
                                 m == mr && n == nr ? NULL : &edge);
                     }
@@ -289,8 +293,8 @@ typedef struct {
     T *C;
     int64_t ldc, sc;
     int64_t batch;
-    const T *bias;    /* PATH_SMALL only: C's rows are set to it first (beta is then 1) */
-    const T *bshared; /* all of op(B) packed once for every part (run), or NULL */
+    const T *bias;              /* PATH_SMALL only: C's rows are set to it first (beta is then 1) */
+    const T *ashared, *bshared; /* op(A) or op(B) packed once for every part (run), or NULL */
 } problem_t;
 
 /* Rows [m0, m1) and columns [n0, n1) of product b. *b_ready says the packed B in buf is
@@ -340,7 +344,7 @@ static void product(const problem_t *p, int64_t b, T beta, const part_t *q, cons
     A = a_at(ta, A, lda, m0, 0), B = b_at(tb, B, ldb, 0, n0), C += m0 * ldc + n0;
     if (p->path == PATH_BLOCKED) {
         gemm_blocked(ks, p->kern, ta, tb, m, n, K, p->alpha, A, lda, B, ldb, beta, C, ldc,
-                     buf->apack, buf->bpack, p->bshared);
+                     buf->apack, buf->bpack, p->ashared, p->bshared);
         return;
     }
     if ((tb || n < p->kern.nr) && !(*b_ready && p->sb == 0) && !p->bshared)
@@ -375,24 +379,28 @@ static void run_part_task(int64_t task, int worker, void *arg) {
     if (q.b0 < q.b1 && q.m0 < q.m1 && q.n0 < q.n1) run_part(p, &q, s->ws[worker]);
 }
 
-/* Elements of op(B) packed whole (K blocks of all of N's panels), or 0 when the product does
- * not pack B or the packed B would not fit a workspace. */
-static int64_t shared_b_elems(const problem_t *p) {
-    bool packs_b =
-        p->path == PATH_BLOCKED || (p->path == PATH_SMALL && (p->tb || p->N < p->kern.nr));
-    if (!packs_b || p->batch != 1) return 0;
-    int64_t panels = (p->N + p->kern.nr - 1) / p->kern.nr, elems = p->K * panels * p->kern.nr;
-    if (p->path == PATH_BLOCKED) { /* whole K blocks of padded panels (gemm_blocked) */
+/* Elements of op(A) (a) or op(B) packed whole (K blocks of all of its panels), or 0 when the
+ * product does not pack it or it would not fit a workspace. A is packed only by the blocked
+ * path (the small path reads it in place). */
+static int64_t shared_elems(const problem_t *p, bool a) {
+    bool blocked = p->path == PATH_BLOCKED;
+    bool packs = a ? blocked : blocked || (p->path == PATH_SMALL && (p->tb || p->N < p->kern.nr));
+    if (!packs || p->batch != 1) return 0;
+    int64_t width = a ? p->kern.mr : p->kern.nr, along = a ? p->M : p->N;
+    int64_t panels = (along + width - 1) / width, elems = p->K * panels * width;
+    if (blocked) { /* whole K blocks of padded panels (gemm_blocked) */
         int64_t kblock = kblock_of(p->K), blocks = (p->K + kblock - 1) / kblock;
-        elems = blocks * panels * (kblock * p->kern.nr + PANEL_PAD);
+        elems = blocks * panels * (kblock * width + PANEL_PAD);
     }
     return elems <= (int64_t)(workspace_bytes() / sizeof(T)) - 64 ? elems : 0;
 }
 
-/* Packing op(B) whole, as pool tasks: task t packs panels [t * per, (t + 1) * per) of every
- * K block, laid out as gemm_blocked reads them (the small path: one K block, unpadded). */
+/* Packing op(A) or op(B) whole, as pool tasks: task t packs panels [t * per, (t + 1) * per)
+ * of every K block, laid out as gemm_blocked reads them (the small path: one K block,
+ * unpadded). */
 typedef struct {
     const problem_t *p;
+    bool a;
     T *dst;
     int64_t per; /* panels per task */
 } shared_pack_t;
@@ -401,16 +409,21 @@ static void pack_shared_task(int64_t task, int worker, void *arg) {
     (void)worker;
     const shared_pack_t *s = arg;
     const problem_t *p = s->p;
-    int nr = p->kern.nr;
+    int width = s->a ? p->kern.mr : p->kern.nr;
     bool blocked = p->path == PATH_BLOCKED;
-    int64_t K = p->K, N = p->N, panels = (N + nr - 1) / nr, pad = blocked ? PANEL_PAD : 0;
-    int64_t j0 = task * s->per * nr, j1 = imin(N, j0 + s->per * nr);
-    int64_t kblock = blocked ? kblock_of(K) : K;
-    for (int64_t pc = 0; j0 < j1 && pc < K; pc += kblock) {
+    int64_t K = p->K, along = s->a ? p->M : p->N, panels = (along + width - 1) / width;
+    int64_t i0 = task * s->per * width, i1 = imin(along, i0 + s->per * width);
+    int64_t kblock = blocked ? kblock_of(K) : K, pad = blocked ? PANEL_PAD : 0;
+    for (int64_t pc = 0; i0 < i1 && pc < K; pc += kblock) {
         int64_t kc = imin(K - pc, kblock);
-        int64_t stride = kblock * nr + pad;
-        pack_b(p->ks, p->tb, b_at(p->tb, p->B, p->ldb, pc, j0), p->ldb, kc, j1 - j0, nr, stride,
-               s->dst + (pc / kblock * panels + j0 / nr) * stride);
+        int64_t stride = kblock * width + pad;
+        T *dst = s->dst + (pc / kblock * panels + i0 / width) * stride;
+        if (s->a)
+            pack_a(p->ks, p->ta, a_at(p->ta, p->A, p->lda, i0, pc), p->lda, i1 - i0, kc, width,
+                   stride, dst);
+        else
+            pack_b(p->ks, p->tb, b_at(p->tb, p->B, p->ldb, pc, i0), p->ldb, kc, i1 - i0, width,
+                   stride, dst);
     }
 }
 
@@ -450,20 +463,25 @@ static bool run(problem_t *p) {
     void *ws[GEMM_MAX_THREADS + 1];
     int slots[GEMM_MAX_THREADS + 1];
     if (threads > GEMM_MAX_THREADS) threads = GEMM_MAX_THREADS;
-    /* Parts split by rows would each pack all of op(B) for their few rows: pack it once, the
-     * threads taking panels, into one more workspace that every part reads. The parts' kernel
-     * calls are the same, so are the results. */
-    int64_t shared = split == SPLIT_ROWS && threads < GEMM_MAX_THREADS ? shared_b_elems(p) : 0;
+    /* Parts split by rows would each pack all of op(B) for their few rows, and parts split by
+     * columns all of op(A) (blocked path): pack it once, the threads taking panels, into one
+     * more workspace that every part reads. The parts' kernel calls are the same, so are the
+     * results. */
+    bool share_a = split == SPLIT_COLS;
+    int64_t shared = (split == SPLIT_ROWS || split == SPLIT_COLS) && threads < GEMM_MAX_THREADS
+                         ? shared_elems(p, share_a)
+                         : 0;
     int nws = threads + (shared > 0);
     for (int i = 0; i < nws; i++) ws[i] = NULL;
     if (packs && !gemm_workspaces_acquire(nws, ws, slots)) return false;
     last_threads = threads;
     if (shared > 0) {
-        int64_t panels = (p->N + p->kern.nr - 1) / p->kern.nr;
+        int width = share_a ? p->kern.mr : p->kern.nr;
+        int64_t panels = ((share_a ? p->M : p->N) + width - 1) / width;
         int64_t tasks = imin(panels, (int64_t)threads * NBT_PIECES_PER_THREAD);
-        shared_pack_t sp = {p, ws[threads], (panels + tasks - 1) / tasks};
+        shared_pack_t sp = {p, share_a, ws[threads], (panels + tasks - 1) / tasks};
         nbt_run_tasks((panels + sp.per - 1) / sp.per, threads, pack_shared_task, &sp);
-        p->bshared = ws[threads];
+        *(share_a ? &p->ashared : &p->bshared) = ws[threads];
     }
     if (threads == 1) {
         part_t all = {0, batch, 0, M, 0, N};
@@ -479,7 +497,7 @@ static bool run(problem_t *p) {
         nbt_run_tasks(nparts, threads, run_part_task, &parts);
     }
     if (packs) gemm_workspaces_release(nws, slots);
-    p->bshared = NULL;
+    p->ashared = p->bshared = NULL;
     return true;
 }
 
@@ -611,7 +629,7 @@ static bool gemm_bias(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, in
 #undef choose_path
 #undef buffers_in
 #undef kblock_of
-#undef shared_b_elems
+#undef shared_elems
 #undef pack_shared_task
 #undef shared_pack_t
 #undef PANEL_PAD

@@ -381,8 +381,9 @@ static void test_threads_bitwise(void) {
     gemm_case row = {false, true, 1, 4096, 128, 1, 0, 0, 0, 0};
     gemm_case col = {false, false, 4096, 1, 128, 1, 1, 0, 0, 0};
     gemm_case thin = {false, true, 4, 2048, 64, 1, 0, 0, 0, 0};
-    /* a weight gradient's shape: columns split (each part packs all of A), several K and N blocks
-     * (A packed once per K block and reused across N blocks), rows not a multiple of a tile */
+    /* a weight gradient's shape: columns split over one packed A shared by all parts, several K and
+     * N blocks (A packed once per K block and reused across N blocks), rows not a multiple of a
+     * tile */
     gemm_case weight_grad = {true, false, 130, 600, 1100, 1, 0.5, 1, 2, 3};
     /* rows split over one packed B shared by all parts, with K blocks of unequal length (367,
      * 367, 366 in float32; 220 x 5 in float64) */
