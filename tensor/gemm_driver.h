@@ -49,6 +49,10 @@
 #define problem_t FN(problem_t)
 #define choose_path FN(choose_path)
 #define buffers_in FN(buffers_in)
+#define kblock_of FN(kblock_of)
+#define shared_elems FN(shared_elems)
+#define pack_shared_task FN(pack_shared_task)
+#define shared_pack_t FN(shared_pack_t)
 
 static inline const T *a_at(bool ta, const T *A, int64_t lda, int64_t i, int64_t k) {
     return ta ? A + k * lda + i : A + i * lda + k;
@@ -66,10 +70,16 @@ typedef struct {
     int mr, nr;
 } kernel_t;
 
-/* The kernel for a matrix N columns wide: the narrow one when it wastes fewer lanes. */
-static kernel_t pick(const KSET *ks, int64_t N) {
+/* The kernel for an M x N product: the narrow one when it wastes fewer lanes; for a few
+ * rows (one to four wide strips) the flat one when its strips cover M computing fewer rows
+ * (the last strip of a product slides up over rows already done). Every tile sums an element
+ * the same way, so this changes no result. */
+static kernel_t pick(const KSET *ks, int64_t M, int64_t N) {
     if (ks->narrow && N <= ks->narrow_nr)
         return (kernel_t){ks->narrow, ks->narrow_mr, ks->narrow_nr};
+    int64_t mr = ks->mr, fr = ks->flat_mr;
+    if (ks->flat && M >= mr && M < 4 * mr && (M + fr - 1) / fr * fr < (M + mr - 1) / mr * mr)
+        return (kernel_t){ks->flat, ks->flat_mr, ks->nr};
     return (kernel_t){ks->wide, ks->mr, ks->nr};
 }
 
@@ -80,15 +90,15 @@ static void scale_c(int64_t M, int64_t N, T beta, T *C, int64_t ldc) {
         for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0 ? 0 : beta * C[i * ldc + j];
 }
 
-/* Panels of mr rows of op(A)[0:mc, 0:kc]: dst[p*kc + k*mr + i] = op(A)[p + i][k], rows past
- * mc zero. */
+/* Panels of mr rows of op(A)[0:mc, 0:kc], pstride (>= mr * kc) apart: panel p / mr holds
+ * d[k*mr + i] = op(A)[p + i][k], rows past mc zero. */
 static void pack_a(const KSET *ks, bool ta, const T *A, int64_t lda, int64_t mc, int64_t kc, int mr,
-                   T *restrict dst) {
+                   int64_t pstride, T *restrict dst) {
     if (ta && ks->pack_n) { /* rows of the stored matrix are columns of op(A) */
-        ks->pack_n(A, lda, kc, (int)mc, mr, dst);
+        ks->pack_n(A, lda, kc, (int)mc, mr, pstride, dst);
         return;
     }
-    for (int64_t p = 0; p < mc; p += mr, dst += (int64_t)mr * kc) {
+    for (int64_t p = 0; p < mc; p += mr, dst += pstride) {
         int m = (int)imin(mr, mc - p);
         if (!ta && ks->pack_t) {
             ks->pack_t(A + p * lda, lda, kc, m, mr, dst);
@@ -107,15 +117,15 @@ static void pack_a(const KSET *ks, bool ta, const T *A, int64_t lda, int64_t mc,
     }
 }
 
-/* Panels of nr columns of op(B)[0:kc, 0:nc]: dst[q*kc + k*nr + j] = op(B)[k][q + j], columns
- * past nc zero. */
+/* Panels of nr columns of op(B)[0:kc, 0:nc], pstride (>= nr * kc) apart: panel q / nr holds
+ * d[k*nr + j] = op(B)[k][q + j], columns past nc zero. */
 static void pack_b(const KSET *ks, bool tb, const T *B, int64_t ldb, int64_t kc, int64_t nc, int nr,
-                   T *restrict dst) {
+                   int64_t pstride, T *restrict dst) {
     if (!tb && ks->pack_n) {
-        ks->pack_n(B, ldb, kc, (int)nc, nr, dst);
+        ks->pack_n(B, ldb, kc, (int)nc, nr, pstride, dst);
         return;
     }
-    for (int64_t q = 0; q < nc; q += nr, dst += (int64_t)nr * kc) {
+    for (int64_t q = 0; q < nc; q += nr, dst += pstride) {
         int n = (int)imin(nr, nc - q);
         if (tb && ks->pack_t) {
             ks->pack_t(B + q * ldb, ldb, kc, n, nr, dst);
@@ -138,27 +148,46 @@ static void pack_b(const KSET *ks, bool tb, const T *B, int64_t ldb, int64_t kc,
     }
 }
 
+/* K in equal blocks of at most KC: no short last block. */
+static int64_t kblock_of(int64_t K) {
+    return (K + (K + KC - 1) / KC - 1) / ((K + KC - 1) / KC);
+}
+
+/* The blocked path's packed panels are a cache line longer than their data: panels a whole
+ * number of 4 KB pages long (KC x 32 floats) all fell in one set of the L1 cache, and the
+ * packing loops, which write a row of every panel in turn, missed on every store. */
+#define PANEL_PAD (64 / (int)sizeof(T))
+
+/* ashared or bshared, when not NULL, is all of op(A) or op(B) already packed
+ * (pack_shared_task): the K blocks one after another, each as its panels of mr rows or nr
+ * columns, kblock * mr (nr) + PANEL_PAD elements apart (kblock_of(K); a shorter last block
+ * leaves the end of each of its panels unused). */
 static void gemm_blocked(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_t M, int64_t N,
                          int64_t K, T alpha, const T *A, int64_t lda, const T *B, int64_t ldb,
-                         T beta, T *C, int64_t ldc, T *apack, T *bpack) {
+                         T beta, T *C, int64_t ldc, T *apack, T *bpack, const T *ashared,
+                         const T *bshared) {
     int mr = kern.mr, nr = kern.nr;
+    int64_t apanels = (M + mr - 1) / mr, panels = (N + nr - 1) / nr, kblock = kblock_of(K);
     for (int64_t ic = 0; ic < M; ic += MB) {
         int64_t mc = imin(M - ic, MB);
-        /* K in equal blocks of at most KC: no short last block */
-        int64_t kblock = (K + (K + KC - 1) / KC - 1) / ((K + KC - 1) / KC);
         for (int64_t pc = 0; pc < K; pc += kblock) {
             int64_t kc = imin(K - pc, kblock);
+            /* panel strides; a shared operand's are its full K blocks' */
+            int64_t as = (ashared ? kblock : kc) * mr + PANEL_PAD;
+            int64_t bs = (bshared ? kblock : kc) * nr + PANEL_PAD;
             T beta_pc = pc == 0 ? beta : 1; /* later K blocks add to the first */
-            pack_a(ks, ta, a_at(ta, A, lda, ic, pc), lda, mc, kc, mr, apack);
+            const T *ablock = ashared ? ashared + (pc / kblock * apanels + ic / mr) * as : apack;
+            if (!ashared) pack_a(ks, ta, a_at(ta, A, lda, ic, pc), lda, mc, kc, mr, as, apack);
             for (int64_t jc = 0; jc < N; jc += NB) {
                 int64_t nc = imin(N - jc, NB);
-                pack_b(ks, tb, b_at(tb, B, ldb, pc, jc), ldb, kc, nc, nr, bpack);
+                const T *bblock = bshared ? bshared + (pc / kblock * panels + jc / nr) * bs : bpack;
+                if (!bshared) pack_b(ks, tb, b_at(tb, B, ldb, pc, jc), ldb, kc, nc, nr, bs, bpack);
                 for (int64_t ir = 0; ir < mc; ir += mr) {
                     int m = (int)imin(mc - ir, mr);
                     for (int64_t jr = 0; jr < nc; jr += nr) {
                         int n = (int)imin(nc - jr, nr);
                         nbt_gemm_rect edge = {0, m, 0, n};
-                        kern.fn(kc, apack + ir * kc, 1, mr, bpack + jr * kc, nr,
+                        kern.fn(kc, ablock + ir / mr * as, 1, mr, bblock + jr / nr * bs, nr,
                                 C + (ic + ir) * ldc + jc + jr, ldc, alpha, beta_pc,
                                 m == mr && n == nr ? NULL : &edge);
                     }
@@ -178,7 +207,7 @@ static void gemm_small(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_t 
     int mr = kern.mr, nr = kern.nr;
     const T *a_tiny = NULL;
     if (M < mr) { /* shorter than one strip: pad it */
-        pack_a(ks, ta, A, lda, M, K, mr, aedge);
+        pack_a(ks, ta, A, lda, M, K, mr, K * mr, aedge);
         a_tiny = aedge;
     }
     bool b_packed = tb || N < nr;
@@ -227,7 +256,7 @@ typedef struct {
 } buffers_t;
 
 static buffers_t buffers_in(void *base) {
-    size_t a = (size_t)MB * KC, b = (size_t)KC * NB;
+    size_t a = (size_t)MB * KC + PAD_SLACK(MB), b = (size_t)KC * NB + PAD_SLACK(NB);
     T *t = base;
     return (buffers_t){t, t + a, t + a + b};
 }
@@ -264,7 +293,8 @@ typedef struct {
     T *C;
     int64_t ldc, sc;
     int64_t batch;
-    const T *bias; /* PATH_SMALL only: C's rows are set to it first (beta is then 1) */
+    const T *bias;              /* PATH_SMALL only: C's rows are set to it first (beta is then 1) */
+    const T *ashared, *bshared; /* op(A) or op(B) packed once for every part (run), or NULL */
 } problem_t;
 
 /* Rows [m0, m1) and columns [n0, n1) of product b. *b_ready says the packed B in buf is
@@ -301,7 +331,7 @@ static void product(const problem_t *p, int64_t b, T beta, const part_t *q, cons
             return;
         }
         if (!(*b_ready && p->sb == 0))
-            pack_b(ks, tb, B + n0 * ldb, ldb, K, n, p->kern.nr, buf->bpack);
+            pack_b(ks, tb, B + n0 * ldb, ldb, K, n, p->kern.nr, K * p->kern.nr, buf->bpack);
         *b_ready = true;
         for (int64_t q = 0; q < n; q += p->kern.nr)
             ks->rows(p->M, imin(p->kern.nr, n - q), K, A, ta ? 1 : lda, ta ? lda : 1,
@@ -314,14 +344,15 @@ static void product(const problem_t *p, int64_t b, T beta, const part_t *q, cons
     A = a_at(ta, A, lda, m0, 0), B = b_at(tb, B, ldb, 0, n0), C += m0 * ldc + n0;
     if (p->path == PATH_BLOCKED) {
         gemm_blocked(ks, p->kern, ta, tb, m, n, K, p->alpha, A, lda, B, ldb, beta, C, ldc,
-                     buf->apack, buf->bpack);
+                     buf->apack, buf->bpack, p->ashared, p->bshared);
         return;
     }
-    if ((tb || n < p->kern.nr) && !(*b_ready && p->sb == 0))
-        pack_b(ks, tb, B, ldb, K, n, p->kern.nr, buf->bpack);
+    if ((tb || n < p->kern.nr) && !(*b_ready && p->sb == 0) && !p->bshared)
+        pack_b(ks, tb, B, ldb, K, n, p->kern.nr, K * p->kern.nr, buf->bpack);
     *b_ready = true;
-    gemm_small(ks, p->kern, ta, tb, m, n, K, p->alpha, A, lda, B, ldb, buf->bpack, beta, C, ldc,
-               buf->aedge, p->bias ? p->bias + n0 : NULL);
+    gemm_small(ks, p->kern, ta, tb, m, n, K, p->alpha, A, lda, B, ldb,
+               p->bshared ? p->bshared : buf->bpack, beta, C, ldc, buf->aedge,
+               p->bias ? p->bias + n0 : NULL);
 }
 
 /* One part: its products in order of b, so products summed into one C add in a fixed order. */
@@ -346,6 +377,54 @@ static void run_part_task(int64_t task, int worker, void *arg) {
     const problem_t *p = s->p;
     part_t q = gemm_part(s->split, (int)task, s->parts, s->unit, p->batch, p->M, p->N);
     if (q.b0 < q.b1 && q.m0 < q.m1 && q.n0 < q.n1) run_part(p, &q, s->ws[worker]);
+}
+
+/* Elements of op(A) (a) or op(B) packed whole (K blocks of all of its panels), or 0 when the
+ * product does not pack it or it would not fit a workspace. A is packed only by the blocked
+ * path (the small path reads it in place). */
+static int64_t shared_elems(const problem_t *p, bool a) {
+    bool blocked = p->path == PATH_BLOCKED;
+    bool packs = a ? blocked : blocked || (p->path == PATH_SMALL && (p->tb || p->N < p->kern.nr));
+    if (!packs || p->batch != 1) return 0;
+    int64_t width = a ? p->kern.mr : p->kern.nr, along = a ? p->M : p->N;
+    int64_t panels = (along + width - 1) / width, elems = p->K * panels * width;
+    if (blocked) { /* whole K blocks of padded panels (gemm_blocked) */
+        int64_t kblock = kblock_of(p->K), blocks = (p->K + kblock - 1) / kblock;
+        elems = blocks * panels * (kblock * width + PANEL_PAD);
+    }
+    return elems <= (int64_t)(workspace_bytes() / sizeof(T)) - 64 ? elems : 0;
+}
+
+/* Packing op(A) or op(B) whole, as pool tasks: task t packs panels [t * per, (t + 1) * per)
+ * of every K block, laid out as gemm_blocked reads them (the small path: one K block,
+ * unpadded). */
+typedef struct {
+    const problem_t *p;
+    bool a;
+    T *dst;
+    int64_t per; /* panels per task */
+} shared_pack_t;
+
+static void pack_shared_task(int64_t task, int worker, void *arg) {
+    (void)worker;
+    const shared_pack_t *s = arg;
+    const problem_t *p = s->p;
+    int width = s->a ? p->kern.mr : p->kern.nr;
+    bool blocked = p->path == PATH_BLOCKED;
+    int64_t K = p->K, along = s->a ? p->M : p->N, panels = (along + width - 1) / width;
+    int64_t i0 = task * s->per * width, i1 = imin(along, i0 + s->per * width);
+    int64_t kblock = blocked ? kblock_of(K) : K, pad = blocked ? PANEL_PAD : 0;
+    for (int64_t pc = 0; i0 < i1 && pc < K; pc += kblock) {
+        int64_t kc = imin(K - pc, kblock);
+        int64_t stride = kblock * width + pad;
+        T *dst = s->dst + (pc / kblock * panels + i0 / width) * stride;
+        if (s->a)
+            pack_a(p->ks, p->ta, a_at(p->ta, p->A, p->lda, i0, pc), p->lda, i1 - i0, kc, width,
+                   stride, dst);
+        else
+            pack_b(p->ks, p->tb, b_at(p->tb, p->B, p->ldb, pc, i0), p->ldb, kc, i1 - i0, width,
+                   stride, dst);
+    }
 }
 
 /* Splits the work into parts and runs them on the pool, whichever thread is free taking the
@@ -381,12 +460,29 @@ static bool run(problem_t *p) {
     }
     bool packs =
         p->path == PATH_SMALL || p->path == PATH_BLOCKED || (p->path == PATH_THIN && p->tb);
-    void *ws[GEMM_MAX_THREADS];
-    int slots[GEMM_MAX_THREADS];
+    void *ws[GEMM_MAX_THREADS + 1];
+    int slots[GEMM_MAX_THREADS + 1];
     if (threads > GEMM_MAX_THREADS) threads = GEMM_MAX_THREADS;
-    for (int i = 0; i < threads; i++) ws[i] = NULL;
-    if (packs && !gemm_workspaces_acquire(threads, ws, slots)) return false;
+    /* Parts split by rows would each pack all of op(B) for their few rows, and parts split by
+     * columns all of op(A) (blocked path): pack it once, the threads taking panels, into one
+     * more workspace that every part reads. The parts' kernel calls are the same, so are the
+     * results. */
+    bool share_a = split == SPLIT_COLS;
+    int64_t shared = (split == SPLIT_ROWS || split == SPLIT_COLS) && threads < GEMM_MAX_THREADS
+                         ? shared_elems(p, share_a)
+                         : 0;
+    int nws = threads + (shared > 0);
+    for (int i = 0; i < nws; i++) ws[i] = NULL;
+    if (packs && !gemm_workspaces_acquire(nws, ws, slots)) return false;
     last_threads = threads;
+    if (shared > 0) {
+        int width = share_a ? p->kern.mr : p->kern.nr;
+        int64_t panels = ((share_a ? p->M : p->N) + width - 1) / width;
+        int64_t tasks = imin(panels, (int64_t)threads * NBT_PIECES_PER_THREAD);
+        shared_pack_t sp = {p, share_a, ws[threads], (panels + tasks - 1) / tasks};
+        nbt_run_tasks((panels + sp.per - 1) / sp.per, threads, pack_shared_task, &sp);
+        *(share_a ? &p->ashared : &p->bshared) = ws[threads];
+    }
     if (threads == 1) {
         part_t all = {0, batch, 0, M, 0, N};
         run_part(p, &all, ws[0]);
@@ -400,7 +496,8 @@ static bool run(problem_t *p) {
         parts_t parts = {p, split, unit, nparts, ws};
         nbt_run_tasks(nparts, threads, run_part_task, &parts);
     }
-    if (packs) gemm_workspaces_release(threads, slots);
+    if (packs) gemm_workspaces_release(nws, slots);
+    p->ashared = p->bshared = NULL;
     return true;
 }
 
@@ -431,7 +528,7 @@ static bool gemm_batched(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N,
                       sc == 0 && b > 0 ? 1 : beta, C + b * sc, ldc);
         return true;
     }
-    kernel_t kern = pick(ks, N);
+    kernel_t kern = pick(ks, M, N);
     problem_t p = {.ks = ks,
                    .kern = kern,
                    .path = choose_path(kern, tb, M, N, K),
@@ -478,7 +575,7 @@ static bool gemm_bias(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, in
                       int64_t lda, const T *B, int64_t ldb, const T *bias, T *C, int64_t ldc) {
     last_threads = 1;
     if (M <= 0 || N <= 0) return true;
-    kernel_t kern = pick(ks, N);
+    kernel_t kern = pick(ks, M, N);
     if (K <= 0 || choose_path(kern, tb, M, N, K) != PATH_SMALL) {
         bias_fill_t job = {C, ldc, N, bias};
         nbt_parallel_ranges(M, GEMM_MIN_WORK_PER_THREAD / 8 / N + 1, bias_fill, &job);
@@ -531,3 +628,8 @@ static bool gemm_bias(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, in
 #undef problem_t
 #undef choose_path
 #undef buffers_in
+#undef kblock_of
+#undef shared_elems
+#undef pack_shared_task
+#undef shared_pack_t
+#undef PANEL_PAD

@@ -381,12 +381,16 @@ static void test_threads_bitwise(void) {
     gemm_case row = {false, true, 1, 4096, 128, 1, 0, 0, 0, 0};
     gemm_case col = {false, false, 4096, 1, 128, 1, 1, 0, 0, 0};
     gemm_case thin = {false, true, 4, 2048, 64, 1, 0, 0, 0, 0};
-    /* a weight gradient's shape: rows split over a shared packed B, several K and N blocks
-     * (A packed once per K block and reused across N blocks), rows not a multiple of a tile */
+    /* a weight gradient's shape: columns split over one packed A shared by all parts, several K and
+     * N blocks (A packed once per K block and reused across N blocks), rows not a multiple of a
+     * tile */
     gemm_case weight_grad = {true, false, 130, 600, 1100, 1, 0.5, 1, 2, 3};
-    const gemm_case *singles[] = {&blocked, &blocked_t, &wide, &linear, &row, &col, &thin,
-                                  &weight_grad};
-    for (int c = 0; c < 8; c++) {
+    /* rows split over one packed B shared by all parts, with K blocks of unequal length (367,
+     * 367, 366 in float32; 220 x 5 in float64) */
+    gemm_case shared_b = {false, false, 150, 100, 1100, 1, 0.5, 1, 2, 3};
+    const gemm_case *singles[] = {&blocked, &blocked_t, &wide,        &linear,  &row,
+                                  &col,     &thin,      &weight_grad, &shared_b};
+    for (int c = 0; c < 9; c++) {
         failures += !threads_agree_f32(singles[c], 1, false, false, 2);
         failures += !threads_agree_f64(singles[c], 1, false, false, 2);
     }

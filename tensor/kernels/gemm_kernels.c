@@ -8,7 +8,9 @@
 /* Rows as (row, group of three, offset in the group). */
 #define ROWS_6(X) X(0, 0, 0) X(1, 0, 1) X(2, 0, 2) X(3, 1, 0) X(4, 1, 1) X(5, 1, 2)
 #define ROWS_12(X) ROWS_6(X) X(6, 2, 0) X(7, 2, 1) X(8, 2, 2) X(9, 3, 0) X(10, 3, 1) X(11, 3, 2)
+#define ROWS_8(X) ROWS_6(X) X(6, 2, 0) X(7, 2, 1)
 #define ROWS_16(X) ROWS_12(X) X(12, 4, 0) X(13, 4, 1) X(14, 4, 2) X(15, 5, 0)
+#define GROUPS_8(X) GROUPS_6(X) X(2)
 #define GROUPS_6(X) X(0) X(1)
 #define GROUPS_12(X) GROUPS_6(X) X(2) X(3)
 #define GROUPS_16(X) GROUPS_12(X) X(4) X(5)
@@ -30,6 +32,9 @@ static inline int clamp(int x, int lo, int hi) {
 #define MR_NARROW 16
 #define ROWS_NARROW ROWS_16
 #define GROUPS_NARROW GROUPS_16
+/* Flat: 8 rows x 2 vectors, for products of 16, 32 or 40 rows (attention's blocks of 32
+ * queries or keys), which 12-row strips cover only by computing up to 8 rows twice. */
+#define MR_FLAT 8
 #define VF32 __m512
 #define VF64 __m512d
 #define WF32 16
@@ -140,11 +145,22 @@ static inline double hsum4(__m256d v) {
 #define GROUPS GROUPS_WIDE
 #define KNAME ukr_f32_wide
 #include "gemm_ukr.h"
-#undef NV
 #undef MR
 #undef ROWS
 #undef GROUPS
 #undef KNAME
+#ifdef MR_FLAT
+#define MR MR_FLAT
+#define ROWS ROWS_8
+#define GROUPS GROUPS_8
+#define KNAME ukr_f32_flat
+#include "gemm_ukr.h"
+#undef MR
+#undef ROWS
+#undef GROUPS
+#undef KNAME
+#endif
+#undef NV
 #define NV 1
 #define MR MR_NARROW
 #define ROWS ROWS_NARROW
@@ -196,11 +212,22 @@ static inline double hsum4(__m256d v) {
 #define GROUPS GROUPS_WIDE
 #define KNAME ukr_f64_wide
 #include "gemm_ukr.h"
-#undef NV
 #undef MR
 #undef ROWS
 #undef GROUPS
 #undef KNAME
+#ifdef MR_FLAT
+#define MR MR_FLAT
+#define ROWS ROWS_8
+#define GROUPS GROUPS_8
+#define KNAME ukr_f64_flat
+#include "gemm_ukr.h"
+#undef MR
+#undef ROWS
+#undef GROUPS
+#undef KNAME
+#endif
+#undef NV
 #define NV 1
 #define MR MR_NARROW
 #define ROWS ROWS_NARROW
@@ -315,20 +342,26 @@ static void pack_t_f32(const float *X, int64_t ldx, int64_t kc, int n, int width
 
 /* Rows copied with masked loads, which also write the zero padding: no per-row library
  * call, which costs more than the copy for the narrow panels of small products. A width that
- * is not a whole number of vectors (an A panel of 12 or 6 rows) ends in a masked store. Each
- * row of X is read once, start to end, for all panels: one forward stream that the hardware
- * prefetcher follows, where a panel at a time would stride down the matrix once per panel. */
+ * is not a whole number of vectors (an A panel of 12 or 6 rows) ends in a masked store, unless
+ * the panels are padded by at least a vector (the blocked path's): then a whole vector is
+ * stored, its spill into the panel's next row overwritten when that row is packed (rows go in
+ * order) and the last row's spill landing in the padding. Masked stores made packing a
+ * transposed A (a weight gradient's activations) about twice as slow. Each row of X is read
+ * once, start to end, for all panels: one forward stream that the hardware prefetcher
+ * follows, where a panel at a time would stride down the matrix once per panel. */
 #define DEFINE_PACK_N(name, T, V, W, MAKE_MASK, MLOAD, VSTORE, MSTORE)                             \
-    static void name(const T *X, int64_t ldx, int64_t kc, int n, int width, T *dst) {              \
+    static void name(const T *X, int64_t ldx, int64_t kc, int n, int width, int64_t pstride,       \
+                     T *dst) {                                                                     \
         int panels = (n + width - 1) / width;                                                      \
+        bool spill = pstride - kc * width >= W; /* whole-vector stores fit */                      \
         for (int64_t k = 0; k < kc; k++) {                                                         \
             const T *x = X + k * ldx;                                                              \
             for (int p = 0; p < panels; p++) {                                                     \
-                T *d = dst + (int64_t)p * kc * width + k * width;                                  \
+                T *d = dst + (int64_t)p * pstride + k * width;                                     \
                 int here = n - p * width < width ? n - p * width : width;                          \
                 for (int j0 = 0; j0 < width; j0 += W) {                                            \
                     V v = MLOAD(x + p * width + j0, MAKE_MASK(0, here - j0));                      \
-                    if (j0 + W <= width)                                                           \
+                    if (j0 + W <= width || spill)                                                  \
                         VSTORE(d + j0, v);                                                         \
                     else                                                                           \
                         MSTORE(d + j0, MAKE_MASK(0, width - j0), v);                               \
@@ -340,10 +373,18 @@ DEFINE_PACK_N(pack_n_f32, float, VF32, WF32, MAKE_MASKF32, MLOADF32, STF32, MSTO
 DEFINE_PACK_N(pack_n_f64, double, VF64, WF64, MAKE_MASKF64, MLOADF64, STF64, MSTOREF64)
 
 void NBK_FN(nbt_gemm_kernels)(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64) {
-    *f32 = (nbt_gemm_kernels_f32){MR_WIDE,        2 * WF32,   ukr_f32_wide, MR_NARROW, WF32,
-                                  ukr_f32_narrow, pack_t_f32, pack_n_f32,   rows_f32,  dots_f32};
-    *f64 = (nbt_gemm_kernels_f64){MR_WIDE,        2 * WF64, ukr_f64_wide, MR_NARROW, WF64,
-                                  ukr_f64_narrow, NULL,     pack_n_f64,   rows_f64,  dots_f64};
+#ifdef MR_FLAT
+#define FLAT(T) MR_FLAT, ukr_##T##_flat
+#else
+#define FLAT(T) 0, NULL
+#endif
+    *f32 = (nbt_gemm_kernels_f32){MR_WIDE,    2 * WF32,       ukr_f32_wide, MR_NARROW,
+                                  WF32,       ukr_f32_narrow, FLAT(f32),    pack_t_f32,
+                                  pack_n_f32, rows_f32,       dots_f32};
+    *f64 = (nbt_gemm_kernels_f64){MR_WIDE,    2 * WF64,       ukr_f64_wide, MR_NARROW,
+                                  WF64,       ukr_f64_narrow, FLAT(f64),    NULL,
+                                  pack_n_f64, rows_f64,       dots_f64};
+#undef FLAT
 }
 
 #else
@@ -416,7 +457,9 @@ GENERIC_DOTS(dots_f32, float, 16)
 GENERIC_DOTS(dots_f64, double, 8)
 
 void NBK_FN(nbt_gemm_kernels)(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64) {
-    *f32 = (nbt_gemm_kernels_f32){4, 8, ukr_f32, 0, 0, NULL, NULL, NULL, rows_f32, dots_f32};
-    *f64 = (nbt_gemm_kernels_f64){4, 4, ukr_f64, 0, 0, NULL, NULL, NULL, rows_f64, dots_f64};
+    *f32 =
+        (nbt_gemm_kernels_f32){4, 8, ukr_f32, 0, 0, NULL, 0, NULL, NULL, NULL, rows_f32, dots_f32};
+    *f64 =
+        (nbt_gemm_kernels_f64){4, 4, ukr_f64, 0, 0, NULL, 0, NULL, NULL, NULL, rows_f64, dots_f64};
 }
 #endif

@@ -32,12 +32,13 @@ typedef void (*nbt_gemm_pack_t_f64)(const double *X, int64_t ldx, int64_t kc, in
                                     double *dst);
 
 /* Packs the panels of width columns that cover n columns of a matrix read along its rows:
- * panel p starts at dst + p*kc*width, and dst[p*kc*width + k*width + j] = X[k*ldx + p*width + j]
- * for k < kc and p*width + j < n, 0 past n (an untransposed B's panels, a transposed A's). */
+ * panel p starts at dst + p*pstride (pstride >= kc*width), and
+ * dst[p*pstride + k*width + j] = X[k*ldx + p*width + j] for k < kc and p*width + j < n, 0 past
+ * n (an untransposed B's panels, a transposed A's). */
 typedef void (*nbt_gemm_pack_n_f32)(const float *X, int64_t ldx, int64_t kc, int n, int width,
-                                    float *dst);
+                                    int64_t pstride, float *dst);
 typedef void (*nbt_gemm_pack_n_f64)(const double *X, int64_t ldx, int64_t kc, int n, int width,
-                                    double *dst);
+                                    int64_t pstride, double *dst);
 
 /* Whole rows of C in axpy form, for products too small to tile and for one-row products:
  *   C[i*ldc + j*c_cs] = alpha * sum_k a[i*a_rs + k*a_cs] * b[k*ldb + j] + beta * C[...]
@@ -64,14 +65,17 @@ typedef void (*nbt_gemm_dots_f64)(int64_t n, int64_t kc, const double *x, int64_
                                   const double *mat, int64_t ldm, double *y, int64_t incy,
                                   double alpha, double beta);
 
-/* One instruction set's kernels: a wide one (mr x nr tiles), and a narrow one for matrices
- * with few columns (narrow_mr x narrow_nr; NULL when there is none). pack_t and pack_n NULL mean
- * the driver's plain C loops. rows and dots are always set. */
+/* One instruction set's kernels: a wide one (mr x nr tiles), a narrow one for matrices
+ * with few columns (narrow_mr x narrow_nr; NULL when there is none), and a flat one
+ * (flat_mr x nr) for products of a few rows that the wide tile does not divide. pack_t and pack_n
+ * NULL mean the driver's plain C loops. rows and dots are always set. */
 typedef struct {
     int mr, nr;
     nbt_gemm_ukr_f32 wide;
     int narrow_mr, narrow_nr;
     nbt_gemm_ukr_f32 narrow;
+    int flat_mr; /* the wide tile's columns, fewer rows (NULL when there is none) */
+    nbt_gemm_ukr_f32 flat;
     nbt_gemm_pack_t_f32 pack_t;
     nbt_gemm_pack_n_f32 pack_n;
     nbt_gemm_rows_f32 rows;
@@ -82,6 +86,8 @@ typedef struct {
     nbt_gemm_ukr_f64 wide;
     int narrow_mr, narrow_nr;
     nbt_gemm_ukr_f64 narrow;
+    int flat_mr; /* the wide tile's columns, fewer rows (NULL when there is none) */
+    nbt_gemm_ukr_f64 flat;
     nbt_gemm_pack_t_f64 pack_t;
     nbt_gemm_pack_n_f64 pack_n;
     nbt_gemm_rows_f64 rows;
