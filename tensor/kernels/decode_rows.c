@@ -1,7 +1,8 @@
 /* The float32 rows of one-token decoding (kernels.h), called by nn/lm_decode.c: a block of a
- * matrix-vector product and one query's attention over a key/value cache. Written once with
- * eight-float vector types: every set computes the same lanes in the same order with nothing
- * fused, so all three give the same bits (AVX-512 and AVX2 in one register, SSE2 in two). */
+ * matrix-vector product and one query's attention over a key/value cache. The attention is
+ * written once with eight-float vector types and nothing fused (the same bits in every set);
+ * the matrix-vector rows use each set's widest vector and its FMA, so, like the GEMM, the sets
+ * round differently (each set is deterministic, and independent of the thread count). */
 #include "kernels.h"
 
 typedef float dr_v8f __attribute__((vector_size(32)));
@@ -9,45 +10,73 @@ typedef float dr_v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
 #define DR_LOAD(p) (*(const dr_v8f_u *)(p))
 #define DR_STORE(p, v) (*(dr_v8f_u *)(p) = (v))
 #define DR_SPLAT(x) ((dr_v8f){x, x, x, x, x, x, x, x})
-#define DR_COMBINE(a) (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])))
 
-/* sum_k w[k] * x[k] over the tail k in [Kv, K), added to a lane sum in a fixed order. */
-static inline float dot_finish(dr_v8f acc, const float *w, const float *x, int64_t Kv, int64_t K) {
-    float s = DR_COMBINE(acc);
+/* The widest vector of the set for the matrix-vector rows, and its multiply-add (fused where
+ * the set has FMA: the rows are bound by reading W, and one instruction per vector keeps the
+ * loads in flight). */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define MV_W 16
+typedef float mv_vf __attribute__((vector_size(64)));
+#define MV_FMA(a, b, c) ((mv_vf)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
+#elif defined(__AVX2__)
+#include <immintrin.h>
+#define MV_W 8
+typedef float mv_vf __attribute__((vector_size(32)));
+#define MV_FMA(a, b, c) ((mv_vf)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+#else
+#define MV_W 4
+typedef float mv_vf __attribute__((vector_size(16)));
+#define MV_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+typedef float mv_vf_u __attribute__((vector_size(MV_W * 4), aligned(4), may_alias));
+#define MV_LOAD(p) (*(const mv_vf_u *)(p))
+#define MV_ROWS 8
+
+/* The sum of a's lanes, halving the vector in a fixed order, then the tail k in [Kv, K). */
+static inline float mv_finish(mv_vf a, const float *w, const float *x, int64_t Kv, int64_t K) {
+#if MV_W == 16
+    v8f h8 = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
+             __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+#elif MV_W == 8
+    v8f h8 = a;
+#endif
+#if MV_W >= 8
+    v4f h4 =
+        __builtin_shufflevector(h8, h8, 0, 1, 2, 3) + __builtin_shufflevector(h8, h8, 4, 5, 6, 7);
+#else
+    v4f h4 = a;
+#endif
+    float s = (h4[0] + h4[2]) + (h4[1] + h4[3]);
     for (int64_t k = Kv; k < K; k++) s += w[k] * x[k];
     return s;
 }
 
 /* y[i] = W[i, :] . x + bias[i] for rows i < n of W (row-major, K columns); bias may be NULL.
- * Four rows at a time share each load of x; each row's sum is eight lanes over k, then the
- * tail, in the same order whichever row block it falls in. */
+ * MV_ROWS rows at a time share each load of x and keep that many streams of W in flight (on
+ * this bound-by-reading loop software prefetching measured no gain). A row's sum does not
+ * depend on the block it falls in. */
 void NBK_FN(nbk_matvec_rows_f32)(int64_t n, int64_t K, const float *W, const float *x,
                                  const float *bias, float *y) {
-    const int64_t Kv = K / 8 * 8;
+    const int64_t Kv = K / MV_W * MV_W;
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        const float *w0 = W + i * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
-        dr_v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-        /* the block after next, one line per row and step of 16 */
-        const float *ahead = W + (i + 8 < n ? i + 8 : i) * K;
-        for (int64_t k = 0; k < 4 * K; k += 16) __builtin_prefetch(ahead + k);
-        for (int64_t k = 0; k < Kv; k += 8) {
-            const dr_v8f xv = DR_LOAD(x + k);
-            a0 += DR_LOAD(w0 + k) * xv;
-            a1 += DR_LOAD(w1 + k) * xv;
-            a2 += DR_LOAD(w2 + k) * xv;
-            a3 += DR_LOAD(w3 + k) * xv;
+    for (; i + MV_ROWS <= n; i += MV_ROWS) {
+        const float *w = W + i * K;
+        mv_vf a[MV_ROWS] = {0};
+        for (int64_t k = 0; k < Kv; k += MV_W) {
+            const mv_vf xv = MV_LOAD(x + k);
+#pragma GCC unroll 8
+            for (int r = 0; r < MV_ROWS; r++) a[r] = MV_FMA(MV_LOAD(w + r * K + k), xv, a[r]);
         }
-        y[i] = dot_finish(a0, w0, x, Kv, K);
-        y[i + 1] = dot_finish(a1, w1, x, Kv, K);
-        y[i + 2] = dot_finish(a2, w2, x, Kv, K);
-        y[i + 3] = dot_finish(a3, w3, x, Kv, K);
+        for (int r = 0; r < MV_ROWS; r++) y[i + r] = mv_finish(a[r], w + r * K, x, Kv, K);
     }
     for (; i < n; i++) {
-        const float *w0 = W + i * K;
-        dr_v8f a0 = {0};
-        for (int64_t k = 0; k < Kv; k += 8) a0 += DR_LOAD(w0 + k) * DR_LOAD(x + k);
-        y[i] = dot_finish(a0, w0, x, Kv, K);
+        const float *w = W + i * K;
+        mv_vf a = {0};
+        for (int64_t k = 0; k < Kv; k += MV_W) a = MV_FMA(MV_LOAD(w + k), MV_LOAD(x + k), a);
+        y[i] = mv_finish(a, w, x, Kv, K);
     }
     if (bias)
         for (int64_t r = 0; r < n; r++) y[r] += bias[r];
