@@ -16,9 +16,12 @@
  * never changes what it computes, so 1 and 2 threads give the same bits.
  *
  * Whether two threads pay depends on the machine: a busy neighbour on one core makes every
- * job wait for a thread that is not running. So the path measures: it decodes with its
- * current choice, and now and then times a window of tokens with the other, switching when
- * that is faster; a trial that loses waits twice as long before the next one. */
+ * job wait for a thread that is not running. So the path measures: it starts on one thread,
+ * keeps a running mean of the token time of each count, and now and then times a window of
+ * tokens with the other count, switching when that count's mean is the lower; after each
+ * trial that loses, the next waits twice as long (up to 8192 tokens), so where two threads do
+ * not pay the trials soon cost nothing measurable. A home count that falls behind the other's
+ * last mean (the machine changed) gets a trial at once. */
 #include "lm_decode.h"
 
 #include "kv_cache_impl.h"
@@ -33,12 +36,15 @@
 
 /* Tokens per timed window, tokens not timed after a change of thread count (a sleeping worker
  * wakes slowly), and the range of the gap between trials of the other count, in tokens. */
-#define WINDOW 8
+#define WINDOW 16
 #define WARM_UP 2
 #define MIN_GAP 64
 #define MAX_GAP 8192
-/* The other count must beat the current one by this factor to replace it. */
+/* The other count's running mean must beat the current one's by this factor to replace it;
+ * each window moves its count's running mean by this weight (a single window is too noisy on a
+ * busy machine, where any token can lose milliseconds to preemption). */
 #define SWITCH_MARGIN 0.97
+#define AVG_WEIGHT 0.25
 
 struct nbn_lm_decoder {
     int64_t D, F, H, L;            /* sized for: dim, widest hidden layer, heads, max_len */
@@ -50,7 +56,7 @@ struct nbn_lm_decoder {
     /* the thread count: the one in use, the one preferred, the timing window */
     int current, home, skip, in_window;
     int64_t window_ns, until_trial, gap;
-    double home_ns;
+    double avg_ns[3]; /* per thread count: a running mean of its windows' mean token times */
 };
 
 typedef enum { PHASE_ATTENTION, PHASE_OUT_PROJ, PHASE_FC1, PHASE_FC2 } decode_phase;
@@ -145,7 +151,7 @@ static struct nbn_lm_decoder *decoder_for(const nb_transformer_lm *m, nb_kv_cach
     d->hidden = buf + 8 * Dr;
     d->erf_arg = d->hidden + Fr;
     d->scores = d->erf_arg + Fr;
-    d->current = d->home = 2;
+    d->current = d->home = 1; /* the safe choice until two threads have shown they pay */
     d->until_trial = d->gap = MIN_GAP;
     d->skip = WARM_UP;
     c->decoder = d;
@@ -266,15 +272,18 @@ static void note_time(struct nbn_lm_decoder *d, int64_t ns) {
     d->window_ns += ns;
     if (++d->in_window < WINDOW) return;
     const double mean = (double)d->window_ns / WINDOW;
+    double *avg = &d->avg_ns[d->current];
+    *avg = *avg > 0 ? (1 - AVG_WEIGHT) * *avg + AVG_WEIGHT * mean : mean;
     d->window_ns = 0;
     d->in_window = 0;
+    const int other = 3 - d->home;
     if (d->current == d->home) {
-        d->home_ns = mean;
+        /* the machine may have changed: look again once home falls behind the other's mark */
+        if (d->avg_ns[other] > 0 && *avg > d->avg_ns[other]) d->until_trial = 0;
         if ((d->until_trial -= WINDOW) > 0) return;
-        d->current = 3 - d->home; /* try the other count */
-    } else if (mean < SWITCH_MARGIN * d->home_ns) {
-        d->home = d->current; /* it won: keep it */
-        d->gap = MIN_GAP;
+        d->current = other;
+    } else if (*avg < SWITCH_MARGIN * d->avg_ns[d->home]) {
+        d->home = d->current; /* it won: keep it, and the gap */
     } else {
         d->current = d->home;
         d->gap = d->gap * 2 < MAX_GAP ? d->gap * 2 : MAX_GAP;
