@@ -310,7 +310,7 @@ nb_tensor *nbn_lm_decode_token(nb_transformer_lm *m, const nb_tensor *tokens, nb
     for (job.layer = 0; job.layer < m->num_layers; job.layer++) {
         for (job.phase = PHASE_ATTENTION; job.phase <= PHASE_FC2; job.phase++) {
             if (threads > 1)
-                nbt_parallel_ranges(2, 1, run_halves, &job);
+                nbt_parallel_halves(run_halves, &job);
             else
                 run_halves(0, 2, &job);
         }

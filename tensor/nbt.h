@@ -132,6 +132,11 @@ int nbt_threads_for(int64_t work, int64_t min_work_per_thread);
  * any thread count. */
 typedef void (*nbt_range_fn)(int64_t begin, int64_t end, void *ctx);
 void nbt_parallel_ranges(int64_t n, int64_t grain, nbt_range_fn fn, void *ctx);
+/* Calls fn(0, 1, ctx) and fn(1, 2, ctx): on two threads when the budget allows (else in turn
+ * on this one), the calling thread taking half 0 and the pool's first worker half 1 whenever
+ * both take part, so a job split the same way call after call keeps each half on the same
+ * core, in that core's cache. Either thread takes both halves if the other is late. */
+void nbt_parallel_halves(nbt_range_fn fn, void *ctx);
 
 /* ---- broadcasting ---- */
 /* Broadcast shape of a and b (NumPy rules) into out/out_ndim; error naming op on mismatch. */
