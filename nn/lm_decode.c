@@ -7,13 +7,17 @@
  * attention rows in per-instruction-set kernels (tensor/kernels/decode_rows.c).
  *
  * Decoding reads every weight once per token (about 1.6 MB for the benchmark's model), so it
- * is bound by moving weights. With two threads every product is split into two fixed halves
- * (heads for the query/key/value projections and the attention, output rows for the rest),
- * the same half always to the same task: each core then reads its half of the weights from
- * its own L2 cache, where one thread streams all of them from L3. A block is four such jobs
- * (attention, out_proj, fc1 with GELU, fc2); the layer norms before them are computed by both
- * halves, each into its own buffer, rather than paying for a fifth. Which thread runs a half
- * never changes what it computes, so 1 and 2 threads give the same bits.
+ * is bound by moving weights. With two threads every product is split into two fixed halves,
+ * the same half always to the same thread (nbt_parallel_halves): each core then reads its
+ * half of the weights from its own L2 cache, where one thread streams all of them from L3.
+ * A block is two jobs. The attention job: half h takes heads h (norm1, their query, key and
+ * value rows, their attention) and multiplies its heads' part of the context by its columns
+ * of out_proj, a partial sum of every output. The feed-forward job: each half adds both
+ * partial sums and the bias to its own copy of the residual stream (the same sums in the same
+ * order in both), then norm2, its rows of fc1 with their GELU, and its columns of fc2,
+ * partial sums that the next block's attention job adds. Splitting the second product of each
+ * pair by columns saves the two jobs that splitting it by rows would need. Which thread runs a
+ * half never changes what it computes, so 1 and 2 threads give the same bits.
  *
  * Whether two threads pay depends on the machine: a busy neighbour on one core makes every
  * job wait for a thread that is not running. So the path measures: it starts on one thread,
@@ -47,19 +51,22 @@
 #define AVG_WEIGHT 0.25
 
 struct nbn_lm_decoder {
-    int64_t D, F, H, L;            /* sized for: dim, widest hidden layer, heads, max_len */
-    float *x;                      /* the residual stream [D] */
-    float *q, *k, *v, *ctx, *proj; /* [D] each */
-    float *hidden, *erf_arg;       /* [F] */
-    float *scores;                 /* a row of L per head */
-    float *norm[2];                /* each half's layer-norm output [D] */
+    int64_t D, F, H, L;      /* sized for: dim, widest hidden layer, heads, max_len */
+    float *x[2];             /* each half's copy of the residual stream [D] */
+    float *q, *k, *v, *ctx;  /* [D] each, each half writing its heads' part */
+    float *hidden, *erf_arg; /* [F], each half writing its rows */
+    float *scores;           /* a row of L per head */
+    float *norm[2];          /* each half's layer-norm output [D] */
+    /* each half's partial out_proj and fc2 outputs [D] (two sets, so a job reads the one the
+     * job before wrote while it writes the other) */
+    float *attn_part[2], *ff_part[2];
     /* the thread count: the one in use, the one preferred, the timing window */
     int current, home, skip, in_window;
     int64_t window_ns, until_trial, gap;
     double avg_ns[3]; /* per thread count: a running mean of its windows' mean token times */
 };
 
-typedef enum { PHASE_ATTENTION, PHASE_OUT_PROJ, PHASE_FC1, PHASE_FC2 } decode_phase;
+typedef enum { PHASE_ATTENTION, PHASE_FEEDFORWARD } decode_phase;
 
 typedef struct {
     struct nbn_lm_decoder *d;
@@ -118,7 +125,7 @@ bool nbn_lm_decode_covers(const nb_transformer_lm *m, const nb_tensor *tokens,
 
 void nbn_lm_decoder_free(struct nbn_lm_decoder *d) {
     if (!d) return;
-    free(d->x);
+    free(d->x[0]);
     free(d);
 }
 
@@ -138,17 +145,28 @@ static struct nbn_lm_decoder *decoder_for(const nb_transformer_lm *m, nb_kv_cach
     c->decoder = NULL;
     /* each buffer starts on its own 64-byte line, so the halves never share one */
     const int64_t Dr = (D + 15) / 16 * 16, Fr = (F + 15) / 16 * 16, Sr = (H * L + 15) / 16 * 16;
-    const size_t floats = (size_t)(8 * Dr + 2 * Fr + Sr);
+    const size_t floats = (size_t)(12 * Dr + 2 * Fr + Sr);
     d = calloc(1, sizeof *d);
     float *buf = d ? aligned_alloc(64, floats * sizeof(float)) : NULL;
     if (!buf) {
         free(d);
         return nbt_error("TransformerLM", "out of memory for the decoding buffers");
     }
-    *d = (struct nbn_lm_decoder){.D = D, .F = F, .H = H, .L = L, .x = buf};
-    float **rows[] = {&d->q, &d->k, &d->v, &d->ctx, &d->proj, &d->norm[0], &d->norm[1]};
-    for (int i = 0; i < 7; i++) *rows[i] = buf + (i + 1) * Dr;
-    d->hidden = buf + 8 * Dr;
+    *d = (struct nbn_lm_decoder){.D = D, .F = F, .H = H, .L = L};
+    float **rows[] = {&d->x[0],
+                      &d->x[1],
+                      &d->q,
+                      &d->k,
+                      &d->v,
+                      &d->ctx,
+                      &d->norm[0],
+                      &d->norm[1],
+                      &d->attn_part[0],
+                      &d->attn_part[1],
+                      &d->ff_part[0],
+                      &d->ff_part[1]};
+    for (int i = 0; i < 12; i++) *rows[i] = buf + i * Dr;
+    d->hidden = buf + 12 * Dr;
     d->erf_arg = d->hidden + Fr;
     d->scores = d->erf_arg + Fr;
     d->current = d->home = 1; /* the safe choice until two threads have shown they pay */
@@ -175,25 +193,54 @@ static void layer_norm(const nb_layernorm *n, int64_t D, const float *x, float *
 /* y[r0..r1) = l(x)[r0..r1). */
 static void linear_rows(const nb_linear *l, int64_t r0, int64_t r1, const float *x, float *y) {
     const float *b = f32(l->bias);
-    nbt_kernels()->matvec_rows_f32(r1 - r0, l->in_features, f32(l->weight) + r0 * l->in_features, x,
-                                   b ? b + r0 : NULL, y + r0);
+    const int64_t K = l->in_features;
+    nbt_kernels()->matvec_rows_f32(r1 - r0, K, f32(l->weight) + r0 * K, K, x, b ? b + r0 : NULL,
+                                   y + r0);
 }
 
-/* This half's heads: norm1, their query, key and value rows, the new key and value into the
- * cache, then each head's attention over positions 0..pos. */
+/* part[h] = the share of l(in) that inputs [k[h], k[h + 1]) contribute, without the bias,
+ * for halves h in [begin, end): every output, over that half's columns of the weight. Both
+ * halves at once go through one pass over the weight, with the same sums. */
+static void linear_columns(const nb_linear *l, const int64_t k[3], int begin, int end,
+                           const float *in, float *const part[2]) {
+    const float *W = f32(l->weight);
+    const int64_t N = l->out_features, K = l->in_features;
+    if (end - begin == 2) {
+        nbt_kernels()->matvec_halves_f32(N, K, k[1], W, in, part[0], part[1]);
+        return;
+    }
+    nbt_kernels()->matvec_rows_f32(N, k[end] - k[begin], W + k[begin], K, in + k[begin], NULL,
+                                   part[begin]);
+}
+
+/* x += (part[0] + part[1]) + bias: both halves' shares of a product, then its bias. Each half
+ * adds into its own copy of the residual stream, the same sums in the same order. */
+static void add_parts(int64_t D, float *x, float *const part[2], const nb_tensor *bias) {
+    const float *b = f32(bias);
+    for (int64_t i = 0; i < D; i++) {
+        float y = part[0][i] + part[1][i];
+        if (b) y += b[i];
+        x[i] += y;
+    }
+}
+
+/* This half's heads: (the previous block's fc2 added,) norm1, their query, key and value rows,
+ * the new key and value into the cache, and each head's attention over positions 0..pos. */
 static void attention_half(const decode_job *j, int half) {
     struct nbn_lm_decoder *d = j->d;
     const nb_transformer_block *b = j->m->blocks[j->layer];
     const nb_mha *a = b->attn;
     const int64_t D = d->D, hd = a->head_dim, L = j->c->max_len, pos = j->pos;
+    float *x = d->x[half], *nx = d->norm[half];
+    if (j->layer > 0) add_parts(D, x, d->ff_part, j->m->blocks[j->layer - 1]->ff->fc2->bias);
     int64_t h0, h1;
     half_of(a->num_heads, 1, half, &h0, &h1);
-    if (h0 == h1) return;
-    float *nx = d->norm[half];
-    layer_norm(b->norm1, D, d->x, nx);
-    linear_rows(a->W_query, h0 * hd, h1 * hd, nx, d->q);
-    linear_rows(a->W_key, h0 * hd, h1 * hd, nx, d->k);
-    linear_rows(a->W_value, h0 * hd, h1 * hd, nx, d->v);
+    if (h0 < h1) {
+        layer_norm(b->norm1, D, x, nx);
+        linear_rows(a->W_query, h0 * hd, h1 * hd, nx, d->q);
+        linear_rows(a->W_key, h0 * hd, h1 * hd, nx, d->k);
+        linear_rows(a->W_value, h0 * hd, h1 * hd, nx, d->v);
+    }
     const kv_slot *s = &j->c->slots[j->layer];
     float *K = nb_data(s->k), *V = nb_data(s->v);
     const float scale = (float)(1.0 / sqrt((double)hd));
@@ -206,46 +253,43 @@ static void attention_half(const decode_job *j, int half) {
     }
 }
 
-/* x[r] += out[r] for this half's rows of a D-row product out = l(in). */
-static void residual_half(struct nbn_lm_decoder *d, const nb_linear *l, const float *in, int half) {
-    int64_t r0, r1;
-    half_of(d->D, 16, half, &r0, &r1);
-    linear_rows(l, r0, r1, in, d->proj);
-    for (int64_t r = r0; r < r1; r++) d->x[r] += d->proj[r];
-}
-
-/* norm2, then this half's rows of fc1 and their GELU (x / 2 * (1 + erf(x / sqrt 2)), as
- * nb_gelu computes it). */
-static void fc1_half(const decode_job *j, int half) {
+/* out_proj added, norm2, this half's rows of fc1 and their GELU (x / 2 * (1 + erf(x / sqrt 2)),
+ * as nb_gelu computes it). */
+static void feedforward_half(const decode_job *j, int half) {
     struct nbn_lm_decoder *d = j->d;
     const nb_transformer_block *b = j->m->blocks[j->layer];
+    float *x = d->x[half], *nx = d->norm[half], *h = d->hidden, *t = d->erf_arg;
+    add_parts(d->D, x, d->attn_part, b->attn->out_proj->bias);
     int64_t r0, r1;
     half_of(b->ff->fc1->out_features, 16, half, &r0, &r1);
-    float *nx = d->norm[half], *h = d->hidden, *t = d->erf_arg;
-    layer_norm(b->norm2, d->D, d->x, nx);
-    linear_rows(b->ff->fc1, r0, r1, nx, h);
-    for (int64_t r = r0; r < r1; r++) t[r] = h[r] * (float)M_SQRT1_2;
-    nbt_kernels()->verf_f32(t + r0, t + r0, r1 - r0);
-    for (int64_t r = r0; r < r1; r++) h[r] = h[r] * 0.5f * (1 + t[r]);
+    if (r0 < r1) {
+        layer_norm(b->norm2, d->D, x, nx);
+        linear_rows(b->ff->fc1, r0, r1, nx, h);
+        for (int64_t r = r0; r < r1; r++) t[r] = h[r] * (float)M_SQRT1_2;
+        nbt_kernels()->verf_f32(t + r0, t + r0, r1 - r0);
+        for (int64_t r = r0; r < r1; r++) h[r] = h[r] * 0.5f * (1 + t[r]);
+    }
 }
 
+/* The halves [begin, end) of a job: each half's own part, then its columns of out_proj (the
+ * attention job) or of fc2 (the feed-forward job). */
 static void run_halves(int64_t begin, int64_t end, void *vjob) {
     const decode_job *j = vjob;
+    struct nbn_lm_decoder *d = j->d;
     const nb_transformer_block *b = j->m->blocks[j->layer];
-    for (int64_t half = begin; half < end; half++) switch (j->phase) {
-        case PHASE_ATTENTION:
-            attention_half(j, (int)half);
-            break;
-        case PHASE_OUT_PROJ:
-            residual_half(j->d, b->attn->out_proj, j->d->ctx, (int)half);
-            break;
-        case PHASE_FC1:
-            fc1_half(j, (int)half);
-            break;
-        case PHASE_FC2:
-            residual_half(j->d, b->ff->fc2, j->d->hidden, (int)half);
-            break;
-        }
+    int64_t k[3];
+    if (j->phase == PHASE_ATTENTION) {
+        for (int64_t half = begin; half < end; half++) attention_half(j, (int)half);
+        const int64_t hd = b->attn->head_dim;
+        half_of(b->attn->num_heads, 1, 0, &k[0], &k[1]);
+        k[0] *= hd, k[1] *= hd, k[2] = b->attn->num_heads * hd;
+        linear_columns(b->attn->out_proj, k, (int)begin, (int)end, d->ctx, d->attn_part);
+    } else {
+        for (int64_t half = begin; half < end; half++) feedforward_half(j, (int)half);
+        half_of(b->ff->fc1->out_features, 16, 0, &k[0], &k[1]);
+        k[2] = b->ff->fc1->out_features;
+        linear_columns(b->ff->fc2, k, (int)begin, (int)end, d->hidden, d->ff_part);
+    }
 }
 
 static int64_t now_ns(void) {
@@ -305,10 +349,10 @@ nb_tensor *nbn_lm_decode_token(nb_transformer_lm *m, const nb_tensor *tokens, nb
     bool choosing;
     const int threads = threads_for(d, c, &choosing);
     const float *te = f32(m->tok_emb->weight) + token * D, *pe = f32(m->pos_emb->weight) + pos * D;
-    for (int64_t i = 0; i < D; i++) d->x[i] = te[i] + pe[i];
+    for (int64_t i = 0; i < D; i++) d->x[0][i] = d->x[1][i] = te[i] + pe[i];
     decode_job job = {.d = d, .m = m, .c = c, .pos = pos};
     for (job.layer = 0; job.layer < m->num_layers; job.layer++) {
-        for (job.phase = PHASE_ATTENTION; job.phase <= PHASE_FC2; job.phase++) {
+        for (job.phase = PHASE_ATTENTION; job.phase <= PHASE_FEEDFORWARD; job.phase++) {
             if (threads > 1)
                 nbt_parallel_halves(run_halves, &job);
             else
@@ -316,8 +360,9 @@ nb_tensor *nbn_lm_decode_token(nb_transformer_lm *m, const nb_tensor *tokens, nb
         }
         c->slots[job.layer].len = pos + 1;
     }
-    layer_norm(m->norm_f, D, d->x, d->norm[0]);
-    nbt_kernels()->matvec_rows_f32(m->out_features, D, f32(m->head_weight), d->norm[0],
+    add_parts(D, d->x[0], d->ff_part, m->blocks[m->num_layers - 1]->ff->fc2->bias);
+    layer_norm(m->norm_f, D, d->x[0], d->norm[0]);
+    nbt_kernels()->matvec_rows_f32(m->out_features, D, f32(m->head_weight), D, d->norm[0],
                                    f32(m->head_bias), nb_data(logits));
     if (choosing) note_time(d, now_ns() - start);
     return logits;

@@ -92,14 +92,14 @@ static void test_lm_cached_threads(void) {
  * general cached path everything else. Token by token, a batch of 1 (fused) and the same
  * sequence twice in a batch of 2 (general) give the same logits within f32 rounding; the
  * fused path gives the same bits at 1 and 2 threads. Shapes cover whole vectors and tails:
- * head dims 8, 5 and 32, five heads split 2 + 3 between the threads, 40 keys (a block of 32
- * and a tail). */
+ * head dims 8, 5, 32 and 16, five heads split 2 + 3 between the threads, one head (the second
+ * half has none), 40 keys (a block of 32 and a tail). */
 static void test_fused_decode_matches_general(void) {
     enum { T = 40, V = 13 };
-    const int64_t dims[][2] = {{32, 4}, {25, 5}, {64, 2}}; /* dim, heads */
+    const int64_t dims[][2] = {{32, 4}, {25, 5}, {64, 2}, {16, 1}}; /* dim, heads */
     const int before = nb_get_num_threads();
     nb_set_num_threads(2);
-    for (int cfg = 0; cfg < 3; cfg++) {
+    for (int cfg = 0; cfg < 4; cfg++) {
         nb_module *model = nb_model_new(NB_F32, 21 + (uint64_t)cfg);
         nb_transformer_lm *lm =
             nb_transformer_lm_new(model, "", V, T, dims[cfg][0], dims[cfg][1], 2, 0.0);
