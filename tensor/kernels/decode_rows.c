@@ -89,39 +89,52 @@ void NBK_FN(nbk_matvec_halves_f32)(int64_t n, int64_t K, int64_t split, const fl
     }
 }
 
+/* out[0:32] = scale * sum_i a[i] * M[i * ld : i * ld + 32] over i < count: one block of a row
+ * times a row-major matrix, in four vectors. The scores (a = q, M = the keys' transposed rows)
+ * and the context (a = the probabilities, M = the value rows) are both this. */
+static inline void row_block32(const float *a, int64_t count, const float *M, int64_t ld,
+                               float scale, float *out) {
+    dr_v8f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+    for (int64_t i = 0; i < count; i++) {
+        const dr_v8f ai = DR_SPLAT(a[i]);
+        const float *m = M + i * ld;
+        s0 += ai * DR_LOAD(m);
+        s1 += ai * DR_LOAD(m + 8);
+        s2 += ai * DR_LOAD(m + 16);
+        s3 += ai * DR_LOAD(m + 24);
+    }
+    const dr_v8f sc = DR_SPLAT(scale);
+    DR_STORE(out, s0 * sc);
+    DR_STORE(out + 8, s1 * sc);
+    DR_STORE(out + 16, s2 * sc);
+    DR_STORE(out + 24, s3 * sc);
+}
+
+/* out[0:width] = scale * sum_i a[i] * M[i * ld : i * ld + width] for the remaining width < 32
+ * columns: whole vectors of eight, then one at a time. */
+static inline void row_tail(const float *a, int64_t count, const float *M, int64_t ld, float scale,
+                            float *out, int64_t width) {
+    int64_t c = 0;
+    for (; c + 8 <= width; c += 8) {
+        dr_v8f s = {0};
+        for (int64_t i = 0; i < count; i++) s += DR_SPLAT(a[i]) * DR_LOAD(M + i * ld + c);
+        DR_STORE(out + c, s * DR_SPLAT(scale));
+    }
+    for (; c < width; c++) {
+        float s = 0;
+        for (int64_t i = 0; i < count; i++) s += a[i] * M[i * ld + c];
+        out[c] = s * scale;
+    }
+}
+
 /* One query q [hd] against keys 0..n-1 of one head, keys stored transposed Kt [hd, ld_k] and
  * values V [n, hd]: s = scale * q Kt (along the keys, whole vectors), p = exp(s - max s),
  * ctx = (p V) / sum(p) (along the head dims). scores has room for n. */
 void NBK_FN(nbk_attend_row_f32)(int64_t n, int64_t hd, int64_t ld_k, float scale, const float *q,
                                 const float *Kt, const float *V, float *scores, float *ctx) {
     int64_t j = 0;
-    /* scores: 32 keys at a time, each key dim adding one contiguous piece of a Kt row */
-    for (; j + 32 <= n; j += 32) {
-        dr_v8f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
-        for (int64_t d = 0; d < hd; d++) {
-            const dr_v8f qd = DR_SPLAT(q[d]);
-            const float *k = Kt + d * ld_k + j;
-            s0 += qd * DR_LOAD(k);
-            s1 += qd * DR_LOAD(k + 8);
-            s2 += qd * DR_LOAD(k + 16);
-            s3 += qd * DR_LOAD(k + 24);
-        }
-        const dr_v8f sc = DR_SPLAT(scale);
-        DR_STORE(scores + j, s0 * sc);
-        DR_STORE(scores + j + 8, s1 * sc);
-        DR_STORE(scores + j + 16, s2 * sc);
-        DR_STORE(scores + j + 24, s3 * sc);
-    }
-    for (; j + 8 <= n; j += 8) {
-        dr_v8f s = {0};
-        for (int64_t d = 0; d < hd; d++) s += DR_SPLAT(q[d]) * DR_LOAD(Kt + d * ld_k + j);
-        DR_STORE(scores + j, s * DR_SPLAT(scale));
-    }
-    for (; j < n; j++) {
-        float s = 0;
-        for (int64_t d = 0; d < hd; d++) s += q[d] * Kt[d * ld_k + j];
-        scores[j] = s * scale;
-    }
+    for (; j + 32 <= n; j += 32) row_block32(q, hd, Kt + j, ld_k, scale, scores + j);
+    row_tail(q, hd, Kt + j, ld_k, scale, scores + j, n - j);
     float max = scores[0];
     for (j = 1; j < n; j++) max = scores[j] > max ? scores[j] : max;
     for (j = 0; j < n; j++) scores[j] -= max;
@@ -129,32 +142,7 @@ void NBK_FN(nbk_attend_row_f32)(int64_t n, int64_t hd, int64_t ld_k, float scale
     double sum = 0;
     for (j = 0; j < n; j++) sum += scores[j];
     const float inv = (float)(1.0 / sum);
-    /* context: 32 head dims at a time, each key adding its value row's piece */
     int64_t d = 0;
-    for (; d + 32 <= hd; d += 32) {
-        dr_v8f c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
-        for (j = 0; j < n; j++) {
-            const dr_v8f p = DR_SPLAT(scores[j]);
-            const float *v = V + j * hd + d;
-            c0 += p * DR_LOAD(v);
-            c1 += p * DR_LOAD(v + 8);
-            c2 += p * DR_LOAD(v + 16);
-            c3 += p * DR_LOAD(v + 24);
-        }
-        const dr_v8f vi = DR_SPLAT(inv);
-        DR_STORE(ctx + d, c0 * vi);
-        DR_STORE(ctx + d + 8, c1 * vi);
-        DR_STORE(ctx + d + 16, c2 * vi);
-        DR_STORE(ctx + d + 24, c3 * vi);
-    }
-    for (; d + 8 <= hd; d += 8) {
-        dr_v8f c = {0};
-        for (j = 0; j < n; j++) c += DR_SPLAT(scores[j]) * DR_LOAD(V + j * hd + d);
-        DR_STORE(ctx + d, c * DR_SPLAT(inv));
-    }
-    for (; d < hd; d++) {
-        float c = 0;
-        for (j = 0; j < n; j++) c += scores[j] * V[j * hd + d];
-        ctx[d] = c * inv;
-    }
+    for (; d + 32 <= hd; d += 32) row_block32(scores, n, V + d, hd, inv, ctx + d);
+    row_tail(scores, n, V + d, hd, inv, ctx + d, hd - d);
 }
