@@ -416,6 +416,9 @@ nb_tensor *nb_transformer_lm_forward_cached(nb_transformer_lm *m, const nb_tenso
                              (long long)s->head_dim, i);
     }
     if (nbn_lm_decode_covers(m, tokens, c)) return nbn_lm_decode_token(m, tokens, c);
+    /* A prompt after decoding that found a second thread does not pay (a busy machine) stays
+     * on this thread too: the same results, without waiting for a descheduled worker. */
+    const bool was_serial = nbt_set_serial(nbn_lm_decode_prefers_one_thread(c));
     bool prev = nb_set_grad_enabled(false);
     nb_tensor *positions = nb_arange(NB_I64, (double)len, (double)(len + Tn), 1);
     nb_tensor *x = nb_add(nb_embedding_forward(m->tok_emb, tokens),
@@ -424,5 +427,6 @@ nb_tensor *nb_transformer_lm_forward_cached(nb_transformer_lm *m, const nb_tenso
     nb_tensor *logits =
         nb_f_linear(nb_layernorm_forward(m->norm_f, x), m->head_weight, m->head_bias);
     nb_set_grad_enabled(prev);
+    nbt_set_serial(was_serial);
     return logits;
 }

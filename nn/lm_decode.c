@@ -129,6 +129,11 @@ void nbn_lm_decoder_free(struct nbn_lm_decoder *d) {
     free(d);
 }
 
+bool nbn_lm_decode_prefers_one_thread(const nb_kv_cache *c) {
+    const struct nbn_lm_decoder *d = c->decoder;
+    return d && !c->decode_threads && d->home == 1 && d->avg_ns[2] > 0;
+}
+
 void nbn_kv_cache_force_decode_threads(nb_kv_cache *c, int threads) {
     if (c) c->decode_threads = threads == 1 || threads == 2 ? threads : 0;
 }

@@ -15,6 +15,9 @@ bool nbn_lm_decode_covers(const nb_transformer_lm *m, const nb_tensor *tokens,
  * accepts), appending its keys and values to c. Returned in the current scope, no autograd
  * history; NULL with an error for a token outside the vocabulary or out of memory. */
 nb_tensor *nbn_lm_decode_token(nb_transformer_lm *m, const nb_tensor *tokens, nb_kv_cache *c);
+/* True if c's fused path has found one thread faster than two (then the prompt's general
+ * forward should stay on one thread too); false before it has decoded. */
+bool nbn_lm_decode_prefers_one_thread(const nb_kv_cache *c);
 /* Frees a decoder's buffers (c->decoder). NULL is a no-op. */
 void nbn_lm_decoder_free(struct nbn_lm_decoder *d);
 /* Tests: 1 or 2 makes c's fused path always use that many threads (2 still needs a thread

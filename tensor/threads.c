@@ -44,8 +44,16 @@ int nb_get_num_threads(void) {
     return n;
 }
 
+static _Thread_local bool serial_here; /* nbt_set_serial: this thread's work stays on it */
+
+bool nbt_set_serial(bool serial) {
+    bool was = serial_here;
+    serial_here = serial;
+    return was;
+}
+
 int nbt_threads_for(int64_t work, int64_t min_work_per_thread) {
-    int max = nbt_in_task() ? 1 : nb_get_num_threads();
+    int max = nbt_in_task() || serial_here ? 1 : nb_get_num_threads();
     int64_t by_work = min_work_per_thread > 0 ? work / min_work_per_thread : max;
     if (by_work < 1) return 1;
     return by_work < max ? (int)by_work : max;

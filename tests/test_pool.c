@@ -175,6 +175,29 @@ static void test_parallel_halves(void) {
     nb_set_num_threads(before);
 }
 
+/* nbt_set_serial keeps this thread's work on it, returns the previous setting, and leaves
+ * other threads' budget alone. */
+static void *budget_elsewhere(void *arg) {
+    (void)arg;
+    return (void *)(intptr_t)nbt_threads_for(100, 1);
+}
+
+static void test_serial_here(void) {
+    const int before = nb_get_num_threads();
+    nb_set_num_threads(2);
+    CU_ASSERT_EQUAL(nbt_threads_for(100, 1), 2);
+    CU_ASSERT_FALSE(nbt_set_serial(true));
+    CU_ASSERT_EQUAL(nbt_threads_for(100, 1), 1);
+    pthread_t other;
+    void *other_budget;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&other, NULL, budget_elsewhere, NULL), 0);
+    pthread_join(other, &other_budget);
+    CU_ASSERT_EQUAL((intptr_t)other_budget, 2);
+    CU_ASSERT_TRUE(nbt_set_serial(false));
+    CU_ASSERT_EQUAL(nbt_threads_for(100, 1), 2);
+    nb_set_num_threads(before);
+}
+
 static void test_cpu_count(void) {
     CU_ASSERT(nbt_cpu_count() >= 1);
 }
@@ -215,6 +238,7 @@ int main(void) {
         {"two callers at once both finish", test_two_callers_at_once},
         {"sleeping workers join a long job", test_sleeping_workers_join_long_jobs},
         {"parallel halves: each half once, any budget, nested", test_parallel_halves},
+        {"serial on this thread only", test_serial_here},
         {"cpu count", test_cpu_count},
         {"thread budget from the environment, or set", test_thread_budget_defaults},
     };
