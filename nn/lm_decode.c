@@ -355,6 +355,8 @@ nb_tensor *nbn_lm_decode_token(nb_transformer_lm *m, const nb_tensor *tokens, nb
     const int threads = threads_for(d, c, &choosing);
     const float *te = f32(m->tok_emb->weight) + token * D, *pe = f32(m->pos_emb->weight) + pos * D;
     for (int64_t i = 0; i < D; i++) d->x[0][i] = d->x[1][i] = te[i] + pe[i];
+    /* a token's jobs are each too short for the pool to wake a sleeping worker for */
+    if (threads > 1) nbt_wake_workers();
     decode_job job = {.d = d, .m = m, .c = c, .pos = pos};
     for (job.layer = 0; job.layer < m->num_layers; job.layer++) {
         for (job.phase = PHASE_ATTENTION; job.phase <= PHASE_FEEDFORWARD; job.phase++) {

@@ -141,6 +141,9 @@ void nbt_parallel_ranges(int64_t n, int64_t grain, nbt_range_fn fn, void *ctx);
  * both take part, so a job split the same way call after call keeps each half on the same
  * core, in that core's cache. Either thread takes both halves if the other is late. */
 void nbt_parallel_halves(nbt_range_fn fn, void *ctx);
+/* Wakes the pool's sleeping workers (if any) before a series of jobs too short to wake them
+ * one by one, such as a decoded token's halves. */
+void nbt_wake_workers(void);
 
 /* ---- broadcasting ---- */
 /* Broadcast shape of a and b (NumPy rules) into out/out_ndim; error naming op on mismatch. */

@@ -131,6 +131,10 @@ static void run_half(int64_t task, int worker, void *arg) {
     h->fn(half, half + 1, h->ctx);
 }
 
+void nbt_wake_workers(void) {
+    nbt_pool_wake();
+}
+
 void nbt_parallel_halves(nbt_range_fn fn, void *ctx) {
     if (nbt_threads_for(2, 1) < 2) {
         fn(0, 2, ctx);
