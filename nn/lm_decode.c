@@ -44,10 +44,12 @@
 #define WARM_UP 2
 #define MIN_GAP 64
 #define MAX_GAP 8192
-/* The other count's running mean must beat the current one's by this factor to replace it;
- * each window moves its count's running mean by this weight (a single window is too noisy on a
- * busy machine, where any token can lose milliseconds to preemption). */
-#define SWITCH_MARGIN 0.97
+/* Two threads' running mean must beat one thread's by this factor to replace it (one thread
+ * replaces two when it is no slower): a second thread must clearly pay, since where it does
+ * not (a busy neighbour) each trial of it costs. Each window moves its count's running mean by
+ * AVG_WEIGHT (a single window is too noisy on a busy machine, where any token can lose
+ * milliseconds to preemption). */
+#define TWO_THREADS_MARGIN 0.9
 #define AVG_WEIGHT 0.25
 
 struct nbn_lm_decoder {
@@ -331,7 +333,7 @@ static void note_time(struct nbn_lm_decoder *d, int64_t ns) {
         if (d->avg_ns[other] > 0 && *avg > d->avg_ns[other]) d->until_trial = 0;
         if ((d->until_trial -= WINDOW) > 0) return;
         d->current = other;
-    } else if (*avg < SWITCH_MARGIN * d->avg_ns[d->home]) {
+    } else if (*avg <= (d->current == 2 ? TWO_THREADS_MARGIN : 1.0) * d->avg_ns[d->home]) {
         d->home = d->current; /* it won: keep it, and the gap */
     } else {
         d->current = d->home;
