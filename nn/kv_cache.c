@@ -8,28 +8,12 @@
 #include "nabla/generate.h"
 #include "tensor/gemm.h"
 #include "tensor/vecmath.h"
+#include "kv_cache_impl.h"
+#include "lm_decode.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* One attention layer's keys, transposed, [batch, kv_heads, head_dim, max_len], and values,
- * [batch, kv_heads, max_len, head_dim]: a query's scores q K^T and its context p V are then
- * both one row times a row-major matrix, which the GEMM's row kernel computes along the keys
- * (scores) or the head dims (context) in whole vectors, with no per-key horizontal sums. A
- * slot stores kv_heads heads, which grouped-query attention makes fewer than the queries'. */
-typedef struct {
-    int64_t len, kv_heads, head_dim;
-    nb_tensor *k, *v;
-} kv_slot;
-
-struct nb_kv_cache {
-    nb_scope *scope; /* holds every slot's tensors */
-    nb_dtype dtype;
-    int64_t batch, max_len;
-    int nslots;
-    kv_slot slots[];
-};
 
 static nb_kv_cache *cache_new(int nslots, int64_t batch, int64_t max_len, nb_dtype dt) {
     if (batch < 1 || max_len < 1)
@@ -104,6 +88,7 @@ int64_t nb_kv_cache_max_len(const nb_kv_cache *c) {
 void nb_kv_cache_free(nb_kv_cache *c) {
     if (!c) return;
     if (c->scope) nb_scope_destroy(c->scope);
+    nbn_lm_decoder_free(c->decoder);
     free(c);
 }
 
@@ -430,6 +415,10 @@ nb_tensor *nb_transformer_lm_forward_cached(nb_transformer_lm *m, const nb_tenso
                              m->base.path, i, (long long)s->len, (long long)s->kv_heads,
                              (long long)s->head_dim, i);
     }
+    if (nbn_lm_decode_covers(m, tokens, c)) return nbn_lm_decode_token(m, tokens, c);
+    /* A prompt after decoding that found a second thread does not pay (a busy machine) stays
+     * on this thread too: the same results, without waiting for a descheduled worker. */
+    const bool was_serial = nbt_set_serial(nbn_lm_decode_prefers_one_thread(c));
     bool prev = nb_set_grad_enabled(false);
     nb_tensor *positions = nb_arange(NB_I64, (double)len, (double)(len + Tn), 1);
     nb_tensor *x = nb_add(nb_embedding_forward(m->tok_emb, tokens),
@@ -438,5 +427,6 @@ nb_tensor *nb_transformer_lm_forward_cached(nb_transformer_lm *m, const nb_tenso
     nb_tensor *logits =
         nb_f_linear(nb_layernorm_forward(m->norm_f, x), m->head_weight, m->head_bias);
     nb_set_grad_enabled(prev);
+    nbt_set_serial(was_serial);
     return logits;
 }

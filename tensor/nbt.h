@@ -127,11 +127,23 @@ nb_tensor *nbt_contiguous(const nb_tensor *t);
 /* How many threads to use for `work` units when each thread should get at least
  * min_work_per_thread of them (1 inside a parallel region). Use in OpenMP num_threads(). */
 int nbt_threads_for(int64_t work, int64_t min_work_per_thread);
+/* While set, work started on this thread runs on it alone (nbt_threads_for gives 1), whatever
+ * the budget: for a caller that has measured that other threads do not pay now. Returns the
+ * previous setting, to restore. Other threads are unaffected. */
+bool nbt_set_serial(bool serial);
 /* Calls fn on disjoint [begin, end) slices covering [0, n), in parallel when n is at least two
  * grains. Each index is handled by exactly one call, so per-index results are the same for
  * any thread count. */
 typedef void (*nbt_range_fn)(int64_t begin, int64_t end, void *ctx);
 void nbt_parallel_ranges(int64_t n, int64_t grain, nbt_range_fn fn, void *ctx);
+/* Calls fn(0, 1, ctx) and fn(1, 2, ctx): on two threads when the budget allows (else in turn
+ * on this one), the calling thread taking half 0 and the pool's first worker half 1 whenever
+ * both take part, so a job split the same way call after call keeps each half on the same
+ * core, in that core's cache. Either thread takes both halves if the other is late. */
+void nbt_parallel_halves(nbt_range_fn fn, void *ctx);
+/* Wakes the pool's sleeping workers (if any) before a series of jobs too short to wake them
+ * one by one, such as a decoded token's halves. */
+void nbt_wake_workers(void);
 
 /* ---- broadcasting ---- */
 /* Broadcast shape of a and b (NumPy rules) into out/out_ndim; error naming op on mismatch. */

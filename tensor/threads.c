@@ -44,8 +44,16 @@ int nb_get_num_threads(void) {
     return n;
 }
 
+static _Thread_local bool serial_here; /* nbt_set_serial: this thread's work stays on it */
+
+bool nbt_set_serial(bool serial) {
+    bool was = serial_here;
+    serial_here = serial;
+    return was;
+}
+
 int nbt_threads_for(int64_t work, int64_t min_work_per_thread) {
-    int max = nbt_in_task() ? 1 : nb_get_num_threads();
+    int max = nbt_in_task() || serial_here ? 1 : nb_get_num_threads();
     int64_t by_work = min_work_per_thread > 0 ? work / min_work_per_thread : max;
     if (by_work < 1) return 1;
     return by_work < max ? (int)by_work : max;
@@ -103,4 +111,37 @@ bool nb_parallel_for(int64_t n, int64_t grain, nb_range_fn fn, void *ctx) {
     user_loop loop = {fn, ctx};
     nbt_parallel_ranges(n, grain, run_user_range, &loop);
     return true;
+}
+
+typedef struct {
+    nbt_range_fn fn;
+    void *ctx;
+    atomic_bool taken[2];
+} halves_job;
+
+/* Each of the two tasks runs the half its thread prefers (worker 0, the caller: half 0; any
+ * pool worker: half 1), or the other if that one is taken: the two tasks take distinct
+ * halves either way. */
+static void run_half(int64_t task, int worker, void *arg) {
+    (void)task;
+    halves_job *h = arg;
+    int half = worker == 0 ? 0 : 1;
+    if (atomic_exchange(&h->taken[half], true)) half = 1 - half;
+    atomic_store(&h->taken[half], true);
+    h->fn(half, half + 1, h->ctx);
+}
+
+void nbt_wake_workers(void) {
+    nbt_pool_wake();
+}
+
+void nbt_parallel_halves(nbt_range_fn fn, void *ctx) {
+    if (nbt_threads_for(2, 1) < 2) {
+        fn(0, 2, ctx);
+        return;
+    }
+    halves_job h = {.fn = fn, .ctx = ctx};
+    atomic_init(&h.taken[0], false);
+    atomic_init(&h.taken[1], false);
+    nbt_run_tasks(2, 2, run_half, &h);
 }

@@ -1,6 +1,7 @@
 /* KV cache and generation: cached forwards equal the full recompute at every position, no
  * malloc per token, errors, and generate()'s greedy / top-k / top-p / temperature choices. */
 #include "harness.h"
+#include "nn/lm_decode.h"
 
 #include <stdlib.h>
 
@@ -84,6 +85,70 @@ static void test_lm_cached_threads(void) {
     }
     for (int64_t t = 0; t < T - PROMPT; t++) NBT_ASSERT_CLOSE(got[0][t], got[1][t], 0, 0);
     nb_set_num_threads(before);
+    nb_module_free(model);
+}
+
+/* The fused one-token path (nn/lm_decode.c) takes one float32 sequence a token at a time, the
+ * general cached path everything else. Token by token, a batch of 1 (fused) and the same
+ * sequence twice in a batch of 2 (general) give the same logits within f32 rounding; the
+ * fused path gives the same bits at 1 and 2 threads. Shapes cover whole vectors and tails:
+ * head dims 8, 5, 32 and 16, five heads split 2 + 3 between the threads, one head (the second
+ * half has none), 40 keys (a block of 32 and a tail). */
+static void test_fused_decode_matches_general(void) {
+    enum { T = 40, V = 13 };
+    const int64_t dims[][2] = {{32, 4}, {25, 5}, {64, 2}, {16, 1}}; /* dim, heads */
+    const int before = nb_get_num_threads();
+    nb_set_num_threads(2);
+    for (int cfg = 0; cfg < 4; cfg++) {
+        nb_module *model = nb_model_new(NB_F32, 21 + (uint64_t)cfg);
+        nb_transformer_lm *lm =
+            nb_transformer_lm_new(model, "", V, T, dims[cfg][0], dims[cfg][1], 2, 0.0);
+        nb_rng rng;
+        nb_rng_seed(&rng, 4);
+        nb_tensor *tokens = nb_randint(&rng, 0, V, NB_SHAPE(1, T));
+        nb_tensor *full = nb_transformer_lm_forward(lm, tokens, true, NULL, NULL);
+        nb_kv_cache *one = nb_kv_cache_for_lm(lm, 1), *two = nb_kv_cache_for_lm(lm, 1);
+        nb_kv_cache *pair = nb_kv_cache_for_lm(lm, 2);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(pair);
+        nbn_kv_cache_force_decode_threads(one, 1);
+        nbn_kv_cache_force_decode_threads(two, 2);
+        for (int64_t t = 0; t < T; t++) {
+            nb_tensor *tok = nb_narrow(tokens, 1, t, 1);
+            nb_tensor *tok2 = nb_concat(2, (nb_tensor *const[]){tok, tok}, 0);
+            CU_ASSERT_TRUE(nbn_lm_decode_covers(lm, tok, one));
+            CU_ASSERT_FALSE(nbn_lm_decode_covers(lm, tok2, pair));
+            nb_tensor *fused = nb_transformer_lm_forward_cached(lm, tok, one);
+            nb_tensor *general = nb_transformer_lm_forward_cached(lm, tok2, pair);
+            NBT_ASSERT_SHAPE(fused, 1, 1, V);
+            NBT_ASSERT_CLOSE(fused, nb_narrow(general, 0, 0, 1), 1e-5, 1e-5);
+            NBT_ASSERT_CLOSE(fused, nb_narrow(general, 0, 1, 1), 1e-5, 1e-5);
+            NBT_ASSERT_CLOSE(fused, nb_narrow(full, 1, t, 1), 1e-5, 1e-5);
+            NBT_ASSERT_CLOSE(nb_transformer_lm_forward_cached(lm, tok, two), fused, 0, 0);
+        }
+        CU_ASSERT_EQUAL(nb_kv_cache_len(one), T);
+        CU_ASSERT_EQUAL(nb_kv_cache_len(two), T);
+        nb_kv_cache_free(one);
+        nb_kv_cache_free(two);
+        nb_kv_cache_free(pair);
+        nb_module_free(model);
+    }
+    nb_set_num_threads(before);
+}
+
+/* A float64 model and a prompt of several tokens take the general path. */
+static void test_fused_decode_coverage(void) {
+    nb_module *model;
+    nb_transformer_lm *lm = small_lm(&model, NB_F64, 11, 8, 2);
+    nb_kv_cache *c = nb_kv_cache_for_lm(lm, 1);
+    int64_t toks[3] = {1, 2, 3};
+    CU_ASSERT_FALSE(nbn_lm_decode_covers(lm, nb_from_array(NB_I64, NB_SHAPE(1, 1), toks), c));
+    nb_kv_cache_free(c);
+    nb_module_free(model);
+    lm = small_lm(&model, NB_F32, 11, 8, 2);
+    c = nb_kv_cache_for_lm(lm, 1);
+    CU_ASSERT_FALSE(nbn_lm_decode_covers(lm, nb_from_array(NB_I64, NB_SHAPE(1, 3), toks), c));
+    CU_ASSERT_TRUE(nbn_lm_decode_covers(lm, nb_from_array(NB_I64, NB_SHAPE(1, 1), toks), c));
+    nb_kv_cache_free(c);
     nb_module_free(model);
 }
 
@@ -182,6 +247,7 @@ static void test_lm_cached_errors(void) {
     int64_t bad = 11;
     CU_ASSERT_PTR_NULL(
         nb_transformer_lm_forward_cached(lm, nb_from_array(NB_I64, NB_SHAPE(1, 1), &bad), c));
+    NBT_ASSERT_ERROR("token 11 is outside [0, 11)");
     CU_ASSERT_EQUAL(nb_kv_cache_len(c), 6);
     /* A cache made for a model with another number of blocks. */
     nb_module *other = nb_model_new(NB_F32, 1);
@@ -376,6 +442,8 @@ int main(void) {
         {"MHA and block cached equal the causal forward", test_mha_and_block_cached},
         {"LM cached errors", test_lm_cached_errors},
         {"no malloc per decoded token", test_no_malloc_per_token},
+        {"fused one-token path equals the general one", test_fused_decode_matches_general},
+        {"fused one-token path coverage", test_fused_decode_coverage},
         {"generate greedy is the argmax of the full recompute", test_generate_greedy_is_argmax},
         {"generate seeded", test_generate_seeded},
         {"sampling distribution (chi-square)", test_sampling_distribution},

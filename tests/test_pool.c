@@ -2,6 +2,7 @@
  * a task runs, nested calls stay on their thread, two callers at once both finish, and
  * thousands of back-to-back jobs neither lose a wake-up nor hang. */
 #include "harness.h"
+#include "tensor/nbt.h"
 #include "tensor/pool.h"
 
 #include <pthread.h>
@@ -136,6 +137,67 @@ static void test_two_callers_at_once(void) {
     free(a), free(b);
 }
 
+/* nbt_parallel_halves calls each half exactly once with [half, half + 1) (or both in one
+ * [0, 2) call when one thread is allowed), whatever the budget, back to back and nested. */
+typedef struct {
+    atomic_int calls[2], bad;
+} halves_tally;
+
+static void count_half(int64_t begin, int64_t end, void *ctx) {
+    halves_tally *t = ctx;
+    if (begin < 0 || end > 2 || begin >= end) atomic_fetch_add(&t->bad, 1);
+    for (int64_t h = begin; h < end && h >= 0 && h < 2; h++) atomic_fetch_add(&t->calls[h], 1);
+}
+
+static bool halves_once(void) {
+    halves_tally t = {0};
+    nbt_parallel_halves(count_half, &t);
+    return atomic_load(&t.bad) == 0 && atomic_load(&t.calls[0]) == 1 &&
+           atomic_load(&t.calls[1]) == 1;
+}
+
+static void nested_halves(int64_t task, int worker, void *ctx) {
+    (void)task, (void)worker;
+    if (!halves_once()) atomic_fetch_add((atomic_int *)ctx, 1);
+}
+
+static void test_parallel_halves(void) {
+    const int before = nb_get_num_threads();
+    for (int threads = 1; threads <= 2; threads++) {
+        nb_set_num_threads(threads);
+        int failures = 0;
+        for (int round = 0; round < 3000; round++) failures += !halves_once();
+        CU_ASSERT_EQUAL(failures, 0);
+    }
+    atomic_int nested = 0;
+    nbt_run_tasks(4, 2, nested_halves, &nested);
+    CU_ASSERT_EQUAL(atomic_load(&nested), 0);
+    nb_set_num_threads(before);
+}
+
+/* nbt_set_serial keeps this thread's work on it, returns the previous setting, and leaves
+ * other threads' budget alone. */
+static void *budget_elsewhere(void *arg) {
+    (void)arg;
+    return (void *)(intptr_t)nbt_threads_for(100, 1);
+}
+
+static void test_serial_here(void) {
+    const int before = nb_get_num_threads();
+    nb_set_num_threads(2);
+    CU_ASSERT_EQUAL(nbt_threads_for(100, 1), 2);
+    CU_ASSERT_FALSE(nbt_set_serial(true));
+    CU_ASSERT_EQUAL(nbt_threads_for(100, 1), 1);
+    pthread_t other;
+    void *other_budget;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&other, NULL, budget_elsewhere, NULL), 0);
+    pthread_join(other, &other_budget);
+    CU_ASSERT_EQUAL((intptr_t)other_budget, 2);
+    CU_ASSERT_TRUE(nbt_set_serial(false));
+    CU_ASSERT_EQUAL(nbt_threads_for(100, 1), 2);
+    nb_set_num_threads(before);
+}
+
 static void test_cpu_count(void) {
     CU_ASSERT(nbt_cpu_count() >= 1);
 }
@@ -175,6 +237,8 @@ int main(void) {
         {"a nested call runs on its thread, in order", test_nested_calls_stay_on_their_thread},
         {"two callers at once both finish", test_two_callers_at_once},
         {"sleeping workers join a long job", test_sleeping_workers_join_long_jobs},
+        {"parallel halves: each half once, any budget, nested", test_parallel_halves},
+        {"serial on this thread only", test_serial_here},
         {"cpu count", test_cpu_count},
         {"thread budget from the environment, or set", test_thread_budget_defaults},
     };

@@ -43,6 +43,17 @@ typedef struct {
                                          float *dx, double *dw, double *db);
     /* acc[k] += x[k] for k < n, in double (column_sums.c). */
     void (*add_row_f32)(double *acc, const float *x, int64_t n);
+    /* One-token decoding's float32 rows (decode_rows.c): y[i] = W[i, 0:K] . x + bias[i] for n
+     * rows of W (row stride ldw; bias may be NULL); one query's attention over n cached keys
+     * (transposed, row stride ld_k) and values [n, hd], scores room for n. */
+    void (*matvec_rows_f32)(int64_t n, int64_t K, const float *W, int64_t ldw, const float *x,
+                            const float *bias, float *y);
+    /* The same sums over columns [0, split) into y0 and [split, K) into y1, in one pass over
+     * the n rows of W [n, K]. */
+    void (*matvec_halves_f32)(int64_t n, int64_t K, int64_t split, const float *W, const float *x,
+                              float *y0, float *y1);
+    void (*attend_row_f32)(int64_t n, int64_t hd, int64_t ld_k, float scale, const float *q,
+                           const float *Kt, const float *V, float *scores, float *ctx);
 } nbt_kernel_table;
 
 /* Fills k with one set's kernels (each set's table.c). */
@@ -71,6 +82,12 @@ void NBK_FN(nbk_layer_norm_backward_rows_f32)(int64_t rows, int64_t D, const flo
                                               const float *w, const float *mean, const float *rstd,
                                               const float *g, float *dx, double *dw, double *db);
 void NBK_FN(nbk_add_row_f32)(double *acc, const float *x, int64_t n);
+void NBK_FN(nbk_matvec_rows_f32)(int64_t n, int64_t K, const float *W, int64_t ldw, const float *x,
+                                 const float *bias, float *y);
+void NBK_FN(nbk_matvec_halves_f32)(int64_t n, int64_t K, int64_t split, const float *W,
+                                   const float *x, float *y0, float *y1);
+void NBK_FN(nbk_attend_row_f32)(int64_t n, int64_t hd, int64_t ld_k, float scale, const float *q,
+                                const float *Kt, const float *V, float *scores, float *ctx);
 void NBK_FN(nba_small_head_forward)(const nba_small_head *h);
 void NBK_FN(nba_small_head_backward)(const nba_small_head *h);
 #endif

@@ -1,0 +1,378 @@
+/* The fused one-token path of nb_transformer_lm_forward_cached: decoding one token of one
+ * sequence in float32, the case greedy and sampled generation spend their time in.
+ *
+ * The general cached forward makes about twenty tensors per block for a single row; here the
+ * whole forward is straight loops over buffers made once per cache (nothing allocated per
+ * token but the logits, from the scope's pool), with the matrix-vector products and the
+ * attention rows in per-instruction-set kernels (tensor/kernels/decode_rows.c).
+ *
+ * Decoding reads every weight once per token (about 1.6 MB for the benchmark's model), so it
+ * is bound by moving weights. With two threads every product is split into two fixed halves,
+ * the same half always to the same thread (nbt_parallel_halves): each core then reads its
+ * half of the weights from its own L2 cache, where one thread streams all of them from L3.
+ * A block is two jobs. The attention job: half h takes heads h (norm1, their query, key and
+ * value rows, their attention) and multiplies its heads' part of the context by its columns
+ * of out_proj, a partial sum of every output. The feed-forward job: each half adds both
+ * partial sums and the bias to its own copy of the residual stream (the same sums in the same
+ * order in both), then norm2, its rows of fc1 with their GELU, and its columns of fc2,
+ * partial sums that the next block's attention job adds. Splitting the second product of each
+ * pair by columns saves the two jobs that splitting it by rows would need. Which thread runs a
+ * half never changes what it computes, so 1 and 2 threads give the same bits.
+ *
+ * Whether two threads pay depends on the machine: a busy neighbour on one core makes every
+ * job wait for a thread that is not running. So the path measures: it starts on one thread,
+ * keeps a running mean of the token time of each count, and now and then times a window of
+ * tokens with the other count, switching when that count's mean is the lower; after each
+ * trial that loses, the next waits twice as long (up to 8192 tokens), so where two threads do
+ * not pay the trials soon cost nothing measurable. A home count that falls behind the other's
+ * last mean (the machine changed) gets a trial at once. */
+#include "lm_decode.h"
+
+#include "kv_cache_impl.h"
+#include "nabla/module.h"
+#include "tensor/isa.h"
+#include "tensor/nbt.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Tokens per timed window, tokens not timed after a change of thread count (a sleeping worker
+ * wakes slowly), and the range of the gap between trials of the other count, in tokens. */
+#define WINDOW 16
+#define WARM_UP 2
+#define MIN_GAP 64
+#define MAX_GAP 8192
+/* Two threads' running mean must beat one thread's by this factor to replace it (one thread
+ * replaces two when it is no slower): a second thread must clearly pay, since where it does
+ * not (a busy neighbour) each trial of it costs. Each window moves its count's running mean by
+ * AVG_WEIGHT (a single window is too noisy on a busy machine, where any token can lose
+ * milliseconds to preemption). */
+#define TWO_THREADS_MARGIN 0.9
+#define AVG_WEIGHT 0.25
+
+struct nbn_lm_decoder {
+    int64_t D, F, H, L;      /* sized for: dim, widest hidden layer, heads, max_len */
+    float *x[2];             /* each half's copy of the residual stream [D] */
+    float *q, *k, *v, *ctx;  /* [D] each, each half writing its heads' part */
+    float *hidden, *erf_arg; /* [F], each half writing its rows */
+    float *scores;           /* a row of L per head */
+    float *norm[2];          /* each half's layer-norm output [D] */
+    /* each half's partial out_proj and fc2 outputs [D] (two sets, so a job reads the one the
+     * job before wrote while it writes the other) */
+    float *attn_part[2], *ff_part[2];
+    /* the thread count: the one in use, the one preferred, the timing window */
+    int current, home, skip, in_window;
+    int64_t window_ns, until_trial, gap;
+    double avg_ns[3]; /* per thread count: a running mean of its windows' mean token times */
+};
+
+typedef enum { PHASE_ATTENTION, PHASE_FEEDFORWARD } decode_phase;
+
+typedef struct {
+    struct nbn_lm_decoder *d;
+    const nb_transformer_lm *m;
+    nb_kv_cache *c;
+    int layer;
+    decode_phase phase;
+    int64_t pos;
+} decode_job;
+
+static const float *f32(const nb_tensor *t) {
+    return t ? (const float *)nb_data(t) : NULL;
+}
+
+/* t is float32, contiguous and holds n elements (or is NULL, when optional). */
+static bool plain(const nb_tensor *t, int64_t n, bool optional) {
+    if (!t) return optional;
+    return t->dtype == NB_F32 && nb_is_contiguous(t) && nbt_numel(t) == n;
+}
+
+static bool plain_linear(const nb_linear *l, int64_t in, int64_t out) {
+    return l && l->in_features == in && l->out_features == out &&
+           plain(l->weight, in * out, false) && plain(l->bias, out, true);
+}
+
+static bool plain_norm(const nb_layernorm *n, int64_t D) {
+    return n && plain(n->weight, D, true) && plain(n->bias, D, true);
+}
+
+bool nbn_lm_decode_covers(const nb_transformer_lm *m, const nb_tensor *tokens,
+                          const nb_kv_cache *c) {
+    const int64_t D = m->dim, len = c->slots[0].len;
+    if (c->batch != 1 || c->dtype != NB_F32 || tokens->ndim != 2 || tokens->shape[1] != 1 ||
+        c->nslots != m->num_layers || len + 1 > c->max_len || len + 1 > m->max_len)
+        return false;
+    if (!plain(m->tok_emb->weight, m->vocab * D, false) ||
+        !plain(m->pos_emb->weight, m->max_len * D, false) || !plain_norm(m->norm_f, D) ||
+        !plain(m->head_weight, m->out_features * D, false) ||
+        !plain(m->head_bias, m->out_features, true))
+        return false;
+    for (int i = 0; i < m->num_layers; i++) {
+        const nb_transformer_block *b = m->blocks[i];
+        const nb_mha *a = b->attn;
+        const kv_slot *s = &c->slots[i];
+        if (a->d_in != D || a->d_out != D || a->num_heads * a->head_dim != D ||
+            s->kv_heads != a->num_heads || s->head_dim != a->head_dim || s->len != len ||
+            !plain_norm(b->norm1, D) || !plain_norm(b->norm2, D) ||
+            !plain_linear(a->W_query, D, D) || !plain_linear(a->W_key, D, D) ||
+            !plain_linear(a->W_value, D, D) || !plain_linear(a->out_proj, D, D) ||
+            !plain_linear(b->ff->fc1, D, b->ff->fc1->out_features) ||
+            !plain_linear(b->ff->fc2, b->ff->fc1->out_features, D))
+            return false;
+    }
+    return true;
+}
+
+void nbn_lm_decoder_free(struct nbn_lm_decoder *d) {
+    if (!d) return;
+    free(d->x[0]);
+    free(d);
+}
+
+bool nbn_lm_decode_prefers_one_thread(const nb_kv_cache *c) {
+    const struct nbn_lm_decoder *d = c->decoder;
+    return d && !c->decode_threads && d->home == 1 && d->avg_ns[2] > 0;
+}
+
+void nbn_kv_cache_force_decode_threads(nb_kv_cache *c, int threads) {
+    if (c) c->decode_threads = threads == 1 || threads == 2 ? threads : 0;
+}
+
+/* c's decoder, made (or remade, for a model of other sizes) here: one block of floats. */
+static struct nbn_lm_decoder *decoder_for(const nb_transformer_lm *m, nb_kv_cache *c) {
+    int64_t F = 0;
+    for (int i = 0; i < m->num_layers; i++)
+        F = m->blocks[i]->ff->fc1->out_features > F ? m->blocks[i]->ff->fc1->out_features : F;
+    const int64_t D = m->dim, H = m->num_heads, L = c->max_len;
+    struct nbn_lm_decoder *d = c->decoder;
+    if (d && d->D == D && d->F >= F && d->H == H && d->L == L) return d;
+    nbn_lm_decoder_free(d);
+    c->decoder = NULL;
+    /* each buffer starts on its own 64-byte line, so the halves never share one */
+    const int64_t Dr = (D + 15) / 16 * 16, Fr = (F + 15) / 16 * 16, Sr = (H * L + 15) / 16 * 16;
+    const size_t floats = (size_t)(12 * Dr + 2 * Fr + Sr);
+    d = calloc(1, sizeof *d);
+    float *buf = d ? aligned_alloc(64, floats * sizeof(float)) : NULL;
+    if (!buf) {
+        free(d);
+        return nbt_error("TransformerLM", "out of memory for the decoding buffers");
+    }
+    *d = (struct nbn_lm_decoder){.D = D, .F = F, .H = H, .L = L};
+    float **rows[] = {&d->x[0],
+                      &d->x[1],
+                      &d->q,
+                      &d->k,
+                      &d->v,
+                      &d->ctx,
+                      &d->norm[0],
+                      &d->norm[1],
+                      &d->attn_part[0],
+                      &d->attn_part[1],
+                      &d->ff_part[0],
+                      &d->ff_part[1]};
+    for (int i = 0; i < 12; i++) *rows[i] = buf + i * Dr;
+    d->hidden = buf + 12 * Dr;
+    d->erf_arg = d->hidden + Fr;
+    d->scores = d->erf_arg + Fr;
+    d->current = d->home = 1; /* the safe choice until two threads have shown they pay */
+    d->until_trial = d->gap = MIN_GAP;
+    d->skip = WARM_UP;
+    c->decoder = d;
+    return d;
+}
+
+/* Half `half` of [0, n) in steps of unit (the second may be empty). */
+static void half_of(int64_t n, int64_t unit, int half, int64_t *begin, int64_t *end) {
+    int64_t mid = (n / 2 + unit - 1) / unit * unit;
+    if (mid > n) mid = n;
+    *begin = half ? mid : 0;
+    *end = half ? n : mid;
+}
+
+static void layer_norm(const nb_layernorm *n, int64_t D, const float *x, float *y) {
+    float mean, rstd;
+    nbt_kernels()->layer_norm_rows_f32(1, D, x, f32(n->weight), f32(n->bias), n->eps, y, &mean,
+                                       &rstd);
+}
+
+/* y[r0..r1) = l(x)[r0..r1). */
+static void linear_rows(const nb_linear *l, int64_t r0, int64_t r1, const float *x, float *y) {
+    const float *b = f32(l->bias);
+    const int64_t K = l->in_features;
+    nbt_kernels()->matvec_rows_f32(r1 - r0, K, f32(l->weight) + r0 * K, K, x, b ? b + r0 : NULL,
+                                   y + r0);
+}
+
+/* part[h] = the share of l(in) that inputs [k[h], k[h + 1]) contribute, without the bias,
+ * for halves h in [begin, end): every output, over that half's columns of the weight. Both
+ * halves at once go through one pass over the weight, with the same sums. */
+static void linear_columns(const nb_linear *l, const int64_t k[3], int begin, int end,
+                           const float *in, float *const part[2]) {
+    const float *W = f32(l->weight);
+    const int64_t N = l->out_features, K = l->in_features;
+    if (end - begin == 2) {
+        nbt_kernels()->matvec_halves_f32(N, K, k[1], W, in, part[0], part[1]);
+        return;
+    }
+    nbt_kernels()->matvec_rows_f32(N, k[end] - k[begin], W + k[begin], K, in + k[begin], NULL,
+                                   part[begin]);
+}
+
+/* x += (part[0] + part[1]) + bias: both halves' shares of a product, then its bias. Each half
+ * adds into its own copy of the residual stream, the same sums in the same order. */
+static void add_parts(int64_t D, float *x, float *const part[2], const nb_tensor *bias) {
+    const float *b = f32(bias);
+    for (int64_t i = 0; i < D; i++) {
+        float y = part[0][i] + part[1][i];
+        if (b) y += b[i];
+        x[i] += y;
+    }
+}
+
+/* This half's heads: (the previous block's fc2 added,) norm1, their query, key and value rows,
+ * the new key and value into the cache, and each head's attention over positions 0..pos. */
+static void attention_half(const decode_job *j, int half) {
+    struct nbn_lm_decoder *d = j->d;
+    const nb_transformer_block *b = j->m->blocks[j->layer];
+    const nb_mha *a = b->attn;
+    const int64_t D = d->D, hd = a->head_dim, L = j->c->max_len, pos = j->pos;
+    float *x = d->x[half], *nx = d->norm[half];
+    if (j->layer > 0) add_parts(D, x, d->ff_part, j->m->blocks[j->layer - 1]->ff->fc2->bias);
+    int64_t h0, h1;
+    half_of(a->num_heads, 1, half, &h0, &h1);
+    if (h0 < h1) {
+        layer_norm(b->norm1, D, x, nx);
+        linear_rows(a->W_query, h0 * hd, h1 * hd, nx, d->q);
+        linear_rows(a->W_key, h0 * hd, h1 * hd, nx, d->k);
+        linear_rows(a->W_value, h0 * hd, h1 * hd, nx, d->v);
+    }
+    const kv_slot *s = &j->c->slots[j->layer];
+    float *K = nb_data(s->k), *V = nb_data(s->v);
+    const float scale = (float)(1.0 / sqrt((double)hd));
+    for (int64_t h = h0; h < h1; h++) {
+        float *Kt = K + h * hd * L, *Vh = V + h * L * hd;
+        for (int64_t i = 0; i < hd; i++) Kt[i * L + pos] = d->k[h * hd + i];
+        memcpy(Vh + pos * hd, d->v + h * hd, sizeof(float) * (size_t)hd);
+        nbt_kernels()->attend_row_f32(pos + 1, hd, L, scale, d->q + h * hd, Kt, Vh,
+                                      d->scores + h * L, d->ctx + h * hd);
+    }
+}
+
+/* out_proj added, norm2, this half's rows of fc1 and their GELU (x / 2 * (1 + erf(x / sqrt 2)),
+ * as nb_gelu computes it). */
+static void feedforward_half(const decode_job *j, int half) {
+    struct nbn_lm_decoder *d = j->d;
+    const nb_transformer_block *b = j->m->blocks[j->layer];
+    float *x = d->x[half], *nx = d->norm[half], *h = d->hidden, *t = d->erf_arg;
+    add_parts(d->D, x, d->attn_part, b->attn->out_proj->bias);
+    int64_t r0, r1;
+    half_of(b->ff->fc1->out_features, 16, half, &r0, &r1);
+    if (r0 < r1) {
+        layer_norm(b->norm2, d->D, x, nx);
+        linear_rows(b->ff->fc1, r0, r1, nx, h);
+        for (int64_t r = r0; r < r1; r++) t[r] = h[r] * (float)M_SQRT1_2;
+        nbt_kernels()->verf_f32(t + r0, t + r0, r1 - r0);
+        for (int64_t r = r0; r < r1; r++) h[r] = h[r] * 0.5f * (1 + t[r]);
+    }
+}
+
+/* The halves [begin, end) of a job: each half's own part, then its columns of out_proj (the
+ * attention job) or of fc2 (the feed-forward job). */
+static void run_halves(int64_t begin, int64_t end, void *vjob) {
+    const decode_job *j = vjob;
+    struct nbn_lm_decoder *d = j->d;
+    const nb_transformer_block *b = j->m->blocks[j->layer];
+    int64_t k[3];
+    if (j->phase == PHASE_ATTENTION) {
+        for (int64_t half = begin; half < end; half++) attention_half(j, (int)half);
+        const int64_t hd = b->attn->head_dim;
+        half_of(b->attn->num_heads, 1, 0, &k[0], &k[1]);
+        k[0] *= hd, k[1] *= hd, k[2] = b->attn->num_heads * hd;
+        linear_columns(b->attn->out_proj, k, (int)begin, (int)end, d->ctx, d->attn_part);
+    } else {
+        for (int64_t half = begin; half < end; half++) feedforward_half(j, (int)half);
+        half_of(b->ff->fc1->out_features, 16, 0, &k[0], &k[1]);
+        k[2] = b->ff->fc1->out_features;
+        linear_columns(b->ff->fc2, k, (int)begin, (int)end, d->hidden, d->ff_part);
+    }
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The thread count for the next token: 1 when only one is allowed, else the forced count or
+ * the choice (*choosing then says which). */
+static int threads_for(const struct nbn_lm_decoder *d, const nb_kv_cache *c, bool *choosing) {
+    const int budget = nbt_threads_for(2, 1);
+    *choosing = budget >= 2 && !c->decode_threads;
+    if (budget < 2) return 1;
+    return c->decode_threads ? c->decode_threads : d->current;
+}
+
+/* Counts one token's time ns towards the choice of thread count (see the top of the file). */
+static void note_time(struct nbn_lm_decoder *d, int64_t ns) {
+    if (d->skip > 0) {
+        d->skip--;
+        return;
+    }
+    d->window_ns += ns;
+    if (++d->in_window < WINDOW) return;
+    const double mean = (double)d->window_ns / WINDOW;
+    double *avg = &d->avg_ns[d->current];
+    *avg = *avg > 0 ? (1 - AVG_WEIGHT) * *avg + AVG_WEIGHT * mean : mean;
+    d->window_ns = 0;
+    d->in_window = 0;
+    const int other = 3 - d->home;
+    if (d->current == d->home) {
+        /* the machine may have changed: look again once home falls behind the other's mark */
+        if (d->avg_ns[other] > 0 && *avg > d->avg_ns[other]) d->until_trial = 0;
+        if ((d->until_trial -= WINDOW) > 0) return;
+        d->current = other;
+    } else if (*avg <= (d->current == 2 ? TWO_THREADS_MARGIN : 1.0) * d->avg_ns[d->home]) {
+        d->home = d->current; /* it won: keep it, and the gap */
+    } else {
+        d->current = d->home;
+        d->gap = d->gap * 2 < MAX_GAP ? d->gap * 2 : MAX_GAP;
+    }
+    d->until_trial = d->gap;
+    d->skip = WARM_UP;
+}
+
+nb_tensor *nbn_lm_decode_token(nb_transformer_lm *m, const nb_tensor *tokens, nb_kv_cache *c) {
+    const int64_t token = (int64_t)nb_item(tokens);
+    if (token < 0 || token >= m->vocab)
+        return nbt_error("TransformerLM", "'%s': token %lld is outside [0, %lld)", m->base.path,
+                         (long long)token, (long long)m->vocab);
+    struct nbn_lm_decoder *d = decoder_for(m, c);
+    nb_tensor *logits =
+        d ? nbt_new("TransformerLM", NB_F32, NB_SHAPE(1, 1, m->out_features)) : NULL;
+    if (!logits) return NULL;
+    const int64_t D = m->dim, pos = c->slots[0].len, start = now_ns();
+    bool choosing;
+    const int threads = threads_for(d, c, &choosing);
+    const float *te = f32(m->tok_emb->weight) + token * D, *pe = f32(m->pos_emb->weight) + pos * D;
+    for (int64_t i = 0; i < D; i++) d->x[0][i] = d->x[1][i] = te[i] + pe[i];
+    /* a token's jobs are each too short for the pool to wake a sleeping worker for */
+    if (threads > 1) nbt_wake_workers();
+    decode_job job = {.d = d, .m = m, .c = c, .pos = pos};
+    for (job.layer = 0; job.layer < m->num_layers; job.layer++) {
+        for (job.phase = PHASE_ATTENTION; job.phase <= PHASE_FEEDFORWARD; job.phase++) {
+            if (threads > 1)
+                nbt_parallel_halves(run_halves, &job);
+            else
+                run_halves(0, 2, &job);
+        }
+        c->slots[job.layer].len = pos + 1;
+    }
+    add_parts(D, d->x[0], d->ff_part, m->blocks[m->num_layers - 1]->ff->fc2->bias);
+    layer_norm(m->norm_f, D, d->x[0], d->norm[0]);
+    nbt_kernels()->matvec_rows_f32(m->out_features, D, f32(m->head_weight), D, d->norm[0],
+                                   f32(m->head_bias), nb_data(logits));
+    if (choosing) note_time(d, now_ns() - start);
+    return logits;
+}

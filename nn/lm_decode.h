@@ -1,0 +1,27 @@
+/* The fused one-token path of nb_transformer_lm_forward_cached (nn/lm_decode.c). Internal to
+ * nn/ (and its tests). */
+#ifndef NABLA_LM_DECODE_H
+#define NABLA_LM_DECODE_H
+
+#include "nabla/generate.h"
+
+struct nbn_lm_decoder;
+
+/* True if the fused path computes tokens for m through c: one token of one sequence, float32,
+ * every parameter contiguous, and c's slots shaped for m's blocks with room for the token. */
+bool nbn_lm_decode_covers(const nb_transformer_lm *m, const nb_tensor *tokens,
+                          const nb_kv_cache *c);
+/* The logits [1, 1, out_features] of the one token in tokens (a case nbn_lm_decode_covers
+ * accepts), appending its keys and values to c. Returned in the current scope, no autograd
+ * history; NULL with an error for a token outside the vocabulary or out of memory. */
+nb_tensor *nbn_lm_decode_token(nb_transformer_lm *m, const nb_tensor *tokens, nb_kv_cache *c);
+/* True if c's fused path has found one thread faster than two (then the prompt's general
+ * forward should stay on one thread too); false before it has decoded. */
+bool nbn_lm_decode_prefers_one_thread(const nb_kv_cache *c);
+/* Frees a decoder's buffers (c->decoder). NULL is a no-op. */
+void nbn_lm_decoder_free(struct nbn_lm_decoder *d);
+/* Tests: 1 or 2 makes c's fused path always use that many threads (2 still needs a thread
+ * budget of 2); 0 (the default) lets it choose by measuring both. */
+void nbn_kv_cache_force_decode_threads(nb_kv_cache *c, int threads);
+
+#endif
