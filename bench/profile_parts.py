@@ -21,10 +21,10 @@ BY_SOURCE = [
     (r"layer_norm|rms_norm", "norm"),
     (r"optim|clip_grad|update", "optim"),
     (r"generate|kv_cache", "decode"),
-    (r"threads", "thr-wait"),
+    (r"threads|_pool\.c", "thr-wait"),
     (r"elementwise|unary|reduce|column_sums|iter|loss|embedding|vecmath|swiglu|rope|compare|"
      r"logical|finite|dropout", "elemw"),
-    (r"engine|function|views|create|memory|pool|shape|error|module|op_registry|grad_util|print|"
+    (r"engine|function|views|create|memory|shape|error|module|op_registry|grad_util|print|"
      r"rng|isa|layers|transformer_lm|llama|blocks|table", "book"),
 ]
 
