@@ -15,6 +15,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -53,6 +54,14 @@ typedef struct {
  * to arrive, more than a short job takes (a generated token's matrix-vector products). */
 #define WAKE_AFTER_NS 20000
 
+/* Every CROWD_POLL_NS the caller of a job asks whether the machine is oversubscribed counting
+ * this pool's sleeping workers as if they ran (crowded()); while it is, jobs run on their
+ * calling thread alone. With a neighbour keeping a core busy, a second thread gets a third of
+ * the machine in slices of milliseconds, and a job waits for whichever piece a descheduled
+ * thread holds: the toy step at 2 threads took 1.24-1.34x its 1-thread time there in two of
+ * three rounds. Which thread runs a task never changes results, so neither does this. */
+#define CROWD_POLL_NS 5000000
+
 static pthread_mutex_t run_lock = PTHREAD_MUTEX_INITIALIZER; /* one job at a time */
 static pthread_mutex_t sleep_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t work_posted = PTHREAD_COND_INITIALIZER;
@@ -62,8 +71,10 @@ static _Atomic(job_t *) current_job;
 static atomic_uint_fast64_t generation;
 static atomic_int sleeping_workers;
 static atomic_int caller_sleeping;
-static atomic_int active; /* workers inside the published job */
-static int started;       /* workers created (under run_lock) */
+static atomic_int active;                   /* workers inside the published job */
+static atomic_int_fast64_t next_crowd_poll; /* now_ns() of crowded()'s next look */
+static atomic_bool crowded_at_poll;
+static int started; /* workers created (under run_lock) */
 static _Thread_local bool in_task;
 
 static inline void cpu_relax(void) {
@@ -84,16 +95,21 @@ static int64_t now_ns(void) {
 static int loadavg_fd = -1, cpus_at_open = 1;
 static pthread_once_t loadavg_once = PTHREAD_ONCE_INIT;
 
+static atomic_bool crowd_check = true; /* NABLA_CROWD_CHECK=0, nbt_pool_set_crowd_check */
+
 static void open_loadavg(void) {
     loadavg_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
     cpus_at_open = nbt_cpu_count();
+    const char *env = getenv("NABLA_CROWD_CHECK");
+    if (env && strcmp(env, "0") == 0) atomic_store(&crowd_check, false);
 }
 
-static bool oversubscribed(void) {
+/* The running count of /proc/loadavg (it includes the asking thread), or -1. */
+static long running_threads(void) {
     pthread_once(&loadavg_once, open_loadavg);
     char buf[128];
     ssize_t n = loadavg_fd < 0 ? -1 : pread(loadavg_fd, buf, sizeof buf - 1, 0);
-    if (n <= 0) return false;
+    if (n <= 0) return -1;
     buf[n] = '\0';
     /* "0.52 0.58 0.59 3/123 4567": the fourth field's running count */
     const char *p = buf;
@@ -103,7 +119,11 @@ static bool oversubscribed(void) {
     }
     char *end;
     long running = strtol(p, &end, 10);
-    return end != p && *end == '/' && running > cpus_at_open;
+    return end != p && *end == '/' ? running : -1;
+}
+
+static bool oversubscribed(void) {
+    return running_threads() > cpus_at_open;
 }
 
 /* A bounded spin: call spin_on once per check; it pauses and returns false once limit_ns
@@ -223,6 +243,28 @@ static int ensure_workers(int want) {
     return started + 1 < want ? started + 1 : want;
 }
 
+/* Sleeping workers count as running: they would, given a job, and with them asleep a machine
+ * with a neighbour would look uncrowded at every other look. */
+bool nbt_pool_crowded(void) {
+    pthread_once(&loadavg_once, open_loadavg);
+    if (!atomic_load(&crowd_check)) return false;
+    int64_t n = now_ns();
+    if (n >= atomic_load(&next_crowd_poll)) {
+        atomic_store(&next_crowd_poll, n + CROWD_POLL_NS);
+        long running = running_threads();
+        atomic_store(&crowded_at_poll,
+                     running >= 0 && running + atomic_load(&sleeping_workers) > cpus_at_open);
+    }
+    return atomic_load(&crowded_at_poll);
+}
+
+void nbt_pool_set_crowd_check(bool on) {
+    pthread_once(&loadavg_once, open_loadavg);
+    atomic_store(&crowd_check, on);
+    atomic_store(&next_crowd_poll, 0);
+    atomic_store(&crowded_at_poll, false);
+}
+
 static void run_serially(int64_t ntasks, nbt_task_fn fn, void *ctx) {
     bool was = in_task;
     in_task = true;
@@ -234,7 +276,7 @@ void nbt_run_tasks(int64_t ntasks, int threads, nbt_task_fn fn, void *ctx) {
     if (ntasks <= 0) return;
     if (threads > NBT_POOL_MAX_THREADS) threads = NBT_POOL_MAX_THREADS;
     if (threads > ntasks) threads = (int)ntasks;
-    if (threads <= 1 || in_task || pthread_mutex_trylock(&run_lock) != 0) {
+    if (threads <= 1 || in_task || nbt_pool_crowded() || pthread_mutex_trylock(&run_lock) != 0) {
         run_serially(ntasks, fn, ctx);
         return;
     }

@@ -42,6 +42,13 @@ void nbt_run_tasks(int64_t ntasks, int threads, nbt_task_fn fn, void *ctx);
  * it. Costs one atomic load when none sleeps. */
 void nbt_pool_wake(void);
 
+/* True while the machine has more runnable threads than CPUs, counting this pool's sleeping
+ * workers as runnable (looked at most every 5 ms; pool.c, CROWD_POLL_NS): work should then
+ * stay on its calling thread, and nbt_run_tasks keeps it there. */
+bool nbt_pool_crowded(void);
+/* Turns that look on or off (on unless the environment has NABLA_CROWD_CHECK=0; the unit
+ * tests turn it off so that their 1- and 2-thread runs really differ on a busy test machine). */
+void nbt_pool_set_crowd_check(bool on);
 /* True inside a task (where nested work should stay on the current thread). */
 bool nbt_in_task(void);
 

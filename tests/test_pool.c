@@ -1,14 +1,18 @@
 /* The worker pool (tensor/pool.h): every task runs exactly once, worker ids are private while
  * a task runs, nested calls stay on their thread, two callers at once both finish, and
- * thousands of back-to-back jobs neither lose a wake-up nor hang. */
+ * thousands of back-to-back jobs neither lose a wake-up nor hang; a crowded machine gets work
+ * planned for one thread. */
 #include "harness.h"
 #include "tensor/nbt.h"
 #include "tensor/pool.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_TASKS 20000
 
@@ -198,6 +202,42 @@ static void test_serial_here(void) {
     nb_set_num_threads(before);
 }
 
+/* With more spinning processes than CPUs the pool sees a crowd within a few of its looks and
+ * plans work for one thread; with the look off it plans for two again. (Processes, not
+ * threads: valgrind runs one thread of a process at a time.) */
+static void test_crowded_machine_plans_one_thread(void) {
+    const int before = nb_get_num_threads();
+    nb_set_num_threads(2);
+    nbt_pool_set_crowd_check(true);
+    int spinners = nbt_cpu_count() + 1;
+    if (spinners > 64) spinners = 64;
+    pid_t pid[64];
+    int started = 0;
+    for (; started < spinners; started++) {
+        pid[started] = fork();
+        if (pid[started] < 0) break;
+        if (pid[started] == 0)
+            for (;;) continue; /* killed by the parent */
+    }
+    CU_ASSERT_EQUAL(started, spinners);
+    bool one = false;
+    const struct timespec ms = {0, 1000000};
+    for (int i = 0; i < 3000 && !one; i++) {
+        one = nbt_threads_for(100, 1) == 1;
+        if (!one) nanosleep(&ms, NULL);
+    }
+    CU_ASSERT_TRUE(one);
+    CU_ASSERT_TRUE(nbt_pool_crowded());
+    nbt_pool_set_crowd_check(false);
+    CU_ASSERT_FALSE(nbt_pool_crowded());
+    CU_ASSERT_EQUAL(nbt_threads_for(100, 1), 2);
+    for (int i = 0; i < started; i++) {
+        kill(pid[i], SIGKILL);
+        waitpid(pid[i], NULL, 0);
+    }
+    nb_set_num_threads(before);
+}
+
 static void test_cpu_count(void) {
     CU_ASSERT(nbt_cpu_count() >= 1);
 }
@@ -239,6 +279,7 @@ int main(void) {
         {"sleeping workers join a long job", test_sleeping_workers_join_long_jobs},
         {"parallel halves: each half once, any budget, nested", test_parallel_halves},
         {"serial on this thread only", test_serial_here},
+        {"a crowded machine gets one thread", test_crowded_machine_plans_one_thread},
         {"cpu count", test_cpu_count},
         {"thread budget from the environment, or set", test_thread_budget_defaults},
     };
