@@ -20,7 +20,7 @@ BY_SOURCE = [
     (r"attention|softmax|gqa", "attn"),
     (r"layer_norm|rms_norm", "norm"),
     (r"optim|clip_grad|update", "optim"),
-    (r"generate|kv_cache", "decode"),
+    (r"generate|kv_cache|decode", "decode"),
     (r"threads|_pool\.c", "thr-wait"),
     (r"elementwise|unary|reduce|column_sums|iter|loss|embedding|vecmath|swiglu|rope|compare|"
      r"logical|finite|dropout", "elemw"),
