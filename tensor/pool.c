@@ -73,7 +73,7 @@ static atomic_int sleeping_workers;
 static atomic_int caller_sleeping;
 static atomic_int active;                   /* workers inside the published job */
 static atomic_int_fast64_t next_crowd_poll; /* now_ns() of crowded()'s next look */
-static atomic_bool crowded_at_poll;
+static atomic_bool crowded_at_poll, crowd_seen_last;
 static int started; /* workers created (under run_lock) */
 static _Thread_local bool in_task;
 
@@ -252,8 +252,12 @@ bool nbt_pool_crowded(void) {
     if (n >= atomic_load(&next_crowd_poll)) {
         atomic_store(&next_crowd_poll, n + CROWD_POLL_NS);
         long running = running_threads();
-        atomic_store(&crowded_at_poll,
-                     running >= 0 && running + atomic_load(&sleeping_workers) > cpus_at_open);
+        bool crowd = running >= 0 && running + atomic_load(&sleeping_workers) > cpus_at_open;
+        /* Two looks in a row: a kernel thread or a worker on its way into or out of sleep
+         * (counted both as running and as sleeping) made 3-4% of single looks on a quiet
+         * machine see a crowd; a neighbour is still there at the next look. */
+        atomic_store(&crowded_at_poll, crowd && atomic_load(&crowd_seen_last));
+        atomic_store(&crowd_seen_last, crowd);
     }
     return atomic_load(&crowded_at_poll);
 }
@@ -263,6 +267,7 @@ void nbt_pool_set_crowd_check(bool on) {
     atomic_store(&crowd_check, on);
     atomic_store(&next_crowd_poll, 0);
     atomic_store(&crowded_at_poll, false);
+    atomic_store(&crowd_seen_last, false);
 }
 
 static void run_serially(int64_t ntasks, nbt_task_fn fn, void *ctx) {
