@@ -54,12 +54,12 @@ bool nbt_set_serial(bool serial) {
 
 int nbt_threads_for(int64_t work, int64_t min_work_per_thread) {
     int max = nbt_in_task() || serial_here ? 1 : nb_get_num_threads();
-    /* On a crowded machine a second thread costs more than it brings (pool.h); planning for
-     * one keeps the work in the pieces a 1-thread run uses. */
-    if (max > 1 && nbt_pool_crowded()) max = 1;
     int64_t by_work = min_work_per_thread > 0 ? work / min_work_per_thread : max;
-    if (by_work < 1) return 1;
-    return by_work < max ? (int)by_work : max;
+    int n = by_work < 1 ? 1 : by_work < max ? (int)by_work : max;
+    /* On a crowded machine a second thread costs more than it brings (pool.h); planning for
+     * one keeps the work in the pieces a 1-thread run uses. Asked only when the answer would
+     * be more than one: tiny work (most of a small step's calls) never reads the clock. */
+    return n > 1 && nbt_pool_crowded() ? 1 : n;
 }
 
 typedef struct {
