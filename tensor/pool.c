@@ -54,12 +54,13 @@ typedef struct {
  * to arrive, more than a short job takes (a generated token's matrix-vector products). */
 #define WAKE_AFTER_NS 20000
 
-/* Every CROWD_POLL_NS the caller of a job asks whether the machine is oversubscribed counting
- * this pool's sleeping workers as if they ran (crowded()); while it is, jobs run on their
- * calling thread alone. With a neighbour keeping a core busy, a second thread gets a third of
- * the machine in slices of milliseconds, and a job waits for whichever piece a descheduled
- * thread holds: the toy step at 2 threads took 1.24-1.34x its 1-thread time there in two of
- * three rounds. Which thread runs a task never changes results, so neither does this. */
+/* At most every CROWD_POLL_NS, planning work (nbt_threads_for) asks whether the machine is
+ * oversubscribed, counting this pool's sleeping workers as if they ran (nbt_pool_crowded());
+ * while it is, work is planned for one thread, and a job given more runs on its caller. With a
+ * neighbour keeping a core busy, a second thread gets a third of the machine in slices of
+ * milliseconds, and a job waits for whichever piece a descheduled thread holds: the toy step at 2
+ * threads took 1.24-1.34x its 1-thread time there in two of three rounds. Which thread runs a task
+ * never changes results, so neither does this. */
 #define CROWD_POLL_NS 5000000
 
 static pthread_mutex_t run_lock = PTHREAD_MUTEX_INITIALIZER; /* one job at a time */
