@@ -45,7 +45,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from golden_json import module_case_entry, write_json
+from golden_json import module_backward, module_case_entry, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "goldens", "blocks.json")
@@ -203,13 +203,8 @@ def case(module_name, label, seed, make, config, inputs, forward=None):
                 kwargs[name] = x
             else:
                 args.append(x)
-        out = m(*args, **kwargs)
-        if grad_out_draw is None:
-            grad_out_draw = torch.randn(out.shape, generator=g, dtype=torch.float64)
-        grad_out = grad_out_draw.to(dtype)
-        (out * grad_out).sum().backward()
-        for t in [out] + [p.grad for p in m.parameters()]:
-            assert torch.isfinite(t).all(), f"{module_name} {label}: non-finite values"
+        out, grad_out, grad_out_draw = module_backward(m, args, kwargs, g, grad_out_draw, dtype,
+                                                       f"{module_name} {label}")
         CASES.append(module_case_entry(f"{module_name} {label} {dt}", module_name, dt, seed,
                                        config, forward, m, xs, out, grad_out))
 

@@ -68,7 +68,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from gen_safetensors_golden import DTYPES, raw_bytes
-from golden_json import module_case_entry, tensor_json, write_json
+from golden_json import module_backward, module_case_entry, tensor_json, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "goldens", "modules.json")
@@ -221,13 +221,8 @@ def module_case(module_name, label, seed, make, config, inputs, forward=None, pe
                 kwargs[spec.name] = x
             else:
                 args.append(x)
-        out = m(*args, **kwargs)
-        if grad_out_draw is None:
-            grad_out_draw = torch.randn(out.shape, generator=g, dtype=torch.float64)
-        grad_out = grad_out_draw.to(dtype)
-        (out * grad_out).sum().backward()
-        for t in [out] + [p.grad for p in m.parameters()]:
-            assert torch.isfinite(t).all(), f"{module_name} {label}: non-finite values"
+        out, grad_out, grad_out_draw = module_backward(m, args, kwargs, g, grad_out_draw, dtype,
+                                                       f"{module_name} {label}")
         entry = module_case_entry(f"{module_name} {label} {dt}", module_name, dt, seed, config,
                                   forward, m, xs, out, grad_out)
         entry["extra_outputs"] = []

@@ -1,4 +1,5 @@
-"""JSON output shared by the golden generators (tests/gen_goldens.py, tests/gen_module_goldens.py).
+"""JSON output shared by the golden generators (tests/gen_goldens.py, tests/gen_module_goldens.py,
+tests/gen_blocks_goldens.py), and the forward and backward pass their module cases share.
 
 Floats are written with Python's repr, which round-trips a double exactly; float32 tensors
 are written as their exact values widened to double, so parsing to double and narrowing to
@@ -102,3 +103,18 @@ def module_case_entry(name, module, dtype, seed, config, forward, m, inputs, out
         "input_grads": [dict(name=n, **tensor_json(x.grad))
                         for n, x in inputs.items() if x.requires_grad],
     }
+
+
+def module_backward(m, args, kwargs, g, grad_out_draw, dtype, what):
+    """Runs m(*args, **kwargs) and backward with a random output gradient, drawn in float64 from
+    g the first time (grad_out_draw None) and reused for the other dtypes of the case; checks
+    that the output and the parameters' gradients are finite. Returns (out, grad_out,
+    grad_out_draw)."""
+    out = m(*args, **kwargs)
+    if grad_out_draw is None:
+        grad_out_draw = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    grad_out = grad_out_draw.to(dtype)
+    (out * grad_out).sum().backward()
+    for t in [out] + [p.grad for p in m.parameters()]:
+        assert torch.isfinite(t).all(), f"{what}: non-finite values"
+    return out, grad_out, grad_out_draw
