@@ -2,7 +2,7 @@
  * mean and 1/sqrt(var + eps) so the backward can rebuild the normalised row instead of
  * storing it. Statistics and reductions accumulate in double. */
 #include "node.h"
-#include "rows.h"
+#include "../tensor/rows.h"
 #include "../tensor/isa.h"
 
 #include <math.h>
@@ -13,7 +13,7 @@
     static void layer_norm_rows_##SUF(int64_t rows, int64_t D, const T *x, const T *w, const T *b, \
                                       double eps, T *y, T *mean, T *rstd) {                        \
         for (int64_t r = 0; r < rows; r++, x += D, y += D) {                                       \
-            const double mu = nba_row_sum_##SUF(x, D) / (double)D;                                 \
+            const double mu = nbt_row_sum_##SUF(x, D) / (double)D;                                 \
             double sq = 0;                                                                         \
             for (int64_t j = 0; j < D; j++) sq += ((double)x[j] - mu) * ((double)x[j] - mu);       \
             const double rs = 1.0 / sqrt(sq / (double)D + eps);                                    \

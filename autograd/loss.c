@@ -6,7 +6,7 @@
  * NB_REDUCE_NONE result are 0, as in PyTorch. */
 #include "node.h"
 #include "../tensor/vecmath.h"
-#include "rows.h"
+#include "../tensor/rows.h"
 
 #include <math.h>
 #include <string.h>
@@ -43,10 +43,10 @@ static bool check_reduction(const char *op, nb_reduction r) {
                 lse[r] = loss[r] = 0;                                                              \
                 continue;                                                                          \
             }                                                                                      \
-            const T max = nba_row_max_##SUF(x, C);                                                 \
-            nba_row_shift_##SUF(e, x, -max, C);                                                    \
+            const T max = nbt_row_max_##SUF(x, C);                                                 \
+            nbt_row_shift_##SUF(e, x, -max, C);                                                    \
             nbt_vexp_##SUF(e, e, C);                                                               \
-            const double l = (double)max + log(nba_row_sum_##SUF(e, C));                           \
+            const double l = (double)max + log(nbt_row_sum_##SUF(e, C));                           \
             lse[r] = (T)l;                                                                         \
             loss[r] = (T)(l - (double)x[t[r]]);                                                    \
             total += l - (double)x[t[r]];                                                          \
@@ -64,9 +64,9 @@ static bool check_reduction(const char *op, nb_reduction r) {
                 continue;                                                                          \
             }                                                                                      \
             const T w = (T)((double)g[r * gstep] * factor);                                        \
-            nba_row_shift_##SUF(dx, x, -lse[r], C);                                                \
+            nbt_row_shift_##SUF(dx, x, -lse[r], C);                                                \
             nbt_vexp_##SUF(dx, dx, C);                                                             \
-            nba_row_scale_##SUF(dx, dx, w, C);                                                     \
+            nbt_row_scale_##SUF(dx, dx, w, C);                                                     \
             dx[t[r]] -= w;                                                                         \
         }                                                                                          \
     }
@@ -236,10 +236,9 @@ nb_tensor *nb_mse_loss(const nb_tensor *a, const nb_tensor *b, nb_reduction redu
     nb_tensor *diff = nbt_new(op, a->dtype, a->ndim, a->shape);
     nb_tensor *sq = nbt_new(op, a->dtype, a->ndim, a->shape);
     if (!diff || !sq) return NULL;
-    nbt_operands ops = {
-        .nops = 3,
-        .base = {nbt_ptr(diff), nbt_ptr(a), nbt_ptr(b)},
-        .elem = {nbt_esize(a->dtype), nbt_esize(a->dtype), nbt_esize(a->dtype)}};
+    nbt_operands ops = {.nops = 3,
+                        .base = {nbt_ptr(diff), nbt_ptr(a), nbt_ptr(b)},
+                        .elem = {nbt_esize(a->dtype), nbt_esize(a->dtype), nbt_esize(a->dtype)}};
     memcpy(ops.strides[0], diff->strides, sizeof(int64_t) * (size_t)a->ndim);
     memcpy(ops.strides[1], a->strides, sizeof(int64_t) * (size_t)a->ndim);
     nbt_broadcast_strides(b, a->ndim, a->shape, ops.strides[2]);

@@ -41,18 +41,18 @@ static int64_t last_size(const nb_tensor *t) {
     /* y = x - max - log(sum(exp(x - max))); e is scratch for one row. */                          \
     static void log_softmax_rows_##SUF(int64_t rows, int64_t n, const T *x, T *y, T *e) {          \
         for (int64_t r = 0; r < rows; r++, x += n, y += n) {                                       \
-            const T max = nba_row_max_##SUF(x, n);                                                 \
-            nba_row_shift_##SUF(y, x, -max, n);                                                    \
+            const T max = nbt_row_max_##SUF(x, n);                                                 \
+            nbt_row_shift_##SUF(y, x, -max, n);                                                    \
             nbt_vexp_##SUF(e, y, n);                                                               \
-            const T lse = (T)log(nba_row_sum_##SUF(e, n));                                         \
-            nba_row_shift_##SUF(y, y, -lse, n);                                                    \
+            const T lse = (T)log(nbt_row_sum_##SUF(e, n));                                         \
+            nbt_row_shift_##SUF(y, y, -lse, n);                                                    \
         }                                                                                          \
     }                                                                                              \
     /* dx = g - exp(y) * sum(g). */                                                                \
     static void log_softmax_backward_rows_##SUF(int64_t rows, int64_t n, const T *y, const T *g,   \
                                                 T *dx, T *e) {                                     \
         for (int64_t r = 0; r < rows; r++, y += n, g += n, dx += n) {                              \
-            const T s = (T)nba_row_sum_##SUF(g, n);                                                \
+            const T s = (T)nbt_row_sum_##SUF(g, n);                                                \
             nbt_vexp_##SUF(e, y, n);                                                               \
             for (int64_t j = 0; j < n; j++) dx[j] = g[j] - e[j] * s;                               \
         }                                                                                          \
@@ -111,11 +111,13 @@ static void softmax_backward_slice(int64_t begin, int64_t end, void *vjob) {
     const softmax_backward_job *j = vjob;
     int64_t off = begin * j->n * (int64_t)nbt_esize(j->dtype);
     if (j->dtype == NB_F32)
-        softmax_backward_rows_f32(end - begin, j->n, j->scale, false, 0, (const float *)(j->y + off),
-                                  (const float *)(j->g + off), (float *)(j->dx + off));
+        softmax_backward_rows_f32(end - begin, j->n, j->scale, false, 0,
+                                  (const float *)(j->y + off), (const float *)(j->g + off),
+                                  (float *)(j->dx + off));
     else
-        softmax_backward_rows_f64(end - begin, j->n, j->scale, false, 0, (const double *)(j->y + off),
-                                  (const double *)(j->g + off), (double *)(j->dx + off));
+        softmax_backward_rows_f64(end - begin, j->n, j->scale, false, 0,
+                                  (const double *)(j->y + off), (const double *)(j->g + off),
+                                  (double *)(j->dx + off));
 }
 
 /* dx (new, contiguous, y's layout) of a softmax whose output rows are y, for gradient g. */

@@ -8,7 +8,7 @@
 #include "nabla/tensor.h"
 #include "../tensor/nbt.h"
 #include "../tensor/vecmath.h"
-#include "rows.h"
+#include "../tensor/rows.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -77,7 +77,7 @@ static inline softmax_walk softmax_walk_start(const softmax_plan *p) {
             cursor_next(&w->mask_rows);                                                            \
             for (int64_t j = 0; j < limit; j++) y[j] = m[j * step] ? (T)-INFINITY : scale * x[j];  \
         } else if (scale != 1 || x != y) { /* x * 1 is x: attention scales in its product */       \
-            nba_row_scale_##SUF(y, x, scale, limit);                                               \
+            nbt_row_scale_##SUF(y, x, scale, limit);                                               \
         }                                                                                          \
         return limit;                                                                              \
     }                                                                                              \
@@ -88,15 +88,15 @@ static inline softmax_walk softmax_walk_start(const softmax_plan *p) {
     static inline int64_t softmax_row_##SUF(const softmax_plan *p, softmax_walk *w, const T *x,    \
                                             T *y, T *max_out, T *inv_out) {                        \
         const int64_t limit = scaled_row_##SUF(p, w, x, y);                                        \
-        const T max = nba_row_max_##SUF(y, limit);                                                 \
+        const T max = nbt_row_max_##SUF(y, limit);                                                 \
         if (max == -INFINITY && p->zero_blocked_rows && !any_nan_##SUF(y, limit)) {                \
             *max_out = (T)-INFINITY, *inv_out = 0;                                                 \
             return 0;                                                                              \
         }                                                                                          \
-        nba_row_shift_##SUF(y, y, -max, limit);                                                    \
+        nbt_row_shift_##SUF(y, y, -max, limit);                                                    \
         nbt_vexp_##SUF(y, y, limit);                                                               \
-        const T inv = (T)(1.0 / nba_row_sum_##SUF(y, limit));                                      \
-        nba_row_scale_##SUF(y, y, inv, limit);                                                     \
+        const T inv = (T)(1.0 / nbt_row_sum_##SUF(y, limit));                                      \
+        nbt_row_scale_##SUF(y, y, inv, limit);                                                     \
         *max_out = max, *inv_out = inv;                                                            \
         return limit;                                                                              \
     }                                                                                              \
@@ -105,9 +105,9 @@ static inline softmax_walk softmax_walk_start(const softmax_plan *p) {
                                                    const T *x, T *y, T max, T inv) {               \
         const int64_t limit = scaled_row_##SUF(p, w, x, y);                                        \
         if (inv == 0) return 0; /* fully blocked */                                                \
-        nba_row_shift_##SUF(y, y, -max, limit);                                                    \
+        nbt_row_shift_##SUF(y, y, -max, limit);                                                    \
         nbt_vexp_##SUF(y, y, limit);                                                               \
-        nba_row_scale_##SUF(y, y, inv, limit);                                                     \
+        nbt_row_scale_##SUF(y, y, inv, limit);                                                     \
         return limit;                                                                              \
     }                                                                                              \
     static inline void softmax_rows_##SUF(const softmax_plan *p, const T *x, T *y) {               \
@@ -142,18 +142,18 @@ static inline softmax_walk softmax_walk_start(const softmax_plan *p) {
         T *row = y;                                                                                \
         for (int64_t r = 0; r < p->rows; r++, x += p->n, row += p->n) {                            \
             int64_t limit = scaled_row_##SUF(p, &w, x, row);                                       \
-            const T max = nba_row_max_##SUF(row, limit);                                           \
+            const T max = nbt_row_max_##SUF(row, limit);                                           \
             if (max == -INFINITY && p->zero_blocked_rows && !any_nan_##SUF(row, limit))            \
                 limit = 0; /* all -inf: exp gives zeros, normalising leaves them */                \
             else                                                                                   \
-                nba_row_shift_##SUF(row, row, -max, limit);                                        \
+                nbt_row_shift_##SUF(row, row, -max, limit);                                        \
             for (int64_t j = limit; j < p->n; j++) row[j] = (T)-INFINITY;                          \
         }                                                                                          \
         nbt_vexp_##SUF(y, y, p->rows * p->n);                                                      \
         for (int64_t r = 0; r < p->rows; r++, y += p->n) {                                         \
-            const double sum = nba_row_sum_##SUF(y, p->n);                                         \
+            const double sum = nbt_row_sum_##SUF(y, p->n);                                         \
             if (sum == 0) continue; /* a fully blocked row: already zeros */                       \
-            nba_row_scale_##SUF(y, y, (T)(1.0 / sum), p->n);                                       \
+            nbt_row_scale_##SUF(y, y, (T)(1.0 / sum), p->n);                                       \
         }                                                                                          \
     }                                                                                              \
     /* dx = scale * y * (g - sum(g * y)); blocked entries have y = 0, so their dx is 0. With       \
@@ -165,12 +165,12 @@ static inline softmax_walk softmax_walk_start(const softmax_plan *p) {
         const T s = (T)scale;                                                                      \
         for (int64_t r = 0; r < rows; r++, y += n, g += n, dx += n) {                              \
             const int64_t limit = causal && row0 + r + 1 < n ? row0 + r + 1 : n;                   \
-            const T d = (T)nba_row_dot_##SUF(g, y, limit);                                         \
+            const T d = (T)nbt_row_dot_##SUF(g, y, limit);                                         \
             int64_t j = 0;                                                                         \
-            for (; j + NBA_ROW_LANES <= limit; j += NBA_ROW_LANES) {                               \
-                T yv[NBA_ROW_LANES], gv[NBA_ROW_LANES];                                            \
-                for (int l = 0; l < NBA_ROW_LANES; l++) yv[l] = y[j + l], gv[l] = g[j + l];        \
-                for (int l = 0; l < NBA_ROW_LANES; l++) dx[j + l] = s * yv[l] * (gv[l] - d);       \
+            for (; j + NBT_ROW_LANES <= limit; j += NBT_ROW_LANES) {                               \
+                T yv[NBT_ROW_LANES], gv[NBT_ROW_LANES];                                            \
+                for (int l = 0; l < NBT_ROW_LANES; l++) yv[l] = y[j + l], gv[l] = g[j + l];        \
+                for (int l = 0; l < NBT_ROW_LANES; l++) dx[j + l] = s * yv[l] * (gv[l] - d);       \
             }                                                                                      \
             for (; j < limit; j++) dx[j] = s * y[j] * (g[j] - d);                                  \
             for (; j < n; j++) dx[j] = 0;                                                          \

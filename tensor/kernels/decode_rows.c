@@ -4,6 +4,7 @@
  * the matrix-vector rows use each set's widest vector and its FMA, so, like the GEMM, the sets
  * round differently (each set is deterministic, and independent of the thread count). */
 #include "kernels.h"
+#include "../rows.h"
 
 typedef float dr_v8f __attribute__((vector_size(32)));
 typedef float dr_v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
@@ -163,38 +164,6 @@ static inline void row_block32_long(const float *a, int64_t count, const float *
         DR_STORE(out + 8 * v, ((s[0][v] + s[1][v]) + (s[2][v] + s[3][v])) * sc);
 }
 
-typedef int dr_v8i __attribute__((vector_size(32)));
-typedef double dr_v8d __attribute__((vector_size(64)));
-
-/* The largest of x[0:n] (n >= 1), NaNs skipped as `x > max` skips them: eight lanes, then the
- * lanes, then the tail. */
-static inline float row_max(const float *x, int64_t n) {
-    float max = x[0];
-    int64_t j = 0;
-    if (n >= 8) {
-        dr_v8f m = DR_LOAD(x);
-        for (j = 8; j + 8 <= n; j += 8) {
-            const dr_v8f v = DR_LOAD(x + j);
-            const dr_v8i gt = v > m;
-            m = (dr_v8f)(((dr_v8i)v & gt) | ((dr_v8i)m & ~gt));
-        }
-        max = m[0];
-        for (int l = 1; l < 8; l++) max = m[l] > max ? m[l] : max;
-    }
-    for (; j < n; j++) max = x[j] > max ? x[j] : max;
-    return max;
-}
-
-/* sum x[0:n] in double: eight double lanes, then the lanes in a fixed order, then the tail. */
-static inline double row_sum(const float *x, int64_t n) {
-    dr_v8d acc = {0};
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8) acc += __builtin_convertvector(DR_LOAD(x + j), dr_v8d);
-    double sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-    for (; j < n; j++) sum += x[j];
-    return sum;
-}
-
 /* One query q [hd] against keys 0..n-1 of one head, keys stored transposed Kt [hd, ld_k] and
  * values V [n, hd]: s = scale * q Kt (along the keys, whole vectors), p = exp(s - max s),
  * ctx = (p V) / sum(p) (along the head dims). scores has room for n. */
@@ -204,10 +173,10 @@ void NBK_FN(nbk_attend_row_f32)(int64_t n, int64_t hd, int64_t ld_k, float scale
     for (; j + 64 <= n; j += 64) row_block64(q, hd, Kt + j, ld_k, scale, scores + j);
     for (; j + 32 <= n; j += 32) row_block32(q, hd, Kt + j, ld_k, scale, scores + j);
     row_tail(q, hd, Kt + j, ld_k, scale, scores + j, n - j);
-    const float max = row_max(scores, n);
+    const float max = nbt_row_max_f32(scores, n);
     for (j = 0; j < n; j++) scores[j] -= max;
     NBK_FN(nbt_vexp_f32)(scores, scores, n);
-    const float inv = (float)(1.0 / row_sum(scores, n));
+    const float inv = (float)(1.0 / nbt_row_sum_f32(scores, n));
     int64_t d = 0;
     for (; d + 32 <= hd; d += 32) row_block32_long(scores, n, V + d, hd, inv, ctx + d);
     row_tail(scores, n, V + d, hd, inv, ctx + d, hd - d);

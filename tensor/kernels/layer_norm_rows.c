@@ -1,6 +1,6 @@
 /* Layer norm's float32 rows for one instruction set (kernels.h), called by
  * autograd/layer_norm.c: the same formulas as its float64 rows on eight floats at a time, the
- * double sums in eight lanes (lane j % 8, combined in a fixed order as nba_row_sum does), so
+ * double sums in eight lanes (lane j % 8, combined in a fixed order as nbt_row_sum does), so
  * results never depend on the thread count. AVX-512 holds the eight doubles in one register,
  * AVX2 in two, SSE2 in four; every lane computes the same operations in the same order in each
  * build, and nothing is fused, so all three give the same bits as each other. Rows of D
