@@ -56,7 +56,8 @@ typedef struct {
 
 /* At most every CROWD_POLL_NS, planning work (nbt_threads_for) asks whether the machine is
  * oversubscribed, counting this pool's sleeping workers as if they ran (nbt_pool_crowded());
- * while it is, work is planned for one thread, and a job given more runs on its caller. With a
+ * while it is, work is planned for one thread (every caller of nbt_run_tasks sizes its job
+ * with nbt_threads_for, so the job itself does not ask again). With a
  * neighbour keeping a core busy, a second thread gets a third of the machine in slices of
  * milliseconds, and a job waits for whichever piece a descheduled thread holds: the toy step at 2
  * threads took 1.24-1.34x its 1-thread time there in two of three rounds. Which thread runs a task
@@ -282,7 +283,7 @@ void nbt_run_tasks(int64_t ntasks, int threads, nbt_task_fn fn, void *ctx) {
     if (ntasks <= 0) return;
     if (threads > NBT_POOL_MAX_THREADS) threads = NBT_POOL_MAX_THREADS;
     if (threads > ntasks) threads = (int)ntasks;
-    if (threads <= 1 || in_task || nbt_pool_crowded() || pthread_mutex_trylock(&run_lock) != 0) {
+    if (threads <= 1 || in_task || pthread_mutex_trylock(&run_lock) != 0) {
         run_serially(ntasks, fn, ctx);
         return;
     }

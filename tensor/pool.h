@@ -44,7 +44,7 @@ void nbt_pool_wake(void);
 
 /* True while the machine has more runnable threads than CPUs, counting this pool's sleeping
  * workers as runnable (seen at two looks in a row, 5 ms apart; pool.c, CROWD_POLL_NS): work should
- * then stay on its calling thread, and nbt_run_tasks keeps it there. */
+ * then stay on its calling thread (nbt_threads_for plans one). */
 bool nbt_pool_crowded(void);
 /* Turns that look on or off (on unless the environment has NABLA_CROWD_CHECK=0; the unit
  * tests turn it off so that their 1- and 2-thread runs really differ on a busy test machine). */
