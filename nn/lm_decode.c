@@ -41,6 +41,7 @@
 /* Tokens per timed window, tokens not timed after a change of thread count (a sleeping worker
  * wakes slowly), and the range of the gap between trials of the other count, in tokens. */
 #define WINDOW 16
+#define TRIMMED 4
 #define WARM_UP 2
 #define MIN_GAP 64
 #define MAX_GAP 8192
@@ -64,7 +65,7 @@ struct nbn_lm_decoder {
     float *attn_part[2], *ff_part[2];
     /* the thread count: the one in use, the one preferred, the timing window */
     int current, home, skip, in_window;
-    int64_t window_ns, until_trial, gap;
+    int64_t window_ns[WINDOW], until_trial, gap; /* the window's token times */
     double avg_ns[3]; /* per thread count: a running mean of its windows' mean token times */
 };
 
@@ -314,18 +315,34 @@ static int threads_for(const struct nbn_lm_decoder *d, const nb_kv_cache *c, boo
     return c->decode_threads ? c->decode_threads : d->current;
 }
 
+/* The mean of a window's token times without its TRIMMED slowest: a host that takes a vCPU
+ * away for a millisecond now and then stalls a two-thread token, and one such token in a window
+ * had raised two threads' mean above one thread's (22 us against 33 us here), so decoding ran
+ * on one thread for thousands of tokens. A slower second thread, or a neighbour taking it
+ * often, still slows most tokens of the window and so shows. Sorts t in place. */
+static double trimmed_mean(int64_t t[WINDOW]) {
+    for (int i = 1; i < WINDOW; i++)
+        for (int k = i; k > 0 && t[k - 1] > t[k]; k--) {
+            const int64_t swap = t[k];
+            t[k] = t[k - 1];
+            t[k - 1] = swap;
+        }
+    int64_t sum = 0;
+    for (int i = 0; i < WINDOW - TRIMMED; i++) sum += t[i];
+    return (double)sum / (WINDOW - TRIMMED);
+}
+
 /* Counts one token's time ns towards the choice of thread count (see the top of the file). */
 static void note_time(struct nbn_lm_decoder *d, int64_t ns) {
     if (d->skip > 0) {
         d->skip--;
         return;
     }
-    d->window_ns += ns;
+    d->window_ns[d->in_window] = ns;
     if (++d->in_window < WINDOW) return;
-    const double mean = (double)d->window_ns / WINDOW;
+    const double mean = trimmed_mean(d->window_ns);
     double *avg = &d->avg_ns[d->current];
     *avg = *avg > 0 ? (1 - AVG_WEIGHT) * *avg + AVG_WEIGHT * mean : mean;
-    d->window_ns = 0;
     d->in_window = 0;
     const int other = 3 - d->home;
     if (d->current == d->home) {
@@ -341,6 +358,13 @@ static void note_time(struct nbn_lm_decoder *d, int64_t ns) {
     }
     d->until_trial = d->gap;
     d->skip = WARM_UP;
+}
+
+int nbn_lm_decode_count_time(nb_kv_cache *c, int64_t ns) {
+    struct nbn_lm_decoder *d = c ? c->decoder : NULL;
+    if (!d) return 0;
+    note_time(d, ns);
+    return d->current;
 }
 
 nb_tensor *nbn_lm_decode_token(nb_transformer_lm *m, const nb_tensor *tokens, nb_kv_cache *c) {

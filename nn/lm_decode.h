@@ -23,5 +23,9 @@ void nbn_lm_decoder_free(struct nbn_lm_decoder *d);
 /* Tests: 1 or 2 makes c's fused path always use that many threads (2 still needs a thread
  * budget of 2); 0 (the default) lets it choose by measuring both. */
 void nbn_kv_cache_force_decode_threads(nb_kv_cache *c, int threads);
+/* Tests: counts ns as the time of a token decoded through c on the thread count in use, as
+ * the fused path counts each token's, and returns the count the next token will use; 0 when
+ * c has no decoder yet. */
+int nbn_lm_decode_count_time(nb_kv_cache *c, int64_t ns);
 
 #endif

@@ -152,6 +152,44 @@ static void test_fused_decode_coverage(void) {
     nb_module_free(model);
 }
 
+/* The share of `tokens` decoded on two threads when the fused path's choice of thread count is
+ * fed made-up token times: 30 us on one thread, two_ns on two, except that every
+ * slow_every-th two-thread token (0: none) takes slow_ns. */
+static double share_on_two_threads(int64_t two_ns, int slow_every, int64_t slow_ns,
+                                   int64_t tokens) {
+    nb_module *model;
+    nb_transformer_lm *lm = small_lm(&model, NB_F32, 11, 8, 2);
+    nb_kv_cache *c = nb_kv_cache_for_lm(lm, 1);
+    const int64_t tok = 1;
+    CU_ASSERT_PTR_NOT_NULL(
+        nb_transformer_lm_forward_cached(lm, nb_from_array(NB_I64, NB_SHAPE(1, 1), &tok), c));
+    int threads = nbn_lm_decode_count_time(c, 30000);
+    CU_ASSERT_EQUAL(threads, 1); /* one thread until two have shown they pay */
+    int64_t on_two = 0, twos = 0;
+    for (int64_t t = 0; t < tokens; t++) {
+        int64_t ns = 30000;
+        if (threads == 2) {
+            on_two++;
+            ns = slow_every && ++twos % slow_every == 0 ? slow_ns : two_ns;
+        }
+        threads = nbn_lm_decode_count_time(c, ns);
+    }
+    nb_kv_cache_free(c);
+    nb_module_free(model);
+    return (double)on_two / (double)tokens;
+}
+
+/* Two threads are kept where they pay, also when the host stalls one token in forty for a
+ * millisecond (a plain mean over a window had then switched to one thread for thousands of
+ * tokens), and dropped where they do not: slower, or stalled at every other token. */
+static void test_decode_thread_choice(void) {
+    CU_ASSERT_EQUAL(nbn_lm_decode_count_time(NULL, 1000), 0);
+    CU_ASSERT(share_on_two_threads(20000, 0, 0, 20000) > 0.95);
+    CU_ASSERT(share_on_two_threads(20000, 40, 1000000, 20000) > 0.95);
+    CU_ASSERT(share_on_two_threads(36000, 0, 0, 20000) < 0.05);
+    CU_ASSERT(share_on_two_threads(20000, 2, 1000000, 20000) < 0.05);
+}
+
 /* Grouped-query attention through a cache of fewer key/value heads (4 query heads reading 2
  * key/value heads, query head h reading h / 2): token by token it equals causal attention
  * with each key/value head repeated for its query heads. */
@@ -444,6 +482,7 @@ int main(void) {
         {"no malloc per decoded token", test_no_malloc_per_token},
         {"fused one-token path equals the general one", test_fused_decode_matches_general},
         {"fused one-token path coverage", test_fused_decode_coverage},
+        {"fused path's choice of thread count", test_decode_thread_choice},
         {"generate greedy is the argmax of the full recompute", test_generate_greedy_is_argmax},
         {"generate seeded", test_generate_seeded},
         {"sampling distribution (chi-square)", test_sampling_distribution},
