@@ -62,10 +62,18 @@ static int64_t to_int64(double v) {
 
 static void store(char *p, nb_dtype dt, double v) {
     switch (dt) {
-    case NB_F32: *(float *)p = (float)v; break;
-    case NB_F64: *(double *)p = v; break;
-    case NB_I64: *(int64_t *)p = to_int64(v); break;
-    case NB_BOOL: *(uint8_t *)p = v != 0; break;
+    case NB_F32:
+        *(float *)p = (float)v;
+        break;
+    case NB_F64:
+        *(double *)p = v;
+        break;
+    case NB_I64:
+        *(int64_t *)p = to_int64(v);
+        break;
+    case NB_BOOL:
+        *(uint8_t *)p = v != 0;
+        break;
     }
 }
 
@@ -90,7 +98,8 @@ static void copy_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
             *(int64_t *)(d + i * s[0]) = *(const int64_t *)(x + i * s[1]);
         return;
     }
-    for (int64_t i = 0; i < n; i++) store(d + i * s[0], c->dst, nbt_load_double(x + i * s[1], c->src));
+    for (int64_t i = 0; i < n; i++)
+        store(d + i * s[0], c->dst, nbt_load_double(x + i * s[1], c->src));
 }
 
 /* Same-dtype copy of a few elements with a plain odometer: for tiny tensors (a 3-token
@@ -105,9 +114,12 @@ static void copy_small(nb_tensor *dst, const nb_tensor *src) {
     const char *s = nbt_ptr(src);
     int64_t doff = 0, soff = 0;
     for (int64_t k = 0; k < n; k++) {
-        if (es == 4) ((uint32_t *)d)[doff] = ((const uint32_t *)s)[soff];
-        else if (es == 8) ((uint64_t *)d)[doff] = ((const uint64_t *)s)[soff];
-        else d[doff] = s[soff]; /* bool */
+        if (es == 4)
+            ((uint32_t *)d)[doff] = ((const uint32_t *)s)[soff];
+        else if (es == 8)
+            ((uint64_t *)d)[doff] = ((const uint64_t *)s)[soff];
+        else
+            d[doff] = s[soff];              /* bool */
         for (int i = nd - 1; i >= 0; i--) { /* next index, last dim fastest */
             doff += dst->strides[i];
             soff += sstr[i];
@@ -139,7 +151,8 @@ bool nbt_copy(nb_tensor *dst, const nb_tensor *src) {
         copy_small(dst, src);
         return true;
     }
-    nbt_operands ops = {.nops = 2, .base = {nbt_ptr(dst), nbt_ptr(src)},
+    nbt_operands ops = {.nops = 2,
+                        .base = {nbt_ptr(dst), nbt_ptr(src)},
                         .elem = {nbt_esize(dst->dtype), nbt_esize(src->dtype)}};
     memcpy(ops.strides[0], dst->strides, sizeof(int64_t) * (size_t)dst->ndim);
     nbt_broadcast_strides(src, dst->ndim, dst->shape, ops.strides[1]);
@@ -174,6 +187,15 @@ bool nb_to_doubles(const nb_tensor *t, double *out) {
     }
     if (!nbt_check_live("to_doubles", t)) return false;
     int64_t n = nbt_numel(t);
+    if (nb_is_contiguous(t)) { /* one pass, without an index division per element */
+        const char *p = (const char *)t->storage->data + t->offset * (int64_t)nbt_esize(t->dtype);
+        if (t->dtype == NB_F32)
+            for (int64_t k = 0; k < n; k++) out[k] = ((const float *)p)[k];
+        else
+            for (int64_t k = 0; k < n; k++)
+                out[k] = nbt_load_double(p + k * (int64_t)nbt_esize(t->dtype), t->dtype);
+        return true;
+    }
     for (int64_t k = 0; k < n; k++) out[k] = nbt_get_linear(t, k);
     return true;
 }

@@ -316,6 +316,18 @@ static void test_get_set_item(void) {
     CU_ASSERT_TRUE(nb_to_doubles(nb_transpose(t, 0, 1), out));
     CU_ASSERT(out[0] == -1 && out[1] == 0 && out[2] == 0 && out[3] == 0 && out[4] == 0 &&
               out[5] == 4.5);
+    /* and of a contiguous view that starts inside its storage, in each element type: rows 1-2
+     * of [[1, -2], [3.5, -4], [5, 6]] */
+    const double rows[6] = {1, -2, 3.5, -4, 5, 6};
+    const double want[4][4] = {{3.5, -4, 5, 6}, {3.5, -4, 5, 6}, {3, -4, 5, 6}, {1, 1, 1, 1}};
+    const nb_dtype types[4] = {NB_F32, NB_F64, NB_I64, NB_BOOL};
+    for (int k = 0; k < 4; k++) {
+        nb_tensor *m = nb_to_dtype(nb_from_array(NB_F64, NB_SHAPE(3, 2), rows), types[k]);
+        nb_tensor *tail = nb_narrow(m, 0, 1, 2);
+        CU_ASSERT_TRUE(nb_is_contiguous(tail));
+        CU_ASSERT_TRUE(nb_to_doubles(tail, out));
+        for (int e = 0; e < 4; e++) CU_ASSERT_EQUAL(out[e], want[k][e]);
+    }
 }
 
 static void test_fill(void) {
