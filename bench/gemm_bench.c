@@ -212,6 +212,12 @@ int main(int argc, char **argv) {
         {"mid heads  64 x 128x128x32", false, true, 128, 128, 32, 64},
         {"row        1x1024x1024", false, false, 1, 1024, 1024, 1},
         {"column     1024x1x1024", false, false, 1024, 1, 1024, 1},
+        {"lm x W1^T   1024x512x128", false, true, 1024, 512, 128, 1},
+        {"lm h W2^T   1024x128x512", false, true, 1024, 128, 512, 1},
+        {"lm g W1     1024x128x512", false, false, 1024, 128, 512, 1},
+        {"lm g^T x    512x128x1024", true, false, 512, 128, 1024, 1},
+        {"lm x Wq^T   1024x128x128", false, true, 1024, 128, 128, 1},
+        {"lm heads 64 x 64x64x32", false, true, 64, 64, 32, 64},
     };
     printf("%-28s %12s %10s\n", "product", "us/call", "GFLOP/s");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
