@@ -6,10 +6,12 @@
  * token but the logits, from the scope's pool), with the matrix-vector products and the
  * attention rows in per-instruction-set kernels (tensor/kernels/decode_rows.c).
  *
- * Decoding reads every weight once per token (about 1.6 MB for the benchmark's model), so it
- * is bound by moving weights. With two threads every product is split into two fixed halves,
- * the same half always to the same thread (nbt_parallel_halves): each core then reads its
- * half of the weights from its own L2 cache, where one thread streams all of them from L3.
+ * Decoding reads every weight once per token (about 1.6 MB for the benchmark's model, and the
+ * cached keys and values), so it is bound by moving bytes. With two threads every product is
+ * split into two fixed halves, the same half always to the same thread (nbt_parallel_halves),
+ * so each core moves half the bytes. (A half with its heads' keys and values is still more
+ * than a core's L2 keeps between tokens: measured, a half's products run as fast on one thread
+ * as on two, about 65 GB/s from L3 either way.)
  * A block is two jobs. The attention job: half h takes heads h (norm1, their query, key and
  * value rows, their attention) and multiplies its heads' part of the context by its columns
  * of out_proj, a partial sum of every output. The feed-forward job: each half adds both
