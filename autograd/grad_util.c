@@ -47,7 +47,11 @@ nb_tensor *nba_sum_to_shape(const nb_tensor *t, int ndim, const int64_t *shape) 
 }
 
 void nba_add_into(nb_tensor *dst, const nb_tensor *src) {
-    if (nb_same_shape(dst, src) || src->ndim <= dst->ndim) {
+    if (nb_same_shape(dst, src)) { /* the common case: nothing to broadcast */
+        nbt_binary_into(dst, NBT_ADD, dst, src);
+        return;
+    }
+    if (src->ndim <= dst->ndim) {
         int64_t bshape[NB_MAX_DIMS];
         int bnd;
         if (nbt_broadcast_shape("backward", dst->ndim, dst->shape, src->ndim, src->shape, &bnd,

@@ -381,6 +381,17 @@ static void test_copy_broadcasting(void) {
     NBT_ASSERT_ERROR("copy_");
 }
 
+/* nb_same_shape: equal dims in equal number, a 0-d tensor like another 0-d one. */
+static void test_same_shape(void) {
+    nb_tensor *a = nb_zeros(NB_F32, NB_SHAPE(2, 3)), *b = nb_ones(NB_F64, NB_SHAPE(2, 3));
+    CU_ASSERT_TRUE(nb_same_shape(a, b));
+    CU_ASSERT_FALSE(nb_same_shape(a, nb_zeros(NB_F32, NB_SHAPE(3, 2))));
+    CU_ASSERT_FALSE(nb_same_shape(a, nb_zeros(NB_F32, NB_SHAPE(2, 4))));
+    CU_ASSERT_FALSE(nb_same_shape(a, nb_zeros(NB_F32, NB_SHAPE(2, 3, 1))));
+    CU_ASSERT_TRUE(nb_same_shape(nb_scalar(NB_F32, 1), nb_scalar(NB_I64, 2)));
+    CU_ASSERT_FALSE(nb_same_shape(nb_scalar(NB_F32, 1), nb_zeros(NB_F32, NB_SHAPE(1))));
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"empty, zeros, ones, full", test_empty_zeros_ones_full},
@@ -393,6 +404,7 @@ int main(void) {
         {"to_dtype", test_to_dtype},
         {"detach", test_detach},
         {"get, set, item", test_get_set_item},
+        {"same_shape", test_same_shape},
         {"fill_", test_fill},
         {"copy_ with broadcasting", test_copy_broadcasting},
     };
