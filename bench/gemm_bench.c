@@ -216,6 +216,8 @@ int main(int argc, char **argv) {
         {"lm h W2^T   1024x128x512", false, true, 1024, 128, 512, 1},
         {"lm g W1     1024x128x512", false, false, 1024, 128, 512, 1},
         {"lm g^T x    512x128x1024", true, false, 512, 128, 1024, 1},
+        {"lm g^T x    128x128x1024", true, false, 128, 128, 1024, 1},
+        {"lm g^T h    128x512x1024", true, false, 128, 512, 1024, 1},
         {"lm x Wq^T   1024x128x128", false, true, 1024, 128, 128, 1},
         {"lm heads 64 x 64x64x32", false, true, 64, 64, 32, 64},
     };

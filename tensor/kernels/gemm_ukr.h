@@ -61,8 +61,10 @@
      : beta == 1 ? VFMA(va, acc, MLOAD(p, m))                                                      \
                  : VFMA(vb, MLOAD(p, m), VMUL(va, acc)))
 
-/* Inlined twice below: once with the packed strides as constants (every broadcast is then a
- * fixed offset from one pointer) and once with run-time strides for operands read in place. */
+/* Inlined four times below: with the packed strides as constants (every broadcast is then a
+ * fixed offset from one pointer), with A read in place along its rows (a_cs 1) or across them
+ * (a_rs 1: a transposed A, whose tile rows are then fixed offsets again), and with any
+ * strides. */
 static inline __attribute__((always_inline)) void
 KBODY(int64_t kc, const T *restrict a, int64_t a_rs, int64_t a_cs, const T *restrict b,
       int64_t b_rs, T *restrict c, int64_t ldc, T alpha, T beta, const nbt_gemm_rect *rect) {
@@ -102,6 +104,8 @@ static void KNAME(int64_t kc, const T *a, int64_t a_rs, int64_t a_cs, const T *b
         KBODY(kc, a, 1, MR, b, NV * W, c, ldc, alpha, beta, rect);
     else if (a_cs == 1) /* A read in place along its rows (the small path) */
         KBODY(kc, a, a_rs, 1, b, b_rs, c, ldc, alpha, beta, rect);
+    else if (a_rs == 1) /* a transposed A read in place (the blocked path's weight gradients) */
+        KBODY(kc, a, 1, a_cs, b, b_rs, c, ldc, alpha, beta, rect);
     else
         KBODY(kc, a, a_rs, a_cs, b, b_rs, c, ldc, alpha, beta, rect);
 }
