@@ -66,8 +66,6 @@ nb_tensor *nb_div(const nb_tensor *a, const nb_tensor *b) {
 #define ST(S, p, v) nbt_vstore_##S(p, v)
 #define SPLAT(S, x) nbt_vsplat_##S(x)
 #define CHUNK 256
-/* 1 / sqrt(2 pi), the standard normal density at 0. */
-#define INV_SQRT_2PI 0.3989422804014327
 #define GRAD_KERNELS(S, T, FN)                                                                     \
     static void neg_grad_##S(int64_t n, T *gx, const T *g, const T *v, T p) {                      \
         (void)v, (void)p;                                                                          \
@@ -121,24 +119,6 @@ nb_tensor *nb_div(const nb_tensor *a, const nb_tensor *b) {
                  ST(S, gx + i, nbt_vselect_##S(~(nbt_vmask_##S)(V(S, y + i) <= 0), V(S, g + i))),  \
                  gx[i] = y[i] <= 0 ? 0 : g[i]);                                                    \
     }                                                                                              \
-    /* gelu'(x) = Phi(x) + x phi(x) from the Phi the forward saved: only the density's exp is      \
-     * left. (Then times g, as one product: the rounding of g (Phi + x phi).) */                   \
-    static void gelu_derivative_##S(int64_t n, T *d, const T *x, const T *cdf, T p) {              \
-        (void)p;                                                                                   \
-        T pdf[CHUNK];                                                                              \
-        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
-            int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
-            const T *xc = x + i0, *cc = cdf + i0;                                                  \
-            T *dc = d + i0;                                                                        \
-            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i);                                           \
-                     ST(S, pdf + i, v * v * (T)-0.5), pdf[i] = xc[i] * xc[i] * (T)-0.5);           \
-            nbt_vexp_##S(pdf, pdf, m);                                                             \
-            NBT_VFOR(S, i, m, nbt_v##S dens = (T)INV_SQRT_2PI * V(S, pdf + i);                     \
-                     ST(S, dc + i, V(S, cc + i) + V(S, xc + i) * dens),                            \
-                     T dens = (T)INV_SQRT_2PI * pdf[i];                                            \
-                     dc[i] = cc[i] + xc[i] * dens);                                                \
-        }                                                                                          \
-    }                                                                                              \
     /* d/dx of x/2 (1 + tanh(u)), u = beta (x + kappa x^3), in PyTorch's operation order. */       \
     static void gelu_tanh_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {                \
         (void)p;                                                                                   \
@@ -186,7 +166,6 @@ static const struct {
     [NBT_RELU] = DERIVATIVE(relu, true),
     [NBT_GELU_TANH] = DERIVATIVE(gelu_tanh, false),
 };
-static const nbt_map2_kernel gelu_derivative = {gelu_derivative_f32, gelu_derivative_f64};
 
 /* The node keeps the op and its scalar. gelu never gets here: nb_gelu records its own
  * backward, which reuses the forward's Phi(x). */
@@ -239,19 +218,19 @@ nb_tensor *nb_sigmoid(const nb_tensor *a) {
 nb_tensor *nb_relu(const nb_tensor *a) {
     return unary(NBT_RELU, a, 0);
 }
-/* saved: [0] Phi(x) from the forward, so the backward evaluates only the density. */
+/* saved: [0] gelu'(x), which the forward took while x and Phi(x) were in cache (the
+ * rounding of PyTorch's g * (Phi + x phi)). */
 static void gelu_backward(nb_node *n, const nb_tensor *gout) {
-    nb_tensor *d = nbt_map2("gelu", &gelu_derivative, n->inputs[0], n->saved[0], 0);
-    if (d) nba_accumulate(n, 0, nbt_mul(gout, d));
+    nba_accumulate(n, 0, nbt_mul(gout, n->saved[0]));
 }
 
 nb_tensor *nb_gelu(const nb_tensor *a) {
     if (!nba_check_float("gelu", a)) return NULL;
     if (!nba_any_requires_grad(1, &a)) return unary(NBT_GELU, a, 0);
-    nb_tensor *cdf = NULL;
-    nb_tensor *out = nbt_gelu_with_cdf(a, &cdf);
+    nb_tensor *derivative = NULL;
+    nb_tensor *out = nbt_gelu_with_derivative(a, &derivative);
     nb_node *n = nba_record("gelu", out, 1, &a, gelu_backward);
-    if (n) n->saved[0] = cdf;
+    if (n) n->saved[0] = derivative;
     return out;
 }
 nb_tensor *nb_gelu_tanh(const nb_tensor *a) {

@@ -61,9 +61,10 @@ nb_tensor *nbt_map2(const char *name, const nbt_map2_kernel *kernel, const nb_te
 #define NBT_GELU_BETA 0.7978845608028654
 #define NBT_GELU_KAPPA 0.044715
 
-/* Exact gelu that also returns Phi(x), the normal CDF, in *cdf, so the backward needs no
- * erf. y and *cdf are new contiguous tensors in the current scope with x's shape. */
-nb_tensor *nbt_gelu_with_cdf(const nb_tensor *x, nb_tensor **cdf);
+/* Exact gelu that also returns its derivative gelu'(x) = Phi(x) + x phi(x) in *derivative, so
+ * the backward is one product. y and *derivative are new contiguous tensors in the current
+ * scope with x's shape. */
+nb_tensor *nbt_gelu_with_derivative(const nb_tensor *x, nb_tensor **derivative);
 
 /* Shorthands for the common cases (new tensors in the current scope). */
 static inline nb_tensor *nbt_add(const nb_tensor *a, const nb_tensor *b) {

@@ -311,32 +311,42 @@ nb_tensor *nbt_map2(const char *name, const nbt_map2_kernel *kernel, const nb_te
     return out;
 }
 
-/* ---- gelu with its normal CDF kept for the backward ---- */
-/* y = x Phi(x) and cdf = Phi(x) = (1 + erf(x / sqrt 2)) / 2 on contiguous arrays, with y's
- * roundings those of gelu_##S (halving is exact, so x / 2 * (1 + e) = x * ((1 + e) / 2)). */
-#define GELU_CDF_KERNELS(S, T)                                                                     \
-    /* In chunks that stay in L1, so x is read from memory once and y and cdf written once. */     \
-    static void gelu_cdf_##S(int64_t n, T *y, T *cdf, const T *x) {                                \
+/* ---- gelu with its derivative kept for the backward ---- */
+/* 1 / sqrt(2 pi), the standard normal density at 0. */
+#define INV_SQRT_2PI 0.3989422804014327
+/* y = x Phi(x) and d = gelu'(x) = Phi(x) + x phi(x) on contiguous arrays, Phi = (1 + erf(x /
+ * sqrt 2)) / 2 and phi the normal density, with y's roundings those of gelu_##S (halving is
+ * exact, so x / 2 * (1 + e) = x * ((1 + e) / 2)) and d's those of PyTorch's backward (Phi
+ * rounded, then Phi + x (phi)). The derivative is taken here, while x and Phi are in L1, so
+ * the backward is one product g * d instead of a pass that reads x and Phi again. */
+#define GELU_DERIVATIVE_KERNELS(S, T)                                                              \
+    /* In chunks that stay in L1, so x is read from memory once and y and d written once. */       \
+    static void gelu_derivative_##S(int64_t n, T *y, T *d, const T *x) {                           \
+        T pdf[CHUNK];                                                                              \
         for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
             int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
             const T *xc = x + i0;                                                                  \
-            T *yc = y + i0, *cc = cdf + i0;                                                        \
-            NBT_VFOR(S, i, m, ST(S, cc + i, V(S, xc + i) * (T)M_SQRT1_2),                          \
-                     cc[i] = xc[i] * (T)M_SQRT1_2);                                                \
-            nbt_verf_##S(cc, cc, m);                                                               \
-            NBT_VFOR(S, i, m, nbt_v##S c = (T)0.5 * (1 + V(S, cc + i)); ST(S, cc + i, c);          \
-                     ST(S, yc + i, V(S, xc + i) * c), T c = (T)0.5 * (1 + cc[i]); cc[i] = c;       \
-                     yc[i] = xc[i] * c);                                                           \
+            T *yc = y + i0, *dc = d + i0;                                                          \
+            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i); ST(S, dc + i, v * (T)M_SQRT1_2);          \
+                     ST(S, pdf + i, v * v * (T)-0.5), dc[i] = xc[i] * (T)M_SQRT1_2;                \
+                     pdf[i] = xc[i] * xc[i] * (T)-0.5);                                            \
+            nbt_verf_##S(dc, dc, m);                                                               \
+            nbt_vexp_##S(pdf, pdf, m);                                                             \
+            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i); nbt_v##S c = (T)0.5 * (1 + V(S, dc + i)); \
+                     ST(S, yc + i, v * c);                                                         \
+                     ST(S, dc + i, c + v * ((T)INV_SQRT_2PI * V(S, pdf + i))),                     \
+                     T c = (T)0.5 * (1 + dc[i]);                                                   \
+                     yc[i] = xc[i] * c; dc[i] = c + xc[i] * ((T)INV_SQRT_2PI * pdf[i]));           \
         }                                                                                          \
     }
 
-GELU_CDF_KERNELS(f32, float)
-GELU_CDF_KERNELS(f64, double)
+GELU_DERIVATIVE_KERNELS(f32, float)
+GELU_DERIVATIVE_KERNELS(f64, double)
 
-/* Contiguous operands of the fused gelu kernel: y, cdf, x. */
+/* Contiguous operands of the fused gelu kernel: y, d, x. */
 typedef struct {
     nb_dtype dtype;
-    char *y, *cdf;
+    char *y, *d;
     const char *x;
 } gelu_job;
 
@@ -344,21 +354,21 @@ static void gelu_range(int64_t begin, int64_t end, void *vjob) {
     const gelu_job *j = vjob;
     int64_t n = end - begin;
     if (j->dtype == NB_F32)
-        gelu_cdf_f32(n, (float *)j->y + begin, (float *)j->cdf + begin,
-                     (const float *)j->x + begin);
+        gelu_derivative_f32(n, (float *)j->y + begin, (float *)j->d + begin,
+                            (const float *)j->x + begin);
     else
-        gelu_cdf_f64(n, (double *)j->y + begin, (double *)j->cdf + begin,
-                     (const double *)j->x + begin);
+        gelu_derivative_f64(n, (double *)j->y + begin, (double *)j->d + begin,
+                            (const double *)j->x + begin);
 }
 
-nb_tensor *nbt_gelu_with_cdf(const nb_tensor *x, nb_tensor **cdf) {
+nb_tensor *nbt_gelu_with_derivative(const nb_tensor *x, nb_tensor **derivative) {
     if (!check_input("gelu", x, NULL)) return NULL;
     const nb_tensor *xc = nbt_contiguous(x);
     nb_tensor *y = nbt_new("gelu", x->dtype, x->ndim, x->shape);
-    nb_tensor *c = nbt_new("gelu", x->dtype, x->ndim, x->shape);
-    if (!xc || !y || !c) return NULL;
-    gelu_job j = {x->dtype, nbt_ptr(y), nbt_ptr(c), nbt_ptr(xc)};
+    nb_tensor *d = nbt_new("gelu", x->dtype, x->ndim, x->shape);
+    if (!xc || !y || !d) return NULL;
+    gelu_job j = {x->dtype, nbt_ptr(y), nbt_ptr(d), nbt_ptr(xc)};
     nbt_parallel_ranges(nbt_numel(y), PARALLEL_GRAIN, gelu_range, &j);
-    *cdf = c;
+    *derivative = d;
     return y;
 }
