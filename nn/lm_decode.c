@@ -8,18 +8,19 @@
  *
  * Decoding reads every weight once per token (about 1.6 MB for the benchmark's model, and the
  * cached keys and values), so it is bound by moving bytes. With two threads every product is
- * split into two fixed halves, the same half always to the same thread (nbt_parallel_halves),
+ * split into two fixed halves, the same half always to the same thread (nbt_parallel_phases),
  * so each core moves half the bytes. (A half with its heads' keys and values is still more
  * than a core's L2 keeps between tokens: measured, a half's products run as fast on one thread
  * as on two, about 65 GB/s from L3 either way.)
- * A block is two jobs. The attention job: half h takes heads h (norm1, their query, key and
- * value rows, their attention) and multiplies its heads' part of the context by its columns
- * of out_proj, a partial sum of every output. The feed-forward job: each half adds both
- * partial sums and the bias to its own copy of the residual stream (the same sums in the same
- * order in both), then norm2, its rows of fc1 with their GELU, and its columns of fc2,
- * partial sums that the next block's attention job adds. Splitting the second product of each
- * pair by columns saves the two jobs that splitting it by rows would need. Which thread runs a
- * half never changes what it computes, so 1 and 2 threads give the same bits.
+ * A block is two phases of one pool job per token (the threads meet between phases on two
+ * flags). The attention phase: half h takes heads h (norm1, their query, key and value rows,
+ * their attention) and multiplies its heads' part of the context by its columns of out_proj,
+ * a partial sum of every output. The feed-forward phase: each half adds both partial sums and
+ * the bias to its own copy of the residual stream (the same sums in the same order in both),
+ * then norm2, its rows of fc1 with their GELU, and its columns of fc2, partial sums that the
+ * next block's attention phase adds. Splitting the second product of each pair by columns
+ * saves the two phases that splitting it by rows would need. Which thread runs a half never
+ * changes what it computes, so 1 and 2 threads give the same bits.
  *
  * Whether two threads pay depends on the machine: a busy neighbour on one core makes every
  * job wait for a thread that is not running. So the path measures: it starts on one thread,
@@ -71,14 +72,10 @@ struct nbn_lm_decoder {
     double avg_ns[3]; /* per thread count: a running mean of its windows' mean token times */
 };
 
-typedef enum { PHASE_ATTENTION, PHASE_FEEDFORWARD } decode_phase;
-
 typedef struct {
     struct nbn_lm_decoder *d;
     const nb_transformer_lm *m;
     nb_kv_cache *c;
-    int layer;
-    decode_phase phase;
     int64_t pos;
 } decode_job;
 
@@ -236,13 +233,13 @@ static void add_parts(int64_t D, float *x, float *const part[2], const nb_tensor
 
 /* This half's heads: (the previous block's fc2 added,) norm1, their query, key and value rows,
  * the new key and value into the cache, and each head's attention over positions 0..pos. */
-static void attention_half(const decode_job *j, int half) {
+static void attention_half(const decode_job *j, int layer, int half) {
     struct nbn_lm_decoder *d = j->d;
-    const nb_transformer_block *b = j->m->blocks[j->layer];
+    const nb_transformer_block *b = j->m->blocks[layer];
     const nb_mha *a = b->attn;
     const int64_t D = d->D, hd = a->head_dim, L = j->c->max_len, pos = j->pos;
     float *x = d->x[half], *nx = d->norm[half];
-    if (j->layer > 0) add_parts(D, x, d->ff_part, j->m->blocks[j->layer - 1]->ff->fc2->bias);
+    if (layer > 0) add_parts(D, x, d->ff_part, j->m->blocks[layer - 1]->ff->fc2->bias);
     int64_t h0, h1;
     half_of(a->num_heads, 1, half, &h0, &h1);
     if (h0 < h1) {
@@ -251,7 +248,7 @@ static void attention_half(const decode_job *j, int half) {
         linear_rows(a->W_key, h0 * hd, h1 * hd, nx, d->k);
         linear_rows(a->W_value, h0 * hd, h1 * hd, nx, d->v);
     }
-    const kv_slot *s = &j->c->slots[j->layer];
+    const kv_slot *s = &j->c->slots[layer];
     float *K = nb_data(s->k), *V = nb_data(s->v);
     const float scale = (float)(1.0 / sqrt((double)hd));
     for (int64_t h = h0; h < h1; h++) {
@@ -265,9 +262,9 @@ static void attention_half(const decode_job *j, int half) {
 
 /* out_proj added, norm2, this half's rows of fc1 and their GELU (x / 2 * (1 + erf(x / sqrt 2)),
  * as nb_gelu computes it). */
-static void feedforward_half(const decode_job *j, int half) {
+static void feedforward_half(const decode_job *j, int layer, int half) {
     struct nbn_lm_decoder *d = j->d;
-    const nb_transformer_block *b = j->m->blocks[j->layer];
+    const nb_transformer_block *b = j->m->blocks[layer];
     float *x = d->x[half], *nx = d->norm[half], *h = d->hidden, *t = d->erf_arg;
     add_parts(d->D, x, d->attn_part, b->attn->out_proj->bias);
     int64_t r0, r1;
@@ -281,24 +278,25 @@ static void feedforward_half(const decode_job *j, int half) {
     }
 }
 
-/* The halves [begin, end) of a job: each half's own part, then its columns of out_proj (the
- * attention job) or of fc2 (the feed-forward job). */
-static void run_halves(int64_t begin, int64_t end, void *vjob) {
+/* Halves [begin, end) of phase p: block p / 2's attention (even p) or feed-forward (odd p),
+ * each half's own part, then its columns of out_proj or of fc2. */
+static void run_phase(int p, int begin, int end, void *vjob) {
     const decode_job *j = vjob;
     struct nbn_lm_decoder *d = j->d;
-    const nb_transformer_block *b = j->m->blocks[j->layer];
+    const int layer = p / 2;
+    const nb_transformer_block *b = j->m->blocks[layer];
     int64_t k[3];
-    if (j->phase == PHASE_ATTENTION) {
-        for (int64_t half = begin; half < end; half++) attention_half(j, (int)half);
+    if (p % 2 == 0) {
+        for (int half = begin; half < end; half++) attention_half(j, layer, half);
         const int64_t hd = b->attn->head_dim;
         half_of(b->attn->num_heads, 1, 0, &k[0], &k[1]);
         k[0] *= hd, k[1] *= hd, k[2] = b->attn->num_heads * hd;
-        linear_columns(b->attn->out_proj, k, (int)begin, (int)end, d->ctx, d->attn_part);
+        linear_columns(b->attn->out_proj, k, begin, end, d->ctx, d->attn_part);
     } else {
-        for (int64_t half = begin; half < end; half++) feedforward_half(j, (int)half);
+        for (int half = begin; half < end; half++) feedforward_half(j, layer, half);
         half_of(b->ff->fc1->out_features, 16, 0, &k[0], &k[1]);
         k[2] = b->ff->fc1->out_features;
-        linear_columns(b->ff->fc2, k, (int)begin, (int)end, d->hidden, d->ff_part);
+        linear_columns(b->ff->fc2, k, begin, end, d->hidden, d->ff_part);
     }
 }
 
@@ -386,15 +384,13 @@ nb_tensor *nbn_lm_decode_token(nb_transformer_lm *m, const nb_tensor *tokens, nb
     /* a token's jobs are each too short for the pool to wake a sleeping worker for */
     if (threads > 1) nbt_wake_workers();
     decode_job job = {.d = d, .m = m, .c = c, .pos = pos};
-    for (job.layer = 0; job.layer < m->num_layers; job.layer++) {
-        for (job.phase = PHASE_ATTENTION; job.phase <= PHASE_FEEDFORWARD; job.phase++) {
-            if (threads > 1)
-                nbt_parallel_halves(run_halves, &job);
-            else
-                run_halves(0, 2, &job);
-        }
-        c->slots[job.layer].len = pos + 1;
+    const int phases = 2 * (int)m->num_layers;
+    if (threads > 1) {
+        nbt_parallel_phases(phases, run_phase, &job);
+    } else {
+        for (int p = 0; p < phases; p++) run_phase(p, 0, 2, &job);
     }
+    for (int64_t layer = 0; layer < m->num_layers; layer++) c->slots[layer].len = pos + 1;
     add_parts(D, d->x[0], d->ff_part, m->blocks[m->num_layers - 1]->ff->fc2->bias);
     layer_norm(m->norm_f, D, d->x[0], d->norm[0]);
     nbt_kernels()->matvec_rows_f32(m->out_features, D, f32(m->head_weight), D, d->norm[0],

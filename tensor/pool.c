@@ -79,12 +79,6 @@ static atomic_bool crowded_at_poll, crowd_seen_last;
 static int started; /* workers created (under run_lock) */
 static _Thread_local bool in_task;
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
-
 static int64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -137,7 +131,7 @@ typedef struct {
 } spin_timer;
 
 static inline bool spin_on(spin_timer *t) {
-    cpu_relax();
+    nbt_cpu_relax();
     if ((t->calls++ & 63) == 0) {
         int64_t n = now_ns();
         if (!t->end) {

@@ -18,6 +18,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* A spinning thread's pause: lets the core's other hardware thread run, and spares the
+ * memory-order flush of leaving a tight load loop. */
+static inline void nbt_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 /* More threads than this are never used. */
 #define NBT_POOL_MAX_THREADS 64
 

@@ -6,6 +6,8 @@
 #include "nbt.h"
 #include "pool.h"
 
+#include <sched.h>
+#include <stdalign.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -116,35 +118,68 @@ bool nb_parallel_for(int64_t n, int64_t grain, nb_range_fn fn, void *ctx) {
     return true;
 }
 
+/* A run of phases of two halves (nbt_parallel_phases). Per half h, claimed[h] counts the
+ * phases whose half h someone has taken, finished[h] those whose half h is done; each on a
+ * cache line of its own with its thread's writes, so a thread waiting on the other half reads
+ * one line the other thread writes. */
 typedef struct {
-    nbt_range_fn fn;
+    nbt_phase_fn fn;
     void *ctx;
-    atomic_bool taken[2];
-} halves_job;
+    int phases;
+    struct {
+        alignas(64) atomic_int claimed;
+        atomic_int finished;
+    } half[2];
+} phases_job;
 
-/* Each of the two tasks runs the half its thread prefers (worker 0, the caller: half 0; any
- * pool worker: half 1), or the other if that one is taken: the two tasks take distinct
- * halves either way. */
-static void run_half(int64_t task, int worker, void *arg) {
+/* How long a thread spins on the other half before yielding its CPU: a half is a few
+ * microseconds, so a longer wait means the other thread is not running, and yielding lets the
+ * OS run it here. */
+#define PHASE_SPIN 4096
+
+/* Runs half h of phase p if nobody has taken it yet. */
+static void take_half(phases_job *j, int p, int h) {
+    int expected = p;
+    if (!atomic_compare_exchange_strong_explicit(&j->half[h].claimed, &expected, p + 1,
+                                                 memory_order_acq_rel, memory_order_relaxed))
+        return;
+    j->fn(p, h, h + 1, j->ctx);
+    atomic_store_explicit(&j->half[h].finished, p + 1, memory_order_release);
+}
+
+/* Both pool tasks run this loop, each thread taking its own half of every phase first (the
+ * caller, worker 0, half 0; a pool worker half 1), then the other half if nobody has: a
+ * phase starts once both halves of the one before are done, so a thread never waits on a
+ * half that nobody has taken, and a late or absent worker leaves the caller both halves. */
+static void run_phases(int64_t task, int worker, void *arg) {
     (void)task;
-    halves_job *h = arg;
-    int half = worker == 0 ? 0 : 1;
-    if (atomic_exchange(&h->taken[half], true)) half = 1 - half;
-    atomic_store(&h->taken[half], true);
-    h->fn(half, half + 1, h->ctx);
+    phases_job *j = arg;
+    const int mine = worker == 0 ? 0 : 1;
+    for (int p = 0; p < j->phases; p++) {
+        for (int spins = 0; atomic_load_explicit(&j->half[0].finished, memory_order_acquire) < p ||
+                            atomic_load_explicit(&j->half[1].finished, memory_order_acquire) < p;)
+            if (++spins % PHASE_SPIN == 0)
+                sched_yield();
+            else
+                nbt_cpu_relax();
+        take_half(j, p, mine);
+        take_half(j, p, 1 - mine);
+    }
+}
+
+void nbt_parallel_phases(int phases, nbt_phase_fn fn, void *ctx) {
+    if (nbt_threads_for(2, 1) < 2) {
+        for (int p = 0; p < phases; p++) fn(p, 0, 2, ctx);
+        return;
+    }
+    phases_job j = {.fn = fn, .ctx = ctx, .phases = phases};
+    for (int h = 0; h < 2; h++) {
+        atomic_init(&j.half[h].claimed, 0);
+        atomic_init(&j.half[h].finished, 0);
+    }
+    nbt_run_tasks(2, 2, run_phases, &j);
 }
 
 void nbt_wake_workers(void) {
     nbt_pool_wake();
-}
-
-void nbt_parallel_halves(nbt_range_fn fn, void *ctx) {
-    if (nbt_threads_for(2, 1) < 2) {
-        fn(0, 2, ctx);
-        return;
-    }
-    halves_job h = {.fn = fn, .ctx = ctx};
-    atomic_init(&h.taken[0], false);
-    atomic_init(&h.taken[1], false);
-    nbt_run_tasks(2, 2, run_half, &h);
 }

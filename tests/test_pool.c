@@ -141,40 +141,69 @@ static void test_two_callers_at_once(void) {
     free(a), free(b);
 }
 
-/* nbt_parallel_halves calls each half exactly once with [half, half + 1) (or both in one
- * [0, 2) call when one thread is allowed), whatever the budget, back to back and nested. */
+/* nbt_parallel_phases calls each half of each phase exactly once with [half, half + 1) (or
+ * both in one [0, 2) call when one thread is allowed), whatever the budget, back to back and
+ * nested; and a phase's halves start only after both halves of the phase before have ended. */
+#define MAX_PHASES 6
 typedef struct {
-    atomic_int calls[2], bad;
-} halves_tally;
+    atomic_int calls[MAX_PHASES][2], ended[MAX_PHASES], bad;
+    pthread_t thread[MAX_PHASES][2]; /* which thread ran each half */
+} phases_tally;
 
-static void count_half(int64_t begin, int64_t end, void *ctx) {
-    halves_tally *t = ctx;
-    if (begin < 0 || end > 2 || begin >= end) atomic_fetch_add(&t->bad, 1);
-    for (int64_t h = begin; h < end && h >= 0 && h < 2; h++) atomic_fetch_add(&t->calls[h], 1);
+static void count_phase(int phase, int begin, int end, void *ctx) {
+    phases_tally *t = ctx;
+    if (phase < 0 || phase >= MAX_PHASES || begin < 0 || end > 2 || begin >= end) {
+        atomic_fetch_add(&t->bad, 1);
+        return;
+    }
+    if (phase > 0 && atomic_load(&t->ended[phase - 1]) != 2) atomic_fetch_add(&t->bad, 1);
+    for (int h = begin; h < end; h++) {
+        atomic_fetch_add(&t->calls[phase][h], 1);
+        t->thread[phase][h] = pthread_self();
+    }
+    /* halves of unequal length, the longer one alternating, so a thread that did not wait for
+     * the other half would start the next phase while that half still runs */
+    for (volatile int spin = 0; spin < ((phase + begin) % 2 ? 4000 : 40); spin++) continue;
+    atomic_fetch_add(&t->ended[phase], end - begin);
 }
 
-static bool halves_once(void) {
-    halves_tally t = {0};
-    nbt_parallel_halves(count_half, &t);
-    return atomic_load(&t.bad) == 0 && atomic_load(&t.calls[0]) == 1 &&
-           atomic_load(&t.calls[1]) == 1;
+/* True when every half ran once, in phase order; *split counts phases whose halves ran on two
+ * threads. */
+static bool phases_once(int phases, int *split) {
+    phases_tally t = {0};
+    nbt_parallel_phases(phases, count_phase, &t);
+    bool ok = atomic_load(&t.bad) == 0;
+    for (int p = 0; p < MAX_PHASES; p++)
+        for (int h = 0; h < 2; h++) ok = ok && atomic_load(&t.calls[p][h]) == (p < phases);
+    for (int p = 0; ok && p < phases; p++) *split += !pthread_equal(t.thread[p][0], t.thread[p][1]);
+    return ok;
 }
 
-static void nested_halves(int64_t task, int worker, void *ctx) {
+static void nested_phases(int64_t task, int worker, void *ctx) {
     (void)task, (void)worker;
-    if (!halves_once()) atomic_fetch_add((atomic_int *)ctx, 1);
+    int split = 0;
+    if (!phases_once(3, &split) || split) atomic_fetch_add((atomic_int *)ctx, 1);
 }
 
-static void test_parallel_halves(void) {
+static void test_parallel_phases(void) {
     const int before = nb_get_num_threads();
     for (int threads = 1; threads <= 2; threads++) {
         nb_set_num_threads(threads);
-        int failures = 0;
-        for (int round = 0; round < 3000; round++) failures += !halves_once();
+        /* 3000 rounds, and with two threads until the worker has run a half (on a busy
+         * machine a descheduled worker can miss many short rounds), for at most 10 s */
+        int failures = 0, split = 0;
+        const time_t give_up = time(NULL) + 10;
+        for (int round = 0; round < 3000 || (threads == 2 && !split && time(NULL) < give_up);
+             round++) {
+            nbt_wake_workers();
+            failures += !phases_once(1 + round % MAX_PHASES, &split);
+        }
         CU_ASSERT_EQUAL(failures, 0);
+        if (threads == 1) CU_ASSERT_EQUAL(split, 0);
+        if (threads == 2) CU_ASSERT_TRUE(split > 0); /* the two-thread path was taken */
     }
     atomic_int nested = 0;
-    nbt_run_tasks(4, 2, nested_halves, &nested);
+    nbt_run_tasks(4, 2, nested_phases, &nested);
     CU_ASSERT_EQUAL(atomic_load(&nested), 0);
     nb_set_num_threads(before);
 }
@@ -277,7 +306,8 @@ int main(void) {
         {"a nested call runs on its thread, in order", test_nested_calls_stay_on_their_thread},
         {"two callers at once both finish", test_two_callers_at_once},
         {"sleeping workers join a long job", test_sleeping_workers_join_long_jobs},
-        {"parallel halves: each half once, any budget, nested", test_parallel_halves},
+        {"parallel phases: each half once, in phase order, any budget, nested",
+         test_parallel_phases},
         {"serial on this thread only", test_serial_here},
         {"a crowded machine gets one thread", test_crowded_machine_plans_one_thread},
         {"cpu count", test_cpu_count},
