@@ -1,5 +1,6 @@
 /* generate(): a prompt continued token by token through a KV cache, with greedy, temperature,
  * top-k and top-p (nucleus) choices from a seeded generator. */
+#include "lm_decode.h"
 #include "nabla/module.h"
 #include "tensor/nbt.h"
 #include "nabla/generate.h"
@@ -141,6 +142,9 @@ int64_t nb_generate(nb_transformer_lm *lm, const int64_t *prompt, int64_t prompt
     const bool was_training = lm->base.training, grad = nb_set_grad_enabled(false);
     nb_module_train(&lm->base, false);
     nb_kv_cache_reset(c);
+    /* Nothing changes the model's parameters inside this loop (but on_token, below), so the
+     * fused path checks them once here rather than for every token. */
+    nbn_lm_decode_trust_model(c, lm);
 
     int64_t made = 0, total = prompt_len, fed = total > ctx_len ? total - keep : 0;
     bool ok = true;
@@ -160,9 +164,13 @@ int64_t nb_generate(nb_transformer_lm *lm, const int64_t *prompt, int64_t prompt
         fed = total;
         out[made++] = next;
         total++;
-        if (o->on_token) o->on_token(next, o->ctx);
+        if (o->on_token) { /* which may change the model: check it again */
+            o->on_token(next, o->ctx);
+            nbn_lm_decode_trust_model(c, lm);
+        }
         if (next == o->stop_token) break;
     }
+    nbn_lm_decode_trust_model(c, NULL);
     nb_module_train(&lm->base, was_training);
     nb_set_grad_enabled(grad);
     nb_scope_end();

@@ -23,6 +23,9 @@ struct nb_kv_cache {
     int64_t batch, max_len;
     struct nbn_lm_decoder *decoder; /* the fused one-token path's buffers, made on first use */
     int decode_threads;             /* 0: the fused path chooses; tests force 1 or 2 */
+    /* Set by nb_generate for its loop (nbn_lm_decode_trust_model): this model's parameters
+     * passed the fused path's checks and cannot change until it returns, so tokens skip them. */
+    const nb_transformer_lm *decode_trusted;
     int nslots;
     kv_slot slots[];
 };

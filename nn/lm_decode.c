@@ -79,8 +79,9 @@ typedef struct {
     int64_t pos;
 } decode_job;
 
+/* A parameter's floats (nbn_lm_decode_covers has checked it: live, float32, contiguous). */
 static const float *f32(const nb_tensor *t) {
-    return t ? (const float *)nb_data(t) : NULL;
+    return t ? (const float *)nbt_ptr(t) : NULL;
 }
 
 /* t is float32, contiguous and holds n elements (or is NULL, when optional). */
@@ -98,13 +99,11 @@ static bool plain_norm(const nb_layernorm *n, int64_t D) {
     return n && plain(n->weight, D, true) && plain(n->bias, D, true);
 }
 
-bool nbn_lm_decode_covers(const nb_transformer_lm *m, const nb_tensor *tokens,
-                          const nb_kv_cache *c) {
-    const int64_t D = m->dim, len = c->slots[0].len;
-    if (c->batch != 1 || c->dtype != NB_F32 || tokens->ndim != 2 || tokens->shape[1] != 1 ||
-        c->nslots != m->num_layers || len + 1 > c->max_len || len + 1 > m->max_len)
-        return false;
-    if (!plain(m->tok_emb->weight, m->vocab * D, false) ||
+/* Every parameter of m float32, contiguous and sized for the fused path, and c's slots shaped
+ * for m's blocks. */
+static bool model_plain(const nb_transformer_lm *m, const nb_kv_cache *c) {
+    const int64_t D = m->dim;
+    if (c->nslots != m->num_layers || !plain(m->tok_emb->weight, m->vocab * D, false) ||
         !plain(m->pos_emb->weight, m->max_len * D, false) || !plain_norm(m->norm_f, D) ||
         !plain(m->head_weight, m->out_features * D, false) ||
         !plain(m->head_bias, m->out_features, true))
@@ -114,15 +113,30 @@ bool nbn_lm_decode_covers(const nb_transformer_lm *m, const nb_tensor *tokens,
         const nb_mha *a = b->attn;
         const kv_slot *s = &c->slots[i];
         if (a->d_in != D || a->d_out != D || a->num_heads * a->head_dim != D ||
-            s->kv_heads != a->num_heads || s->head_dim != a->head_dim || s->len != len ||
-            !plain_norm(b->norm1, D) || !plain_norm(b->norm2, D) ||
-            !plain_linear(a->W_query, D, D) || !plain_linear(a->W_key, D, D) ||
-            !plain_linear(a->W_value, D, D) || !plain_linear(a->out_proj, D, D) ||
+            s->kv_heads != a->num_heads || s->head_dim != a->head_dim || !plain_norm(b->norm1, D) ||
+            !plain_norm(b->norm2, D) || !plain_linear(a->W_query, D, D) ||
+            !plain_linear(a->W_key, D, D) || !plain_linear(a->W_value, D, D) ||
+            !plain_linear(a->out_proj, D, D) ||
             !plain_linear(b->ff->fc1, D, b->ff->fc1->out_features) ||
             !plain_linear(b->ff->fc2, b->ff->fc1->out_features, D))
             return false;
     }
     return true;
+}
+
+bool nbn_lm_decode_covers(const nb_transformer_lm *m, const nb_tensor *tokens,
+                          const nb_kv_cache *c) {
+    const int64_t len = c->slots[0].len;
+    if (c->batch != 1 || c->dtype != NB_F32 || tokens->ndim != 2 || tokens->shape[1] != 1 ||
+        c->nslots != m->num_layers || len + 1 > c->max_len || len + 1 > m->max_len)
+        return false;
+    for (int i = 1; i < c->nslots; i++)
+        if (c->slots[i].len != len) return false;
+    return c->decode_trusted == m || model_plain(m, c);
+}
+
+void nbn_lm_decode_trust_model(nb_kv_cache *c, const nb_transformer_lm *m) {
+    c->decode_trusted = m && model_plain(m, c) ? m : NULL;
 }
 
 void nbn_lm_decoder_free(struct nbn_lm_decoder *d) {

@@ -380,6 +380,47 @@ static void test_generate_greedy_is_argmax(void) {
     nb_module_free(model);
 }
 
+/* nb_generate checks the model once for the fused path, and again after each on_token, which
+ * may change it: here the callback gives block 0's query projection a weight with the same
+ * values, transposed in memory (a non-contiguous view, which the fused path does not read), so
+ * the tokens must stay those of the full recompute; a stale check would read the transposed
+ * storage as the weight. */
+typedef struct {
+    nb_linear *linear;
+    nb_tensor *swapped;
+} weight_swap;
+
+static void swap_weight(int64_t token, void *ctx) {
+    (void)token;
+    weight_swap *w = ctx;
+    nb_tensor *was = w->linear->weight;
+    w->linear->weight = w->swapped;
+    w->swapped = was;
+}
+
+static void test_generate_rechecks_after_on_token(void) {
+    nb_module *model;
+    nb_transformer_lm *lm = small_lm(&model, NB_F32, 11, 12, 6);
+    nb_module_train(model, false);
+    const int64_t prompt[] = {1, 5, 2};
+    int64_t want[8], got[8];
+    greedy_reference(lm, prompt, 3, 8, want);
+    nb_linear *wq = lm->blocks[0]->attn->W_query;
+    nb_tensor *original = wq->weight;
+    nb_scope_begin();
+    weight_swap w = {wq, nb_transpose(nb_contiguous(nb_transpose(wq->weight, 0, 1)), 0, 1)};
+    CU_ASSERT_FALSE(nb_is_contiguous(w.swapped));
+    nb_generate_opts o = nb_generate_defaults(8);
+    o.on_token = swap_weight;
+    o.ctx = &w;
+    CU_ASSERT_EQUAL(nb_generate(lm, prompt, 3, &o, got, NULL), 8);
+    CU_ASSERT_EQUAL(memcmp(got, want, sizeof got), 0);
+    if (wq->weight != original) swap_weight(0, &w); /* the model's own weight back */
+    CU_ASSERT_PTR_EQUAL(wq->weight, original);
+    nb_scope_end();
+    nb_module_free(model);
+}
+
 static void test_generate_seeded(void) {
     nb_module *model;
     nb_transformer_lm *lm = small_lm(&model, NB_F32, 11, 16, 8);
@@ -484,6 +525,7 @@ int main(void) {
         {"fused one-token path coverage", test_fused_decode_coverage},
         {"fused path's choice of thread count", test_decode_thread_choice},
         {"generate greedy is the argmax of the full recompute", test_generate_greedy_is_argmax},
+        {"generate checks the model again after on_token", test_generate_rechecks_after_on_token},
         {"generate seeded", test_generate_seeded},
         {"sampling distribution (chi-square)", test_sampling_distribution},
     };
