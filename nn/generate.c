@@ -143,8 +143,9 @@ int64_t nb_generate(nb_transformer_lm *lm, const int64_t *prompt, int64_t prompt
     nb_module_train(&lm->base, false);
     nb_kv_cache_reset(c);
     /* Nothing changes the model's parameters inside this loop (but on_token, below), so the
-     * fused path checks them once here rather than for every token. */
-    nbn_lm_decode_trust_model(c, lm);
+     * fused path checks them once here rather than for every token, and without on_token reads
+     * them from a copy in the order it reads them, made here. */
+    nbn_lm_decode_trust_model(c, lm, !o->on_token);
 
     int64_t made = 0, total = prompt_len, fed = total > ctx_len ? total - keep : 0;
     bool ok = true;
@@ -166,11 +167,11 @@ int64_t nb_generate(nb_transformer_lm *lm, const int64_t *prompt, int64_t prompt
         total++;
         if (o->on_token) { /* which may change the model: check it again */
             o->on_token(next, o->ctx);
-            nbn_lm_decode_trust_model(c, lm);
+            nbn_lm_decode_trust_model(c, lm, false);
         }
         if (next == o->stop_token) break;
     }
-    nbn_lm_decode_trust_model(c, NULL);
+    nbn_lm_decode_trust_model(c, NULL, false);
     nb_module_train(&lm->base, was_training);
     nb_set_grad_enabled(grad);
     nb_scope_end();

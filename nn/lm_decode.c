@@ -31,6 +31,8 @@
  * last mean (the machine changed) gets a trial at once. */
 #include "lm_decode.h"
 
+#include "lm_decode_weights.h"
+
 #include "kv_cache_impl.h"
 #include "nabla/module.h"
 #include "tensor/isa.h"
@@ -70,12 +72,16 @@ struct nbn_lm_decoder {
     int current, home, skip, in_window;
     int64_t window_ns[WINDOW], until_trial, gap; /* the window's token times */
     double avg_ns[3]; /* per thread count: a running mean of its windows' mean token times */
+    /* the weights in reading order (nbn_lm_decode_trust_model), current while weights_ready */
+    nbn_decode_weights *weights;
+    bool weights_ready;
 };
 
 typedef struct {
     struct nbn_lm_decoder *d;
     const nb_transformer_lm *m;
     nb_kv_cache *c;
+    const nbn_decode_weights *w; /* the copy in reading order, or NULL: the model's own */
     int64_t pos;
 } decode_job;
 
@@ -135,12 +141,9 @@ bool nbn_lm_decode_covers(const nb_transformer_lm *m, const nb_tensor *tokens,
     return c->decode_trusted == m || model_plain(m, c);
 }
 
-void nbn_lm_decode_trust_model(nb_kv_cache *c, const nb_transformer_lm *m) {
-    c->decode_trusted = m && model_plain(m, c) ? m : NULL;
-}
-
 void nbn_lm_decoder_free(struct nbn_lm_decoder *d) {
     if (!d) return;
+    nbn_decode_weights_free(d->weights);
     free(d->x[0]);
     free(d);
 }
@@ -197,12 +200,11 @@ static struct nbn_lm_decoder *decoder_for(const nb_transformer_lm *m, nb_kv_cach
     return d;
 }
 
-/* Half `half` of [0, n) in steps of unit (the second may be empty). */
-static void half_of(int64_t n, int64_t unit, int half, int64_t *begin, int64_t *end) {
-    int64_t mid = (n / 2 + unit - 1) / unit * unit;
-    if (mid > n) mid = n;
-    *begin = half ? mid : 0;
-    *end = half ? n : mid;
+void nbn_lm_decode_trust_model(nb_kv_cache *c, const nb_transformer_lm *m, bool copy_weights) {
+    c->decode_trusted = m && model_plain(m, c) ? m : NULL;
+    const bool copy = c->decode_trusted && copy_weights && c->batch == 1 && c->dtype == NB_F32;
+    struct nbn_lm_decoder *d = copy ? decoder_for(m, c) : c->decoder;
+    if (d) d->weights_ready = copy && nbn_decode_weights_pack(&d->weights, m);
 }
 
 static void layer_norm(const nb_layernorm *n, int64_t D, const float *x, float *y) {
@@ -220,12 +222,19 @@ static void linear_rows(const nb_linear *l, int64_t r0, int64_t r1, const float 
 }
 
 /* part[h] = the share of l(in) that inputs [k[h], k[h + 1]) contribute, without the bias,
- * for halves h in [begin, end): every output, over that half's columns of the weight. Both
- * halves at once go through one pass over the weight, with the same sums. */
+ * for halves h in [begin, end): every output, over that half's columns of the weight, read
+ * from packed[h] ([N, k[h + 1] - k[h]], nbn_half_weights) when packed is not NULL. Both halves
+ * at once go through one pass over the weight, with the same sums. */
 static void linear_columns(const nb_linear *l, const int64_t k[3], int begin, int end,
-                           const float *in, float *const part[2]) {
-    const float *W = f32(l->weight);
+                           const float *const *packed, const float *in, float *const part[2]) {
     const int64_t N = l->out_features, K = l->in_features;
+    if (packed) {
+        for (int h = begin; h < end; h++)
+            nbt_kernels()->matvec_rows_f32(N, k[h + 1] - k[h], packed[h], k[h + 1] - k[h],
+                                           in + k[h], NULL, part[h]);
+        return;
+    }
+    const float *W = f32(l->weight);
     if (end - begin == 2) {
         nbt_kernels()->matvec_halves_f32(N, K, k[1], W, in, part[0], part[1]);
         return;
@@ -255,8 +264,19 @@ static void attention_half(const decode_job *j, int layer, int half) {
     float *x = d->x[half], *nx = d->norm[half];
     if (layer > 0) add_parts(D, x, d->ff_part, j->m->blocks[layer - 1]->ff->fc2->bias);
     int64_t h0, h1;
-    half_of(a->num_heads, 1, half, &h0, &h1);
-    if (h0 < h1) {
+    nbn_half_of(a->num_heads, 1, half, &h0, &h1);
+    if (h0 < h1 && j->w) { /* the three row blocks one after another in the copy */
+        layer_norm(b->norm1, D, x, nx);
+        const float *W = nbn_decode_weights_half(j->w, layer, half)->qkv;
+        const int64_t q0 = h0 * hd, n = (h1 - h0) * hd;
+        const nb_linear *l[3] = {a->W_query, a->W_key, a->W_value};
+        float *y[3] = {d->q, d->k, d->v};
+        for (int i = 0; i < 3; i++) {
+            const float *bias = f32(l[i]->bias);
+            nbt_kernels()->matvec_rows_f32(n, D, W + i * n * D, D, nx, bias ? bias + q0 : NULL,
+                                           y[i] + q0);
+        }
+    } else if (h0 < h1) {
         layer_norm(b->norm1, D, x, nx);
         linear_rows(a->W_query, h0 * hd, h1 * hd, nx, d->q);
         linear_rows(a->W_key, h0 * hd, h1 * hd, nx, d->k);
@@ -282,10 +302,17 @@ static void feedforward_half(const decode_job *j, int layer, int half) {
     float *x = d->x[half], *nx = d->norm[half], *h = d->hidden, *t = d->erf_arg;
     add_parts(d->D, x, d->attn_part, b->attn->out_proj->bias);
     int64_t r0, r1;
-    half_of(b->ff->fc1->out_features, 16, half, &r0, &r1);
+    nbn_half_of(b->ff->fc1->out_features, 16, half, &r0, &r1);
     if (r0 < r1) {
         layer_norm(b->norm2, d->D, x, nx);
-        linear_rows(b->ff->fc1, r0, r1, nx, h);
+        if (j->w) {
+            const float *bias = f32(b->ff->fc1->bias);
+            nbt_kernels()->matvec_rows_f32(r1 - r0, d->D,
+                                           nbn_decode_weights_half(j->w, layer, half)->fc1, d->D,
+                                           nx, bias ? bias + r0 : NULL, h + r0);
+        } else {
+            linear_rows(b->ff->fc1, r0, r1, nx, h);
+        }
         for (int64_t r = r0; r < r1; r++) t[r] = h[r] * (float)M_SQRT1_2;
         nbt_kernels()->verf_f32(t + r0, t + r0, r1 - r0);
         for (int64_t r = r0; r < r1; r++) h[r] = h[r] * 0.5f * (1 + t[r]);
@@ -303,14 +330,19 @@ static void run_phase(int p, int begin, int end, void *vjob) {
     if (p % 2 == 0) {
         for (int half = begin; half < end; half++) attention_half(j, layer, half);
         const int64_t hd = b->attn->head_dim;
-        half_of(b->attn->num_heads, 1, 0, &k[0], &k[1]);
+        nbn_half_of(b->attn->num_heads, 1, 0, &k[0], &k[1]);
         k[0] *= hd, k[1] *= hd, k[2] = b->attn->num_heads * hd;
-        linear_columns(b->attn->out_proj, k, begin, end, d->ctx, d->attn_part);
+        const float *packed[2] = {j->w ? nbn_decode_weights_half(j->w, layer, 0)->out : NULL,
+                                  j->w ? nbn_decode_weights_half(j->w, layer, 1)->out : NULL};
+        linear_columns(b->attn->out_proj, k, begin, end, j->w ? packed : NULL, d->ctx,
+                       d->attn_part);
     } else {
         for (int half = begin; half < end; half++) feedforward_half(j, layer, half);
-        half_of(b->ff->fc1->out_features, 16, 0, &k[0], &k[1]);
+        nbn_half_of(b->ff->fc1->out_features, 16, 0, &k[0], &k[1]);
         k[2] = b->ff->fc1->out_features;
-        linear_columns(b->ff->fc2, k, begin, end, d->hidden, d->ff_part);
+        const float *packed[2] = {j->w ? nbn_decode_weights_half(j->w, layer, 0)->fc2 : NULL,
+                                  j->w ? nbn_decode_weights_half(j->w, layer, 1)->fc2 : NULL};
+        linear_columns(b->ff->fc2, k, begin, end, j->w ? packed : NULL, d->hidden, d->ff_part);
     }
 }
 
@@ -397,7 +429,8 @@ nb_tensor *nbn_lm_decode_token(nb_transformer_lm *m, const nb_tensor *tokens, nb
     for (int64_t i = 0; i < D; i++) d->x[0][i] = d->x[1][i] = te[i] + pe[i];
     /* a token's jobs are each too short for the pool to wake a sleeping worker for */
     if (threads > 1) nbt_wake_workers();
-    decode_job job = {.d = d, .m = m, .c = c, .pos = pos};
+    const nbn_decode_weights *w = c->decode_trusted == m && d->weights_ready ? d->weights : NULL;
+    decode_job job = {.d = d, .m = m, .c = c, .w = w, .pos = pos};
     const int phases = 2 * (int)m->num_layers;
     if (threads > 1) {
         nbt_parallel_phases(phases, run_phase, &job);

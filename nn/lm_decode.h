@@ -11,10 +11,12 @@ struct nbn_lm_decoder;
  * every parameter contiguous, and c's slots shaped for m's blocks with room for the token. */
 bool nbn_lm_decode_covers(const nb_transformer_lm *m, const nb_tensor *tokens,
                           const nb_kv_cache *c);
-/* Until called again with NULL, nbn_lm_decode_covers takes m's parameters as checked once
- * here (when they pass), for a caller that decodes token after token and does not let them
- * change in between (nb_generate); NULL ends it. */
-void nbn_lm_decode_trust_model(nb_kv_cache *c, const nb_transformer_lm *m);
+/* Until called again, nbn_lm_decode_covers takes m's parameters as checked once here (when
+ * they pass), for a caller that decodes token after token and does not let them change in
+ * between (nb_generate); with copy_weights the fused path also reads a copy of the block
+ * weights in reading order made here (lm_decode_weights.h), when the model is small enough.
+ * NULL ends it. */
+void nbn_lm_decode_trust_model(nb_kv_cache *c, const nb_transformer_lm *m, bool copy_weights);
 /* The logits [1, 1, out_features] of the one token in tokens (a case nbn_lm_decode_covers
  * accepts), appending its keys and values to c. Returned in the current scope, no autograd
  * history; NULL with an error for a token outside the vocabulary or out of memory. */

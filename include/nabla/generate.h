@@ -75,7 +75,8 @@ typedef struct {
                                probabilities sum to at least top_p; 0 or >= 1 = all */
     int64_t stop_token;     /* stop after generating this token (it is included); -1 = none */
     uint64_t seed;          /* the same seed (and model and prompt) gives the same tokens */
-    /* Called with each new token as it is chosen (for streaming output); may be NULL. */
+    /* Called with each new token as it is chosen (for streaming output); may be NULL. It may
+     * even change the model: the parameters are checked again after each call. */
     void (*on_token)(int64_t token, void *ctx);
     void *ctx;
 } nb_generate_opts;
@@ -89,6 +90,9 @@ nb_generate_opts nb_generate_defaults(int64_t max_new_tokens);
  * nb_kv_cache_for_lm(lm, 1), which is reset first. A sequence longer than the model's context
  * continues from its last max_len / 2 tokens (re-read into the cache), as a sliding window
  * that moves in half-context jumps. Runs in eval mode without autograd and restores both.
+ * Decoding one float32 sequence without on_token reads a copy of the block weights laid out
+ * in the order it reads them (faster), made at the start of each call and kept in the cache
+ * for the next (at most 32 MB; larger models read their own weights).
  * Returns how many tokens were written (fewer than max_new_tokens only after stop_token), or
  * -1 with an error. */
 int64_t nb_generate(nb_transformer_lm *lm, const int64_t *prompt, int64_t prompt_len,
