@@ -140,11 +140,11 @@ void nbt_parallel_ranges(int64_t n, int64_t grain, nbt_range_fn fn, void *ctx);
  * fn(p, 1, 2, ctx) on two threads when the budget allows (else fn(p, 0, 2, ctx), both halves in
  * one call, on this one). Both halves of a phase end before either half of the next starts, so
  * a phase may read what both halves of the one before wrote. The calling thread takes half 0
- * and the pool's first worker half 1 whenever both take part, so work split the same way call
- * after call keeps each half on the same core; either thread takes a half the other has not
- * taken once its own is done. One pool job for all the phases: the threads meet between phases
- * on two flags rather than a job each (a generated token's four phases are a few microseconds
- * each, and a pool job's start and end cost about one of them). */
+ * of every phase and the pool's first worker half 1, so work split the same way call after
+ * call keeps each half on the same core; a worker that has not joined by the time the caller
+ * has finished its first half leaves the caller every half. One pool job for all the phases:
+ * the threads meet between phases on two counters rather than a job each (a generated token's
+ * four phases are a few microseconds each, and a pool job's start and end cost about one). */
 typedef void (*nbt_phase_fn)(int phase, int begin, int end, void *ctx);
 void nbt_parallel_phases(int phases, nbt_phase_fn fn, void *ctx);
 /* Wakes the pool's sleeping workers (if any) before a series of jobs too short to wake them
