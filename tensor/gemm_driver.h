@@ -154,12 +154,15 @@ static void pack_b(const KSET *ks, bool tb, const T *B, int64_t ldb, int64_t kc,
  * nr elements, lda or ldb apart), and the microkernel takes any row stride. Packing costs
  * about 1/N of the arithmetic for A and 1/M for B, and with threads a separate job to pack the
  * shared operand; reading in place costs the kernel some stalls (strided rows, more cache lines
- * per panel). Measured on Zen 4: products with a small C and a long K (the weight gradients of
- * a batch, dY^T X at 128x128x1024 to 512x128x1024 and 256x256x1024) ran 0-15% faster on one
- * thread and 15-40% faster on two; large square ones (1000 and more) 10-20% slower. The
- * kernel computes the same sums either way, so this changes no result. */
-static bool in_place_pays(int64_t M, int64_t N) {
-    return M * N <= 128 * 1024;
+ * per panel). Measured on Zen 4 with the AVX-512 tile (12 x 32): products with a small C and a
+ * long K (the weight gradients of a batch, dY^T X at 128x128x1024 to 512x128x1024 and
+ * 256x256x1024) ran 0-15% faster on one thread and 15-40% faster on two; large square ones
+ * (1000 and more) 10-20% slower. The AVX2 tile (6 x 16), which loads twice the bytes per
+ * multiply-add, ran some of the same products slower in place on one thread (128x512x1024,
+ * 256x256x1024 and 2048), so it keeps packing. The kernel computes the same sums either way, so
+ * this changes no result. */
+static bool in_place_pays(kernel_t kern, int64_t M, int64_t N) {
+    return kern.mr * kern.nr * (int)sizeof(T) >= 12 * 32 * 4 && M * N <= 128 * 1024;
 }
 
 /* K in equal blocks of at most KC: no short last block. */
@@ -561,7 +564,7 @@ static bool gemm_batched(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N,
     problem_t p = {.ks = ks,
                    .kern = kern,
                    .path = path,
-                   .in_place = path == PATH_BLOCKED && in_place_pays(M, N),
+                   .in_place = path == PATH_BLOCKED && in_place_pays(kern, M, N),
                    .ta = ta,
                    .tb = tb,
                    .M = M,
