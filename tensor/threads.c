@@ -204,6 +204,9 @@ void nbt_parallel_phases(int phases, nbt_phase_fn fn, void *ctx) {
     atomic_init(&j.caller_started, false);
     for (int h = 0; h < 2; h++) atomic_init(&j.half[h].finished, 0);
     nbt_run_tasks(2, 2, run_phases, &j);
+    /* In a one-phase run the worker's half waits on nothing, so the worker can claim both
+     * tasks before the caller claims one: the caller then runs its half now. */
+    if (!atomic_exchange(&j.caller_started, true)) run_caller(&j);
 }
 
 void nbt_wake_workers(void) {
