@@ -9,9 +9,9 @@
  * Decoding reads every weight once per token (about 1.6 MB for the benchmark's model, and the
  * cached keys and values), so it is bound by moving bytes. With two threads every product is
  * split into two fixed halves, the same half always to the same thread (nbt_parallel_phases),
- * so each core moves half the bytes. (A half with its heads' keys and values is still more
- * than a core's L2 keeps between tokens: measured, a half's products run as fast on one thread
- * as on two, about 65 GB/s from L3 either way.)
+ * so each core moves half the bytes. In the model's own layout a half's reads are strided
+ * column halves and short streams (about 58 GB/s measured); nb_generate has the path read a
+ * copy laid out in reading order instead (lm_decode_weights.h, 80-90 GB/s).
  * A block is two phases of one pool job per token (the threads meet between phases on two
  * flags). The attention phase: half h takes heads h (norm1, their query, key and value rows,
  * their attention) and multiplies its heads' part of the context by its columns of out_proj,
@@ -213,12 +213,14 @@ static void layer_norm(const nb_layernorm *n, int64_t D, const float *x, float *
                                        &rstd);
 }
 
-/* y[r0..r1) = l(x)[r0..r1). */
-static void linear_rows(const nb_linear *l, int64_t r0, int64_t r1, const float *x, float *y) {
+/* y[r0..r1) = l(x)[r0..r1), the rows of l's weight read from W (rows r0..r1 one after another:
+ * the copy in reading order), or from l itself when W is NULL. */
+static void linear_rows(const nb_linear *l, const float *W, int64_t r0, int64_t r1, const float *x,
+                        float *y) {
     const float *b = f32(l->bias);
     const int64_t K = l->in_features;
-    nbt_kernels()->matvec_rows_f32(r1 - r0, K, f32(l->weight) + r0 * K, K, x, b ? b + r0 : NULL,
-                                   y + r0);
+    nbt_kernels()->matvec_rows_f32(r1 - r0, K, W ? W : f32(l->weight) + r0 * K, K, x,
+                                   b ? b + r0 : NULL, y + r0);
 }
 
 /* part[h] = the share of l(in) that inputs [k[h], k[h + 1]) contribute, without the bias,
@@ -265,22 +267,14 @@ static void attention_half(const decode_job *j, int layer, int half) {
     if (layer > 0) add_parts(D, x, d->ff_part, j->m->blocks[layer - 1]->ff->fc2->bias);
     int64_t h0, h1;
     nbn_half_of(a->num_heads, 1, half, &h0, &h1);
-    if (h0 < h1 && j->w) { /* the three row blocks one after another in the copy */
+    if (h0 < h1) {
         layer_norm(b->norm1, D, x, nx);
-        const float *W = nbn_decode_weights_half(j->w, layer, half)->qkv;
-        const int64_t q0 = h0 * hd, n = (h1 - h0) * hd;
-        const nb_linear *l[3] = {a->W_query, a->W_key, a->W_value};
-        float *y[3] = {d->q, d->k, d->v};
-        for (int i = 0; i < 3; i++) {
-            const float *bias = f32(l[i]->bias);
-            nbt_kernels()->matvec_rows_f32(n, D, W + i * n * D, D, nx, bias ? bias + q0 : NULL,
-                                           y[i] + q0);
-        }
-    } else if (h0 < h1) {
-        layer_norm(b->norm1, D, x, nx);
-        linear_rows(a->W_query, h0 * hd, h1 * hd, nx, d->q);
-        linear_rows(a->W_key, h0 * hd, h1 * hd, nx, d->k);
-        linear_rows(a->W_value, h0 * hd, h1 * hd, nx, d->v);
+        /* in the copy, the three row blocks one after another */
+        const float *W = j->w ? nbn_decode_weights_half(j->w, layer, half)->qkv : NULL;
+        const int64_t q0 = h0 * hd, q1 = h1 * hd, n = (q1 - q0) * D;
+        linear_rows(a->W_query, W, q0, q1, nx, d->q);
+        linear_rows(a->W_key, W ? W + n : NULL, q0, q1, nx, d->k);
+        linear_rows(a->W_value, W ? W + 2 * n : NULL, q0, q1, nx, d->v);
     }
     const kv_slot *s = &j->c->slots[layer];
     float *K = nb_data(s->k), *V = nb_data(s->v);
@@ -305,14 +299,8 @@ static void feedforward_half(const decode_job *j, int layer, int half) {
     nbn_half_of(b->ff->fc1->out_features, 16, half, &r0, &r1);
     if (r0 < r1) {
         layer_norm(b->norm2, d->D, x, nx);
-        if (j->w) {
-            const float *bias = f32(b->ff->fc1->bias);
-            nbt_kernels()->matvec_rows_f32(r1 - r0, d->D,
-                                           nbn_decode_weights_half(j->w, layer, half)->fc1, d->D,
-                                           nx, bias ? bias + r0 : NULL, h + r0);
-        } else {
-            linear_rows(b->ff->fc1, r0, r1, nx, h);
-        }
+        linear_rows(b->ff->fc1, j->w ? nbn_decode_weights_half(j->w, layer, half)->fc1 : NULL, r0,
+                    r1, nx, h);
         for (int64_t r = r0; r < r1; r++) t[r] = h[r] * (float)M_SQRT1_2;
         nbt_kernels()->verf_f32(t + r0, t + r0, r1 - r0);
         for (int64_t r = r0; r < r1; r++) h[r] = h[r] * 0.5f * (1 + t[r]);
