@@ -152,6 +152,36 @@ static void test_fused_decode_coverage(void) {
     nb_module_free(model);
 }
 
+/* The fused path reading nb_generate's copy of the weights in reading order gives the same
+ * logits, bit for bit, as reading the model's own (the same values in the same order), on 1 and
+ * 2 threads, token after token. */
+static void test_fused_decode_weight_copy(void) {
+    nb_module *model;
+    nb_transformer_lm *lm = small_lm(&model, NB_F32, 11, 12, 6);
+    nb_module_train(model, false);
+    for (int threads = 1; threads <= 2; threads++) {
+        nb_kv_cache *own = nb_kv_cache_for_lm(lm, 1), *copy = nb_kv_cache_for_lm(lm, 1);
+        nbn_kv_cache_force_decode_threads(own, threads);
+        nbn_kv_cache_force_decode_threads(copy, threads);
+        nbn_lm_decode_trust_model(copy, lm, true);
+        int same = 0;
+        for (int64_t pos = 0; pos < 12; pos++) {
+            nb_scope_begin();
+            const int64_t tok = (pos * 5 + 3) % 11;
+            nb_tensor *t = nb_from_array(NB_I64, NB_SHAPE(1, 1), &tok);
+            nb_tensor *a = nb_transformer_lm_forward_cached(lm, t, own);
+            nb_tensor *b = nb_transformer_lm_forward_cached(lm, t, copy);
+            same += a && b && memcmp(nb_data(a), nb_data(b), sizeof(float) * 11) == 0;
+            nb_scope_end();
+        }
+        CU_ASSERT_EQUAL(same, 12);
+        nbn_lm_decode_trust_model(copy, NULL, false);
+        nb_kv_cache_free(own);
+        nb_kv_cache_free(copy);
+    }
+    nb_module_free(model);
+}
+
 /* The share of `tokens` decoded on two threads when the fused path's choice of thread count is
  * fed made-up token times: 30 us on one thread, two_ns on two, except that every
  * slow_every-th two-thread token (0: none) takes slow_ns. */
@@ -523,6 +553,7 @@ int main(void) {
         {"no malloc per decoded token", test_no_malloc_per_token},
         {"fused one-token path equals the general one", test_fused_decode_matches_general},
         {"fused one-token path coverage", test_fused_decode_coverage},
+        {"fused path's weight copy gives the same bits", test_fused_decode_weight_copy},
         {"fused path's choice of thread count", test_decode_thread_choice},
         {"generate greedy is the argmax of the full recompute", test_generate_greedy_is_argmax},
         {"generate checks the model again after on_token", test_generate_rechecks_after_on_token},
