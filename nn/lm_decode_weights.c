@@ -31,6 +31,63 @@ static const float *floats(const nb_tensor *t) {
     return (const float *)nbt_ptr(t);
 }
 
+/* Where each half of each block lies in w->data: the blocks one after another, each block's
+ * two halves one after the other, each half qkv, out, fc1, fc2. */
+static void lay_out(nbn_decode_weights *w, const nb_transformer_lm *m) {
+    const int64_t D = m->dim;
+    float *p = w->data;
+    for (int l = 0; l < m->num_layers; l++) {
+        const nb_mha *a = m->blocks[l]->attn;
+        const int64_t F = m->blocks[l]->ff->fc1->out_features;
+        for (int h = 0; h < 2; h++) {
+            int64_t h0, h1, r0, r1;
+            nbn_half_of(a->num_heads, 1, h, &h0, &h1);
+            nbn_half_of(F, 16, h, &r0, &r1);
+            const int64_t rows = (h1 - h0) * a->head_dim;
+            nbn_half_weights *hw = &w->halves[2 * l + h];
+            hw->qkv = p;
+            hw->out = hw->qkv + 3 * rows * D;
+            hw->fc1 = hw->out + D * rows;
+            hw->fc2 = hw->fc1 + (r1 - r0) * D;
+            p = (float *)hw->fc2 + D * (r1 - r0);
+        }
+    }
+}
+
+typedef struct {
+    nbn_decode_weights *w;
+    const nb_transformer_lm *m;
+} pack_job;
+
+/* Halves [begin, end) of every block copied from the model: with two threads each half is
+ * written by the thread that will read it when decoding (nbt_parallel_phases keeps half h on
+ * the same thread), so it starts in that core's cache, and the copy takes half the time. */
+static void pack_halves(int phase, int begin, int end, void *vjob) {
+    (void)phase;
+    const pack_job *j = vjob;
+    const nb_transformer_lm *m = j->m;
+    const int64_t D = m->dim;
+    for (int l = 0; l < m->num_layers; l++) {
+        const nb_transformer_block *b = m->blocks[l];
+        const nb_mha *a = b->attn;
+        const int64_t F = b->ff->fc1->out_features;
+        for (int h = begin; h < end; h++) {
+            const nbn_half_weights *hw = &j->w->halves[2 * l + h];
+            int64_t h0, h1, r0, r1;
+            nbn_half_of(a->num_heads, 1, h, &h0, &h1);
+            nbn_half_of(F, 16, h, &r0, &r1);
+            const int64_t q0 = h0 * a->head_dim, q1 = h1 * a->head_dim;
+            float *p = (float *)hw->qkv;
+            p = copy_rows(p, floats(a->W_query->weight), D, q0, q1);
+            p = copy_rows(p, floats(a->W_key->weight), D, q0, q1);
+            copy_rows(p, floats(a->W_value->weight), D, q0, q1);
+            copy_columns((float *)hw->out, floats(a->out_proj->weight), D, D, q0, q1);
+            copy_rows((float *)hw->fc1, floats(b->ff->fc1->weight), D, r0, r1);
+            copy_columns((float *)hw->fc2, floats(b->ff->fc2->weight), D, F, r0, r1);
+        }
+    }
+}
+
 bool nbn_decode_weights_pack(nbn_decode_weights **wp, const nb_transformer_lm *m) {
     const int64_t D = m->dim;
     size_t need = 0;
@@ -50,29 +107,8 @@ bool nbn_decode_weights_pack(nbn_decode_weights **wp, const nb_transformer_lm *m
         nbn_decode_weights_free(w);
         *wp = w = grown;
     }
-    float *p = w->data;
-    for (int l = 0; l < m->num_layers; l++) {
-        const nb_transformer_block *b = m->blocks[l];
-        const nb_mha *a = b->attn;
-        const int64_t F = b->ff->fc1->out_features;
-        for (int h = 0; h < 2; h++) {
-            nbn_half_weights *hw = &w->halves[2 * l + h];
-            int64_t h0, h1, r0, r1;
-            nbn_half_of(a->num_heads, 1, h, &h0, &h1);
-            nbn_half_of(F, 16, h, &r0, &r1);
-            const int64_t q0 = h0 * a->head_dim, q1 = h1 * a->head_dim;
-            hw->qkv = p;
-            p = copy_rows(p, floats(a->W_query->weight), D, q0, q1);
-            p = copy_rows(p, floats(a->W_key->weight), D, q0, q1);
-            p = copy_rows(p, floats(a->W_value->weight), D, q0, q1);
-            hw->out = p;
-            p = copy_columns(p, floats(a->out_proj->weight), D, D, q0, q1);
-            hw->fc1 = p;
-            p = copy_rows(p, floats(b->ff->fc1->weight), D, r0, r1);
-            hw->fc2 = p;
-            p = copy_columns(p, floats(b->ff->fc2->weight), D, F, r0, r1);
-        }
-    }
+    lay_out(w, m);
+    nbt_parallel_phases(1, pack_halves, &(pack_job){w, m});
     return true;
 }
 
