@@ -32,6 +32,18 @@ static int64_t first_max(const double *x, int64_t n) {
     return best;
 }
 
+/* The first maximum of float logits x[0..n), or -1 with an error at the first NaN: what the
+ * general path below gives, without its copy to doubles (which are exact, so compare the same),
+ * for the greedy decoding loop of nb_generate. */
+static int64_t greedy_f32(const float *x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t j = 0; j < n; j++) {
+        if (isnan(x[j])) return nbt_error("sample_logits", "logit %lld is NaN", (long long)j), -1;
+        if (x[j] > x[best]) best = j;
+    }
+    return best;
+}
+
 int64_t nb_sample_logits(const nb_tensor *logits, const nb_generate_opts *o, nb_rng *rng) {
     if (!logits || !o || !rng) return nbt_error("sample_logits", "NULL argument"), -1;
     if (!nb_is_float(logits) || logits->ndim != 1 || logits->shape[0] < 1)
@@ -41,6 +53,8 @@ int64_t nb_sample_logits(const nb_tensor *logits, const nb_generate_opts *o, nb_
     if (o->top_k < 0)
         return nbt_error("sample_logits", "top_k must be >= 0, got %lld", (long long)o->top_k), -1;
     const int64_t V = logits->shape[0];
+    if (o->temperature <= 0 && logits->dtype == NB_F32 && nb_is_contiguous(logits))
+        return greedy_f32((const float *)nbt_ptr(logits), V);
     /* Scratch in the current scope: pooled, so a loop of calls stops allocating. */
     nb_tensor *xs = nbt_new("sample_logits", NB_F64, NB_SHAPE(V));
     nb_tensor *cs = nbt_new("sample_logits", NB_F64, NB_SHAPE(2 * V)); /* V candidates */
@@ -128,7 +142,8 @@ int64_t nb_generate(nb_transformer_lm *lm, const int64_t *prompt, int64_t prompt
      * of the caller's never allocate. */
     nb_scope_begin();
     nb_tensor *window_t = nbt_new("generate", NB_I64, NB_SHAPE(lm->max_len));
-    if (!window_t) {
+    nb_tensor *logits_row = window_t ? nbt_new("generate", NB_F32, NB_SHAPE(lm->vocab)) : NULL;
+    if (!logits_row) {
         nb_scope_end();
         if (!cache) nb_kv_cache_free(c);
         return -1;
@@ -155,7 +170,13 @@ int64_t nb_generate(nb_transformer_lm *lm, const int64_t *prompt, int64_t prompt
             nb_kv_cache_reset(c);
             fed = total - keep;
         }
-        nb_tensor *row = feed(lm, c, window, prompt, prompt_len, out, fed, total);
+        nb_tensor *row = logits_row;
+        if (total - fed == 1 && nbn_lm_decode_covers_next(lm, c)) { /* one token: the fused path */
+            if (!nbn_lm_decode_next(lm, token_at(prompt, prompt_len, out, fed), c, nb_data(row)))
+                row = NULL;
+        } else {
+            row = feed(lm, c, window, prompt, prompt_len, out, fed, total);
+        }
         int64_t next = row ? nb_sample_logits(row, o, &rng) : -1;
         nb_scope_end();
         if (next < 0) {

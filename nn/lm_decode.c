@@ -132,9 +132,13 @@ static bool model_plain(const nb_transformer_lm *m, const nb_kv_cache *c) {
 
 bool nbn_lm_decode_covers(const nb_transformer_lm *m, const nb_tensor *tokens,
                           const nb_kv_cache *c) {
+    return tokens->ndim == 2 && tokens->shape[1] == 1 && nbn_lm_decode_covers_next(m, c);
+}
+
+bool nbn_lm_decode_covers_next(const nb_transformer_lm *m, const nb_kv_cache *c) {
     const int64_t len = c->slots[0].len;
-    if (c->batch != 1 || c->dtype != NB_F32 || tokens->ndim != 2 || tokens->shape[1] != 1 ||
-        c->nslots != m->num_layers || len + 1 > c->max_len || len + 1 > m->max_len)
+    if (c->batch != 1 || c->dtype != NB_F32 || c->nslots != m->num_layers || len + 1 > c->max_len ||
+        len + 1 > m->max_len)
         return false;
     for (int i = 1; i < c->nslots; i++)
         if (c->slots[i].len != len) return false;
@@ -401,15 +405,13 @@ int nbn_lm_decode_count_time(nb_kv_cache *c, int64_t ns) {
     return d->current;
 }
 
-nb_tensor *nbn_lm_decode_token(nb_transformer_lm *m, const nb_tensor *tokens, nb_kv_cache *c) {
-    const int64_t token = (int64_t)nb_item(tokens);
+bool nbn_lm_decode_next(nb_transformer_lm *m, int64_t token, nb_kv_cache *c, float *logits) {
     if (token < 0 || token >= m->vocab)
         return nbt_error("TransformerLM", "'%s': token %lld is outside [0, %lld)", m->base.path,
-                         (long long)token, (long long)m->vocab);
+                         (long long)token, (long long)m->vocab),
+               false;
     struct nbn_lm_decoder *d = decoder_for(m, c);
-    nb_tensor *logits =
-        d ? nbt_new("TransformerLM", NB_F32, NB_SHAPE(1, 1, m->out_features)) : NULL;
-    if (!logits) return NULL;
+    if (!d) return false;
     const int64_t D = m->dim, pos = c->slots[0].len, start = now_ns();
     bool choosing;
     const int threads = threads_for(d, c, &choosing);
@@ -429,7 +431,13 @@ nb_tensor *nbn_lm_decode_token(nb_transformer_lm *m, const nb_tensor *tokens, nb
     add_parts(D, d->x[0], d->ff_part, m->blocks[m->num_layers - 1]->ff->fc2->bias);
     layer_norm(m->norm_f, D, d->x[0], d->norm[0]);
     nbt_kernels()->matvec_rows_f32(m->out_features, D, f32(m->head_weight), D, d->norm[0],
-                                   f32(m->head_bias), nb_data(logits));
+                                   f32(m->head_bias), logits);
     if (choosing) note_time(d, now_ns() - start);
-    return logits;
+    return true;
+}
+
+nb_tensor *nbn_lm_decode_token(nb_transformer_lm *m, const nb_tensor *tokens, nb_kv_cache *c) {
+    nb_tensor *logits = nbt_new("TransformerLM", NB_F32, NB_SHAPE(1, 1, m->out_features));
+    return logits && nbn_lm_decode_next(m, (int64_t)nb_item(tokens), c, nb_data(logits)) ? logits
+                                                                                         : NULL;
 }

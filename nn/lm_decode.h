@@ -11,6 +11,8 @@ struct nbn_lm_decoder;
  * every parameter contiguous, and c's slots shaped for m's blocks with room for the token. */
 bool nbn_lm_decode_covers(const nb_transformer_lm *m, const nb_tensor *tokens,
                           const nb_kv_cache *c);
+/* The same for the next token of a sequence, whatever its id: nbn_lm_decode_next's case. */
+bool nbn_lm_decode_covers_next(const nb_transformer_lm *m, const nb_kv_cache *c);
 /* Until called again, nbn_lm_decode_covers takes m's parameters as checked once here (when
  * they pass), for a caller that decodes token after token and does not let them change in
  * between (nb_generate); with copy_weights the fused path also reads a copy of the block
@@ -21,6 +23,9 @@ void nbn_lm_decode_trust_model(nb_kv_cache *c, const nb_transformer_lm *m, bool 
  * accepts), appending its keys and values to c. Returned in the current scope, no autograd
  * history; NULL with an error for a token outside the vocabulary or out of memory. */
 nb_tensor *nbn_lm_decode_token(nb_transformer_lm *m, const nb_tensor *tokens, nb_kv_cache *c);
+/* The same into logits (out_features floats, the caller's) for token id token, without a
+ * tensor either way (nb_generate's loop); false with an error as above. */
+bool nbn_lm_decode_next(nb_transformer_lm *m, int64_t token, nb_kv_cache *c, float *logits);
 /* True if c's fused path has found one thread faster than two (then the prompt's general
  * forward should stay on one thread too); false before it has decoded. */
 bool nbn_lm_decode_prefers_one_thread(const nb_kv_cache *c);

@@ -540,6 +540,20 @@ static void test_sampling_distribution(void) {
     NBT_ASSERT_ERROR("[2, 2]");
     CU_ASSERT_EQUAL(nb_sample_logits(nb_full(NB_F32, NB_SHAPE(3), NAN), &g, &rng), -1);
     NBT_ASSERT_ERROR("NaN");
+    /* Contiguous float32 logits take a scan without the copy to doubles: the same first of equal
+     * maxima as a strided row (the copy's path), all -inf included, and the first NaN named. */
+    nb_tensor *f32_row = nb_from_array(NB_F32, NB_SHAPE(4), (const float[]){1, 3, 3, 2});
+    nb_tensor *strided = nb_select(
+        nb_from_array(NB_F32, NB_SHAPE(4, 2), (const float[]){1, 9, 3, 9, 3, 9, 2, 9}), 1, 0);
+    CU_ASSERT_FALSE(nb_is_contiguous(strided));
+    CU_ASSERT_EQUAL(nb_sample_logits(f32_row, &g, &rng), 1);
+    CU_ASSERT_EQUAL(nb_sample_logits(strided, &g, &rng), 1);
+    CU_ASSERT_EQUAL(nb_sample_logits(nb_full(NB_F32, NB_SHAPE(3), -INFINITY), &g, &rng), 0);
+    CU_ASSERT_EQUAL(
+        nb_sample_logits(nb_from_array(NB_F32, NB_SHAPE(4), (const float[]){1, 5, NAN, NAN}), &g,
+                         &rng),
+        -1);
+    NBT_ASSERT_ERROR("logit 2 is NaN");
 }
 
 int main(void) {
