@@ -4,6 +4,7 @@
 #include "harness.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 static bool contiguous_layout(const nb_tensor *t, nb_dtype dt, int ndim, const int64_t *shape) {
     if (!t || t->dtype != dt || t->ndim != ndim || t->offset != 0) return false;
@@ -341,6 +342,25 @@ static void test_fill(void) {
     CU_ASSERT_TRUE(nb_fill_(s, 12));
     CU_ASSERT_DOUBLE_EQUAL(nb_item(s), 12, 0);
     CU_ASSERT_TRUE(nb_fill_(nb_zeros(NB_F64, NB_SHAPE(0, 3)), 1)); /* nothing to do */
+    /* A contiguous float fill writes a first run and then doubles it by copies: every length
+     * around the run (16 floats, 8 doubles) and its doublings fills exactly its elements, here
+     * a window with one untouched element on each side. */
+    const int64_t lengths[] = {1, 7, 8, 9, 15, 16, 17, 31, 33, 64, 1000, 4099};
+    const nb_dtype types[] = {NB_F32, NB_F64};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < sizeof lengths / sizeof *lengths; i++) {
+            const int64_t n = lengths[i];
+            nb_tensor *all = nb_full(types[k], NB_SHAPE(n + 2), 7);
+            CU_ASSERT_TRUE(nb_fill_(nb_narrow(all, 0, 1, n), -1.25));
+            double *v = malloc(sizeof(double) * (size_t)(n + 2));
+            CU_ASSERT_TRUE(nb_to_doubles(all, v));
+            int64_t wrong = 0;
+            for (int64_t e = 1; e <= n; e++) wrong += v[e] != -1.25;
+            CU_ASSERT_EQUAL(wrong, 0);
+            CU_ASSERT_EQUAL(v[0], 7);
+            CU_ASSERT_EQUAL(v[n + 1], 7);
+            free(v);
+        }
     nb_clear_error();
     CU_ASSERT_FALSE(nb_fill_(NULL, 1));
     NBT_ASSERT_ERROR("fill_");
