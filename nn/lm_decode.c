@@ -19,7 +19,10 @@
  * the bias to its own copy of the residual stream (the same sums in the same order in both),
  * then norm2, its rows of fc1 with their GELU, and its columns of fc2, partial sums that the
  * next block's attention phase adds. Splitting the second product of each pair by columns
- * saves the two phases that splitting it by rows would need. Which thread runs a half never
+ * saves the two phases that splitting it by rows would need. A last phase adds the last fc2
+ * and computes the head, each half its rows after the final norm of its own copy (measured
+ * about 1% faster per token than the caller doing it alone after the job while the other
+ * thread waits). Which thread runs a half never
  * changes what it computes, so 1 and 2 threads give the same bits.
  *
  * Whether two threads pay depends on the machine: a busy neighbour on one core makes every
@@ -83,6 +86,7 @@ typedef struct {
     nb_kv_cache *c;
     const nbn_decode_weights *w; /* the copy in reading order, or NULL: the model's own */
     int64_t pos;
+    float *logits;
 } decode_job;
 
 /* A parameter's floats (nbn_lm_decode_covers has checked it: live, float32, contiguous). */
@@ -311,12 +315,32 @@ static void feedforward_half(const decode_job *j, int layer, int half) {
     }
 }
 
+/* The last phase: each half adds the last fc2 to its copy of the residual stream, takes the
+ * final norm of it (the same sums in both) and computes its rows of the head, rather than the
+ * caller alone after the job while the other thread waits for the next token. */
+static void head_half(const decode_job *j, int half) {
+    struct nbn_lm_decoder *d = j->d;
+    const nb_transformer_lm *m = j->m;
+    int64_t r0, r1;
+    nbn_half_of(m->out_features, 16, half, &r0, &r1);
+    if (r0 == r1) return;
+    add_parts(d->D, d->x[half], d->ff_part, m->blocks[m->num_layers - 1]->ff->fc2->bias);
+    layer_norm(m->norm_f, d->D, d->x[half], d->norm[half]);
+    const float *b = f32(m->head_bias);
+    nbt_kernels()->matvec_rows_f32(r1 - r0, d->D, f32(m->head_weight) + r0 * d->D, d->D,
+                                   d->norm[half], b ? b + r0 : NULL, j->logits + r0);
+}
+
 /* Halves [begin, end) of phase p: block p / 2's attention (even p) or feed-forward (odd p),
- * each half's own part, then its columns of out_proj or of fc2. */
+ * each half's own part, then its columns of out_proj or of fc2; after the blocks, the head. */
 static void run_phase(int p, int begin, int end, void *vjob) {
     const decode_job *j = vjob;
     struct nbn_lm_decoder *d = j->d;
     const int layer = p / 2;
+    if (layer == j->m->num_layers) {
+        for (int half = begin; half < end; half++) head_half(j, half);
+        return;
+    }
     const nb_transformer_block *b = j->m->blocks[layer];
     int64_t k[3];
     if (p % 2 == 0) {
@@ -420,18 +444,14 @@ bool nbn_lm_decode_next(nb_transformer_lm *m, int64_t token, nb_kv_cache *c, flo
     /* a token's jobs are each too short for the pool to wake a sleeping worker for */
     if (threads > 1) nbt_wake_workers();
     const nbn_decode_weights *w = c->decode_trusted == m && d->weights_ready ? d->weights : NULL;
-    decode_job job = {.d = d, .m = m, .c = c, .w = w, .pos = pos};
-    const int phases = 2 * (int)m->num_layers;
+    decode_job job = {.d = d, .m = m, .c = c, .w = w, .pos = pos, .logits = logits};
+    const int phases = 2 * (int)m->num_layers + 1;
     if (threads > 1) {
         nbt_parallel_phases(phases, run_phase, &job);
     } else {
         for (int p = 0; p < phases; p++) run_phase(p, 0, 2, &job);
     }
     for (int64_t layer = 0; layer < m->num_layers; layer++) c->slots[layer].len = pos + 1;
-    add_parts(D, d->x[0], d->ff_part, m->blocks[m->num_layers - 1]->ff->fc2->bias);
-    layer_norm(m->norm_f, D, d->x[0], d->norm[0]);
-    nbt_kernels()->matvec_rows_f32(m->out_features, D, f32(m->head_weight), D, d->norm[0],
-                                   f32(m->head_bias), logits);
     if (choosing) note_time(d, now_ns() - start);
     return true;
 }
