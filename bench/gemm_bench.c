@@ -198,7 +198,8 @@ int main(int argc, char **argv) {
         printf("%6lld %10.1f %10.1f %9.1f%%\n", (long long)sizes[i], g, p, 100.0 * g / p);
     }
     /* The products of the bench workloads: seed's projections and their gradients, its two
-     * heads, toy's 128 and mid's 64 attention heads in one call each; and vector products. */
+     * heads, toy's projections, its weight gradients and its 128 attention heads, mid's 64 heads in
+     * one call each; and vector products. */
     static const struct {
         const char *name;
         bool ta, tb;
@@ -209,6 +210,8 @@ int main(int argc, char **argv) {
         {"seed g^T x      6x6x3", true, false, 6, 6, 3, 1},
         {"seed heads  2 x 3x3x3", false, true, 3, 3, 3, 2},
         {"toy heads 128 x 16x16x16", false, true, 16, 16, 16, 128},
+        {"toy x W^T   512x64x64", false, true, 512, 64, 64, 1},
+        {"toy g^T x   64x64x512", true, false, 64, 64, 512, 1},
         {"mid heads  64 x 128x128x32", false, true, 128, 128, 32, 64},
         {"row        1x1024x1024", false, false, 1, 1024, 1024, 1},
         {"column     1024x1x1024", false, false, 1024, 1, 1024, 1},

@@ -95,10 +95,13 @@ typedef struct {
 /* Row and column splits of one-row and one-column products fall on multiples of this. */
 #define GEMM_VECTOR_UNIT 64
 
-/* Boundary i of n near-equal pieces of total, on a multiple of unit. */
+/* Boundary i of n pieces of total made of near-equal numbers of units (the last unit may be
+ * short). Whole units, counted with the short one, rather than near-equal element counts
+ * rounded to a unit: 64 rows in 12-row tiles as 5 pieces by rounding were 12, 12, 12, 12 and
+ * 16 (two tiles), so 2 threads split the tiles 4 to 2; as 6 pieces of one tile each, 3 to 3. */
 static int64_t boundary(int i, int n, int64_t total, int64_t unit) {
     if (i >= n) return total;
-    int64_t at = (total * i / n + unit / 2) / unit * unit;
+    const int64_t units = (total + unit - 1) / unit, at = units * i / n * unit;
     return at < total ? at : total;
 }
 

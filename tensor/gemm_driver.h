@@ -519,7 +519,8 @@ static bool run(problem_t *p) {
         run_part(p, &all, ws[0]);
     } else {
         int64_t along = split == SPLIT_BATCH ? batch : split == SPLIT_ROWS ? M : N;
-        double by_work = work / GEMM_MIN_WORK_PER_THREAD, by_unit = (double)(along / unit);
+        double by_work = work / GEMM_MIN_WORK_PER_THREAD,
+               by_unit = (double)((along + unit - 1) / unit); /* a short last unit counts */
         double most = (double)threads * NBT_PIECES_PER_THREAD;
         most = by_work < most ? by_work : most;
         most = by_unit < most ? by_unit : most;
