@@ -141,12 +141,25 @@ typedef struct {
     double *acc;
 } columns_job;
 
+/* The reduced rows' one stride when they are evenly spaced (dims that merge into one), else 0. */
+static int64_t even_stride(const odometer *o) {
+    for (int d = 0; d + 1 < o->nd; d++)
+        if (o->stride[d] != o->stride[d + 1] * o->shape[d + 1]) return 0;
+    return o->nd > 0 ? o->stride[o->nd - 1] : 0;
+}
+
 static void sum_column_range(int64_t k0, int64_t k1, void *vjob) {
     const columns_job *j = vjob;
     void (*add_row_f32)(double *, const float *, int64_t) = nbt_kernels()->add_row_f32;
     odometer red = j->red;
     size_t es = nbt_esize(j->a->dtype);
     const char *base = nbt_ptr(j->a);
+    const int64_t ldx = even_stride(&red);
+    if (j->a->dtype == NB_F32 && ldx > 0 && j->R >= LANES) { /* the lanes in registers */
+        nbt_kernels()->add_rows_f32(j->acc + k0, j->K, (const float *)base + red.off + k0, ldx,
+                                    j->R, k1 - k0);
+        return;
+    }
     for (int64_t r = 0; r < j->R; r++, odo_next(&red)) {
         const char *row = base + (red.off + k0) * (int64_t)es;
         double *lane = j->acc + (r % LANES) * j->K + k0;

@@ -181,6 +181,33 @@ static void test_summation_order_is_fixed(void) {
     check_order(NB_F32);
 }
 
+/* A column sum's lanes, by hand: in every column rows 0, 1 and 2 hold 2^60, -2^60 and 1, and
+ * rows 8 and 9 hold 1. Row r goes to lane r % 8, so lane 0 is 2^60 + 1, which rounds to 2^60,
+ * lane 1 is -2^60 + 1, which rounds to -2^60, and lane 2 is 1; ((l0 + l1) + (l2 + l3)) + ... =
+ * 1. Rows in the wrong lanes give 0 (2^60 and -2^60 not paired first) or 2 or 3 (a 1 of rows
+ * 8 and 9 kept). 11 rows leave three after a group of eight; 21 columns cover a vector block
+ * and a tail on every instruction set. */
+static void test_column_sum_lanes(void) {
+    const nb_dtype types[] = {NB_F32, NB_F64};
+    for (int t = 0; t < 2; t++) {
+        nb_tensor *x = nb_zeros(types[t], NB_SHAPE(11, 21));
+        for (int64_t k = 0; k < 21; k++) {
+            nb_set(x, (int64_t[]){0, k}, ldexp(1, 60));
+            nb_set(x, (int64_t[]){1, k}, -ldexp(1, 60));
+            nb_set(x, (int64_t[]){2, k}, 1);
+            nb_set(x, (int64_t[]){8, k}, 1);
+            nb_set(x, (int64_t[]){9, k}, 1);
+        }
+        nb_tensor *s = nb_sum_dims(x, DIMS(0), false);
+        int64_t wrong = 0;
+        for (int64_t k = 0; k < 21; k++) wrong += nb_get(s, (int64_t[]){k}) != 1;
+        CU_ASSERT_EQUAL(wrong, 0);
+        /* the same rows as [11, 1, 21]: two reduced dims that merge into one stride */
+        nb_tensor *s3 = nb_sum_dims(nb_view(x, NB_SHAPE(11, 1, 21)), DIMS(0, 1), false);
+        NBT_ASSERT_CLOSE(s3, s, 0, 0);
+    }
+}
+
 /* float32 sums accumulate in float64: no drift, no cancellation loss. */
 static void test_float32_accuracy(void) {
     enum { N = 1000000 };
@@ -418,6 +445,7 @@ int main(void) {
         {"sum_dims and mean_dims values and shapes", test_sum_dims_values_and_shapes},
         {"non-contiguous inputs", test_non_contiguous_inputs},
         {"summation order is fixed", test_summation_order_is_fixed},
+        {"column sums' lanes, by hand", test_column_sum_lanes},
         {"float32 accuracy", test_float32_accuracy},
         {"empty inputs", test_empty_inputs},
         {"max_dim values and indices", test_max_dim_values_and_indices},

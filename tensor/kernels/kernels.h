@@ -43,6 +43,11 @@ typedef struct {
                                          float *dx, double *dw, double *db);
     /* acc[k] += x[k] for k < n, in double (column_sums.c). */
     void (*add_row_f32)(double *acc, const float *x, int64_t n);
+    /* The same for rows r < R of x (row stride ldx), row r into lane r % 8 of acc (lanes of
+     * row stride ldacc), each lane's rows in order: the sums add_row_f32 row by row gives.
+     * Needs R >= 8. */
+    void (*add_rows_f32)(double *acc, int64_t ldacc, const float *x, int64_t ldx, int64_t R,
+                         int64_t n);
     /* One-token decoding's float32 rows (decode_rows.c): y[i] = W[i, 0:K] . x + bias[i] for n
      * rows of W (row stride ldw; bias may be NULL); one query's attention over n cached keys
      * (transposed, row stride ld_k) and values [n, hd], scores room for n. */
@@ -82,6 +87,8 @@ void NBK_FN(nbk_layer_norm_backward_rows_f32)(int64_t rows, int64_t D, const flo
                                               const float *w, const float *mean, const float *rstd,
                                               const float *g, float *dx, double *dw, double *db);
 void NBK_FN(nbk_add_row_f32)(double *acc, const float *x, int64_t n);
+void NBK_FN(nbk_add_rows_f32)(double *acc, int64_t ldacc, const float *x, int64_t ldx, int64_t R,
+                              int64_t n);
 void NBK_FN(nbk_matvec_rows_f32)(int64_t n, int64_t K, const float *W, int64_t ldw, const float *x,
                                  const float *bias, float *y);
 void NBK_FN(nbk_matvec_halves_f32)(int64_t n, int64_t K, int64_t split, const float *W,
