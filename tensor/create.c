@@ -31,12 +31,6 @@ nb_tensor *nb_scalar(nb_dtype dt, double value) {
     return nb_full(dt, 0, NULL, value);
 }
 
-/* double -> int64 as x86 does it (and so PyTorch there): truncation, and INT64_MIN for NaN or
- * values out of range, where a plain C cast would be undefined behaviour. */
-static int64_t to_int64(double v) {
-    return v >= -0x1p63 && v < 0x1p63 ? (int64_t)v : INT64_MIN;
-}
-
 /* Records "op: input is NULL" unless an earlier failure in a chain already explains it. */
 static void *null_input(const char *op) {
     if (!nb_last_error()[0]) nbt_error(op, "input is NULL");
@@ -154,18 +148,8 @@ double nb_get(const nb_tensor *t, const int64_t *idx) {
     if (!nbt_check_live("get", t)) return NAN;
     int64_t off = element_offset("get", t, idx);
     if (off < 0) return NAN;
-    const char *p = (const char *)t->storage->data + off * (int64_t)nbt_esize(t->dtype);
-    switch (t->dtype) {
-    case NB_F32:
-        return *(const float *)p;
-    case NB_F64:
-        return *(const double *)p;
-    case NB_I64:
-        return (double)*(const int64_t *)p;
-    case NB_BOOL:
-        return *(const uint8_t *)p;
-    }
-    return NAN;
+    return nbt_load_double((const char *)t->storage->data + off * (int64_t)nbt_esize(t->dtype),
+                           t->dtype);
 }
 
 bool nb_set(nb_tensor *t, const int64_t *idx, double v) {
@@ -173,21 +157,7 @@ bool nb_set(nb_tensor *t, const int64_t *idx, double v) {
     if (!nbt_check_live("set", t)) return false;
     int64_t off = element_offset("set", t, idx);
     if (off < 0) return false;
-    char *p = (char *)t->storage->data + off * (int64_t)nbt_esize(t->dtype);
-    switch (t->dtype) {
-    case NB_F32:
-        *(float *)p = (float)v;
-        break;
-    case NB_F64:
-        *(double *)p = v;
-        break;
-    case NB_I64:
-        *(int64_t *)p = to_int64(v);
-        break;
-    case NB_BOOL:
-        *(uint8_t *)p = v != 0;
-        break;
-    }
+    nbt_store_double((char *)t->storage->data + off * (int64_t)nbt_esize(t->dtype), t->dtype, v);
     return true;
 }
 
@@ -234,23 +204,7 @@ static void fill_run(int64_t begin, int64_t end, void *vctx) {
 
 static void fill_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
     const fill_ctx *c = vctx;
-    for (int64_t i = 0; i < n; i++) {
-        char *q = p[0] + i * s[0];
-        switch (c->dt) {
-        case NB_F32:
-            *(float *)q = (float)c->value;
-            break;
-        case NB_F64:
-            *(double *)q = c->value;
-            break;
-        case NB_I64:
-            *(int64_t *)q = to_int64(c->value);
-            break;
-        case NB_BOOL:
-            *(uint8_t *)q = c->value != 0;
-            break;
-        }
-    }
+    for (int64_t i = 0; i < n; i++) nbt_store_double(p[0] + i * s[0], c->dt, c->value);
 }
 
 bool nb_fill_(nb_tensor *t, double value) {

@@ -54,29 +54,6 @@ void nbt_iterate(int ndim, const int64_t *shape, const nbt_operands *ops, nbt_in
     }
 }
 
-/* double -> int64 as x86 does it (and so PyTorch there): truncation, and INT64_MIN for NaN or
- * values out of range, where a plain C cast would be undefined behaviour. */
-static int64_t to_int64(double v) {
-    return v >= -0x1p63 && v < 0x1p63 ? (int64_t)v : INT64_MIN;
-}
-
-static void store(char *p, nb_dtype dt, double v) {
-    switch (dt) {
-    case NB_F32:
-        *(float *)p = (float)v;
-        break;
-    case NB_F64:
-        *(double *)p = v;
-        break;
-    case NB_I64:
-        *(int64_t *)p = to_int64(v);
-        break;
-    case NB_BOOL:
-        *(uint8_t *)p = v != 0;
-        break;
-    }
-}
-
 typedef struct {
     nb_dtype dst, src;
 } copy_ctx;
@@ -99,7 +76,7 @@ static void copy_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
         return;
     }
     for (int64_t i = 0; i < n; i++)
-        store(d + i * s[0], c->dst, nbt_load_double(x + i * s[1], c->src));
+        nbt_store_double(d + i * s[0], c->dst, nbt_load_double(x + i * s[1], c->src));
 }
 
 /* Same-dtype copy of a few elements with a plain odometer: for tiny tensors (a 3-token

@@ -103,6 +103,26 @@ static inline double nbt_load_double(const char *p, nb_dtype dt) {
     return 0;
 }
 
+/* v stored at p as dtype dt: int64 converts as x86 does (and so PyTorch there), truncating,
+ * with INT64_MIN for NaN or values out of range, where a plain C cast would be undefined
+ * behaviour; bool is v != 0. */
+static inline void nbt_store_double(char *p, nb_dtype dt, double v) {
+    switch (dt) {
+    case NB_F32:
+        *(float *)p = (float)v;
+        break;
+    case NB_F64:
+        *(double *)p = v;
+        break;
+    case NB_I64:
+        *(int64_t *)p = v >= -0x1p63 && v < 0x1p63 ? (int64_t)v : INT64_MIN;
+        break;
+    case NB_BOOL:
+        *(uint8_t *)p = v != 0;
+        break;
+    }
+}
+
 /* Element pointer at the first element of t. */
 static inline char *nbt_ptr(const nb_tensor *t) {
     return (char *)t->storage->data + t->offset * (int64_t)nbt_esize(t->dtype);
