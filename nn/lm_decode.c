@@ -3,7 +3,8 @@
  *
  * The general cached forward makes about twenty tensors per block for a single row; here the
  * whole forward is straight loops over buffers made once per cache (nothing allocated per
- * token but the logits, from the scope's pool), with the matrix-vector products and the
+ * token; nb_generate hands in a logits row made once per call, a cached forward one from the
+ * scope's pool), with the matrix-vector products and the
  * attention rows in per-instruction-set kernels (tensor/kernels/decode_rows.c).
  *
  * Decoding reads every weight once per token (about 1.6 MB for the benchmark's model, and the
@@ -22,8 +23,8 @@
  * saves the two phases that splitting it by rows would need. A last phase adds the last fc2
  * and computes the head, each half its rows after the final norm of its own copy (measured
  * about 1% faster per token than the caller doing it alone after the job while the other
- * thread waits). Which thread runs a half never
- * changes what it computes, so 1 and 2 threads give the same bits.
+ * thread waits). Which thread runs a half never changes what it computes, so 1 and 2 threads
+ * give the same bits.
  *
  * Whether two threads pay depends on the machine: a busy neighbour on one core makes every
  * job wait for a thread that is not running. So the path measures: it starts on one thread,

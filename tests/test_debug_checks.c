@@ -38,6 +38,15 @@ static void test_use_after_scope_end_is_reported(void) {
     EXPECT_RELEASED("transpose");
     CU_ASSERT_PTR_NULL(nb_view(t, NB_SHAPE(6)));
     EXPECT_RELEASED("view");
+    /* greedy sampling reads float32 logits [V] in place, so it checks them itself */
+    nb_scope_begin();
+    nb_tensor *logits = nb_full(NB_F32, NB_SHAPE(4), 1);
+    nb_scope_end();
+    nb_generate_opts greedy = nb_generate_defaults(1);
+    nb_rng rng;
+    nb_rng_seed(&rng, 0);
+    CU_ASSERT_EQUAL(nb_sample_logits(logits, &greedy, &rng), -1);
+    EXPECT_RELEASED("sample_logits");
     CU_ASSERT_TRUE(isnan(nb_get(t, NB_IDX(0, 0))));
     EXPECT_RELEASED("get");
     CU_ASSERT_FALSE(nb_set(t, NB_IDX(0, 0), 1.0));
