@@ -398,9 +398,6 @@ static void backward_task(int64_t g, int worker, void *vjob) {
     }
 }
 
-/* Runs fn on tasks [0, n), each `work` multiply-adds, on as many threads as have at least
- * ~64k multiply-adds each, with the job's scratch (per_worker elements per thread) allocated
- * for them. False when the scratch could not be allocated. */
 /* Consecutive tasks of fn run as one pool task (the same worker's scratch for all): toy's 128
  * heads as 128 pool tasks of about 1,000 TSC ticks each spent a good part of that claiming
  * them, the claim counter's cache line passing between the cores at every claim. */
@@ -416,6 +413,9 @@ static void run_task_group(int64_t g, int worker, void *arg) {
     for (int64_t t = g * s->per; t < end; t++) s->fn(t, worker, s->j);
 }
 
+/* Runs fn on tasks [0, n), each `work` multiply-adds, on as many threads as have at least
+ * ~64k multiply-adds each, with the job's scratch (per_worker elements per thread) allocated
+ * for them. False when the scratch could not be allocated. */
 static bool run_tasks(attention_job *j, int64_t n, int64_t work, int64_t per_worker,
                       nbt_task_fn fn) {
     int threads = nbt_threads_for(n, 65536 / (work > 0 ? work : 1) + 1);
