@@ -1,8 +1,7 @@
-/* The inner loop of column sums (tensor/reduce_kernels.c) for one instruction set (kernels.h):
- * a float32 row added into a row of double accumulators, eight columns at a time, written
- * once with vector types (AVX-512 holds the eight doubles in one register, AVX2 in two, SSE2
- * in four). Every build converts and adds each element as the plain loop would, so all give
- * the same bits. */
+/* The inner loops of column sums (tensor/reduce_kernels.c) for one instruction set
+ * (kernels.h): float32 rows added into rows of double accumulators, written once with vector
+ * types of the set's width. Every build converts and adds each element as the plain loop
+ * would, so all give the same bits. */
 #include "kernels.h"
 
 #include <string.h>
@@ -11,29 +10,10 @@
 #include <immintrin.h>
 #endif
 
-typedef float cols_v8f __attribute__((vector_size(32)));
-typedef double cols_v8d __attribute__((vector_size(64)));
-
-void NBK_FN(nbk_add_row_f32)(double *acc, const float *x, int64_t n) {
-    int64_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-        cols_v8d sum;
-        memcpy(&sum, acc + k, sizeof sum);
-#if defined(__AVX512F__) /* one conversion (GCC 12 splits the generic one in two halves) */
-        sum += (cols_v8d)_mm512_cvtps_pd(_mm256_loadu_ps(x + k));
-#else
-        cols_v8f v;
-        memcpy(&v, x + k, sizeof v);
-        sum += __builtin_convertvector(v, cols_v8d);
-#endif
-        memcpy(acc + k, &sum, sizeof sum);
-    }
-    for (; k < n; k++) acc[k] += (double)x[k];
-}
-
-/* nbk_add_rows_f32's block of columns: two registers of doubles a lane where the set has
- * 32 (AVX-512: 16 columns, each row's 64 bytes read once, the 16 accumulators in 16
- * registers), one where it has 16 (4 columns). */
+/* The vector of doubles: one register where the set has them that wide (AVX-512: 8), else
+ * four doubles (AVX2's 16 registers). nbk_add_rows_f32 holds a block of columns' eight lanes
+ * in registers: two of these a lane where the set has 32 registers (16 columns, each row's 64
+ * bytes read once, the 16 accumulators in 16 registers), one where it has 16 (4 columns). */
 #if defined(__AVX512F__)
 #define ROWS_W 8
 #define ROWS_VECS 2
@@ -44,14 +24,26 @@ void NBK_FN(nbk_add_row_f32)(double *acc, const float *x, int64_t n) {
 typedef float rows_vf __attribute__((vector_size(ROWS_W * 4)));
 typedef double rows_vd __attribute__((vector_size(ROWS_W * 8)));
 
+/* ROWS_W floats at p as doubles. */
 static inline rows_vd widened(const float *p) {
-#if defined(__AVX512F__)
-    return (rows_vd)_mm512_cvtps_pd(_mm256_loadu_ps(p)); /* as in nbk_add_row_f32 */
+#if defined(__AVX512F__) /* one conversion (GCC 12 splits the generic one in two halves) */
+    return (rows_vd)_mm512_cvtps_pd(_mm256_loadu_ps(p));
 #else
     rows_vf v;
     memcpy(&v, p, sizeof v);
     return __builtin_convertvector(v, rows_vd);
 #endif
+}
+
+void NBK_FN(nbk_add_row_f32)(double *acc, const float *x, int64_t n) {
+    int64_t k = 0;
+    for (; k + ROWS_W <= n; k += ROWS_W) {
+        rows_vd sum;
+        memcpy(&sum, acc + k, sizeof sum);
+        sum += widened(x + k);
+        memcpy(acc + k, &sum, sizeof sum);
+    }
+    for (; k < n; k++) acc[k] += (double)x[k];
 }
 
 /* Lane j's accumulators of the block at column k: a (columns k..) and, with two registers a
