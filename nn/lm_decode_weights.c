@@ -31,19 +31,25 @@ static const float *floats(const nb_tensor *t) {
     return (const float *)nbt_ptr(t);
 }
 
+/* Half h of block l: its heads' query/key/value rows [q0, q1) and its rows of fc1 [r0, r1). */
+static void half_ranges(const nb_transformer_block *b, int h, int64_t *q0, int64_t *q1, int64_t *r0,
+                        int64_t *r1) {
+    int64_t h0, h1;
+    nbn_half_of(b->attn->num_heads, 1, h, &h0, &h1);
+    *q0 = h0 * b->attn->head_dim, *q1 = h1 * b->attn->head_dim;
+    nbn_half_of(b->ff->fc1->out_features, 16, h, r0, r1);
+}
+
 /* Where each half of each block lies in w->data: the blocks one after another, each block's
  * two halves one after the other, each half qkv, out, fc1, fc2. */
 static void lay_out(nbn_decode_weights *w, const nb_transformer_lm *m) {
     const int64_t D = m->dim;
     float *p = w->data;
     for (int l = 0; l < m->num_layers; l++) {
-        const nb_mha *a = m->blocks[l]->attn;
-        const int64_t F = m->blocks[l]->ff->fc1->out_features;
         for (int h = 0; h < 2; h++) {
-            int64_t h0, h1, r0, r1;
-            nbn_half_of(a->num_heads, 1, h, &h0, &h1);
-            nbn_half_of(F, 16, h, &r0, &r1);
-            const int64_t rows = (h1 - h0) * a->head_dim;
+            int64_t q0, q1, r0, r1;
+            half_ranges(m->blocks[l], h, &q0, &q1, &r0, &r1);
+            const int64_t rows = q1 - q0;
             nbn_half_weights *hw = &w->halves[2 * l + h];
             hw->qkv = p;
             hw->out = hw->qkv + 3 * rows * D;
@@ -73,10 +79,8 @@ static void pack_halves(int phase, int begin, int end, void *vjob) {
         const int64_t F = b->ff->fc1->out_features;
         for (int h = begin; h < end; h++) {
             const nbn_half_weights *hw = &j->w->halves[2 * l + h];
-            int64_t h0, h1, r0, r1;
-            nbn_half_of(a->num_heads, 1, h, &h0, &h1);
-            nbn_half_of(F, 16, h, &r0, &r1);
-            const int64_t q0 = h0 * a->head_dim, q1 = h1 * a->head_dim;
+            int64_t q0, q1, r0, r1;
+            half_ranges(b, h, &q0, &q1, &r0, &r1);
             float *p = (float *)hw->qkv;
             p = copy_rows(p, floats(a->W_query->weight), D, q0, q1);
             p = copy_rows(p, floats(a->W_key->weight), D, q0, q1);
