@@ -188,12 +188,7 @@ static void fill_run(int64_t begin, int64_t end, void *vctx) {
     const fill_ctx *c = vctx;
     const int64_t n = end - begin, es = nbt_esize(c->dt), head = 64 / es;
     char *p = c->base + begin * es;
-    for (int64_t i = 0; i < n && i < head; i++) {
-        if (c->dt == NB_F32)
-            ((float *)p)[i] = (float)c->value;
-        else
-            ((double *)p)[i] = c->value;
-    }
+    for (int64_t i = 0; i < n && i < head; i++) nbt_store_double(p + i * es, c->dt, c->value);
     for (int64_t done = head; done < n; done *= 2)
         memcpy(p + done * es, p, (size_t)((done < n - done ? done : n - done) * es));
 }
