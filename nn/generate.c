@@ -117,6 +117,55 @@ static nb_tensor *feed(nb_transformer_lm *lm, nb_kv_cache *c, int64_t *window,
     return logits ? nb_select(nb_select(logits, 0, 0), 0, to - from - 1) : NULL;
 }
 
+/* One nb_generate call's sequence: the prompt, then out[0 .. made); tokens [0, fed) are in
+ * the cache, and total = prompt_len + made. */
+typedef struct {
+    nb_transformer_lm *lm;
+    nb_kv_cache *c;
+    const nb_generate_opts *o;
+    nb_rng rng;
+    const int64_t *prompt;
+    int64_t prompt_len, *out, made, total, fed, ctx_len;
+    nb_tensor *logits_row; /* the fused path's logits */
+    int64_t told;          /* tokens on_token has been called for */
+    bool over, failed;
+} sequence;
+
+/* Samples the next token from row and appends it; sets over once the sequence is complete
+ * (max_new_tokens, the stop token) or sampling failed (failed). */
+static void take_next(sequence *g, const nb_tensor *row) {
+    nb_scope_begin();
+    const int64_t next = nb_sample_logits(row, g->o, &g->rng);
+    nb_scope_end();
+    if (next < 0) {
+        g->over = g->failed = true;
+        return;
+    }
+    g->fed = g->total;
+    g->out[g->made++] = next;
+    g->total++;
+    g->over = next == g->o->stop_token || g->made >= g->o->max_new_tokens;
+}
+
+/* Calls on_token for the token taken last, if not yet called for it; outside the fused path's
+ * pool job, where the caller's code would run on one thread while the other spins. */
+static void tell_on_token(sequence *g) {
+    if (!g->o->on_token || g->told == g->made) return;
+    g->told = g->made;
+    g->o->on_token(g->out[g->made - 1], g->o->ctx);
+    nbn_lm_decode_trust_model(g->c, g->lm, false); /* on_token may change the model */
+}
+
+/* The fused path's next token: the one sampled from the logits it has just written, while
+ * the cache has room for it and no on_token is waiting to be called (and may change the
+ * model); else -1, and nb_generate's loop goes on. */
+static int64_t fused_next(void *ctx) {
+    sequence *g = ctx;
+    take_next(g, g->logits_row);
+    if (g->over || g->o->on_token || nb_kv_cache_len(g->c) >= g->ctx_len) return -1;
+    return g->out[g->made - 1];
+}
+
 int64_t nb_generate(nb_transformer_lm *lm, const int64_t *prompt, int64_t prompt_len,
                     const nb_generate_opts *o, int64_t *out, nb_kv_cache *cache) {
     if (!lm || !prompt || !o || (!out && o->max_new_tokens > 0))
@@ -153,8 +202,18 @@ int64_t nb_generate(nb_transformer_lm *lm, const int64_t *prompt, int64_t prompt
     const int64_t ctx_len =
         nb_kv_cache_max_len(c) < lm->max_len ? nb_kv_cache_max_len(c) : lm->max_len;
     const int64_t keep = ctx_len / 2 > 0 ? ctx_len / 2 : 1;
-    nb_rng rng;
-    nb_rng_seed(&rng, o->seed);
+    sequence g = {.lm = lm,
+                  .c = c,
+                  .o = o,
+                  .prompt = prompt,
+                  .prompt_len = prompt_len,
+                  .out = out,
+                  .total = prompt_len,
+                  .fed = prompt_len > ctx_len ? prompt_len - keep : 0,
+                  .ctx_len = ctx_len,
+                  .logits_row = logits_row,
+                  .over = o->max_new_tokens == 0};
+    nb_rng_seed(&g.rng, o->seed);
     const bool was_training = lm->base.training, grad = nb_set_grad_enabled(false);
     nb_module_train(&lm->base, false);
     nb_kv_cache_reset(c);
@@ -163,40 +222,31 @@ int64_t nb_generate(nb_transformer_lm *lm, const int64_t *prompt, int64_t prompt
      * them from a copy in the order it reads them, made here. */
     nbn_lm_decode_trust_model(c, lm, !o->on_token);
 
-    int64_t made = 0, total = prompt_len, fed = total > ctx_len ? total - keep : 0;
-    bool ok = true;
-    while (made < o->max_new_tokens) {
-        nb_scope_begin();
-        if (total - fed > ctx_len - nb_kv_cache_len(c)) { /* no room: slide the window */
+    while (!g.over) {
+        if (g.total - g.fed > ctx_len - nb_kv_cache_len(c)) { /* no room: slide the window */
             nb_kv_cache_reset(c);
-            fed = total - keep;
+            g.fed = g.total - keep;
         }
-        nb_tensor *row = logits_row;
-        if (total - fed == 1 && nbn_lm_decode_covers_next(lm, c)) { /* one token: the fused path */
-            if (!nbn_lm_decode_next(lm, token_at(prompt, prompt_len, out, fed), c, nb_data(row)))
-                row = NULL;
+        if (g.total - g.fed == 1 && nbn_lm_decode_covers_next(lm, c)) {
+            /* one token: the fused path, and the tokens after it while it covers them */
+            if (!nbn_lm_decode_run(lm, token_at(prompt, prompt_len, out, g.fed), c,
+                                   nb_data(logits_row), fused_next, &g))
+                g.over = g.failed = true;
         } else {
-            row = feed(lm, c, window, prompt, prompt_len, out, fed, total);
+            nb_scope_begin();
+            nb_tensor *row = feed(lm, c, window, prompt, prompt_len, out, g.fed, g.total);
+            if (row)
+                take_next(&g, row);
+            else
+                g.over = g.failed = true;
+            nb_scope_end();
         }
-        int64_t next = row ? nb_sample_logits(row, o, &rng) : -1;
-        nb_scope_end();
-        if (next < 0) {
-            ok = false;
-            break;
-        }
-        fed = total;
-        out[made++] = next;
-        total++;
-        if (o->on_token) { /* which may change the model: check it again */
-            o->on_token(next, o->ctx);
-            nbn_lm_decode_trust_model(c, lm, false);
-        }
-        if (next == o->stop_token) break;
+        tell_on_token(&g);
     }
     nbn_lm_decode_trust_model(c, NULL, false);
     nb_module_train(&lm->base, was_training);
     nb_set_grad_enabled(grad);
     nb_scope_end();
     if (!cache) nb_kv_cache_free(c);
-    return ok ? made : -1;
+    return g.failed ? -1 : g.made;
 }

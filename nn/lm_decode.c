@@ -13,16 +13,17 @@
  * so each core moves half the bytes. In the model's own layout a half's reads are strided
  * column halves and short streams (about 58 GB/s measured); nb_generate has the path read a
  * copy laid out in reading order instead (lm_decode_weights.h, 80-90 GB/s).
- * A block is two phases of one pool job per token (the threads meet between phases on two
- * flags). The attention phase: half h takes heads h (norm1, their query, key and value rows,
- * their attention) and multiplies its heads' part of the context by its columns of out_proj,
- * a partial sum of every output. The feed-forward phase: each half adds both partial sums and
- * the bias to its own copy of the residual stream (the same sums in the same order in both),
- * then norm2, its rows of fc1 with their GELU, and its columns of fc2, partial sums that the
- * next block's attention phase adds. Splitting the second product of each pair by columns
- * saves the two phases that splitting it by rows would need. A last phase adds the last fc2
- * and computes the head, each half its rows after the final norm of its own copy (measured
- * about 1% faster per token than the caller doing it alone after the job while the other
+ * A block is two phases of a token's round, and a run of tokens is one pool job (the threads
+ * meet between phases on two counters, and between tokens on a third: nbt_parallel_phase_rounds;
+ * a job per token cost about 1,000 more ticks between tokens). The attention phase: half h takes
+ * heads h (norm1, their query, key and value rows, their attention) and multiplies its heads' part
+ * of the context by its columns of out_proj, a partial sum of every output. The feed-forward phase:
+ * each half adds both partial sums and the bias to its own copy of the residual stream (the same
+ * sums in the same order in both), then norm2, its rows of fc1 with their GELU, and its columns of
+ * fc2, partial sums that the next block's attention phase adds. Splitting the second product of
+ * each pair by columns saves the two phases that splitting it by rows would need. A last phase adds
+ * the last fc2 and computes the head, each half its rows after the final norm of its own copy
+ * (measured about 1% faster per token than the caller doing it alone after the job while the other
  * thread waits). Which thread runs a half never changes what it computes, so 1 and 2 threads
  * give the same bits.
  *
@@ -81,13 +82,22 @@ struct nbn_lm_decoder {
     bool weights_ready;
 };
 
+/* A run of tokens (nbn_lm_decode_run): the token being decoded, and what follows it. */
 typedef struct {
     struct nbn_lm_decoder *d;
-    const nb_transformer_lm *m;
+    nb_transformer_lm *m;
     nb_kv_cache *c;
     const nbn_decode_weights *w; /* the copy in reading order, or NULL: the model's own */
-    int64_t pos;
+    int64_t pos;                 /* the token's position */
     float *logits;
+    int64_t token;    /* the token set up to be decoded next, or -1 */
+    int budget;       /* threads allowed, as of the current pool job's start */
+    int threads;      /* the thread count for it */
+    bool choosing;    /* its time counts towards the choice of thread count */
+    int64_t start_ns; /* when it was set up */
+    bool failed;      /* a token was refused (the error is set) */
+    nbn_next_token_fn next;
+    void *next_ctx;
 } decode_job;
 
 /* A parameter's floats (nbn_lm_decode_covers has checked it: live, float32, contiguous). */
@@ -369,10 +379,10 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* The thread count for the next token: 1 when only one is allowed, else the forced count or
- * the choice (*choosing then says which). */
-static int threads_for(const struct nbn_lm_decoder *d, const nb_kv_cache *c, bool *choosing) {
-    const int budget = nbt_threads_for(2, 1);
+/* The thread count for the next token: 1 when only one is allowed (budget, from
+ * nbt_threads_for), else the forced count or the choice (*choosing then says which). */
+static int threads_for(const struct nbn_lm_decoder *d, const nb_kv_cache *c, int budget,
+                       bool *choosing) {
     *choosing = budget >= 2 && !c->decode_threads;
     if (budget < 2) return 1;
     return c->decode_threads ? c->decode_threads : d->current;
@@ -430,31 +440,80 @@ int nbn_lm_decode_count_time(nb_kv_cache *c, int64_t ns) {
     return d->current;
 }
 
-bool nbn_lm_decode_next(nb_transformer_lm *m, int64_t token, nb_kv_cache *c, float *logits) {
-    if (token < 0 || token >= m->vocab)
-        return nbt_error("TransformerLM", "'%s': token %lld is outside [0, %lld)", m->base.path,
-                         (long long)token, (long long)m->vocab),
-               false;
+/* Sets token up as j's next, its time counted from now_ns: checks it, and writes its embedding
+ * into both halves' copies of the residual stream. False (with an error) for a token outside
+ * the vocabulary or beyond the cache. */
+static bool set_up_token(decode_job *j, int64_t token, int64_t now) {
+    nb_transformer_lm *m = j->m;
+    const int64_t D = m->dim, pos = j->c->slots[0].len;
+    j->token = -1;
+    if (token < 0 || token >= m->vocab) {
+        nbt_error("TransformerLM", "'%s': token %lld is outside [0, %lld)", m->base.path,
+                  (long long)token, (long long)m->vocab);
+        return false;
+    }
+    if (pos + 1 > j->c->max_len || pos + 1 > m->max_len) {
+        nbt_error("TransformerLM",
+                  "'%s': no room for position %lld (the cache holds %lld, the model %lld)",
+                  m->base.path, (long long)pos, (long long)j->c->max_len, (long long)m->max_len);
+        return false;
+    }
+    j->start_ns = now;
+    const float *te = f32(m->tok_emb->weight) + token * D, *pe = f32(m->pos_emb->weight) + pos * D;
+    for (int64_t i = 0; i < D; i++) j->d->x[0][i] = j->d->x[1][i] = te[i] + pe[i];
+    j->pos = pos;
+    j->token = token;
+    return true;
+}
+
+/* After a token's phases: its keys and values count in the cache, its time towards the
+ * choice of thread count, and the next token (if any) is set up. Returns whether that token
+ * may run in the same pool job: it exists, wants two threads, and the token just decoded had
+ * them (helped). */
+static bool next_token(bool helped, void *vjob) {
+    decode_job *j = vjob;
+    for (int64_t layer = 0; layer < j->m->num_layers; layer++) j->c->slots[layer].len = j->pos + 1;
+    /* a token's time runs to the next one's (one clock read per token) */
+    const int64_t now = now_ns();
+    if (j->choosing) note_time(j->d, now - j->start_ns);
+    const int64_t token = j->next ? j->next(j->next_ctx) : -1;
+    j->token = -1;
+    if (token < 0) return false;
+    if (!set_up_token(j, token, now)) {
+        j->failed = true;
+        return false;
+    }
+    j->threads = threads_for(j->d, j->c, j->budget, &j->choosing);
+    return helped && j->threads > 1;
+}
+
+bool nbn_lm_decode_run(nb_transformer_lm *m, int64_t token, nb_kv_cache *c, float *logits,
+                       nbn_next_token_fn next, void *ctx) {
     struct nbn_lm_decoder *d = decoder_for(m, c);
     if (!d) return false;
-    const int64_t D = m->dim, pos = c->slots[0].len, start = now_ns();
-    bool choosing;
-    const int threads = threads_for(d, c, &choosing);
-    const float *te = f32(m->tok_emb->weight) + token * D, *pe = f32(m->pos_emb->weight) + pos * D;
-    for (int64_t i = 0; i < D; i++) d->x[0][i] = d->x[1][i] = te[i] + pe[i];
-    /* a token's jobs are each too short for the pool to wake a sleeping worker for */
-    if (threads > 1) nbt_wake_workers();
     const nbn_decode_weights *w = c->decode_trusted == m && d->weights_ready ? d->weights : NULL;
-    decode_job job = {.d = d, .m = m, .c = c, .w = w, .pos = pos, .logits = logits};
+    decode_job job = {
+        .d = d, .m = m, .c = c, .w = w, .logits = logits, .next = next, .next_ctx = ctx};
+    if (!set_up_token(&job, token, now_ns())) return false;
     const int phases = 2 * (int)m->num_layers + 1;
-    if (threads > 1) {
-        nbt_parallel_phases(phases, run_phase, &job);
-    } else {
-        for (int p = 0; p < phases; p++) run_phase(p, 0, 2, &job);
+    while (job.token >= 0) {
+        /* asked here, outside the job: inside it (in a task) the answer is always one */
+        job.budget = nbt_threads_for(2, 1);
+        job.threads = threads_for(d, c, job.budget, &job.choosing);
+        if (job.threads > 1) {
+            /* a token's phases are each too short for the pool to wake a sleeping worker for */
+            nbt_wake_workers();
+            nbt_parallel_phase_rounds(phases, run_phase, next_token, &job);
+        } else {
+            for (int p = 0; p < phases; p++) run_phase(p, 0, 2, &job);
+            next_token(false, &job);
+        }
     }
-    for (int64_t layer = 0; layer < m->num_layers; layer++) c->slots[layer].len = pos + 1;
-    if (choosing) note_time(d, now_ns() - start);
-    return true;
+    return !job.failed;
+}
+
+bool nbn_lm_decode_next(nb_transformer_lm *m, int64_t token, nb_kv_cache *c, float *logits) {
+    return nbn_lm_decode_run(m, token, c, logits, NULL, NULL);
 }
 
 nb_tensor *nbn_lm_decode_token(nb_transformer_lm *m, const nb_tensor *tokens, nb_kv_cache *c) {

@@ -26,6 +26,15 @@ nb_tensor *nbn_lm_decode_token(nb_transformer_lm *m, const nb_tensor *tokens, nb
 /* The same into logits (out_features floats, the caller's) for token id token, without a
  * tensor either way (nb_generate's loop); false with an error as above. */
 bool nbn_lm_decode_next(nb_transformer_lm *m, int64_t token, nb_kv_cache *c, float *logits);
+/* Returns the token to decode after the one whose logits nbn_lm_decode_run has just written,
+ * or -1 to stop; a token returned must have room in the cache (nbn_lm_decode_covers_next). */
+typedef int64_t (*nbn_next_token_fn)(void *ctx);
+/* nbn_lm_decode_next for token, then for each token next(ctx) returns, until it returns -1:
+ * token after token in one pool job while two threads are in use (nbt_parallel_phase_rounds),
+ * not a job each. next reads the logits of the token before it. False with an error as
+ * above, or for a token beyond the cache. */
+bool nbn_lm_decode_run(nb_transformer_lm *m, int64_t token, nb_kv_cache *c, float *logits,
+                       nbn_next_token_fn next, void *ctx);
 /* True if c's fused path has found one thread faster than two (then the prompt's general
  * forward should stay on one thread too); false before it has decoded. */
 bool nbn_lm_decode_prefers_one_thread(const nb_kv_cache *c);

@@ -118,68 +118,90 @@ bool nb_parallel_for(int64_t n, int64_t grain, nb_range_fn fn, void *ctx) {
     return true;
 }
 
-/* A run of phases of two halves (nbt_parallel_phases). The caller owns half 0 of every phase;
- * half 1 goes to the first pool worker that joins before the caller has finished its first
- * half (helper JOINED), or else to the caller too (helper SHUT_OUT), decided once per run with
- * one compare-and-swap. Then each thread only stores its own count of finished halves and reads
- * the other's, each count on a cache line of its own: one line passes between the cores at a
- * phase boundary. (Claiming every half with a compare-and-swap on the other's line, so either
- * thread could take either half, passed three lines per boundary: 1,900 ticks between phases
- * where the halves take 14,000-18,000.) */
+/* A run of rounds of phases of two halves (nbt_parallel_phase_rounds). The caller owns half 0
+ * of every phase; half 1 goes to the first pool worker that joins before the caller has
+ * finished its first half (helper JOINED), or else to the caller too (helper SHUT_OUT), decided
+ * once per run with one compare-and-swap. Then each thread only stores its own count of
+ * finished halves and reads the other's, each count on a cache line of its own: one line
+ * passes between the cores at a phase boundary. (Claiming every half with a compare-and-swap on
+ * the other's line, so either thread could take either half, passed three lines per boundary:
+ * 1,900 ticks between phases where the halves take 14,000-18,000.) Between rounds the caller
+ * alone runs `again` and posts the next round on a third line, which the helper waits on: a
+ * generated token is a round, and a new pool job per token cost about 2,000 ticks of its
+ * 46,000 in the job's start and end handshakes. */
 enum { HELPER_AWAITED, HELPER_JOINED, HELPER_SHUT_OUT };
 typedef struct {
     nbt_phase_fn fn;
+    nbt_round_fn again; /* NULL: one round */
     void *ctx;
     int phases;
     atomic_int helper;
     atomic_bool caller_started;
     struct {
-        alignas(64) atomic_int finished; /* phases whose half h is done */
+        alignas(64) atomic_int finished; /* phases whose half h is done, over all rounds */
     } half[2];
+    alignas(64) atomic_int posted; /* rounds the caller has let start; ROUNDS_OVER at the end */
 } phases_job;
+
+#define ROUNDS_OVER (-1)
 
 /* How long a thread spins on the other half before yielding its CPU: a half is a few
  * microseconds, so a longer wait means the other thread is not running, and yielding lets the
  * OS run it here. */
 #define PHASE_SPIN 4096
 
-static void wait_finished(phases_job *j, int h, int phases) {
-    for (int spins = 0; atomic_load_explicit(&j->half[h].finished, memory_order_acquire) < phases;)
-        if (++spins % PHASE_SPIN == 0)
+/* Waits until counter reaches at least `until` (or, with stop_at_over, is ROUNDS_OVER); returns
+ * its value. */
+static int wait_count(atomic_int *counter, int until, bool stop_at_over) {
+    for (int spins = 0;; spins++) {
+        const int n = atomic_load_explicit(counter, memory_order_acquire);
+        if (n >= until || (stop_at_over && n == ROUNDS_OVER)) return n;
+        if (spins % PHASE_SPIN == PHASE_SPIN - 1)
             sched_yield();
         else
             nbt_cpu_relax();
+    }
 }
 
-static void run_half(phases_job *j, int p, int h) {
+static void run_half(phases_job *j, int round, int p, int h) {
     j->fn(p, h, h + 1, j->ctx);
-    atomic_store_explicit(&j->half[h].finished, p + 1, memory_order_release);
+    atomic_store_explicit(&j->half[h].finished, round * j->phases + p + 1, memory_order_release);
 }
 
 /* The caller's task: half 0 of every phase, each once half 1 of the phase before is done; both
- * halves from the first phase on if no worker has joined by the end of its first half. */
+ * halves from the first phase on if no worker has joined by the end of its first half. After
+ * each round, `again` says whether another follows (told whether a helper took part). */
 static void run_caller(phases_job *j) {
     bool alone = false;
-    for (int p = 0; p < j->phases; p++) {
-        if (p > 0 && !alone) wait_finished(j, 1, p);
-        run_half(j, p, 0);
-        if (p == 0) {
-            int awaited = HELPER_AWAITED;
-            alone = atomic_compare_exchange_strong(&j->helper, &awaited, HELPER_SHUT_OUT);
+    for (int r = 0;; r++) {
+        for (int p = 0; p < j->phases; p++) {
+            if (p > 0 && !alone) wait_count(&j->half[1].finished, r * j->phases + p, false);
+            run_half(j, r, p, 0);
+            if (r == 0 && p == 0) {
+                int awaited = HELPER_AWAITED;
+                alone = atomic_compare_exchange_strong(&j->helper, &awaited, HELPER_SHUT_OUT);
+            }
+            if (alone) run_half(j, r, p, 1);
         }
-        if (alone) run_half(j, p, 1);
+        if (!alone) wait_count(&j->half[1].finished, (r + 1) * j->phases, false);
+        if (!j->again || !j->again(!alone, j->ctx)) break;
+        atomic_store_explicit(&j->posted, r + 2, memory_order_release);
     }
-    if (!alone) wait_finished(j, 1, j->phases);
+    atomic_store_explicit(&j->posted, ROUNDS_OVER, memory_order_release);
 }
 
-/* A worker's task: half 1 of every phase, each once half 0 of the phase before is done, if it
- * joins in time. */
+/* A worker's task: half 1 of every phase, each once half 0 of the phase before is done (and
+ * each round once the caller has posted it), if it joins in time. */
 static void run_helper(phases_job *j) {
     int awaited = HELPER_AWAITED;
     if (!atomic_compare_exchange_strong(&j->helper, &awaited, HELPER_JOINED)) return;
-    for (int p = 0; p < j->phases; p++) {
-        if (p > 0) wait_finished(j, 0, p);
-        run_half(j, p, 1);
+    for (int r = 0;; r++) {
+        if (r > 0 && wait_count(&j->posted, r + 1, true) == ROUNDS_OVER) return;
+        for (int p = 0; p < j->phases; p++) {
+            if (p > 0) wait_count(&j->half[0].finished, r * j->phases + p, false);
+            run_half(j, r, p, 1);
+        }
+        if (!j->again) return;
     }
 }
 
@@ -194,19 +216,26 @@ static void run_phases(int64_t task, int worker, void *arg) {
         run_caller(j);
 }
 
-void nbt_parallel_phases(int phases, nbt_phase_fn fn, void *ctx) {
+void nbt_parallel_phase_rounds(int phases, nbt_phase_fn fn, nbt_round_fn again, void *ctx) {
     if (nbt_threads_for(2, 1) < 2) {
-        for (int p = 0; p < phases; p++) fn(p, 0, 2, ctx);
+        do
+            for (int p = 0; p < phases; p++) fn(p, 0, 2, ctx);
+        while (again && again(false, ctx));
         return;
     }
-    phases_job j = {.fn = fn, .ctx = ctx, .phases = phases};
+    phases_job j = {.fn = fn, .again = again, .ctx = ctx, .phases = phases};
     atomic_init(&j.helper, HELPER_AWAITED);
     atomic_init(&j.caller_started, false);
+    atomic_init(&j.posted, 1);
     for (int h = 0; h < 2; h++) atomic_init(&j.half[h].finished, 0);
     nbt_run_tasks(2, 2, run_phases, &j);
-    /* In a one-phase run the worker's half waits on nothing, so the worker can claim both
-     * tasks before the caller claims one: the caller then runs its half now. */
+    /* In a one-phase, one-round run the worker's half waits on nothing, so the worker can claim
+     * both tasks before the caller claims one: the caller then runs its half now. */
     if (!atomic_exchange(&j.caller_started, true)) run_caller(&j);
+}
+
+void nbt_parallel_phases(int phases, nbt_phase_fn fn, void *ctx) {
+    nbt_parallel_phase_rounds(phases, fn, NULL, ctx);
 }
 
 void nbt_wake_workers(void) {

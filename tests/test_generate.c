@@ -4,6 +4,7 @@
 #include "nn/lm_decode.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* A small LM with its parameters drawn from seed; dropout 0. */
 static nb_transformer_lm *small_lm(nb_module **model, nb_dtype dt, int64_t vocab, int64_t max_len,
@@ -178,6 +179,67 @@ static void test_fused_decode_weight_copy(void) {
         nbn_lm_decode_trust_model(copy, NULL, false);
         nb_kv_cache_free(own);
         nb_kv_cache_free(copy);
+    }
+    nb_module_free(model);
+}
+
+/* A scripted run of nbn_lm_decode_run: next returns token i = (5i + 3) % 11 for i = 1, 2, ...
+ * (bad_token instead at i = bad_at), keeping each token's logits, until `stop` tokens. */
+typedef struct {
+    float logits[16][11], *row;
+    int64_t made, stop, bad_at, bad_token;
+} decode_script;
+
+static int64_t script_token(int64_t i) {
+    return (5 * i + 3) % 11;
+}
+
+static int64_t scripted_next(void *ctx) {
+    decode_script *s = ctx;
+    memcpy(s->logits[s->made++], s->row, sizeof s->logits[0]);
+    if (s->made >= s->stop) return -1;
+    return s->made == s->bad_at ? s->bad_token : script_token(s->made);
+}
+
+/* nbn_lm_decode_run decodes the tokens next returns, one pool job for the run on two threads,
+ * with the same logits as one nbn_lm_decode_next each; it stops with an error naming the module
+ * at a token outside the vocabulary or beyond the cache, keeping the tokens before it. */
+static void test_fused_decode_run(void) {
+    nb_module *model;
+    nb_transformer_lm *lm = small_lm(&model, NB_F32, 11, 12, 6);
+    nb_module_train(model, false);
+    float row[11], want[12][11];
+    nb_kv_cache *ref = nb_kv_cache_for_lm(lm, 1);
+    nbn_kv_cache_force_decode_threads(ref, 1);
+    for (int64_t i = 0; i < 12; i++) {
+        CU_ASSERT_TRUE(nbn_lm_decode_next(lm, script_token(i), ref, want[i]));
+    }
+    nb_kv_cache_free(ref);
+    for (int threads = 1; threads <= 2; threads++) {
+        nb_kv_cache *c = nb_kv_cache_for_lm(lm, 1);
+        nbn_kv_cache_force_decode_threads(c, threads);
+        decode_script *s = calloc(1, sizeof *s);
+        *s = (decode_script){.row = row, .stop = 10, .bad_at = -1};
+        CU_ASSERT_TRUE(nbn_lm_decode_run(lm, script_token(0), c, row, scripted_next, s));
+        CU_ASSERT_EQUAL(s->made, 10);
+        CU_ASSERT_EQUAL(nb_kv_cache_len(c), 10);
+        CU_ASSERT_EQUAL(memcmp(s->logits, want, sizeof(float) * 11 * 10), 0);
+        /* a token outside the vocabulary at the fifth */
+        nb_kv_cache_reset(c);
+        *s = (decode_script){.row = row, .stop = 10, .bad_at = 4, .bad_token = 11};
+        CU_ASSERT_FALSE(nbn_lm_decode_run(lm, script_token(0), c, row, scripted_next, s));
+        CU_ASSERT_PTR_NOT_NULL(strstr(nb_last_error(), "token 11 is outside [0, 11)"));
+        CU_ASSERT_EQUAL(nb_kv_cache_len(c), 4);
+        /* past the cache's 12 positions */
+        nb_kv_cache_reset(c);
+        *s = (decode_script){.row = row, .stop = 16, .bad_at = -1};
+        CU_ASSERT_FALSE(nbn_lm_decode_run(lm, script_token(0), c, row, scripted_next, s));
+        CU_ASSERT_PTR_NOT_NULL(strstr(nb_last_error(), "no room for position 12"));
+        CU_ASSERT_EQUAL(s->made, 12);
+        CU_ASSERT_EQUAL(nb_kv_cache_len(c), 12);
+        CU_ASSERT_EQUAL(memcmp(s->logits, want, sizeof want), 0);
+        free(s);
+        nb_kv_cache_free(c);
     }
     nb_module_free(model);
 }
@@ -397,6 +459,16 @@ static void test_generate_greedy_is_argmax(void) {
     nb_kv_cache *c = nb_kv_cache_for_lm(lm, 1); /* a cache of the caller's, reused */
     CU_ASSERT_EQUAL(nb_generate(lm, prompt, 3, &o, got, c), 30);
     CU_ASSERT_EQUAL(memcmp(got, want, sizeof got), 0);
+    /* the fused path's runs of tokens in one pool job, forced onto one thread and onto two */
+    o = nb_generate_defaults(30);
+    for (int threads = 1; threads <= 2; threads++) {
+        nb_kv_cache *forced = nb_kv_cache_for_lm(lm, 1);
+        nbn_kv_cache_force_decode_threads(forced, threads);
+        memset(got, 0xff, sizeof got);
+        CU_ASSERT_EQUAL(nb_generate(lm, prompt, 3, &o, got, forced), 30);
+        CU_ASSERT_EQUAL(memcmp(got, want, sizeof got), 0);
+        nb_kv_cache_free(forced);
+    }
     /* stop_token: generation ends right after the first occurrence, which is included. */
     int64_t first = 0;
     while (first < 29 && want[first] == want[0]) first++; /* a token that is not the first one */
@@ -568,6 +640,7 @@ int main(void) {
         {"fused one-token path equals the general one", test_fused_decode_matches_general},
         {"fused one-token path coverage", test_fused_decode_coverage},
         {"fused path's weight copy gives the same bits", test_fused_decode_weight_copy},
+        {"fused path's runs of tokens, and their errors", test_fused_decode_run},
         {"fused path's choice of thread count", test_decode_thread_choice},
         {"generate greedy is the argmax of the full recompute", test_generate_greedy_is_argmax},
         {"generate checks the model again after on_token", test_generate_rechecks_after_on_token},

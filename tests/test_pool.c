@@ -212,6 +212,95 @@ static void test_parallel_phases(void) {
     nb_set_num_threads(before);
 }
 
+/* nbt_parallel_phase_rounds: every half of every phase of every round once, in order: a half
+ * starts only after both halves of the phase before it (the last phase of the round before,
+ * for a round's first) have ended, and after the calling thread's `again` for the round before
+ * has returned; `again` runs once per round on the calling thread, after the round's last
+ * halves, and says helped exactly when the round's halves ran on two threads, the worker's half
+ * always on the same one. */
+#define MAX_ROUNDS 5
+typedef struct {
+    int phases, rounds, rounds_done;
+    atomic_int calls[MAX_ROUNDS][MAX_PHASES][2], bad, clock;
+    int started[MAX_ROUNDS][MAX_PHASES][2], ended[MAX_ROUNDS][MAX_PHASES][2], again_at[MAX_ROUNDS];
+    pthread_t thread[MAX_ROUNDS][MAX_PHASES][2], caller;
+    bool helped[MAX_ROUNDS];
+} rounds_tally;
+
+static void round_phase(int phase, int begin, int end, void *ctx) {
+    rounds_tally *t = ctx;
+    const int r = t->rounds_done;
+    if (r >= MAX_ROUNDS || phase < 0 || phase >= t->phases || begin < 0 || end > 2 ||
+        begin >= end) {
+        atomic_fetch_add(&t->bad, 1);
+        return;
+    }
+    for (int h = begin; h < end; h++) {
+        atomic_fetch_add(&t->calls[r][phase][h], 1);
+        t->started[r][phase][h] = atomic_fetch_add(&t->clock, 1);
+        t->thread[r][phase][h] = pthread_self();
+    }
+    for (volatile int spin = 0; spin < ((phase + begin + r) % 2 ? 4000 : 40); spin++) continue;
+    for (int i = 0; r == 0 && phase == 0 && begin == 0 && i < 3; i++) sched_yield();
+    for (int h = begin; h < end; h++) t->ended[r][phase][h] = atomic_fetch_add(&t->clock, 1);
+}
+
+static bool next_round(bool helped, void *ctx) {
+    rounds_tally *t = ctx;
+    const int r = t->rounds_done;
+    if (r >= MAX_ROUNDS || !pthread_equal(pthread_self(), t->caller)) {
+        atomic_fetch_add(&t->bad, 1);
+        return false;
+    }
+    t->helped[r] = helped;
+    t->again_at[r] = atomic_fetch_add(&t->clock, 1);
+    t->rounds_done = r + 1; /* the next round's halves start after this store, or not at all */
+    return t->rounds_done < t->rounds;
+}
+
+/* True when the run of `rounds` rounds of `phases` phases went as the contract says; *split
+ * counts rounds that ran on two threads. */
+static bool rounds_once(int phases, int rounds, int *split) {
+    rounds_tally *t = calloc(1, sizeof *t);
+    t->phases = phases, t->rounds = rounds, t->caller = pthread_self();
+    nbt_parallel_phase_rounds(phases, round_phase, next_round, t);
+    bool ok = atomic_load(&t->bad) == 0 && t->rounds_done == rounds;
+    int last_end = -1; /* when the halves before ended */
+    for (int r = 0; ok && r < rounds; r++) {
+        for (int p = 0; p < phases; p++) {
+            for (int h = 0; h < 2; h++)
+                ok = ok && atomic_load(&t->calls[r][p][h]) == 1 && t->started[r][p][h] > last_end;
+            last_end =
+                t->ended[r][p][0] > t->ended[r][p][1] ? t->ended[r][p][0] : t->ended[r][p][1];
+            const bool two = !pthread_equal(t->thread[r][p][0], t->thread[r][p][1]);
+            ok = ok && two == t->helped[r] && pthread_equal(t->thread[r][p][0], t->caller) &&
+                 pthread_equal(t->thread[r][p][1], t->thread[0][0][1]);
+        }
+        ok = ok && t->again_at[r] > last_end;
+        last_end = t->again_at[r];
+        *split += t->helped[r];
+    }
+    free(t);
+    return ok;
+}
+
+static void test_phase_rounds(void) {
+    const int before = nb_get_num_threads();
+    for (int threads = 1; threads <= 2; threads++) {
+        nb_set_num_threads(threads);
+        int failures = 0, split = 0;
+        const time_t give_up = time(NULL) + 10;
+        for (int i = 0; i < 2000 || (threads == 2 && !split && time(NULL) < give_up); i++) {
+            nbt_wake_workers();
+            failures += !rounds_once(1 + i % MAX_PHASES, 1 + i % MAX_ROUNDS, &split);
+        }
+        CU_ASSERT_EQUAL(failures, 0);
+        if (threads == 1) CU_ASSERT_EQUAL(split, 0);
+        if (threads == 2) CU_ASSERT_TRUE(split > 0);
+    }
+    nb_set_num_threads(before);
+}
+
 /* nbt_set_serial keeps this thread's work on it, returns the previous setting, and leaves
  * other threads' budget alone. */
 static void *budget_elsewhere(void *arg) {
@@ -312,6 +401,8 @@ int main(void) {
         {"sleeping workers join a long job", test_sleeping_workers_join_long_jobs},
         {"parallel phases: each half once, in phase order, any budget, nested",
          test_parallel_phases},
+        {"rounds of phases: each half once per round, in order, `again` between rounds",
+         test_phase_rounds},
         {"serial on this thread only", test_serial_here},
         {"a crowded machine gets one thread", test_crowded_machine_plans_one_thread},
         {"cpu count", test_cpu_count},
