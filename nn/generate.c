@@ -232,6 +232,14 @@ int64_t nb_generate(nb_transformer_lm *lm, const int64_t *prompt, int64_t prompt
             if (!nbn_lm_decode_run(lm, token_at(prompt, prompt_len, out, g.fed), c,
                                    nb_data(logits_row), fused_next, &g))
                 g.over = g.failed = true;
+        } else if (nbn_lm_prefill_covers(lm, c, g.total - g.fed)) {
+            /* a prompt (or the window kept after a slide): its tokens 16 at a time */
+            for (int64_t i = g.fed; i < g.total; i++)
+                window[i - g.fed] = token_at(prompt, prompt_len, out, i);
+            if (nbn_lm_prefill(lm, window, g.total - g.fed, c, nb_data(logits_row)))
+                take_next(&g, logits_row);
+            else
+                g.over = g.failed = true;
         } else {
             nb_scope_begin();
             nb_tensor *row = feed(lm, c, window, prompt, prompt_len, out, g.fed, g.total);

@@ -36,7 +36,7 @@
  * last mean (the machine changed) gets a trial at once. */
 #include "lm_decode.h"
 
-#include "lm_decode_weights.h"
+#include "lm_decode_impl.h"
 
 #include "kv_cache_impl.h"
 #include "nabla/module.h"
@@ -50,7 +50,7 @@
 
 /* Tokens per timed window, tokens not timed after a change of thread count (a sleeping worker
  * wakes slowly), and the range of the gap between trials of the other count, in tokens. */
-#define WINDOW 16
+#define WINDOW NBN_DECODE_WINDOW
 #define TRIMMED 4
 #define WARM_UP 2
 #define MIN_GAP 64
@@ -62,25 +62,6 @@
  * milliseconds to preemption). */
 #define TWO_THREADS_MARGIN 0.9
 #define AVG_WEIGHT 0.25
-
-struct nbn_lm_decoder {
-    int64_t D, F, H, L;      /* sized for: dim, widest hidden layer, heads, max_len */
-    float *x[2];             /* each half's copy of the residual stream [D] */
-    float *q, *k, *v, *ctx;  /* [D] each, each half writing its heads' part */
-    float *hidden, *erf_arg; /* [F], each half writing its rows */
-    float *scores;           /* a row of L per head */
-    float *norm[2];          /* each half's layer-norm output [D] */
-    /* each half's partial out_proj and fc2 outputs [D] (two sets, so a job reads the one the
-     * job before wrote while it writes the other) */
-    float *attn_part[2], *ff_part[2];
-    /* the thread count: the one in use, the one preferred, the timing window */
-    int current, home, skip, in_window;
-    int64_t window_ns[WINDOW], until_trial, gap; /* the window's token times */
-    double avg_ns[3]; /* per thread count: a running mean of its windows' mean token times */
-    /* the weights in reading order (nbn_lm_decode_trust_model), current while weights_ready */
-    nbn_decode_weights *weights;
-    bool weights_ready;
-};
 
 /* A run of tokens (nbn_lm_decode_run): the token being decoded, and what follows it. */
 typedef struct {
@@ -99,11 +80,6 @@ typedef struct {
     nbn_next_token_fn next;
     void *next_ctx;
 } decode_job;
-
-/* A parameter's floats (nbn_lm_decode_covers has checked it: live, float32, contiguous). */
-static const float *f32(const nb_tensor *t) {
-    return t ? (const float *)nbt_ptr(t) : NULL;
-}
 
 /* t is float32, contiguous and holds n elements (or is NULL, when optional). */
 static bool plain(const nb_tensor *t, int64_t n, bool optional) {
@@ -163,6 +139,7 @@ bool nbn_lm_decode_covers_next(const nb_transformer_lm *m, const nb_kv_cache *c)
 void nbn_lm_decoder_free(struct nbn_lm_decoder *d) {
     if (!d) return;
     nbn_decode_weights_free(d->weights);
+    nbn_prefill_buffers_free(d->prefill);
     free(d->x[0]);
     free(d);
 }
@@ -176,8 +153,7 @@ void nbn_kv_cache_force_decode_threads(nb_kv_cache *c, int threads) {
     if (c) c->decode_threads = threads == 1 || threads == 2 ? threads : 0;
 }
 
-/* c's decoder, made (or remade, for a model of other sizes) here: one block of floats. */
-static struct nbn_lm_decoder *decoder_for(const nb_transformer_lm *m, nb_kv_cache *c) {
+struct nbn_lm_decoder *nbn_lm_decoder_for(const nb_transformer_lm *m, nb_kv_cache *c) {
     int64_t F = 0;
     for (int i = 0; i < m->num_layers; i++)
         F = m->blocks[i]->ff->fc1->out_features > F ? m->blocks[i]->ff->fc1->out_features : F;
@@ -222,7 +198,7 @@ static struct nbn_lm_decoder *decoder_for(const nb_transformer_lm *m, nb_kv_cach
 void nbn_lm_decode_trust_model(nb_kv_cache *c, const nb_transformer_lm *m, bool copy_weights) {
     c->decode_trusted = m && model_plain(m, c) ? m : NULL;
     const bool copy = c->decode_trusted && copy_weights && c->batch == 1 && c->dtype == NB_F32;
-    struct nbn_lm_decoder *d = copy ? decoder_for(m, c) : c->decoder;
+    struct nbn_lm_decoder *d = copy ? nbn_lm_decoder_for(m, c) : c->decoder;
     if (d) d->weights_ready = copy && nbn_decode_weights_pack(&d->weights, m);
 }
 
@@ -262,17 +238,6 @@ static void linear_columns(const nb_linear *l, const int64_t k[3], int begin, in
     }
     nbt_kernels()->matvec_rows_f32(N, k[end] - k[begin], W + k[begin], K, in + k[begin], NULL,
                                    part[begin]);
-}
-
-/* x += (part[0] + part[1]) + bias: both halves' shares of a product, then its bias. Each half
- * adds into its own copy of the residual stream, the same sums in the same order. */
-static void add_parts(int64_t D, float *x, float *const part[2], const nb_tensor *bias) {
-    const float *b = f32(bias);
-    for (int64_t i = 0; i < D; i++) {
-        float y = part[0][i] + part[1][i];
-        if (b) y += b[i];
-        x[i] += y;
-    }
 }
 
 /* This half's heads: (the previous block's fc2 added,) norm1, their query, key and value rows,
@@ -379,10 +344,8 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* The thread count for the next token: 1 when only one is allowed (budget, from
- * nbt_threads_for), else the forced count or the choice (*choosing then says which). */
-static int threads_for(const struct nbn_lm_decoder *d, const nb_kv_cache *c, int budget,
-                       bool *choosing) {
+int nbn_lm_decode_threads(const struct nbn_lm_decoder *d, const nb_kv_cache *c, int budget,
+                          bool *choosing) {
     *choosing = budget >= 2 && !c->decode_threads;
     if (budget < 2) return 1;
     return c->decode_threads ? c->decode_threads : d->current;
@@ -483,13 +446,13 @@ static bool next_token(bool helped, void *vjob) {
         j->failed = true;
         return false;
     }
-    j->threads = threads_for(j->d, j->c, j->budget, &j->choosing);
+    j->threads = nbn_lm_decode_threads(j->d, j->c, j->budget, &j->choosing);
     return helped && j->threads > 1;
 }
 
 bool nbn_lm_decode_run(nb_transformer_lm *m, int64_t token, nb_kv_cache *c, float *logits,
                        nbn_next_token_fn next, void *ctx) {
-    struct nbn_lm_decoder *d = decoder_for(m, c);
+    struct nbn_lm_decoder *d = nbn_lm_decoder_for(m, c);
     if (!d) return false;
     const nbn_decode_weights *w = c->decode_trusted == m && d->weights_ready ? d->weights : NULL;
     decode_job job = {
@@ -499,7 +462,7 @@ bool nbn_lm_decode_run(nb_transformer_lm *m, int64_t token, nb_kv_cache *c, floa
     while (job.token >= 0) {
         /* asked here, outside the job: inside it (in a task) the answer is always one */
         job.budget = nbt_threads_for(2, 1);
-        job.threads = threads_for(d, c, job.budget, &job.choosing);
+        job.threads = nbn_lm_decode_threads(d, c, job.budget, &job.choosing);
         if (job.threads > 1) {
             /* a token's phases are each too short for the pool to wake a sleeping worker for */
             nbt_wake_workers();

@@ -35,6 +35,14 @@ typedef int64_t (*nbn_next_token_fn)(void *ctx);
  * above, or for a token beyond the cache. */
 bool nbn_lm_decode_run(nb_transformer_lm *m, int64_t token, nb_kv_cache *c, float *logits,
                        nbn_next_token_fn next, void *ctx);
+/* True if nbn_lm_prefill feeds n tokens to c for m: the fused path covers m, nb_generate has
+ * trusted m with a copy of its weights (nbn_lm_decode_trust_model), and c has room for them. */
+bool nbn_lm_prefill_covers(const nb_transformer_lm *m, const nb_kv_cache *c, int64_t n);
+/* Appends tokens[0..n) (a case nbn_lm_prefill_covers accepts) to c, up to 16 at once, and
+ * writes the last one's logits into logits (out_features floats, the caller's); false with
+ * an error for a token outside the vocabulary or a case it does not cover. */
+bool nbn_lm_prefill(nb_transformer_lm *m, const int64_t *tokens, int64_t n, nb_kv_cache *c,
+                    float *logits);
 /* True if c's fused path has found one thread faster than two (then the prompt's general
  * forward should stay on one thread too); false before it has decoded. */
 bool nbn_lm_decode_prefers_one_thread(const nb_kv_cache *c);

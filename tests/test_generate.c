@@ -244,6 +244,60 @@ static void test_fused_decode_run(void) {
     nb_module_free(model);
 }
 
+/* nbn_lm_prefill (16 tokens at a time, only the last token's logits) gives the general cached
+ * forward's last logits within float32 rounding, and leaves keys and values in the cache that
+ * the next decoded token reads to the same logits as after the general forward; on one thread
+ * and on two, in one chunk and in two. Then its errors. */
+static void test_prefill(void) {
+    nb_module *model;
+    nb_transformer_lm *lm = small_lm(&model, NB_F32, 11, 24, 6);
+    nb_module_train(model, false);
+    int64_t tokens[22];
+    for (int i = 0; i < 22; i++) tokens[i] = (7 * i + 2) % 11;
+    const int64_t sizes[] = {1, 2, 5, 16, 21};
+    for (int threads = 1; threads <= 2; threads++) {
+        for (int si = 0; si < 5; si++) {
+            const int64_t n = sizes[si];
+            nb_scope_begin();
+            nb_kv_cache *fused = nb_kv_cache_for_lm(lm, 1), *general = nb_kv_cache_for_lm(lm, 1);
+            nbn_kv_cache_force_decode_threads(fused, threads);
+            nbn_lm_decode_trust_model(fused, lm, true);
+            CU_ASSERT_TRUE(nbn_lm_prefill_covers(lm, fused, n));
+            nb_tensor *got = nb_zeros(NB_F32, NB_SHAPE(11));
+            CU_ASSERT_TRUE(nbn_lm_prefill(lm, tokens, n, fused, nb_data(got)));
+            CU_ASSERT_EQUAL(nb_kv_cache_len(fused), n);
+            nb_tensor *all = nb_transformer_lm_forward_cached(
+                lm, nb_from_array(NB_I64, NB_SHAPE(1, n), tokens), general);
+            NBT_ASSERT_CLOSE(got, nb_select(nb_select(all, 0, 0), 0, n - 1), 1e-5, 1e-5);
+            /* the next token through the cache each path filled */
+            const int64_t next = tokens[n];
+            nb_tensor *a = nb_zeros(NB_F32, NB_SHAPE(11)), *b = nb_zeros(NB_F32, NB_SHAPE(11));
+            CU_ASSERT_TRUE(nbn_lm_decode_next(lm, next, fused, nb_data(a)));
+            CU_ASSERT_TRUE(nbn_lm_decode_next(lm, next, general, nb_data(b)));
+            NBT_ASSERT_CLOSE(a, b, 1e-5, 1e-5);
+            nbn_lm_decode_trust_model(fused, NULL, false);
+            nb_kv_cache_free(fused);
+            nb_kv_cache_free(general);
+            nb_scope_end();
+        }
+    }
+    nb_kv_cache *c = nb_kv_cache_for_lm(lm, 1);
+    float logits[11];
+    const int64_t bad[3] = {1, 11, 2};
+    CU_ASSERT_FALSE(nbn_lm_prefill(lm, bad, 3, c, logits)); /* checked before coverage */
+    CU_ASSERT_PTR_NOT_NULL(strstr(nb_last_error(), "token 11 is outside [0, 11)"));
+    CU_ASSERT_FALSE(nbn_lm_prefill_covers(lm, c, 3)); /* not trusted: no weight copy */
+    CU_ASSERT_FALSE(nbn_lm_prefill(lm, tokens, 3, c, logits));
+    CU_ASSERT_PTR_NOT_NULL(strstr(nb_last_error(), "does not cover 3 tokens after 0"));
+    nbn_lm_decode_trust_model(c, lm, true);
+    CU_ASSERT_FALSE(nbn_lm_prefill_covers(lm, c, 25)); /* the cache holds 24 */
+    CU_ASSERT_TRUE(nbn_lm_prefill_covers(lm, c, 24));
+    CU_ASSERT_EQUAL(nb_kv_cache_len(c), 0); /* nothing appended by the refusals */
+    nbn_lm_decode_trust_model(c, NULL, false);
+    nb_kv_cache_free(c);
+    nb_module_free(model);
+}
+
 /* The share of `tokens` decoded on two threads when the fused path's choice of thread count is
  * fed made-up token times: 30 us on one thread, two_ns on two, except that every
  * slow_every-th two-thread token (0: none) takes slow_ns. */
@@ -641,6 +695,7 @@ int main(void) {
         {"fused one-token path coverage", test_fused_decode_coverage},
         {"fused path's weight copy gives the same bits", test_fused_decode_weight_copy},
         {"fused path's runs of tokens, and their errors", test_fused_decode_run},
+        {"prompt path: 16 tokens at once, as the general forward", test_prefill},
         {"fused path's choice of thread count", test_decode_thread_choice},
         {"generate greedy is the argmax of the full recompute", test_generate_greedy_is_argmax},
         {"generate checks the model again after on_token", test_generate_rechecks_after_on_token},

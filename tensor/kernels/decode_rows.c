@@ -20,15 +20,18 @@ typedef float dr_v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
 #define MV_W 16
 typedef float mv_vf __attribute__((vector_size(64)));
 #define MV_FMA(a, b, c) ((mv_vf)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
+#define MV_SPLAT(x) ((mv_vf)_mm512_set1_ps(x))
 #elif defined(__AVX2__)
 #include <immintrin.h>
 #define MV_W 8
 typedef float mv_vf __attribute__((vector_size(32)));
 #define MV_FMA(a, b, c) ((mv_vf)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+#define MV_SPLAT(x) ((mv_vf)_mm256_set1_ps(x))
 #else
 #define MV_W 4
 typedef float mv_vf __attribute__((vector_size(16)));
 #define MV_FMA(a, b, c) ((a) * (b) + (c))
+#define MV_SPLAT(x) ((mv_vf){(x), (x), (x), (x)})
 #endif
 typedef float v8f __attribute__((vector_size(32)));
 typedef float v4f __attribute__((vector_size(16)));
@@ -88,6 +91,43 @@ void NBK_FN(nbk_matvec_halves_f32)(int64_t n, int64_t K, int64_t split, const fl
         y0[i] = row_dot(w, x, split);
         y1[i] = row_dot(w + split, x + split, K - split);
     }
+}
+
+/* The prompt's rows (nbk_matmul_rows_f32): up to 16 inputs at once, one lane each, so each
+ * row of W is read once for all of them and no lanes are summed across. */
+#define MM_T 16
+#define MM_V (MM_T / MV_W) /* vectors of the set per 16 lanes */
+#define MM_ROWS 4          /* rows of W at once, sharing each load of the inputs */
+
+/* y[t * ldy + i] = sum over k of W[i, k] xt[k][t] (+ bias[i]) for rows i in [i0, i0 + rows) of
+ * W (row stride ldw), lanes t < T of xt ([K][16]): each output one multiply-add chain in order
+ * of k. */
+static inline void matmul_block(int64_t i0, int rows, int64_t K, const float *W, int64_t ldw,
+                                const float *xt, int64_t T, const float *bias, float *y,
+                                int64_t ldy) {
+    mv_vf acc[MM_ROWS][MM_V] = {{{0}}};
+    for (int64_t k = 0; k < K; k++) {
+        mv_vf x[MM_V];
+        for (int v = 0; v < MM_V; v++) x[v] = MV_LOAD(xt + k * MM_T + v * MV_W);
+        for (int r = 0; r < rows; r++) {
+            const mv_vf w = MV_SPLAT(W[(i0 + r) * ldw + k]);
+            for (int v = 0; v < MM_V; v++) acc[r][v] = MV_FMA(w, x[v], acc[r][v]);
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        const float b = bias ? bias[i0 + r] : 0.0f;
+        for (int64_t t = 0; t < T; t++) {
+            const float dot = acc[r][t / MV_W][t % MV_W];
+            y[t * ldy + i0 + r] = bias ? dot + b : dot;
+        }
+    }
+}
+
+void NBK_FN(nbk_matmul_rows_f32)(int64_t n, int64_t K, const float *W, int64_t ldw, const float *xt,
+                                 int64_t T, const float *bias, float *y, int64_t ldy) {
+    int64_t i = 0;
+    for (; i + MM_ROWS <= n; i += MM_ROWS) matmul_block(i, MM_ROWS, K, W, ldw, xt, T, bias, y, ldy);
+    for (; i < n; i++) matmul_block(i, 1, K, W, ldw, xt, T, bias, y, ldy);
 }
 
 /* out[0:32] = scale * sum_i a[i] * M[i * ld : i * ld + 32] over i < count: one block of a row

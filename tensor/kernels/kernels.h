@@ -59,6 +59,11 @@ typedef struct {
                               float *y0, float *y1);
     void (*attend_row_f32)(int64_t n, int64_t hd, int64_t ld_k, float scale, const float *q,
                            const float *Kt, const float *V, float *scores, float *ctx);
+    /* A prompt's rows at once: y[t * ldy + i] = W[i, 0:K] . x_t (+ bias[i]) for n rows of W
+     * and T <= 16 inputs given transposed, xt[k][t] ([K][16], lanes past T ignored); each
+     * output one multiply-add chain in order of k. */
+    void (*matmul_rows_f32)(int64_t n, int64_t K, const float *W, int64_t ldw, const float *xt,
+                            int64_t T, const float *bias, float *y, int64_t ldy);
 } nbt_kernel_table;
 
 /* Fills k with one set's kernels (each set's table.c). */
@@ -95,6 +100,8 @@ void NBK_FN(nbk_matvec_halves_f32)(int64_t n, int64_t K, int64_t split, const fl
                                    const float *x, float *y0, float *y1);
 void NBK_FN(nbk_attend_row_f32)(int64_t n, int64_t hd, int64_t ld_k, float scale, const float *q,
                                 const float *Kt, const float *V, float *scores, float *ctx);
+void NBK_FN(nbk_matmul_rows_f32)(int64_t n, int64_t K, const float *W, int64_t ldw, const float *xt,
+                                 int64_t T, const float *bias, float *y, int64_t ldy);
 void NBK_FN(nba_small_head_forward)(const nba_small_head *h);
 void NBK_FN(nba_small_head_backward)(const nba_small_head *h);
 #endif

@@ -1,0 +1,62 @@
+/* The fused decoding path's state and the small pieces its one-token path (lm_decode.c) and
+ * its prompt path (lm_prefill.c) share. Internal to nn/. */
+#ifndef NABLA_LM_DECODE_IMPL_H
+#define NABLA_LM_DECODE_IMPL_H
+
+#include "lm_decode.h"
+#include "lm_decode_weights.h"
+
+#include "kv_cache_impl.h"
+#include "tensor/isa.h"
+#include "tensor/nbt.h"
+
+/* Token times per window of the choice of thread count (lm_decode.c). */
+#define NBN_DECODE_WINDOW 16
+
+struct nbn_lm_decoder {
+    int64_t D, F, H, L;      /* sized for: dim, widest hidden layer, heads, max_len */
+    float *x[2];             /* each half's copy of the residual stream [D] */
+    float *q, *k, *v, *ctx;  /* [D] each, each half writing its heads' part */
+    float *hidden, *erf_arg; /* [F], each half writing its rows */
+    float *scores;           /* a row of L per head */
+    float *norm[2];          /* each half's layer-norm output [D] */
+    /* each half's partial out_proj and fc2 outputs [D] (two sets, so a job reads the one the
+     * job before wrote while it writes the other) */
+    float *attn_part[2], *ff_part[2];
+    /* the thread count: the one in use, the one preferred, the timing window */
+    int current, home, skip, in_window;
+    int64_t window_ns[NBN_DECODE_WINDOW], until_trial, gap; /* the window's token times */
+    double avg_ns[3]; /* per thread count: a running mean of its windows' mean token times */
+    /* the weights in reading order (nbn_lm_decode_trust_model), current while weights_ready */
+    nbn_decode_weights *weights;
+    bool weights_ready;
+    struct nbn_prefill_buffers *prefill; /* the prompt path's, made on its first use */
+};
+
+/* c's decoder for m, made (or remade, for a model of other sizes) here; NULL with an error
+ * when memory runs out. Owned by c. */
+struct nbn_lm_decoder *nbn_lm_decoder_for(const nb_transformer_lm *m, nb_kv_cache *c);
+/* The thread count the next token (or prompt) should use: 1 when budget (nbt_threads_for)
+ * allows one, else the forced count or the running choice (*choosing then says it is one). */
+int nbn_lm_decode_threads(const struct nbn_lm_decoder *d, const nb_kv_cache *c, int budget,
+                          bool *choosing);
+/* Frees the prompt path's buffers (NULL is a no-op). */
+void nbn_prefill_buffers_free(struct nbn_prefill_buffers *b);
+
+/* A parameter's floats (nbn_lm_decode_covers has checked it: live, float32, contiguous). */
+static inline const float *f32(const nb_tensor *t) {
+    return t ? (const float *)nbt_ptr(t) : NULL;
+}
+
+/* x += (part[0] + part[1]) + bias: both halves' shares of a product, then its bias. Each half
+ * adds into its own copy of the residual stream, the same sums in the same order. */
+static inline void add_parts(int64_t D, float *x, float *const part[2], const nb_tensor *bias) {
+    const float *b = f32(bias);
+    for (int64_t i = 0; i < D; i++) {
+        float y = part[0][i] + part[1][i];
+        if (b) y += b[i];
+        x[i] += y;
+    }
+}
+
+#endif
