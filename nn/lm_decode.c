@@ -212,10 +212,8 @@ static void layer_norm(const nb_layernorm *n, int64_t D, const float *x, float *
  * the copy in reading order), or from l itself when W is NULL. */
 static void linear_rows(const nb_linear *l, const float *W, int64_t r0, int64_t r1, const float *x,
                         float *y) {
-    const float *b = f32(l->bias);
     const int64_t K = l->in_features;
-    nbt_kernels()->matvec_rows_f32(r1 - r0, K, W ? W : f32(l->weight) + r0 * K, K, x,
-                                   b ? b + r0 : NULL, y + r0);
+    nbn_weight_rows(W ? W : f32(l->weight) + r0 * K, l->bias, K, r0, r1, x, y);
 }
 
 /* part[h] = the share of l(in) that inputs [k[h], k[h + 1]) contribute, without the bias,
@@ -302,9 +300,8 @@ static void head_half(const decode_job *j, int half) {
     if (r0 == r1) return;
     add_parts(d->D, d->x[half], d->ff_part, m->blocks[m->num_layers - 1]->ff->fc2->bias);
     layer_norm(m->norm_f, d->D, d->x[half], d->norm[half]);
-    const float *b = f32(m->head_bias);
-    nbt_kernels()->matvec_rows_f32(r1 - r0, d->D, f32(m->head_weight) + r0 * d->D, d->D,
-                                   d->norm[half], b ? b + r0 : NULL, j->logits + r0);
+    nbn_weight_rows(f32(m->head_weight) + r0 * d->D, m->head_bias, d->D, r0, r1, d->norm[half],
+                    j->logits);
 }
 
 /* Halves [begin, end) of phase p: block p / 2's attention (even p) or feed-forward (odd p),

@@ -59,4 +59,12 @@ static inline void add_parts(int64_t D, float *x, float *const part[2], const nb
     }
 }
 
+/* y[r0..r1) = W x + bias[r0..r1) for rows r0..r1 of a weight with K columns, W pointing at
+ * row r0 (of the model's weight, or of the copy in reading order); bias may be NULL. */
+static inline void nbn_weight_rows(const float *W, const nb_tensor *bias, int64_t K, int64_t r0,
+                                   int64_t r1, const float *x, float *y) {
+    const float *b = f32(bias);
+    nbt_kernels()->matvec_rows_f32(r1 - r0, K, W, K, x, b ? b + r0 : NULL, y + r0);
+}
+
 #endif

@@ -175,9 +175,7 @@ static void head_half(const prefill_job *j, int half) {
     float *x = b->x[half] + last * D, *nx = b->norm[half] + last * D;
     add_parts_row(D, b->x[half], b->ff_part, last, m->blocks[m->num_layers - 1]->ff->fc2->bias);
     norm_rows(m->norm_f, 1, D, x, nx);
-    const float *bias = f32(m->head_bias);
-    nbt_kernels()->matvec_rows_f32(r1 - r0, D, f32(m->head_weight) + r0 * D, D, nx,
-                                   bias ? bias + r0 : NULL, j->logits + r0);
+    nbn_weight_rows(f32(m->head_weight) + r0 * D, m->head_bias, D, r0, r1, nx, j->logits);
 }
 
 static void run_phase(int p, int begin, int end, void *vjob) {
