@@ -107,11 +107,17 @@ static int64_t token_at(const int64_t *prompt, int64_t prompt_len, const int64_t
     return i < prompt_len ? prompt[i] : out[i - prompt_len];
 }
 
+/* window[0 .. to - from) = tokens [from, to) of the sequence. */
+static void fill_window(int64_t *window, const int64_t *prompt, int64_t prompt_len,
+                        const int64_t *out, int64_t from, int64_t to) {
+    for (int64_t i = from; i < to; i++) window[i - from] = token_at(prompt, prompt_len, out, i);
+}
+
 /* Feeds tokens [from, to) of the sequence to the cache and returns the last logits row. */
 static nb_tensor *feed(nb_transformer_lm *lm, nb_kv_cache *c, int64_t *window,
                        const int64_t *prompt, int64_t prompt_len, const int64_t *out, int64_t from,
                        int64_t to) {
-    for (int64_t i = from; i < to; i++) window[i - from] = token_at(prompt, prompt_len, out, i);
+    fill_window(window, prompt, prompt_len, out, from, to);
     nb_tensor *tokens = nb_from_array(NB_I64, NB_SHAPE(1, to - from), window);
     nb_tensor *logits = nb_transformer_lm_forward_cached(lm, tokens, c);
     return logits ? nb_select(nb_select(logits, 0, 0), 0, to - from - 1) : NULL;
@@ -234,8 +240,7 @@ int64_t nb_generate(nb_transformer_lm *lm, const int64_t *prompt, int64_t prompt
                 g.over = g.failed = true;
         } else if (nbn_lm_prefill_covers(lm, c, g.total - g.fed)) {
             /* a prompt (or the window kept after a slide): its tokens 16 at a time */
-            for (int64_t i = g.fed; i < g.total; i++)
-                window[i - g.fed] = token_at(prompt, prompt_len, out, i);
+            fill_window(window, prompt, prompt_len, out, g.fed, g.total);
             if (nbn_lm_prefill(lm, window, g.total - g.fed, c, nb_data(logits_row)))
                 take_next(&g, logits_row);
             else

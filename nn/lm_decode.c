@@ -258,16 +258,9 @@ static void attention_half(const decode_job *j, int layer, int half) {
         linear_rows(a->W_key, W ? W + n : NULL, q0, q1, nx, d->k);
         linear_rows(a->W_value, W ? W + 2 * n : NULL, q0, q1, nx, d->v);
     }
-    const kv_slot *s = &j->c->slots[layer];
-    float *K = nb_data(s->k), *V = nb_data(s->v);
-    const float scale = (float)(1.0 / sqrt((double)hd));
-    for (int64_t h = h0; h < h1; h++) {
-        float *Kt = K + h * hd * L, *Vh = V + h * L * hd;
-        for (int64_t i = 0; i < hd; i++) Kt[i * L + pos] = d->k[h * hd + i];
-        memcpy(Vh + pos * hd, d->v + h * hd, sizeof(float) * (size_t)hd);
-        nbt_kernels()->attend_row_f32(pos + 1, hd, L, scale, d->q + h * hd, Kt, Vh,
-                                      d->scores + h * L, d->ctx + h * hd);
-    }
+    for (int64_t h = h0; h < h1; h++)
+        nbn_append_and_attend(&j->c->slots[layer], L, h, pos, d->q + h * hd, d->k + h * hd,
+                              d->v + h * hd, d->scores + h * L, d->ctx + h * hd);
 }
 
 /* out_proj added, norm2, this half's rows of fc1 and their GELU (x / 2 * (1 + erf(x / sqrt 2)),
@@ -283,9 +276,7 @@ static void feedforward_half(const decode_job *j, int layer, int half) {
         layer_norm(b->norm2, d->D, x, nx);
         linear_rows(b->ff->fc1, j->w ? nbn_decode_weights_half(j->w, layer, half)->fc1 : NULL, r0,
                     r1, nx, h);
-        for (int64_t r = r0; r < r1; r++) t[r] = h[r] * (float)M_SQRT1_2;
-        nbt_kernels()->verf_f32(t + r0, t + r0, r1 - r0);
-        for (int64_t r = r0; r < r1; r++) h[r] = h[r] * 0.5f * (1 + t[r]);
+        nbn_gelu_rows(h, t, r0, r1);
     }
 }
 
@@ -405,7 +396,7 @@ int nbn_lm_decode_count_time(nb_kv_cache *c, int64_t ns) {
  * the vocabulary or beyond the cache. */
 static bool set_up_token(decode_job *j, int64_t token, int64_t now) {
     nb_transformer_lm *m = j->m;
-    const int64_t D = m->dim, pos = j->c->slots[0].len;
+    const int64_t pos = j->c->slots[0].len;
     j->token = -1;
     if (token < 0 || token >= m->vocab) {
         nbt_error("TransformerLM", "'%s': token %lld is outside [0, %lld)", m->base.path,
@@ -419,8 +410,7 @@ static bool set_up_token(decode_job *j, int64_t token, int64_t now) {
         return false;
     }
     j->start_ns = now;
-    const float *te = f32(m->tok_emb->weight) + token * D, *pe = f32(m->pos_emb->weight) + pos * D;
-    for (int64_t i = 0; i < D; i++) j->d->x[0][i] = j->d->x[1][i] = te[i] + pe[i];
+    nbn_embed(m, token, pos, j->d->x[0], j->d->x[1]);
     j->pos = pos;
     j->token = token;
     return true;

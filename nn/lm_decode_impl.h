@@ -10,6 +10,9 @@
 #include "tensor/isa.h"
 #include "tensor/nbt.h"
 
+#include <math.h>
+#include <string.h>
+
 /* Token times per window of the choice of thread count (lm_decode.c). */
 #define NBN_DECODE_WINDOW 16
 
@@ -65,6 +68,36 @@ static inline void nbn_weight_rows(const float *W, const nb_tensor *bias, int64_
                                    int64_t r1, const float *x, float *y) {
     const float *b = f32(bias);
     nbt_kernels()->matvec_rows_f32(r1 - r0, K, W, K, x, b ? b + r0 : NULL, y + r0);
+}
+
+/* x0 = x1 = token's embedding + position pos's: both halves' copies of the residual stream. */
+static inline void nbn_embed(const nb_transformer_lm *m, int64_t token, int64_t pos, float *x0,
+                             float *x1) {
+    const int64_t D = m->dim;
+    const float *te = f32(m->tok_emb->weight) + token * D, *pe = f32(m->pos_emb->weight) + pos * D;
+    for (int64_t i = 0; i < D; i++) x0[i] = x1[i] = te[i] + pe[i];
+}
+
+/* Head h's key k and value v [hd] into the cache slot (of a cache of L positions) at position
+ * pos (keys transposed, [heads, hd, L]; values [heads, L, hd]), then query q's attention over
+ * positions 0..pos into ctx [hd], with scores room for L. */
+static inline void nbn_append_and_attend(const kv_slot *s, int64_t L, int64_t h, int64_t pos,
+                                         const float *q, const float *k, const float *v,
+                                         float *scores, float *ctx) {
+    const int64_t hd = s->head_dim;
+    float *Kt = (float *)nb_data(s->k) + h * hd * L, *Vh = (float *)nb_data(s->v) + h * L * hd;
+    for (int64_t i = 0; i < hd; i++) Kt[i * L + pos] = k[i];
+    memcpy(Vh + pos * hd, v, sizeof(float) * (size_t)hd);
+    nbt_kernels()->attend_row_f32(pos + 1, hd, L, (float)(1.0 / sqrt((double)hd)), q, Kt, Vh,
+                                  scores, ctx);
+}
+
+/* h[r0..r1) = GELU(h[r0..r1)) as nb_gelu computes it, x / 2 * (1 + erf(x / sqrt 2)), with
+ * t[r0..r1) as scratch. */
+static inline void nbn_gelu_rows(float *h, float *t, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; r++) t[r] = h[r] * (float)M_SQRT1_2;
+    nbt_kernels()->verf_f32(t + r0, t + r0, r1 - r0);
+    for (int64_t r = r0; r < r1; r++) h[r] = h[r] * 0.5f * (1 + t[r]);
 }
 
 #endif

@@ -122,19 +122,12 @@ static void attention_half(const prefill_job *j, int layer, int half) {
         nbt_kernels()->matmul_rows_f32(q1 - q0, D, hw->qkv + 2 * n, D, xt, T, bv ? bv + q0 : NULL,
                                        b->v + q0, D);
     }
-    const kv_slot *s = &j->c->slots[layer];
-    float *K = nb_data(s->k), *V = nb_data(s->v);
-    const float scale = (float)(1.0 / sqrt((double)hd));
-    for (int64_t h = h0; h < h1; h++) {
-        float *Kt = K + h * hd * L, *Vh = V + h * L * hd;
+    for (int64_t h = h0; h < h1; h++)
         for (int64_t t = 0; t < T; t++) {
-            const int64_t pos = j->pos + t;
-            for (int64_t i = 0; i < hd; i++) Kt[i * L + pos] = b->k[t * D + h * hd + i];
-            memcpy(Vh + pos * hd, b->v + t * D + h * hd, sizeof(float) * (size_t)hd);
-            nbt_kernels()->attend_row_f32(pos + 1, hd, L, scale, b->q + t * D + h * hd, Kt, Vh,
-                                          j->d->scores + h * L, b->ctx + t * D + h * hd);
+            const int64_t at = t * D + h * hd; /* token t's head h */
+            nbn_append_and_attend(&j->c->slots[layer], L, h, j->pos + t, b->q + at, b->k + at,
+                                  b->v + at, j->d->scores + h * L, b->ctx + at);
         }
-    }
     rows_times(j, half, hw->out, D, q1 - q0, b->ctx + q0, D, NULL, b->attn_part[half], D);
 }
 
@@ -153,12 +146,7 @@ static void feedforward_half(const prefill_job *j, int layer, int half) {
         norm_rows(blk->norm2, T, D, x, nx);
         const float *b1 = f32(blk->ff->fc1->bias);
         rows_times(j, half, hw->fc1, r1 - r0, D, nx, D, b1 ? b1 + r0 : NULL, b->hidden + r0, F);
-        for (int64_t t = 0; t < T; t++) {
-            float *h = b->hidden + t * F;
-            for (int64_t r = r0; r < r1; r++) erf_arg[r] = h[r] * (float)M_SQRT1_2;
-            nbt_kernels()->verf_f32(erf_arg + r0, erf_arg + r0, r1 - r0);
-            for (int64_t r = r0; r < r1; r++) h[r] = h[r] * 0.5f * (1 + erf_arg[r]);
-        }
+        for (int64_t t = 0; t < T; t++) nbn_gelu_rows(b->hidden + t * F, erf_arg, r0, r1);
     }
     rows_times(j, half, hw->fc2, D, r1 - r0, b->hidden + r0, F, NULL, b->ff_part[half], D);
 }
@@ -226,11 +214,8 @@ bool nbn_lm_prefill(nb_transformer_lm *m, const int64_t *tokens, int64_t n, nb_k
                          .pos = c->slots[0].len,
                          .T = T,
                          .logits = logits};
-        for (int64_t t = 0; t < T; t++) {
-            const float *te = f32(m->tok_emb->weight) + tokens[done + t] * D,
-                        *pe = f32(m->pos_emb->weight) + (j.pos + t) * D;
-            for (int64_t i = 0; i < D; i++) b->x[0][t * D + i] = b->x[1][t * D + i] = te[i] + pe[i];
-        }
+        for (int64_t t = 0; t < T; t++)
+            nbn_embed(m, tokens[done + t], j.pos + t, b->x[0] + t * D, b->x[1] + t * D);
         done += T;
         /* the head only after the last chunk */
         const int phases = 2 * (int)m->num_layers + (done == n);
