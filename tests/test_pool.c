@@ -189,23 +189,35 @@ static void nested_phases(int64_t task, int worker, void *ctx) {
     if (!phases_once(3, &split) || split) atomic_fetch_add((atomic_int *)ctx, 1);
 }
 
-static void test_parallel_phases(void) {
+/* Runs once(i, &split) for i = 0, 1, ... at a budget of one thread, then of two: `runs` times,
+ * and with two threads until some run was split across them (on a busy machine a descheduled
+ * worker can miss many short runs), for at most 10 s. Every run must pass, and runs are split
+ * with two threads only. */
+static void at_one_and_two_threads(int runs, bool (*once)(int i, int *split)) {
     const int before = nb_get_num_threads();
     for (int threads = 1; threads <= 2; threads++) {
         nb_set_num_threads(threads);
-        /* 3000 rounds, and with two threads until the worker has run a half (on a busy
-         * machine a descheduled worker can miss many short rounds), for at most 10 s */
         int failures = 0, split = 0;
         const time_t give_up = time(NULL) + 10;
-        for (int round = 0; round < 3000 || (threads == 2 && !split && time(NULL) < give_up);
-             round++) {
+        for (int i = 0; i < runs || (threads == 2 && !split && time(NULL) < give_up); i++) {
             nbt_wake_workers();
-            failures += !phases_once(1 + round % MAX_PHASES, &split);
+            failures += !once(i, &split);
         }
         CU_ASSERT_EQUAL(failures, 0);
         if (threads == 1) CU_ASSERT_EQUAL(split, 0);
         if (threads == 2) CU_ASSERT_TRUE(split > 0); /* the two-thread path was taken */
     }
+    nb_set_num_threads(before);
+}
+
+static bool phases_run(int i, int *split) {
+    return phases_once(1 + i % MAX_PHASES, split);
+}
+
+static void test_parallel_phases(void) {
+    at_one_and_two_threads(3000, phases_run);
+    const int before = nb_get_num_threads();
+    nb_set_num_threads(2);
     atomic_int nested = 0;
     nbt_run_tasks(4, 2, nested_phases, &nested);
     CU_ASSERT_EQUAL(atomic_load(&nested), 0);
@@ -284,21 +296,12 @@ static bool rounds_once(int phases, int rounds, int *split) {
     return ok;
 }
 
+static bool rounds_run(int i, int *split) {
+    return rounds_once(1 + i % MAX_PHASES, 1 + i % MAX_ROUNDS, split);
+}
+
 static void test_phase_rounds(void) {
-    const int before = nb_get_num_threads();
-    for (int threads = 1; threads <= 2; threads++) {
-        nb_set_num_threads(threads);
-        int failures = 0, split = 0;
-        const time_t give_up = time(NULL) + 10;
-        for (int i = 0; i < 2000 || (threads == 2 && !split && time(NULL) < give_up); i++) {
-            nbt_wake_workers();
-            failures += !rounds_once(1 + i % MAX_PHASES, 1 + i % MAX_ROUNDS, &split);
-        }
-        CU_ASSERT_EQUAL(failures, 0);
-        if (threads == 1) CU_ASSERT_EQUAL(split, 0);
-        if (threads == 2) CU_ASSERT_TRUE(split > 0);
-    }
-    nb_set_num_threads(before);
+    at_one_and_two_threads(2000, rounds_run);
 }
 
 /* nbt_set_serial keeps this thread's work on it, returns the previous setting, and leaves
