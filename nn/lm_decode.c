@@ -202,12 +202,6 @@ void nbn_lm_decode_trust_model(nb_kv_cache *c, const nb_transformer_lm *m, bool 
     if (d) d->weights_ready = copy && nbn_decode_weights_pack(&d->weights, m);
 }
 
-static void layer_norm(const nb_layernorm *n, int64_t D, const float *x, float *y) {
-    float mean, rstd;
-    nbt_kernels()->layer_norm_rows_f32(1, D, x, f32(n->weight), f32(n->bias), n->eps, y, &mean,
-                                       &rstd);
-}
-
 /* y[r0..r1) = l(x)[r0..r1), the rows of l's weight read from W (rows r0..r1 one after another:
  * the copy in reading order), or from l itself when W is NULL. */
 static void linear_rows(const nb_linear *l, const float *W, int64_t r0, int64_t r1, const float *x,
@@ -250,7 +244,7 @@ static void attention_half(const decode_job *j, int layer, int half) {
     int64_t h0, h1;
     nbn_half_of(a->num_heads, 1, half, &h0, &h1);
     if (h0 < h1) {
-        layer_norm(b->norm1, D, x, nx);
+        nbn_layer_norm_rows(b->norm1, 1, D, x, nx);
         /* in the copy, the three row blocks one after another */
         const float *W = j->w ? nbn_decode_weights_half(j->w, layer, half)->qkv : NULL;
         const int64_t q0 = h0 * hd, q1 = h1 * hd, n = (q1 - q0) * D;
@@ -273,7 +267,7 @@ static void feedforward_half(const decode_job *j, int layer, int half) {
     int64_t r0, r1;
     nbn_half_of(b->ff->fc1->out_features, 16, half, &r0, &r1);
     if (r0 < r1) {
-        layer_norm(b->norm2, d->D, x, nx);
+        nbn_layer_norm_rows(b->norm2, 1, d->D, x, nx);
         linear_rows(b->ff->fc1, j->w ? nbn_decode_weights_half(j->w, layer, half)->fc1 : NULL, r0,
                     r1, nx, h);
         nbn_gelu_rows(h, t, r0, r1);
@@ -290,7 +284,7 @@ static void head_half(const decode_job *j, int half) {
     nbn_half_of(m->out_features, 16, half, &r0, &r1);
     if (r0 == r1) return;
     add_parts(d->D, d->x[half], d->ff_part, m->blocks[m->num_layers - 1]->ff->fc2->bias);
-    layer_norm(m->norm_f, d->D, d->x[half], d->norm[half]);
+    nbn_layer_norm_rows(m->norm_f, 1, d->D, d->x[half], d->norm[half]);
     nbn_weight_rows(f32(m->head_weight) + r0 * d->D, m->head_bias, d->D, r0, r1, d->norm[half],
                     j->logits);
 }
@@ -398,11 +392,7 @@ static bool set_up_token(decode_job *j, int64_t token, int64_t now) {
     nb_transformer_lm *m = j->m;
     const int64_t pos = j->c->slots[0].len;
     j->token = -1;
-    if (token < 0 || token >= m->vocab) {
-        nbt_error("TransformerLM", "'%s': token %lld is outside [0, %lld)", m->base.path,
-                  (long long)token, (long long)m->vocab);
-        return false;
-    }
+    if (!nbn_token_ok(m, token)) return false;
     if (pos + 1 > j->c->max_len || pos + 1 > m->max_len) {
         nbt_error("TransformerLM",
                   "'%s': no room for position %lld (the cache holds %lld, the model %lld)",

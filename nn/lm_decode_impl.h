@@ -62,6 +62,25 @@ static inline void add_parts(int64_t D, float *x, float *const part[2], const nb
     }
 }
 
+/* Tokens the prompt path (lm_prefill.c) takes at once: the lanes of matmul_rows_f32. */
+#define NBN_PREFILL_ROWS 16
+
+/* True if token is in m's vocabulary; else false with an error naming the module. */
+static inline bool nbn_token_ok(const nb_transformer_lm *m, int64_t token) {
+    if (token >= 0 && token < m->vocab) return true;
+    nbt_error("TransformerLM", "'%s': token %lld is outside [0, %lld)", m->base.path,
+              (long long)token, (long long)m->vocab);
+    return false;
+}
+
+/* y = n(x) for `rows` (at most NBN_PREFILL_ROWS) rows of D floats. */
+static inline void nbn_layer_norm_rows(const nb_layernorm *n, int64_t rows, int64_t D,
+                                       const float *x, float *y) {
+    float mean[NBN_PREFILL_ROWS], rstd[NBN_PREFILL_ROWS];
+    nbt_kernels()->layer_norm_rows_f32(rows, D, x, f32(n->weight), f32(n->bias), n->eps, y, mean,
+                                       rstd);
+}
+
 /* y[r0..r1) = W x + bias[r0..r1) for rows r0..r1 of a weight with K columns, W pointing at
  * row r0 (of the model's weight, or of the copy in reading order); bias may be NULL. */
 static inline void nbn_weight_rows(const float *W, const nb_tensor *bias, int64_t K, int64_t r0,

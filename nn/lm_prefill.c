@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PREFILL_ROWS 16 /* tokens at once: the lanes of matmul_rows_f32 */
+#define PREFILL_ROWS NBN_PREFILL_ROWS
 
 struct nbn_prefill_buffers {
     int64_t D, F;
@@ -80,12 +80,6 @@ static void rows_times(const prefill_job *j, int half, const float *W, int64_t n
     nbt_kernels()->matmul_rows_f32(n, K, W, K, xt, j->T, bias, y, ldy);
 }
 
-static void norm_rows(const nb_layernorm *n, int64_t T, int64_t D, const float *x, float *y) {
-    float mean[PREFILL_ROWS], rstd[PREFILL_ROWS];
-    nbt_kernels()->layer_norm_rows_f32(T, D, x, f32(n->weight), f32(n->bias), n->eps, y, mean,
-                                       rstd);
-}
-
 /* Row t of both halves' partial sums. */
 static void add_parts_row(int64_t D, float *x, float *const part[2], int64_t t,
                           const nb_tensor *bias) {
@@ -110,7 +104,7 @@ static void attention_half(const prefill_job *j, int layer, int half) {
     nbn_half_of(a->num_heads, 1, half, &h0, &h1);
     const int64_t q0 = h0 * hd, q1 = h1 * hd, n = (q1 - q0) * D;
     if (h0 < h1) {
-        norm_rows(blk->norm1, T, D, x, nx);
+        nbn_layer_norm_rows(blk->norm1, T, D, x, nx);
         const float *bq = f32(a->W_query->bias), *bk = f32(a->W_key->bias),
                     *bv = f32(a->W_value->bias);
         float *xt = b->xt[half];
@@ -143,7 +137,7 @@ static void feedforward_half(const prefill_job *j, int layer, int half) {
     int64_t r0, r1;
     nbn_half_of(blk->ff->fc1->out_features, 16, half, &r0, &r1);
     if (r0 < r1) {
-        norm_rows(blk->norm2, T, D, x, nx);
+        nbn_layer_norm_rows(blk->norm2, T, D, x, nx);
         const float *b1 = f32(blk->ff->fc1->bias);
         rows_times(j, half, hw->fc1, r1 - r0, D, nx, D, b1 ? b1 + r0 : NULL, b->hidden + r0, F);
         for (int64_t t = 0; t < T; t++) nbn_gelu_rows(b->hidden + t * F, erf_arg, r0, r1);
@@ -162,7 +156,7 @@ static void head_half(const prefill_job *j, int half) {
     if (r0 == r1) return;
     float *x = b->x[half] + last * D, *nx = b->norm[half] + last * D;
     add_parts_row(D, b->x[half], b->ff_part, last, m->blocks[m->num_layers - 1]->ff->fc2->bias);
-    norm_rows(m->norm_f, 1, D, x, nx);
+    nbn_layer_norm_rows(m->norm_f, 1, D, x, nx);
     nbn_weight_rows(f32(m->head_weight) + r0 * D, m->head_bias, D, r0, r1, nx, j->logits);
 }
 
@@ -189,10 +183,7 @@ bool nbn_lm_prefill_covers(const nb_transformer_lm *m, const nb_kv_cache *c, int
 bool nbn_lm_prefill(nb_transformer_lm *m, const int64_t *tokens, int64_t n, nb_kv_cache *c,
                     float *logits) {
     for (int64_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= m->vocab)
-            return nbt_error("TransformerLM", "'%s': token %lld is outside [0, %lld)", m->base.path,
-                             (long long)tokens[i], (long long)m->vocab),
-                   false;
+        if (!nbn_token_ok(m, tokens[i])) return false;
     if (!nbn_lm_prefill_covers(m, c, n))
         return nbt_error("TransformerLM",
                          "'%s': the prompt path does not cover %lld tokens after %lld here",
