@@ -73,12 +73,16 @@ nb_optimizer *nbo_create(const char *op, nb_tensor *const *params, int n, double
     memcpy(o->kinds, kinds, sizeof *kinds * (size_t)nstate);
     o->params = nbt_malloc(sizeof *o->params * (size_t)n);
     o->state = nbt_malloc(sizeof *o->state * (size_t)(n * nstate + 1));
+    o->segments = nbt_malloc(sizeof *o->segments * (size_t)n);
     o->scope = nb_scope_create();
-    if (!o->params || !o->state || !o->scope) {
+    if (!o->params || !o->state || !o->segments || !o->scope) {
         nb_optimizer_free(o);
         return nbt_error(op, "out of memory");
     }
     memcpy(o->params, params, sizeof *params * (size_t)n);
+    for (int i = 0; i < n && !o->shared_storage; i++)
+        for (int j = 0; j < i; j++)
+            if (params[i]->storage == params[j]->storage) o->shared_storage = true;
     bool ok = true;
     nb_scope_push(o->scope);
     for (int i = 0; ok && i < n; i++)
@@ -104,9 +108,12 @@ void nb_optimizer_free(nb_optimizer *o) {
     if (o->scope) nb_scope_destroy(o->scope);
     nbt_free(o->params);
     nbt_free(o->state);
+    nbt_free(o->segments);
     nbt_free(o->named);
     nbt_free(o);
 }
+
+static void run_segments(nb_optimizer *o);
 
 bool nb_optimizer_step(nb_optimizer *o) {
     if (!o) return nbt_error("nb_optimizer_step", "optimizer is NULL"), false;
@@ -131,8 +138,10 @@ bool nb_optimizer_step(nb_optimizer *o) {
                        false;
         }
     }
+    o->nsegments = 0;
     for (int i = 0; i < o->n; i++)
         if (o->params[i]->grad) o->update(o, i);
+    run_segments(o);
     return true;
 }
 
@@ -153,49 +162,66 @@ bool nb_optimizer_set_lr(nb_optimizer *o, double lr) {
     return true;
 }
 
-/* Contiguous operands split into slices for threads: the update is elementwise, so every
- * element sees the same arithmetic for any thread count. */
+/* The queued updates as one job: every queued parameter's elements in a row, cut into slices
+ * of at least RUN_GRAIN that any thread may take. The update is elementwise, so every element
+ * sees the same arithmetic for any thread count and any cut. One job for all parameters, not
+ * one per parameter: the small ones (biases, norms) had run on the calling thread alone, and
+ * each large one had been a pool job of its own. */
 #define RUN_GRAIN 16384
 
-typedef struct {
-    int nops;
-    char *base[NBT_ITER_MAX];
-    int64_t strides[NBT_ITER_MAX]; /* the element size, for every operand */
-    nbt_inner_fn fn;
-    void *ctx;
-} run_slices;
-
-static void run_slice(int64_t begin, int64_t end, void *vjob) {
-    const run_slices *j = vjob;
-    char *p[NBT_ITER_MAX];
-    for (int k = 0; k < j->nops; k++) p[k] = j->base[k] + begin * j->strides[k];
-    j->fn(end - begin, p, j->strides, j->ctx);
+static void run_segment_range(int64_t begin, int64_t end, void *vo) {
+    const nb_optimizer *o = vo;
+    const size_t es = nb_dtype_size(o->params[0]->dtype);
+    int lo = 0, hi = o->nsegments - 1; /* the last segment starting at or before begin */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (o->segments[mid].first <= begin)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    int64_t strides[NBT_ITER_MAX];
+    for (int k = 0; k < NBT_ITER_MAX; k++) strides[k] = (int64_t)es;
+    for (int s = lo; s < o->nsegments && o->segments[s].first < end; s++) {
+        const nbo_segment *seg = &o->segments[s];
+        int64_t from = begin > seg->first ? begin - seg->first : 0;
+        int64_t to = end - seg->first < seg->n ? end - seg->first : seg->n;
+        if (from >= to) continue;
+        char *p[NBT_ITER_MAX];
+        for (int k = 0; k < seg->nops; k++) p[k] = seg->base[k] + (size_t)from * es;
+        seg->fn(to - from, p, strides, (void *)seg->ctx);
+    }
 }
 
-void nbo_run(nb_tensor *param, const nb_tensor *grad, int nstate, nb_tensor *const *states,
-             nbt_inner_fn fn, void *ctx) {
-    size_t es = nb_dtype_size(param->dtype);
-    bool flat = nb_is_contiguous(param) && nb_is_contiguous(grad);
-    for (int k = 0; k < nstate; k++) flat = flat && nb_is_contiguous(states[k]);
+static void run_segments(nb_optimizer *o) {
+    int64_t total = 0;
+    for (int s = 0; s < o->nsegments; s++) o->segments[s].first = total, total += o->segments[s].n;
+    if (total > 0) nbt_parallel_ranges(total, RUN_GRAIN, run_segment_range, o);
+    o->nsegments = 0;
+}
+
+void nbo_run(nb_optimizer *o, nb_tensor *param, const nb_tensor *grad, int nstate,
+             nb_tensor *const *states, nbt_inner_fn fn, const void *ctx, size_t ctx_size) {
+    const int nops = 2 + nstate;
+    const nb_tensor *all[NBT_ITER_MAX] = {param, grad};
+    for (int k = 0; k < nstate; k++) all[2 + k] = states[k];
+    bool flat = true;
+    for (int k = 0; k < nops; k++) flat = flat && nb_is_contiguous(all[k]);
     if (flat) {
-        run_slices j = {
-            .nops = 2 + nstate, .base = {nbt_ptr(param), nbt_ptr(grad)}, .fn = fn, .ctx = ctx};
-        for (int k = 0; k < nstate; k++) j.base[2 + k] = nbt_ptr(states[k]);
-        for (int k = 0; k < j.nops; k++) j.strides[k] = (int64_t)es;
-        nbt_parallel_ranges(nbt_numel(param), RUN_GRAIN, run_slice, &j);
+        nbo_segment *seg = &o->segments[o->nsegments++];
+        seg->nops = nops, seg->n = nbt_numel(param), seg->fn = fn;
+        for (int k = 0; k < nops; k++) seg->base[k] = nbt_ptr(all[k]);
+        memcpy(seg->ctx, ctx, ctx_size);
+        if (o->shared_storage) run_segments(o); /* now, in parameter order */
         return;
     }
-    nbt_operands ops = {.nops = 2 + nstate, .base = {nbt_ptr(param), nbt_ptr(grad)}};
-    const nb_tensor *all[NBT_ITER_MAX] = {param, grad};
-    for (int k = 0; k < nstate; k++) {
-        all[2 + k] = states[k];
-        ops.base[2 + k] = nbt_ptr(states[k]);
-    }
-    for (int k = 0; k < ops.nops; k++) {
-        ops.elem[k] = es;
+    nbt_operands ops = {.nops = nops};
+    for (int k = 0; k < nops; k++) {
+        ops.base[k] = nbt_ptr(all[k]);
+        ops.elem[k] = nb_dtype_size(param->dtype);
         memcpy(ops.strides[k], all[k]->strides, sizeof(int64_t) * (size_t)param->ndim);
     }
-    nbt_iterate(param->ndim, param->shape, &ops, fn, ctx);
+    nbt_iterate(param->ndim, param->shape, &ops, fn, (void *)ctx);
 }
 
 int nb_optimizer_state(nb_optimizer *o, const char *prefix, const nb_named_tensor **out) {

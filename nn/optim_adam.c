@@ -2,6 +2,7 @@
  * step as torch.optim.Adam / AdamW (single-tensor path, amsgrad off). */
 #include "optim_impl.h"
 
+#include "tensor/isa.h"
 #include "tensor/simd.h"
 
 #include <math.h>
@@ -18,6 +19,7 @@ typedef struct {
     double step_size; /* lr / (1 - beta1^t) */
     double bc2_sqrt;  /* sqrt(1 - beta2^t) */
 } adam_consts;
+_Static_assert(sizeof(adam_consts) <= NBO_CTX_DOUBLES * sizeof(double), "nbo_segment.ctx holds it");
 
 /* One element, written as torch's sequence of tensor ops so the roundings match. */
 #define ADAM_ELEMENT(T, SQRT, p, g, m, v)                                                          \
@@ -60,30 +62,50 @@ typedef struct {
 #define ADAM_VECTORS(S, T, p, g, m, v, n, i) (void)0
 #endif
 
-/* Kernels over one run of nbt_iterate: ptr = {param, grad, exp_avg, exp_avg_sq}. */
-#define ADAM_KERNEL(NAME, S, T, SQRT)                                                              \
+/* Kernels over one run of nbt_iterate: ptr = {param, grad, exp_avg, exp_avg_sq}. CONTIGUOUS
+ * handles a run whose four operands are all contiguous. */
+#define ADAM_KERNEL(NAME, T, SQRT, CONTIGUOUS)                                                     \
     static void NAME(int64_t n, char **ptr, const int64_t *bs, void *vctx) {                       \
         const adam_consts *c = vctx;                                                               \
-        const T beta1 = (T)c->beta1, beta2 = (T)c->beta2, eps = (T)c->eps, l2 = (T)c->l2,          \
-                decay = (T)c->decay, one_minus_beta1 = (T)(1 - c->beta1),                          \
-                one_minus_beta2 = (T)(1 - c->beta2), neg_step_size = (T)-c->step_size,             \
-                bc2_sqrt = (T)c->bc2_sqrt;                                                         \
         if (bs[0] == sizeof(T) && bs[1] == sizeof(T) && bs[2] == sizeof(T) &&                      \
             bs[3] == sizeof(T)) {                                                                  \
-            T *p = (T *)ptr[0], *m = (T *)ptr[2], *v = (T *)ptr[3];                                \
-            const T *g = (const T *)ptr[1];                                                        \
-            int64_t i = 0;                                                                         \
-            ADAM_VECTORS(S, T, p, g, m, v, n, i);                                                  \
-            for (; i < n; i++) ADAM_ELEMENT(T, SQRT, p[i], g[i], m[i], v[i]);                      \
+            CONTIGUOUS(n, (T *)ptr[0], (const T *)ptr[1], (T *)ptr[2], (T *)ptr[3], c);            \
             return;                                                                                \
         }                                                                                          \
+        ADAM_LOCALS(T, c);                                                                         \
         for (int64_t i = 0; i < n; i++)                                                            \
             ADAM_ELEMENT(T, SQRT, *(T *)(ptr[0] + i * bs[0]), *(const T *)(ptr[1] + i * bs[1]),    \
                          *(T *)(ptr[2] + i * bs[2]), *(T *)(ptr[3] + i * bs[3]));                  \
     }
 
-ADAM_KERNEL(adam_f32, f32, float, sqrtf)
-ADAM_KERNEL(adam_f64, f64, double, sqrt)
+/* The constants as T, the names ADAM_ELEMENT and ADAM_VECTORS use. */
+#define ADAM_LOCALS(T, c)                                                                          \
+    const T beta1 = (T)(c)->beta1, beta2 = (T)(c)->beta2, eps = (T)(c)->eps, l2 = (T)(c)->l2,      \
+            decay = (T)(c)->decay, one_minus_beta1 = (T)(1 - (c)->beta1),                          \
+            one_minus_beta2 = (T)(1 - (c)->beta2), neg_step_size = (T) - (c)->step_size,           \
+            bc2_sqrt = (T)(c)->bc2_sqrt
+
+/* float32: the instruction set's kernel (tensor/kernels/adam_rows.c), the same sequence on
+ * vectors as wide as the set has. */
+static void contiguous_f32(int64_t n, float *p, const float *g, float *m, float *v,
+                           const adam_consts *c) {
+    ADAM_LOCALS(float, c);
+    const nbk_adam_consts k = {beta1,           beta2,           eps,           l2,      decay,
+                               one_minus_beta1, one_minus_beta2, neg_step_size, bc2_sqrt};
+    nbt_kernels()->adam_f32(n, p, g, m, v, &k);
+}
+
+/* float64 (gradchecks and tests, not speed): 2-wide vectors, then the tail. */
+static void contiguous_f64(int64_t n, double *p, const double *g, double *m, double *v,
+                           const adam_consts *c) {
+    ADAM_LOCALS(double, c);
+    int64_t i = 0;
+    ADAM_VECTORS(f64, double, p, g, m, v, n, i);
+    for (; i < n; i++) ADAM_ELEMENT(double, sqrt, p[i], g[i], m[i], v[i]);
+}
+
+ADAM_KERNEL(adam_f32, float, sqrtf, contiguous_f32)
+ADAM_KERNEL(adam_f64, double, sqrt, contiguous_f64)
 
 static void adam_update(nb_optimizer *o, int i) {
     nb_tensor *p = o->params[i];
@@ -101,7 +123,7 @@ static void adam_update(nb_optimizer *o, int i) {
         .bc2_sqrt = sqrt(1 - pow(a->beta2, t)),
     };
     nb_tensor *states[2] = {nbo_state(o, i, EXP_AVG), nbo_state(o, i, EXP_AVG_SQ)};
-    nbo_run(p, p->grad, 2, states, p->dtype == NB_F32 ? adam_f32 : adam_f64, &c);
+    nbo_run(o, p, p->grad, 2, states, p->dtype == NB_F32 ? adam_f32 : adam_f64, &c, sizeof c);
 }
 
 nb_adam_opts nb_adam_defaults(double lr) {

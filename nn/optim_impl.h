@@ -15,8 +15,22 @@ typedef struct {
     bool is_step;     /* a 0-d I64 count; otherwise a tensor like the parameter */
 } nbo_state_kind;
 
-/* Applies one update to parameter i, whose gradient has been checked. */
+/* Applies one update to parameter i, whose gradient has been checked (through nbo_run). */
 typedef void (*nbo_update_fn)(nb_optimizer *opt, int i);
+
+/* Room for an update kernel's constants (adam_consts, sgd_consts), copied into its segment. */
+#define NBO_CTX_DOUBLES 8
+
+/* One parameter's update as nbo_run queues it for the step's single pool job: its operands'
+ * base pointers (param, grad, then the states, all contiguous), its element count, where it
+ * starts in the run of all queued elements, and the kernel with a copy of its constants. */
+typedef struct {
+    char *base[NBT_ITER_MAX];
+    int nops;
+    int64_t n, first;
+    nbt_inner_fn fn;
+    double ctx[NBO_CTX_DOUBLES];
+} nbo_segment;
 
 struct nb_optimizer {
     const char *op; /* the constructor's name, for messages */
@@ -32,6 +46,13 @@ struct nb_optimizer {
     nb_tensor **state; /* state[i * nstate + k]: kind k of parameter i, in scope */
     nb_scope *scope;
     nb_named_tensor *named; /* the last nb_optimizer_state answer, names after the entries */
+    /* A step's queued updates (nbo_run): room for one a parameter, made with the optimizer,
+     * so a step allocates nothing. */
+    nbo_segment *segments;
+    int nsegments;
+    /* Two parameters share a storage: their updates then run one after the other, in order,
+     * as each nbo_run is called, never together in one job. */
+    bool shared_storage;
 };
 
 /* Validates the parameters and creates an optimizer with zeroed state of the given kinds.
@@ -54,11 +75,13 @@ static inline nb_tensor *nbo_state(const nb_optimizer *o, int i, int k) {
     return o->state[i * o->nstate + k];
 }
 
-/* Runs fn over (param, grad, state tensors...) with nbt_iterate: one call per contiguous run,
- * byte strides in the order param, grad, then the nstate given states. When all are
- * contiguous, large tensors are split into slices run on separate threads, so fn must be
- * elementwise and must not write to ctx. */
-void nbo_run(nb_tensor *param, const nb_tensor *grad, int nstate, nb_tensor *const *states,
-             nbt_inner_fn fn, void *ctx);
+/* Runs fn over (param, grad, state tensors...): one call per contiguous run, byte strides in
+ * the order param, grad, then the nstate given states; ctx (ctx_size bytes, at most
+ * NBO_CTX_DOUBLES doubles) is fn's constants. When all operands are contiguous the update is
+ * queued, with ctx copied, and runs in nb_optimizer_step's one pool job over every queued
+ * parameter's elements, cut into slices that any thread may take: so fn must be elementwise
+ * and must not write to ctx. Otherwise it runs now, through nbt_iterate. */
+void nbo_run(nb_optimizer *o, nb_tensor *param, const nb_tensor *grad, int nstate,
+             nb_tensor *const *states, nbt_inner_fn fn, const void *ctx, size_t ctx_size);
 
 #endif

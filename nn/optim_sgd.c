@@ -9,6 +9,7 @@ typedef struct {
     double lr, momentum, dampening, weight_decay;
     bool nesterov, first; /* first: the momentum buffer starts as d */
 } sgd_consts;
+_Static_assert(sizeof(sgd_consts) <= NBO_CTX_DOUBLES * sizeof(double), "nbo_segment.ctx holds it");
 
 /* One element, written as torch's sequence of tensor ops so the roundings match. */
 #define SGD_ELEMENT(T, p, g, buf)                                                                  \
@@ -58,7 +59,7 @@ static void sgd_update(nb_optimizer *o, int i) {
         buf = nbo_state(o, i, BUF);
         nstate = 1;
     }
-    nbo_run(p, p->grad, nstate, &buf, p->dtype == NB_F32 ? sgd_f32 : sgd_f64, &c);
+    nbo_run(o, p, p->grad, nstate, &buf, p->dtype == NB_F32 ? sgd_f32 : sgd_f64, &c, sizeof c);
 }
 
 nb_sgd_opts nb_sgd_defaults(double lr) {

@@ -2,7 +2,7 @@
  * through each set's kernels must agree with the float64 result within float32 parity
  * tolerances, and bit for bit with each other where docs/design.md says they do:
  *   - all three sets: vector math (SLEEF), layer norm's rows, column sums, the small
- *     attention heads (written once with vector types, no fused operations);
+ *     attention heads, Adam's update (written once with vector types, no fused operations);
  *   - AVX-512 and AVX2: the GEMM's tile and rows kernels (each element one fused
  *     multiply-add chain in order of k) and everything built on them, such as attention
  *     heads through the rows kernel or the full GEMM; the generic kernels round the multiply
@@ -14,6 +14,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define MAX_OUT 8
 #define ALL_SETS 7u /* every bit of nbt_isa */
@@ -89,6 +90,25 @@ static void attention_rows_and_gemm(nb_dtype dt, results *r) {
 static void gemm_dots(nb_dtype dt, results *r) {
     nb_tensor *in[2] = {INPUT(13, dt, 1.0, 1, 3000), INPUT(14, dt, 1.0, 7, 3000)};
     with_grads(r, nb_matmul(in[0], nb_transpose(in[1], 0, 1)), 2, in);
+}
+
+/* Two AdamW steps on 53 elements (three 16-wide vectors and a tail): the parameter and its
+ * second moment. */
+static void adam_update(nb_dtype dt, results *r) {
+    nb_tensor *p = INPUT(16, dt, 1.0, 53), *g = nb_detach(INPUT(17, dt, 1.0, 53));
+    nb_optimizer *opt = nb_adamw_new(&p, 1, nb_adamw_defaults(0.01));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(opt);
+    for (int step = 0; step < 2; step++) {
+        nb_optimizer_zero_grad(opt);
+        CU_ASSERT_TRUE(nb_backward(p, nb_mul_scalar(g, 1.0 + step)));
+        CU_ASSERT_TRUE(nb_optimizer_step(opt));
+    }
+    const nb_named_tensor *state;
+    int n = nb_optimizer_state(opt, "", &state);
+    r->t[r->n++] = nb_clone(p);
+    for (int i = 0; i < n; i++)
+        if (strcmp(state[i].name, "exp_avg_sq.0") == 0) r->t[r->n++] = nb_clone(state[i].tensor);
+    nb_optimizer_free(opt);
 }
 
 /* |x - y| <= tol * (|y| + max |y|) everywhere, all finite; prints the worst element. */
@@ -179,6 +199,7 @@ static void test_bitwise_everywhere(void) {
     check_family("column sums", column_sums, ALL_SETS, ALL_SETS);
     /* float64 heads go through the rows kernel (the small kernels are float32 only) */
     check_family("small attention heads", small_heads, ALL_SETS, VECTOR_SETS);
+    check_family("Adam's update", adam_update, ALL_SETS, ALL_SETS);
 }
 
 static void test_bitwise_between_vector_sets(void) {

@@ -3,8 +3,10 @@
  * no-malloc step, optimizer state through a checkpoint, and bad input. */
 #include "harness.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "goldens/optim_golden.h"
@@ -189,6 +191,154 @@ static void check_no_alloc(nb_dtype dt, int which) {
     CU_ASSERT_EQUAL(nb_alloc_count(), before);
     nb_optimizer_free(opt);
     nb_scope_destroy(model);
+}
+
+/* ---- AdamW on parameters large enough for the wide kernels and for the step's one job to be
+ * cut inside a parameter ---- */
+enum { WIDE_PARAMS = 3, WIDE_STEPS = 3 };
+static const int64_t wide_shape[WIDE_PARAMS][2] = {{200, 205}, {5, 8}, {2, 3}};
+
+static double wide_value(int64_t k) {
+    return sin(0.1 * (double)k);
+}
+static double wide_grad(int64_t k, int step) {
+    return cos(0.37 * (double)k + step) * (double)(1 + k % 3);
+}
+
+/* Parameter i in scope s, [rows, cols] with element k = r * cols + c of wide_value; when
+ * transposed, a leaf read through transposed strides (the element-by-element path). */
+static nb_tensor *wide_param(nb_scope *s, int i, bool transposed) {
+    const int64_t rows = wide_shape[i][0], cols = wide_shape[i][1];
+    double *v = malloc(sizeof(double) * (size_t)(rows * cols));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            v[transposed ? c * rows + r : r * cols + c] = wide_value(r * cols + c);
+    nb_scope_push(s);
+    nb_tensor *p = transposed ? nb_transpose(from_doubles(NB_F32, NB_SHAPE(cols, rows), v), 0, 1)
+                              : from_doubles(NB_F32, NB_SHAPE(rows, cols), v);
+    nb_requires_grad_(p, true);
+    nb_scope_pop();
+    free(v);
+    return p;
+}
+
+/* The parameters after WIDE_STEPS AdamW steps at `threads` threads, as doubles (caller frees). */
+static double *wide_run(int threads, bool transposed) {
+    nb_set_num_threads(threads);
+    nb_scope *model = nb_scope_create();
+    nb_tensor *p[WIDE_PARAMS];
+    for (int i = 0; i < WIDE_PARAMS; i++) p[i] = wide_param(model, i, transposed);
+    CU_ASSERT_EQUAL(nb_is_contiguous(p[0]), !transposed);
+    nb_optimizer *opt = nb_adamw_new(p, WIDE_PARAMS, nb_adamw_defaults(0.01));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(opt);
+    int64_t total = 0;
+    for (int i = 0; i < WIDE_PARAMS; i++) total += nb_numel(p[i]);
+    double *out = malloc(sizeof(double) * (size_t)total),
+           *g = malloc(sizeof(double) * (size_t)total);
+    for (int step = 0; step < WIDE_STEPS; step++) {
+        nb_scope_begin();
+        nb_optimizer_zero_grad(opt);
+        for (int i = 0; i < WIDE_PARAMS; i++) {
+            for (int64_t k = 0; k < nb_numel(p[i]); k++) g[k] = wide_grad(k, step);
+            CU_ASSERT_TRUE(nb_backward(p[i], from_doubles(NB_F32, 2, wide_shape[i], g)));
+        }
+        CU_ASSERT_TRUE(nb_optimizer_step(opt));
+        nb_scope_end();
+    }
+    int64_t at = 0;
+    for (int i = 0; i < WIDE_PARAMS; i++) {
+        CU_ASSERT_TRUE(nb_to_doubles(p[i], out + at));
+        at += nb_numel(p[i]);
+    }
+    free(g);
+    nb_optimizer_free(opt);
+    nb_scope_destroy(model);
+    nb_set_num_threads(0);
+    return out;
+}
+
+/* torch.optim.AdamW's update written out in double precision: the reference for float32. */
+static double wide_reference(int64_t k) {
+    const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01;
+    double p = wide_value(k), m = 0, v = 0;
+    for (int step = 0; step < WIDE_STEPS; step++) {
+        double g = wide_grad(k, step), t = step + 1;
+        p *= 1 - lr * wd;
+        m = b1 * m + (1 - b1) * g;
+        v = b2 * v + (1 - b2) * g * g;
+        p -= lr / (1 - pow(b1, t)) * m / (sqrt(v) / sqrt(1 - pow(b2, t)) + eps);
+    }
+    return p;
+}
+
+static void test_adamw_wide_split_and_strided(void) {
+    double *base = wide_run(1, false);
+    const struct {
+        int threads;
+        bool transposed;
+    } runs[] = {{2, false}, {1, true}, {2, true}};
+    int64_t total = 0;
+    for (int i = 0; i < WIDE_PARAMS; i++) total += wide_shape[i][0] * wide_shape[i][1];
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        double *other = wide_run(runs[r].threads, runs[r].transposed);
+        int64_t differ = 0;
+        for (int64_t k = 0; k < total; k++)
+            differ += memcmp(&base[k], &other[k], sizeof *base) != 0;
+        if (differ)
+            fprintf(stderr, "%d thread(s)%s: %lld of %lld elements differ from 1 thread\n",
+                    runs[r].threads, runs[r].transposed ? ", transposed" : "", (long long)differ,
+                    (long long)total);
+        CU_ASSERT_EQUAL(differ, 0);
+        free(other);
+    }
+    int64_t at = 0, off = 0;
+    for (int i = 0; i < WIDE_PARAMS; i++)
+        for (int64_t k = 0; k < wide_shape[i][0] * wide_shape[i][1]; k++, at++) {
+            double want = wide_reference(k);
+            if (!(fabs(base[at] - want) <= 1e-5 * fabs(want) + 1e-6) && off++ < 5)
+                fprintf(stderr, "parameter %d element %lld: %.9g, reference %.9g\n", i,
+                        (long long)k, base[at], want);
+        }
+    CU_ASSERT_EQUAL(off, 0);
+    free(base);
+}
+
+/* Parameters that are rows of one storage take the one-at-a-time path and give what separate
+ * storages give. */
+static void test_params_sharing_a_storage(void) {
+    double *separate = wide_run(2, false);
+    nb_set_num_threads(2);
+    nb_scope *model = nb_scope_create();
+    nb_scope_push(model);
+    double v[2 * 40];
+    for (int64_t k = 0; k < 80; k++) v[k] = wide_value(k % 40);
+    nb_tensor *rows = from_doubles(NB_F32, NB_SHAPE(2, 40), v);
+    nb_tensor *p[2] = {nb_view(nb_select(rows, 0, 0), NB_SHAPE(5, 8)),
+                       nb_view(nb_select(rows, 0, 1), NB_SHAPE(5, 8))};
+    for (int i = 0; i < 2; i++) nb_requires_grad_(p[i], true);
+    nb_scope_pop();
+    nb_optimizer *opt = nb_adamw_new(p, 2, nb_adamw_defaults(0.01));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(opt);
+    double g[40];
+    for (int step = 0; step < WIDE_STEPS; step++) {
+        nb_scope_begin();
+        nb_optimizer_zero_grad(opt);
+        for (int64_t k = 0; k < 40; k++) g[k] = wide_grad(k, step);
+        for (int i = 0; i < 2; i++)
+            CU_ASSERT_TRUE(nb_backward(p[i], from_doubles(NB_F32, NB_SHAPE(5, 8), g)));
+        CU_ASSERT_TRUE(nb_optimizer_step(opt));
+        nb_scope_end();
+    }
+    double got[80];
+    CU_ASSERT_TRUE(nb_to_doubles(rows, got));
+    /* wide_run's second parameter is the same [5, 8] run from the same values */
+    const double *want = separate + wide_shape[0][0] * wide_shape[0][1];
+    CU_ASSERT_EQUAL(memcmp(got, want, sizeof(double) * 40), 0);
+    CU_ASSERT_EQUAL(memcmp(got + 40, want, sizeof(double) * 40), 0);
+    nb_optimizer_free(opt);
+    nb_scope_destroy(model);
+    nb_set_num_threads(0);
+    free(separate);
 }
 
 static void test_no_alloc_after_first_step(void) {
@@ -597,6 +747,9 @@ int main(void) {
     const nbtest_case cases[] = {
         {"SGD, Adam, AdamW match torch.optim over 5 steps", test_matches_torch},
         {"Adam first step by hand", test_adam_first_step_by_hand},
+        {"AdamW: wide kernels, a job cut inside a parameter, strided leaves",
+         test_adamw_wide_split_and_strided},
+        {"parameters sharing a storage", test_params_sharing_a_storage},
         {"no malloc after the first step", test_no_alloc_after_first_step},
         {"parameters without a gradient are skipped", test_skips_params_without_grad},
         {"state names", test_state_names},

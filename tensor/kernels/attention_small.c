@@ -7,6 +7,7 @@
  * which thread computes it. Products skip the causally blocked terms, which are exact zeros.
  * Without -ffast-math nothing is fused or reordered: each multiply and add rounds as written. */
 #include "kernels.h"
+#include "vec16.h"
 
 #include <math.h>
 #include <string.h>
@@ -14,23 +15,14 @@
 #include <immintrin.h>
 #endif
 
-#define W 16
-typedef float v16 __attribute__((vector_size(W * sizeof(float))));
+#define W V16_W
 typedef int32_t v16i __attribute__((vector_size(W * sizeof(float))));
 
-static inline v16 load(const float *p) {
-    v16 v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static inline void store(float *p, v16 v) {
-    memcpy(p, &v, sizeof v);
-}
 /* The first n (1 to 16) floats at p, zeros after: a head narrower than a vector. One masked
  * load with AVX-512; an element loop otherwise (a memcpy of a variable size was a libc call,
  * 7% of the seed step). */
 static inline v16 load_n(const float *p, int n) {
-    if (n == W) return load(p);
+    if (n == W) return v16_load(p);
 #ifdef __AVX512F__
     return (v16)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
 #else
@@ -41,7 +33,7 @@ static inline v16 load_n(const float *p, int n) {
 }
 static inline void store_n(float *p, v16 v, int n) {
     if (n == W) {
-        store(p, v);
+        v16_store(p, v);
         return;
     }
 #ifdef __AVX512F__
@@ -50,14 +42,11 @@ static inline void store_n(float *p, v16 v, int n) {
     for (int i = 0; i < n; i++) p[i] = v[i];
 #endif
 }
-static inline v16 splat(float x) {
-    return (v16){0} + x;
-}
 /* Lanes below limit keep v, the others become fill. */
 static inline v16 keep_below(v16 v, int64_t limit, float fill) {
     const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     v16i keep = lane < (int32_t)limit;
-    return (v16)(((v16i)v & keep) | ((v16i)splat(fill) & ~keep));
+    return (v16)(((v16i)v & keep) | ((v16i)v16_splat(fill) & ~keep));
 }
 /* Rows go in blocks of RB: the loads of k, v, q and the gradient are shared by the block and
  * its RB sums are independent chains, where one row alone would wait on each add. A block
@@ -154,9 +143,9 @@ static void transpose_keys(const float *x, int64_t x_row, int64_t Tk, int64_t hd
         int n = hd - c < W ? (int)(hd - c) : W;
         v16 r[W];
 #pragma GCC unroll 16
-        for (int64_t s = 0; s < W; s++) r[s] = s < Tk ? load_n(x + s * x_row + c, n) : splat(0);
+        for (int64_t s = 0; s < W; s++) r[s] = s < Tk ? load_n(x + s * x_row + c, n) : v16_splat(0);
         stage8(r), stage4(r), stage2(r), stage1(r);
-        for (int d = 0; d < n; d++) store(xt + (c + d) * W, r[d]);
+        for (int d = 0; d < n; d++) v16_store(xt + (c + d) * W, r[d]);
     }
 }
 
@@ -168,9 +157,9 @@ static void shifted_scores(const nba_small_head *h, const float *kt, float *rows
         v16 acc[RB];
 #pragma GCC unroll 4
         for (int r = 0; r < RB; r++)
-            qr[r] = h->q + clamp_row(t0 + r, Tq) * h->q_row, acc[r] = splat(0);
+            qr[r] = h->q + clamp_row(t0 + r, Tq) * h->q_row, acc[r] = v16_splat(0);
         for (int64_t d = 0; d < hd; d++) {
-            v16 kv = load(kt + d * W);
+            v16 kv = v16_load(kt + d * W);
 #pragma GCC unroll 4
             for (int r = 0; r < RB; r++) acc[r] += qr[r][d] * kv;
         }
@@ -183,7 +172,7 @@ static void shifted_scores(const nba_small_head *h, const float *kt, float *rows
             bool blocked = max == -INFINITY; /* all -inf (or NaN: then the sums make NaN) */
             for (int i = 0; blocked && i < limit; i++) blocked = !isnan(x[i]);
             /* a blocked row stays -inf: exp makes zeros and normalising leaves them */
-            store(rows + (t0 + r) * W, blocked ? x : x - max);
+            v16_store(rows + (t0 + r) * W, blocked ? x : x - max);
         }
     }
 }
@@ -203,7 +192,7 @@ static void padded_rows_times(const nba_small_head *h, const float *x, const flo
             int n = hd - c < W ? (int)(hd - c) : W;
             v16 acc[RB];
 #pragma GCC unroll 4
-            for (int r = 0; r < RB; r++) acc[r] = splat(0);
+            for (int r = 0; r < RB; r++) acc[r] = v16_splat(0);
             for (int64_t s = 0; s < limit; s++) {
                 v16 yv = load_n(y + s * y_row + c, n);
 #pragma GCC unroll 4
@@ -225,10 +214,10 @@ void NBK_FN(nba_small_head_forward)(const nba_small_head *h) {
     shifted_scores(h, kt, rows);
     NBK_FN(nbt_vexp_f32)(rows, rows, Tq * W); /* this set's exp, as the table's */
     for (int64_t t = 0; t < Tq; t++) {
-        v16 p = load(rows + t * W);
+        v16 p = v16_load(rows + t * W);
         float sum = lane_sum(p);
         if (sum != 0) p *= 1.0f / sum;
-        store(rows + t * W, p);
+        v16_store(rows + t * W, p);
         store_n(h->probs + t * Tk, p, (int)Tk);
     }
     padded_rows_times(h, rows, h->v, h->v_row, h->ctx, h->ctx_row); /* ctx = p v */
@@ -242,7 +231,7 @@ static void transposed_block(const nba_small_head *h, const float *x, const floa
         int n = h->hd - c < W ? (int)(h->hd - c) : W;
         v16 acc[RB];
 #pragma GCC unroll 4
-        for (int r = 0; r < RB; r++) acc[r] = splat(0);
+        for (int r = 0; r < RB; r++) acc[r] = v16_splat(0);
         for (int64_t t = h->causal ? s0 : 0; t < h->Tq; t++) {
             v16 yv = load_n(y + t * y_row + c, n);
 #pragma GCC unroll 4
@@ -259,7 +248,7 @@ void NBK_FN(nba_small_head_backward)(const nba_small_head *h) {
     float p[NBA_SMALL_QUERIES * W]; /* probabilities, rows padded with zeros */
     if (Tq < 1 || Tq > NBA_SMALL_QUERIES) return;
     for (int64_t t = 0; t < Tq; t++) {
-        store(p + t * W, load_n(h->probs + t * Tk, (int)Tk));
+        v16_store(p + t * W, load_n(h->probs + t * Tk, (int)Tk));
     }
     if (h->dv) /* dv = p^T grad */
         for (int64_t s0 = 0; s0 < Tk; s0 += RB)
@@ -273,18 +262,18 @@ void NBK_FN(nba_small_head_backward)(const nba_small_head *h) {
         v16 dp[RB];
 #pragma GCC unroll 4
         for (int r = 0; r < RB; r++)
-            gr[r] = h->grad + clamp_row(t0 + r, Tq) * h->grad_row, dp[r] = splat(0);
+            gr[r] = h->grad + clamp_row(t0 + r, Tq) * h->grad_row, dp[r] = v16_splat(0);
         for (int64_t d = 0; d < hd; d++) {
-            v16 vv = load(vt + d * W);
+            v16 vv = v16_load(vt + d * W);
 #pragma GCC unroll 4
             for (int r = 0; r < RB; r++) dp[r] += gr[r][d] * vv;
         }
 #pragma GCC unroll 4
         for (int r = 0; r < RB; r++) {
             if (!(t0 + r < Tq)) break;
-            v16 pt = load(p + (t0 + r) * W);
+            v16 pt = v16_load(p + (t0 + r) * W);
             float dot = lane_sum(pt * dp[r]);
-            store(ds + (t0 + r) * W, h->scale * pt * (dp[r] - dot));
+            v16_store(ds + (t0 + r) * W, h->scale * pt * (dp[r] - dot));
         }
     }
     if (h->dq) padded_rows_times(h, ds, h->k, h->k_row, h->dq, h->d_row); /* dq = dS k */

@@ -18,6 +18,14 @@
 
 #include <stdint.h>
 
+/* Adam's constants for one parameter's float32 update (nn/optim_adam.c), applied to each
+ * element as torch's ops are: g += l2 p (if l2 != 0); p *= decay; m = m beta1 +
+ * one_minus_beta1 g; v = v beta2 + one_minus_beta2 g g; p += neg_step_size m / (sqrt(v) /
+ * bc2_sqrt + eps). */
+typedef struct {
+    float beta1, beta2, eps, l2, decay, one_minus_beta1, one_minus_beta2, neg_step_size, bc2_sqrt;
+} nbk_adam_consts;
+
 typedef struct {
     /* y = f(x) over n contiguous elements through SLEEF's 1-ULP functions; y may be x. */
     void (*vexp_f32)(float *y, const float *x, int64_t n);
@@ -64,6 +72,9 @@ typedef struct {
      * output one multiply-add chain in order of k. */
     void (*matmul_rows_f32)(int64_t n, int64_t K, const float *W, int64_t ldw, const float *xt,
                             int64_t T, const float *bias, float *y, int64_t ldy);
+    /* Adam's update of n contiguous float32 elements (adam_rows.c): p, m and v in place. */
+    void (*adam_f32)(int64_t n, float *p, const float *g, float *m, float *v,
+                     const nbk_adam_consts *c);
 } nbt_kernel_table;
 
 /* Fills k with one set's kernels (each set's table.c). */
@@ -104,6 +115,8 @@ void NBK_FN(nbk_matmul_rows_f32)(int64_t n, int64_t K, const float *W, int64_t l
                                  int64_t T, const float *bias, float *y, int64_t ldy);
 void NBK_FN(nba_small_head_forward)(const nba_small_head *h);
 void NBK_FN(nba_small_head_backward)(const nba_small_head *h);
+void NBK_FN(nbk_adam_f32)(int64_t n, float *p, const float *g, float *m, float *v,
+                          const nbk_adam_consts *c);
 #endif
 
 #endif

@@ -21,6 +21,7 @@ void NBK_FN(nbt_kernels)(nbt_kernel_table *k) {
         .matvec_halves_f32 = NBK_FN(nbk_matvec_halves_f32),
         .matmul_rows_f32 = NBK_FN(nbk_matmul_rows_f32),
         .attend_row_f32 = NBK_FN(nbk_attend_row_f32),
+        .adam_f32 = NBK_FN(nbk_adam_f32),
     };
     NBK_FN(nbt_gemm_kernels)(&k->gemm_f32, &k->gemm_f64);
 }
