@@ -508,49 +508,62 @@ static nb_tensor *grad_like(const nb_tensor *t) {
     return buf ? nbt_permute(buf, inverse) : NULL;
 }
 
+bool nba_attention_grads(const nba_attention_call *c, const nb_tensor *gout,
+                         nb_tensor *const d[3]) {
+    attention_job j = {0};
+    job_layout(&j, c->q, c->k, c->v, c->packed, c->Hq, c->Hkv);
+    j.plan = (softmax_plan){
+        .scale = c->scale, .causal = c->causal, .queries = j.Tq, .zero_blocked_rows = true};
+    if (c->mask) mask_layout(&j, c->mask);
+    set_path(&j, c->memory_efficient);
+    choose_small_kernels(&j, c->mask != NULL);
+    (j.memory_efficient ? &j.stats : &j.probs)[0] = nbt_ptr(c->saved);
+
+    const int last = gout->ndim - 1;
+    const nb_tensor *g = gout->strides[last] == 1 || gout->shape[last] == 1
+                             ? gout
+                             : nbt_contiguous_as(gout, gout->dtype);
+    if (!g) return false;
+    j.grad = heads_of(g, c->packed, j.hd);
+    j.dq = heads_of(d[0], c->packed, j.hd), j.dk = heads_of(d[1], c->packed, j.hd);
+    j.dv = heads_of(d[2], c->packed, j.hd);
+    if (no_work(&j)) {
+        for (int i = 0; i < 3; i++)
+            if (d[i]) nb_fill_(d[i], 0.0);
+        return true;
+    }
+    int64_t per = j.memory_efficient ? 2 * ME_ROWS * j.Tk : j.Tq * j.Tk;
+    if (j.small_backward) { /* in place, or scratch for dk and dv (small_backward) */
+        const int64_t drow = d[0] ? j.dq.r : j.hd;
+        bool in_place = j.group == 1 && (!d[1] || j.dk.r == drow) && (!d[2] || j.dv.r == drow);
+        per = in_place ? 0 : 2 * j.Tk * drow;
+    }
+    return run_tasks(&j, j.B * j.Hkv, j.group * j.Tq * j.Tk * j.hd, per, backward_task);
+}
+
 /* saved[0]: kept probabilities or the rows' stats; saved[1..3]: q, k, v as read (unit stride
  * along head_dim); inputs[3]: the mask, if any. f[0]: scale; i[0]: H_q; i[1]: H_kv;
  * i[2]: causal; i[3]: packed heads; i[4]: memory-efficient. */
 static void attention_backward(nb_node *n, const nb_tensor *gout) {
-    const nb_tensor *q = n->saved[1], *k = n->saved[2], *v = n->saved[3];
-    const bool packed = n->i[3];
-    attention_job j = {0};
-    job_layout(&j, q, k, v, packed, n->i[0], n->i[1]);
-    j.plan = (softmax_plan){
-        .scale = n->f[0], .causal = n->i[2], .queries = j.Tq, .zero_blocked_rows = true};
-    const nb_tensor *mask = n->ninputs > 3 ? n->inputs[3] : NULL;
-    if (mask) mask_layout(&j, mask);
-    set_path(&j, n->i[4]);
-    choose_small_kernels(&j, mask != NULL);
-    (j.memory_efficient ? &j.stats : &j.probs)[0] = nbt_ptr(n->saved[0]);
-
-    const int last = gout->ndim - 1;
-    nb_tensor *g = gout->strides[last] == 1 || gout->shape[last] == 1
-                       ? (nb_tensor *)gout
-                       : nbt_contiguous_as(gout, gout->dtype);
+    const nba_attention_call c = {.q = n->saved[1],
+                                  .k = n->saved[2],
+                                  .v = n->saved[3],
+                                  .mask = n->ninputs > 3 ? n->inputs[3] : NULL,
+                                  .packed = n->i[3],
+                                  .causal = n->i[2],
+                                  .memory_efficient = n->i[4],
+                                  .Hq = n->i[0],
+                                  .Hkv = n->i[1],
+                                  .scale = n->f[0],
+                                  .saved = n->saved[0]};
     nb_tensor *d[3] = {NULL, NULL, NULL};
-    const nb_tensor *in[3] = {q, k, v};
+    const nb_tensor *in[3] = {c.q, c.k, c.v};
     for (int i = 0; i < 3; i++) {
         if (!nba_input_needs_grad(n, i)) continue;
-        d[i] = packed ? nbt_new("backward", in[i]->dtype, 3, in[i]->shape) : grad_like(in[i]);
+        d[i] = c.packed ? nbt_new("backward", in[i]->dtype, 3, in[i]->shape) : grad_like(in[i]);
         if (!d[i]) return;
     }
-    if (!g) return;
-    j.grad = heads_of(g, packed, j.hd);
-    j.dq = heads_of(d[0], packed, j.hd), j.dk = heads_of(d[1], packed, j.hd);
-    j.dv = heads_of(d[2], packed, j.hd);
-    if (no_work(&j)) {
-        for (int i = 0; i < 3; i++)
-            if (d[i]) nb_fill_(d[i], 0.0);
-    } else {
-        int64_t per = j.memory_efficient ? 2 * ME_ROWS * j.Tk : j.Tq * j.Tk;
-        if (j.small_backward) { /* in place, or scratch for dk and dv (small_backward) */
-            const int64_t drow = d[0] ? j.dq.r : j.hd;
-            bool in_place = j.group == 1 && (!d[1] || j.dk.r == drow) && (!d[2] || j.dv.r == drow);
-            per = in_place ? 0 : 2 * j.Tk * drow;
-        }
-        if (!run_tasks(&j, j.B * j.Hkv, j.group * j.Tq * j.Tk * j.hd, per, backward_task)) return;
-    }
+    if (!nba_attention_grads(&c, gout, d)) return;
     for (int i = 0; i < 3; i++)
         if (d[i]) nba_accumulate(n, i, d[i]);
 }
@@ -562,50 +575,64 @@ static const nb_tensor *unit_stride_rows(const nb_tensor *t) {
     return nbt_contiguous_as(t, t->dtype);
 }
 
+nb_tensor *nba_attention_forward(const char *op, nba_attention_call *c) {
+    attention_job j = {0};
+    job_layout(&j, c->q, c->k, c->v, c->packed, c->Hq, c->Hkv);
+    const int64_t scores_shape[4] = {j.B, c->Hq, j.Tq, j.Tk};
+    if (c->mask && !nba_check_mask(op, c->mask, 4, scores_shape, "the scores'")) return NULL;
+    j.plan = (softmax_plan){
+        .scale = c->scale, .causal = c->causal, .queries = j.Tq, .zero_blocked_rows = true};
+    if (c->mask) mask_layout(&j, c->mask);
+    set_path(&j, too_large_to_keep(&j));
+    last_memory_efficient = c->memory_efficient = j.memory_efficient;
+    choose_small_kernels(&j, c->mask != NULL);
+
+    /* The context [B, T_q, H_q, hd]: nb_f_attention's [B, T_q, D], or nb_sdpa's
+     * [B, H_q, T_q, hd] as its transposed view. */
+    nb_tensor *ctx = c->packed ? nbt_new(op, c->q->dtype, 3, (int64_t[]){j.B, j.Tq, c->Hq * j.hd})
+                               : nbt_new(op, c->q->dtype, 4, (int64_t[]){j.B, j.Tq, c->Hq, j.hd});
+    c->saved = j.memory_efficient ? nbt_new(op, c->q->dtype, 4, (int64_t[]){j.B, c->Hq, j.Tq, 2})
+                                  : nbt_new(op, c->q->dtype, 4, scores_shape);
+    if (!ctx || !c->saved) return NULL;
+    nb_tensor *out = c->packed ? ctx : nbt_transpose(ctx, 1, 2);
+    if (!out) return NULL;
+    j.out = (heads_t){nbt_ptr(ctx), j.Tq * c->Hq * j.hd, j.hd, c->Hq * j.hd};
+    (j.memory_efficient ? &j.stats : &j.probs)[0] = nbt_ptr(c->saved);
+    if (no_work(&j)) {
+        nb_fill_(ctx, 0.0); /* no keys: every row fully blocked */
+        nb_fill_(c->saved, 0.0);
+    } else if (!run_tasks(&j, j.B * c->Hq, j.Tq * j.Tk * j.hd,
+                          j.memory_efficient ? ME_ROWS * j.Tk : 0, forward_task)) {
+        return NULL;
+    }
+    return out;
+}
+
 /* The op behind both entries: q, k, v checked, packed [B, T, H * hd] or [B, H, T, hd]. */
 static nb_tensor *attention(const char *op, const nb_tensor *q, const nb_tensor *k,
                             const nb_tensor *v, bool packed, int64_t Hq, int64_t Hkv,
                             const nb_tensor *mask, bool causal, double scale) {
-    const nb_tensor *qr = unit_stride_rows(q), *kr = unit_stride_rows(k), *vr = unit_stride_rows(v);
-    if (!qr || !kr || !vr) return NULL;
-    attention_job j = {0};
-    job_layout(&j, qr, kr, vr, packed, Hq, Hkv);
-    const int64_t scores_shape[4] = {j.B, Hq, j.Tq, j.Tk};
-    if (mask && !nba_check_mask(op, mask, 4, scores_shape, "the scores'")) return NULL;
-    j.plan = (softmax_plan){
-        .scale = scale, .causal = causal, .queries = j.Tq, .zero_blocked_rows = true};
-    if (mask) mask_layout(&j, mask);
-    set_path(&j, too_large_to_keep(&j));
-    last_memory_efficient = j.memory_efficient;
-    choose_small_kernels(&j, mask != NULL);
-
-    /* The context [B, T_q, H_q, hd]: nb_f_attention's [B, T_q, D], or nb_sdpa's
-     * [B, H_q, T_q, hd] as its transposed view. */
-    nb_tensor *ctx = packed ? nbt_new(op, q->dtype, 3, (int64_t[]){j.B, j.Tq, Hq * j.hd})
-                            : nbt_new(op, q->dtype, 4, (int64_t[]){j.B, j.Tq, Hq, j.hd});
-    nb_tensor *saved = j.memory_efficient ? nbt_new(op, q->dtype, 4, (int64_t[]){j.B, Hq, j.Tq, 2})
-                                          : nbt_new(op, q->dtype, 4, scores_shape);
-    if (!ctx || !saved) return NULL;
-    nb_tensor *out = packed ? ctx : nbt_transpose(ctx, 1, 2);
+    nba_attention_call c = {.q = unit_stride_rows(q),
+                            .k = unit_stride_rows(k),
+                            .v = unit_stride_rows(v),
+                            .mask = mask,
+                            .packed = packed,
+                            .causal = causal,
+                            .Hq = Hq,
+                            .Hkv = Hkv,
+                            .scale = scale};
+    if (!c.q || !c.k || !c.v) return NULL;
+    nb_tensor *out = nba_attention_forward(op, &c);
     if (!out) return NULL;
-    j.out = (heads_t){nbt_ptr(ctx), j.Tq * Hq * j.hd, j.hd, Hq * j.hd};
-    (j.memory_efficient ? &j.stats : &j.probs)[0] = nbt_ptr(saved);
-    if (no_work(&j)) {
-        nb_fill_(ctx, 0.0); /* no keys: every row fully blocked */
-        nb_fill_(saved, 0.0);
-    } else if (!run_tasks(&j, j.B * Hq, j.Tq * j.Tk * j.hd, j.memory_efficient ? ME_ROWS * j.Tk : 0,
-                          forward_task)) {
-        return NULL;
-    }
-
     const nb_tensor *inputs[4] = {q, k, v, mask};
     nb_node *n = nba_record(op, out, mask ? 4 : 3, inputs, attention_backward);
     if (n) {
-        n->saved[0] = saved;
-        n->saved[1] = (nb_tensor *)qr, n->saved[2] = (nb_tensor *)kr, n->saved[3] = (nb_tensor *)vr;
+        n->saved[0] = c.saved;
+        n->saved[1] = (nb_tensor *)c.q, n->saved[2] = (nb_tensor *)c.k;
+        n->saved[3] = (nb_tensor *)c.v;
         n->f[0] = scale;
         n->i[0] = Hq, n->i[1] = Hkv, n->i[2] = causal, n->i[3] = packed;
-        n->i[4] = j.memory_efficient;
+        n->i[4] = c.memory_efficient;
     }
     return out;
 }

@@ -2,82 +2,16 @@
  * and the bias saves two nodes and two temporaries per layer, which is most of the cost of
  * the tiny models the tutorials train; the GEMM reads W through a transpose flag. */
 #include "node.h"
+#include "gemm_operand.h"
 #include "../tensor/gemm.h"
 #include "../tensor/reduce_kernels.h"
 
 #include <string.h>
 
-/* A GEMM operand: a tensor [..., cols] read in place as a matrix [rows, cols] with a base
- * pointer, a leading dimension and a transpose flag. Reading in place, without a view
- * tensor per operand, is most of what a tiny layer costs. */
-typedef struct {
-    const char *ptr;
-    int64_t rows, cols, ld;
-    bool trans;
-} matrix;
-
-/* False when the leading dims do not collapse to one row stride or neither of the two dims
- * has unit stride. */
-static bool matrix_in_place(const nb_tensor *t, matrix *m) {
-    int nd = t->ndim;
-    int64_t cols = nd > 0 ? t->shape[nd - 1] : 1, col_stride = nd > 0 ? t->strides[nd - 1] : 1;
-    int64_t rows = 1, row_stride = 0, next = 0;
-    bool have_row_stride = false;
-    for (int i = nd - 2; i >= 0; i--) {
-        rows *= t->shape[i];
-        if (t->shape[i] == 1) continue;
-        if (!have_row_stride)
-            row_stride = t->strides[i], have_row_stride = true;
-        else if (t->strides[i] != next)
-            return false;
-        next = t->strides[i] * t->shape[i];
-    }
-    m->ptr = nbt_ptr(t), m->rows = rows, m->cols = cols;
-    if (!have_row_stride) row_stride = cols; /* one row: any stride will do */
-    if (col_stride == 1 || cols == 1) {
-        m->ld = rows > 1 ? row_stride : cols, m->trans = false;
-        return m->ld >= cols;
-    }
-    if (row_stride == 1 || rows == 1) {
-        m->ld = col_stride, m->trans = true;
-        return m->ld >= rows;
-    }
-    return false;
-}
-
-/* t as a GEMM operand, read in place if its layout allows, else from a contiguous copy (in
- * the current scope). False only when the copy fails. */
-static bool matrix_of(const nb_tensor *t, matrix *m) {
-    if (nbt_numel(t) == 0) { /* nothing to read: any pointer and leading dimension will do */
-        int64_t rows = 1, cols = t->ndim > 0 ? t->shape[t->ndim - 1] : 1;
-        for (int i = 0; i < t->ndim - 1; i++)
-            if (__builtin_mul_overflow(rows, t->shape[i], &rows))
-                return nbt_error("linear", "%s has more rows than int64 counts", nbt_shape(t)),
-                       false;
-        *m = (matrix){.ptr = nbt_ptr(t), .rows = rows, .cols = cols, .ld = cols > 1 ? cols : 1};
-        return true;
-    }
-    if (matrix_in_place(t, m)) return true;
-    nb_tensor *c = nbt_contiguous_as(t, t->dtype);
-    return c && matrix_in_place(c, m);
-}
-
-/* C [M, N] (contiguous, row stride ldc) = op(A) op(B) (+ C if accumulate). */
-static bool gemm(const matrix *a, bool ta, const matrix *b, bool tb, nb_dtype dt, char *c,
-                 int64_t M, int64_t N, bool accumulate) {
-    int64_t K = ta ? a->rows : a->cols;
-    bool trans_a = ta != a->trans, trans_b = tb != b->trans;
-    if (dt == NB_F32)
-        return nbt_sgemm(trans_a, trans_b, M, N, K, 1.0f, (const float *)a->ptr, a->ld,
-                         (const float *)b->ptr, b->ld, accumulate ? 1.0f : 0.0f, (float *)c, N);
-    return nbt_dgemm(trans_a, trans_b, M, N, K, 1.0, (const double *)a->ptr, a->ld,
-                     (const double *)b->ptr, b->ld, accumulate ? 1.0 : 0.0, (double *)c, N);
-}
-
 /* out [M, N] (contiguous) = x W^T + bias with the bias contiguous: the GEMM sets each strip of
  * rows to the bias as it reaches it. */
-static bool gemm_with_bias(const matrix *x, const matrix *w, const nb_tensor *bias, nb_dtype dt,
-                           char *out, int64_t M, int64_t N) {
+static bool gemm_with_bias(const nba_matrix *x, const nba_matrix *w, const nb_tensor *bias,
+                           nb_dtype dt, char *out, int64_t M, int64_t N) {
     int64_t K = x->cols;
     if (dt == NB_F32)
         return nbt_sgemm_bias(x->trans, !w->trans, M, N, K, (const float *)x->ptr, x->ld,
@@ -115,21 +49,22 @@ static bool broadcast_bias(nb_tensor *out, int64_t M, int64_t N, const nb_tensor
 static void linear_backward(nb_node *n, const nb_tensor *gout) {
     const nb_tensor *x = n->inputs[0], *w = n->inputs[1];
     int64_t out_f = w->shape[0], in_f = w->shape[1];
-    matrix g, wm;
-    if (!matrix_of(gout, &g) || !matrix_of(w, &wm)) return; /* g: [M, out] */
-    if (nba_input_needs_grad(n, 0)) {                       /* dx = g W */
+    nba_matrix g, wm;
+    if (!nba_matrix_of(gout, &g) || !nba_matrix_of(w, &wm)) return; /* g: [M, out] */
+    if (nba_input_needs_grad(n, 0)) {                               /* dx = g W */
         nb_tensor *dx = nbt_new("linear", x->dtype, x->ndim, x->shape);
-        if (dx && gemm(&g, false, &wm, false, x->dtype, nbt_ptr(dx), g.rows, in_f, false))
+        if (dx && nba_gemm(&g, false, &wm, false, x->dtype, nbt_ptr(dx), in_f, g.rows, in_f, false))
             nba_accumulate(n, 0, dx);
     }
-    matrix xm;
-    if (nba_input_needs_grad(n, 1) && matrix_of(x, &xm)) { /* dW = g^T x */
-        nb_tensor *into = nba_leaf_grad(n, 1);             /* added straight into W's gradient */
+    nba_matrix xm;
+    if (nba_input_needs_grad(n, 1) && nba_matrix_of(x, &xm)) { /* dW = g^T x */
+        nb_tensor *into = nba_leaf_grad(n, 1); /* added straight into W's gradient */
         if (into && w->ndim == 2) {
-            gemm(&g, true, &xm, false, w->dtype, nbt_ptr(into), out_f, in_f, true);
+            nba_gemm(&g, true, &xm, false, w->dtype, nbt_ptr(into), in_f, out_f, in_f, true);
         } else {
             nb_tensor *dw = nbt_new("linear", w->dtype, 2, (int64_t[]){out_f, in_f});
-            if (dw && gemm(&g, true, &xm, false, w->dtype, nbt_ptr(dw), out_f, in_f, false))
+            if (dw &&
+                nba_gemm(&g, true, &xm, false, w->dtype, nbt_ptr(dw), in_f, out_f, in_f, false))
                 nba_accumulate(n, 1, dw);
         }
     }
@@ -153,8 +88,8 @@ nb_tensor *nb_f_linear(const nb_tensor *x, const nb_tensor *weight, const nb_ten
     if (bias && (bias->ndim != 1 || bias->shape[0] != weight->shape[0]))
         return nbt_error("linear", "bias %s does not match weight %s: expected [%lld]",
                          nbt_shape(bias), nbt_shape(weight), (long long)weight->shape[0]);
-    matrix xm, wm;
-    if (!matrix_of(x, &xm) || !matrix_of(weight, &wm)) return NULL;
+    nba_matrix xm, wm;
+    if (!nba_matrix_of(x, &xm) || !nba_matrix_of(weight, &wm)) return NULL;
     int64_t shape[NB_MAX_DIMS];
     for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
     int64_t M = xm.rows, N = weight->shape[0];
@@ -168,7 +103,7 @@ nb_tensor *nb_f_linear(const nb_tensor *x, const nb_tensor *weight, const nb_ten
         done = gemm_with_bias(&xm, &wm, bias, x->dtype, nbt_ptr(out), M, N);
     else
         done = (!bias || broadcast_bias(out, M, N, bias)) &&
-               gemm(&xm, false, &wm, true, x->dtype, nbt_ptr(out), M, N, bias != NULL);
+               nba_gemm(&xm, false, &wm, true, x->dtype, nbt_ptr(out), N, M, N, bias != NULL);
     if (!done) return nbt_error("linear", "out of memory for GEMM buffers");
     nba_record("linear", out, bias ? 3 : 2, (const nb_tensor *[]){x, weight, bias},
                linear_backward);
