@@ -45,8 +45,9 @@ NB_OP(softmax)
 NB_OP(log_softmax)
 NB_OP(masked_fill)
 NB_OP(masked_softmax)
-/* attention.c */
+/* attention.c, qkv_attention.c */
 NB_OP(attention)
+NB_OP(qkv_attention)
 /* loss.c */
 NB_OP(cross_entropy)
 NB_OP(mse_loss)

@@ -110,22 +110,31 @@ nb_tensor *nb_mha_forward_cross(nb_mha *m, const nb_tensor *q_in, const nb_tenso
         !check_head_mask(m, head_mask, q_in->dtype))
         return NULL;
 
-    /* Each projection only after the one before worked: the first failure is the message. */
-    nb_tensor *q = nb_linear_forward(m->W_query, q_in);             /* [B, T_q, d_out] */
-    nb_tensor *k = q ? nb_linear_forward(m->W_key, kv_in) : NULL;   /* [B, T_k, d_out] */
-    nb_tensor *v = k ? nb_linear_forward(m->W_value, kv_in) : NULL; /* [B, T_k, d_out] */
-    if (!v) return nbn_result(&m->base, NULL);
     const double scale = 1.0 / sqrt((double)m->head_dim);
+    const bool causal = opts && opts->causal;
+    /* Nobody needs the weights as a tensor: the fused op computes the same heads with one node
+     * and no transposed copies. nb_f_attention is nb_sdpa's node reading heads packed in
+     * [B, T, d_out]: nb_sdpa on split_heads views would add eight view nodes (a third of the
+     * seed workload's step). */
+    const bool fused = !(opts && opts->attn_weights) &&
+                       !(m->dropout->base.training && m->dropout->p > 0) && !mask.additive;
     nb_tensor *ctx;
-    if (!(opts && opts->attn_weights) && !(m->dropout->base.training && m->dropout->p > 0) &&
-        !mask.additive) {
-        /* Nobody needs the weights as a tensor: the fused op computes the same heads with one
-         * node and no transposed copies. nb_f_attention is nb_sdpa's node reading heads packed
-         * in [B, T, d_out]: nb_sdpa on split_heads views would add eight view nodes (a third
-         * of the seed workload's step). */
-        ctx = nb_f_attention(q, k, v, m->num_heads, mask.blocked, opts && opts->causal, scale);
+    if (fused && q_in == kv_in && !mask.blocked && !m->W_query->bias && !m->W_key->bias &&
+        !m->W_value->bias && q_in->dtype == m->W_query->weight->dtype) {
+        /* Self-attention without a mask or biases: the projections join the attention's node
+         * (one node and one q/k/v buffer instead of four nodes and three tensors). Another
+         * dtype goes the long way, whose error names the projection it reached. */
+        ctx = nb_f_qkv_attention(q_in, m->W_query->weight, m->W_key->weight, m->W_value->weight,
+                                 m->num_heads, causal, scale);
+        if (!ctx) return nbn_result(&m->base, NULL);
     } else {
-        ctx = attention_op_by_op(m, q, k, v, &mask, opts, scale);
+        /* Each projection only after the one before worked: the first failure is the message. */
+        nb_tensor *q = nb_linear_forward(m->W_query, q_in);             /* [B, T_q, d_out] */
+        nb_tensor *k = q ? nb_linear_forward(m->W_key, kv_in) : NULL;   /* [B, T_k, d_out] */
+        nb_tensor *v = k ? nb_linear_forward(m->W_value, kv_in) : NULL; /* [B, T_k, d_out] */
+        if (!v) return nbn_result(&m->base, NULL);
+        ctx = fused ? nb_f_attention(q, k, v, m->num_heads, mask.blocked, causal, scale)
+                    : attention_op_by_op(m, q, k, v, &mask, opts, scale);
     }
     return nbn_result(&m->base, nb_linear_forward(m->out_proj, apply_head_mask(m, ctx, head_mask)));
 }

@@ -1,5 +1,6 @@
 /* nb_f_attention: by hand, against the composed ops it replaces (split heads, matmul, masked
- * softmax, matmul, merge heads) on values and gradients, and its errors. */
+ * softmax, matmul, merge heads) on values and gradients, and its errors; nb_f_qkv_attention
+ * against nb_f_attention of three nb_f_linear calls. */
 #include "harness.h"
 #include "tensor/gemm.h"
 #include "tensor/isa.h"
@@ -165,6 +166,78 @@ static void test_bad_input(void) {
     NBT_ASSERT_ERROR("attention: input 1 is NULL");
 }
 
+/* nb_f_qkv_attention's output and the gradients of x, Wq, Wk, Wv (sum(out * w)); with
+ * `twice`, two backward passes, the second adding into the gradients the first made. When
+ * shared_qk, Wk is Wq. */
+typedef struct {
+    nb_tensor *out, *dx, *dw[3];
+} qkv_result;
+
+static qkv_result run_qkv(bool fused, bool twice, bool shared_qk, const nb_tensor *x0,
+                          nb_tensor *const w0[3], const nb_tensor *w, int64_t H, bool causal) {
+    nb_tensor *x = nb_requires_grad_(nb_clone(x0), true), *ws[3];
+    for (int i = 0; i < 3; i++) ws[i] = nb_requires_grad_(nb_clone(w0[i]), true);
+    if (shared_qk) ws[1] = ws[0];
+    nb_tensor *out = NULL;
+    for (int pass = 0; pass < (twice ? 2 : 1); pass++) {
+        double scale = 1.0 / sqrt((double)(w0[0]->shape[0] / H));
+        out = fused ? nb_f_qkv_attention(x, ws[0], ws[1], ws[2], H, causal, scale)
+                    : nb_f_attention(nb_f_linear(x, ws[0], NULL), nb_f_linear(x, ws[1], NULL),
+                                     nb_f_linear(x, ws[2], NULL), H, NULL, causal, scale);
+        CU_ASSERT_FATAL(out != NULL);
+        CU_ASSERT_TRUE(nb_backward(nb_sum(nb_mul(out, w)), NULL));
+    }
+    return (qkv_result){nb_detach(out), x->grad, {ws[0]->grad, ws[1]->grad, ws[2]->grad}};
+}
+
+static void test_qkv_attention_matches_composed(void) {
+    const struct {
+        nb_dtype dt;
+        int64_t B, T, Din, D, H;
+        bool causal;
+        double tol;
+    } cases[] = {{NB_F64, 2, 5, 6, 8, 2, true, 1e-12},
+                 {NB_F32, 3, 16, 12, 16, 4, true, 2e-5}, /* the small-head kernels */
+                 {NB_F32, 1, 40, 8, 8, 1, false, 2e-5},  /* the rows kernel */
+                 {NB_F64, 1, 7, 4, 6, 3, false, 1e-12}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        nb_rng rng;
+        nb_rng_seed(&rng, 40 + c);
+        const nb_dtype dt = cases[c].dt;
+        nb_tensor *x = nb_randn(&rng, dt, NB_SHAPE(cases[c].B, cases[c].T, cases[c].Din));
+        nb_tensor *w0[3];
+        for (int i = 0; i < 3; i++)
+            w0[i] = nb_mul_scalar(nb_randn(&rng, dt, NB_SHAPE(cases[c].D, cases[c].Din)), 0.4);
+        nb_tensor *w = nb_randn(&rng, dt, NB_SHAPE(cases[c].B, cases[c].T, cases[c].D));
+        const double tol = cases[c].tol;
+        for (int variant = 0; variant < 3; variant++) { /* once; twice; Wk = Wq */
+            bool twice = variant == 1, shared = variant == 2;
+            qkv_result a = run_qkv(true, twice, shared, x, w0, w, cases[c].H, cases[c].causal);
+            qkv_result b = run_qkv(false, twice, shared, x, w0, w, cases[c].H, cases[c].causal);
+            NBT_ASSERT_CLOSE(a.out, b.out, tol, tol);
+            NBT_ASSERT_CLOSE(a.dx, b.dx, tol, tol);
+            for (int i = 0; i < 3; i++) NBT_ASSERT_CLOSE(a.dw[i], b.dw[i], tol, tol);
+        }
+    }
+}
+
+static void test_qkv_attention_bad_input(void) {
+    nb_tensor *x = nb_zeros(NB_F32, NB_SHAPE(2, 3, 4)), *w = nb_zeros(NB_F32, NB_SHAPE(6, 4));
+    CU_ASSERT_PTR_NULL(nb_f_qkv_attention(x, w, nb_zeros(NB_F32, NB_SHAPE(6, 5)), w, 2, true, 1));
+    NBT_ASSERT_ERROR("qkv_attention: expected x [B, T, D_in] and Wq, Wk, Wv [D, D_in], got x "
+                     "[2, 3, 4], Wq [6, 4], Wk [6, 5], Wv [6, 4]");
+    CU_ASSERT_PTR_NULL(nb_f_qkv_attention(nb_zeros(NB_F32, NB_SHAPE(3, 4)), w, w, w, 2, true, 1));
+    NBT_ASSERT_ERROR("qkv_attention: expected x [B, T, D_in]");
+    CU_ASSERT_PTR_NULL(nb_f_qkv_attention(x, w, w, w, 4, false, 1));
+    NBT_ASSERT_ERROR("qkv_attention: num_heads 4 must be positive and divide D = 6 (Wq [6, 4])");
+    CU_ASSERT_PTR_NULL(nb_f_qkv_attention(x, w, nb_zeros(NB_F64, NB_SHAPE(6, 4)), w, 2, true, 1));
+    NBT_ASSERT_ERROR("qkv_attention");
+    NBT_ASSERT_ERROR("float64");
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(nb_f_qkv_attention(x, w, NULL, w, 2, true, 1));
+    NBT_ASSERT_ERROR("qkv_attention: input 2 is NULL");
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"one and two heads by hand", test_by_hand},
@@ -175,6 +248,9 @@ int main(void) {
         {"small float32 heads (vector kernels), every instruction set", test_small_heads_every_isa},
         {"a 16-wide head by hand", test_small_head_by_hand},
         {"bad input is an error naming op and shapes", test_bad_input},
+        {"qkv_attention matches the composed ops, adds into gradients, a shared weight",
+         test_qkv_attention_matches_composed},
+        {"qkv_attention bad input names the op and the shapes", test_qkv_attention_bad_input},
     };
     return nbtest_run("attention", cases, sizeof cases / sizeof cases[0]);
 }

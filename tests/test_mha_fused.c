@@ -1,7 +1,8 @@
 /* MultiHeadAttention through the fused attention against PyTorch: every case of
  * tests/goldens/modules_fused.json (tests/gen_fused_goldens.py) runs nb_mha_forward without
- * asking for the attention weights, so it must take nb_f_attention (checked: the graph records
- * the "attention" op and no masked softmax). The output and every parameter and input
+ * asking for the attention weights, so it must take a fused attention (checked: the graph
+ * records the "attention" op, or "qkv_attention" for self-attention without a mask or
+ * projection biases, and no masked softmax). The output and every parameter and input
  * gradient must match PyTorch within golden_compare's tolerances.
  *
  * Where a query's keys are all blocked, PyTorch's output is NaN and nabla's is out_proj.bias
@@ -94,9 +95,10 @@ static bool fully_padded(const fused_case *f, int64_t b) {
 }
 
 /* Records which ops the forward made. */
-static bool saw_attention, saw_masked_softmax;
+static bool saw_attention, saw_qkv_attention, saw_masked_softmax;
 static void record(const char *op) {
     if (strcmp(op, "attention") == 0) saw_attention = true;
+    if (strcmp(op, "qkv_attention") == 0) saw_qkv_attention = true;
     if (strcmp(op, "masked_softmax") == 0) saw_masked_softmax = true;
 }
 
@@ -124,7 +126,7 @@ static bool run(const fused_case *f, bool memory_efficient, run_result *r) {
         if (f->inputs[k].tensor->requires_grad) nb_zero_grad(f->inputs[k].tensor);
     nb_mha_opts opts = {
         .causal = f->causal, .key_padding_mask = f->padding, .attn_mask = f->attn_mask};
-    saw_attention = saw_masked_softmax = false;
+    saw_attention = saw_qkv_attention = saw_masked_softmax = false;
     nba_set_record_hook(record);
     size_t limit = nba_attention_keep_limit(memory_efficient ? 0 : SIZE_MAX);
     r->out = f->cross ? nb_mha_forward_cross(r->mha, f->x_q, f->x_kv, &opts)
@@ -135,8 +137,13 @@ static bool run(const fused_case *f, bool memory_efficient, run_result *r) {
     bool ok = r->out && g && nb_backward(r->out, nb_to_dtype(g, f->dt));
     nba_attention_keep_limit(limit);
     if (!ok) return printf("    forward or backward: %s\n", nb_last_error()), false;
-    if (!saw_attention || saw_masked_softmax || took_memory_efficient != memory_efficient)
-        return printf("    forward did not take the fused attention's %s path\n",
+    /* Self-attention without a mask or projection biases takes the projections into the
+     * attention's node (nb_f_qkv_attention); everything else nb_f_attention. */
+    const bool self_unmasked = !f->cross && !f->padding && !f->attn_mask && !f->qkv_bias;
+    if (saw_attention == self_unmasked || saw_qkv_attention != self_unmasked ||
+        saw_masked_softmax || took_memory_efficient != memory_efficient)
+        return printf("    forward did not take %s's %s path\n",
+                      self_unmasked ? "nb_f_qkv_attention" : "nb_f_attention",
                       memory_efficient ? "memory-efficient" : "kept"),
                false;
     return true;

@@ -88,8 +88,7 @@ nb_tensor *nb_masked_fill(const nb_tensor *a, const nb_tensor *mask, double valu
  * broadcast to a's shape, true = blocked (may be NULL). causal: also block key j > query i,
  * with i the second-to-last dim and j the last. A row with every entry blocked gives zeros
  * and zero gradient (PyTorch gives NaN there). */
-nb_tensor *nb_masked_softmax(const nb_tensor *a, const nb_tensor *mask, bool causal,
-                             double scale);
+nb_tensor *nb_masked_softmax(const nb_tensor *a, const nb_tensor *mask, bool causal, double scale);
 
 /* Multi-head scaled dot-product attention as one op: q [B, T_q, D], k and v [B, T_k, D],
  * D = num_heads * head_dim, head h reading columns [h * head_dim, (h + 1) * head_dim).
@@ -101,6 +100,15 @@ nb_tensor *nb_masked_softmax(const nb_tensor *a, const nb_tensor *mask, bool cau
  * nb_sdpa, with heads packed side by side. */
 nb_tensor *nb_f_attention(const nb_tensor *q, const nb_tensor *k, const nb_tensor *v,
                           int64_t num_heads, const nb_tensor *mask, bool causal, double scale);
+
+/* Self-attention with its projections in one node: nb_f_attention(nb_f_linear(x, wq, NULL),
+ * nb_f_linear(x, wk, NULL), nb_f_linear(x, wv, NULL), num_heads, NULL, causal, scale) for x
+ * [B, T, D_in] and bias-free weights wq, wk, wv [D, D_in]; returns [B, T, D] (new, in the
+ * current scope). One node and one [B, T, 3D] buffer for q, k and v instead of four nodes
+ * and three tensors (MultiHeadAttention's self-attention takes it when it has no mask and
+ * no projection biases). Causal or unmasked only: for a mask, use nb_f_attention. */
+nb_tensor *nb_f_qkv_attention(const nb_tensor *x, const nb_tensor *wq, const nb_tensor *wk,
+                              const nb_tensor *wv, int64_t num_heads, bool causal, double scale);
 
 /* Scaled dot-product attention over heads, the fused counterpart of PyTorch's
  * F.scaled_dot_product_attention: q [B, H_q, T_q, hd], k and v [B, H_kv, T_k, hd] as any
@@ -122,8 +130,8 @@ typedef enum { NB_REDUCE_MEAN = 0, NB_REDUCE_SUM = 1, NB_REDUCE_NONE = 2 } nb_re
 /* logits [..., C]; target NB_I64 [...] of class indices in [0, C). Entries equal to
  * ignore_index contribute nothing (mean divides by the others' count). A target outside
  * [0, C) other than ignore_index is an error. NB_REDUCE_NONE returns per-element losses. */
-nb_tensor *nb_cross_entropy(const nb_tensor *logits, const nb_tensor *target,
-                            int64_t ignore_index, nb_reduction reduction);
+nb_tensor *nb_cross_entropy(const nb_tensor *logits, const nb_tensor *target, int64_t ignore_index,
+                            nb_reduction reduction);
 /* Mean (or sum, or none) of (a - b)^2, with b broadcast to a. */
 nb_tensor *nb_mse_loss(const nb_tensor *a, const nb_tensor *b, nb_reduction reduction);
 

@@ -1,0 +1,166 @@
+/* nb_f_qkv_attention: self-attention with its query, key and value projections as one node.
+ * MultiHeadAttention's three bias-free nb_f_linear calls and nb_f_attention record four nodes
+ * and make six tensors (q, k, v and their gradients); this records one and makes two. In the
+ * tutorials' small models that bookkeeping is a large part of the step (the seed workload's
+ * forward+backward is about 2 us); the arithmetic is the same products in the same order.
+ *
+ *   forward   qkv = [x Wq^T | x Wk^T | x Wv^T]  (one [B, T, 3D] buffer, three GEMMs into its
+ *             column blocks), then attention on the heads packed in it (attention.c)
+ *   backward  dqkv = the attention's gradients into the same column blocks, then
+ *             dWi = dqkv_i^T x (straight into a weight's gradient when it has one) and
+ *             dx = dqkv_q Wq + dqkv_k Wk + dqkv_v Wv, the last two added in the GEMM.
+ *
+ * No mask input (a fifth input): nn/attention.c takes this path for causal or unmasked
+ * self-attention only. */
+#include "node.h"
+#include "attention.h"
+#include "gemm_operand.h"
+
+/* q, k or v of a [B, T, 3D] buffer: its column block i, rows 3D apart. */
+static nb_tensor *block_of(const nb_tensor *qkv, int i) {
+    const int64_t B = qkv->shape[0], T = qkv->shape[1], D = qkv->shape[2] / 3;
+    return nbt_alias(qkv, 3, (int64_t[]){B, T, D}, (int64_t[]){T * 3 * D, 3 * D, 1},
+                     qkv->offset + i * D);
+}
+
+/* The attention call reading q, k, v from the column blocks of qkv. False if out of memory. */
+static bool call_on(const nb_tensor *qkv, int64_t H, bool causal, double scale,
+                    nba_attention_call *c) {
+    *c = (nba_attention_call){.packed = true, .causal = causal, .Hq = H, .Hkv = H, .scale = scale};
+    c->q = block_of(qkv, 0), c->k = block_of(qkv, 1), c->v = block_of(qkv, 2);
+    return c->q && c->k && c->v;
+}
+
+/* inputs: x, Wq, Wk, Wv. saved[0]: the attention's probabilities or row stats; saved[1]: qkv.
+ * f[0]: scale; i[0]: heads; i[1]: causal; i[2]: memory-efficient. */
+static void qkv_attention_backward(nb_node *n, const nb_tensor *gout) {
+    const nb_tensor *x = n->inputs[0], *qkv = n->saved[1];
+    const int64_t D = qkv->shape[2] / 3, M = qkv->shape[0] * qkv->shape[1], Din = x->shape[2];
+    nba_attention_call c;
+    if (!call_on(qkv, n->i[0], n->i[1], n->f[0], &c)) return;
+    c.memory_efficient = n->i[2], c.saved = n->saved[0];
+    nb_tensor *dqkv = nbt_new("qkv_attention", qkv->dtype, 3, qkv->shape);
+    nb_tensor *d[3] = {dqkv ? block_of(dqkv, 0) : NULL, dqkv ? block_of(dqkv, 1) : NULL,
+                       dqkv ? block_of(dqkv, 2) : NULL};
+    if (!d[0] || !d[1] || !d[2] || !nba_attention_grads(&c, gout, d)) return;
+
+    nba_matrix xm, w[3];
+    if (!nba_matrix_of(x, &xm)) return;
+    for (int i = 0; i < 3; i++) {
+        const nba_matrix g = {.ptr = nbt_ptr(d[i]), .rows = M, .cols = D, .ld = 3 * D};
+        if (!nba_matrix_of(n->inputs[1 + i], &w[i])) return;
+        if (!nba_input_needs_grad(n, 1 + i)) continue;
+        nb_tensor *into = nba_leaf_grad(n, 1 + i); /* dWi = g^T x */
+        if (into) {
+            nba_gemm(&g, true, &xm, false, x->dtype, nbt_ptr(into), Din, D, Din, true);
+        } else {
+            nb_tensor *dw = nbt_new("qkv_attention", x->dtype, 2, (int64_t[]){D, Din});
+            if (dw && nba_gemm(&g, true, &xm, false, x->dtype, nbt_ptr(dw), Din, D, Din, false))
+                nba_accumulate(n, 1 + i, dw);
+        }
+    }
+    if (nba_input_needs_grad(n, 0)) { /* dx = sum of g_i Wi, in order q, k, v */
+        nb_tensor *dx = nbt_new("qkv_attention", x->dtype, x->ndim, x->shape);
+        bool ok = dx != NULL;
+        for (int i = 0; ok && i < 3; i++) {
+            const nba_matrix g = {.ptr = nbt_ptr(d[i]), .rows = M, .cols = D, .ld = 3 * D};
+            ok = nba_gemm(&g, false, &w[i], false, x->dtype, nbt_ptr(dx), Din, M, Din, i > 0);
+        }
+        if (ok) nba_accumulate(n, 0, dx);
+    }
+}
+
+nb_tensor *nb_f_qkv_attention(const nb_tensor *x, const nb_tensor *wq, const nb_tensor *wk,
+                              const nb_tensor *wv, int64_t num_heads, bool causal, double scale) {
+    const char *op = "qkv_attention";
+    const nb_tensor *w[3] = {wq, wk, wv};
+    if (!nba_check_inputs(op, 4, (const nb_tensor *[]){x, wq, wk, wv})) return NULL;
+    for (int i = 0; i < 3; i++)
+        if (!nba_check_same_float(op, x, w[i])) return NULL;
+    if (x->ndim != 3 || wq->ndim != 2 || !nb_same_shape(wq, wk) || !nb_same_shape(wq, wv) ||
+        wq->shape[1] != x->shape[2])
+        return nbt_error(op,
+                         "expected x [B, T, D_in] and Wq, Wk, Wv [D, D_in], got x %s, Wq %s, "
+                         "Wk %s, Wv %s",
+                         nbt_shape(x), nbt_shape(wq), nbt_shape(wk), nbt_shape(wv));
+    const int64_t D = wq->shape[0];
+    if (num_heads <= 0 || D % num_heads != 0)
+        return nbt_error(op, "num_heads %lld must be positive and divide D = %lld (Wq %s)",
+                         (long long)num_heads, (long long)D, nbt_shape(wq));
+    nba_matrix xm, wm;
+    if (!nba_matrix_of(x, &xm)) return NULL;
+    nb_tensor *qkv = nbt_new(op, x->dtype, 3, (int64_t[]){x->shape[0], x->shape[1], 3 * D});
+    if (!qkv) return NULL;
+    for (int i = 0; i < 3; i++) /* column block i = x Wi^T */
+        if (!nba_matrix_of(w[i], &wm) ||
+            !nba_gemm(&xm, false, &wm, true, x->dtype,
+                      (char *)nbt_ptr(qkv) + nbt_esize(x->dtype) * (size_t)(i * D), 3 * D, xm.rows,
+                      D, false))
+            return NULL;
+    nba_attention_call c;
+    if (!call_on(qkv, num_heads, causal, scale, &c)) return NULL;
+    nb_tensor *out = nba_attention_forward(op, &c);
+    if (!out) return NULL;
+    nb_node *n =
+        nba_record(op, out, 4, (const nb_tensor *[]){x, wq, wk, wv}, qkv_attention_backward);
+    if (n) {
+        n->saved[0] = c.saved, n->saved[1] = qkv;
+        n->f[0] = scale;
+        n->i[0] = num_heads, n->i[1] = causal, n->i[2] = c.memory_efficient;
+    }
+    return out;
+}
+
+/* ---- test metadata (op_def.h) ---- */
+#include "op_def.h"
+
+/* x [B, T, D_in], Wq, Wk, Wv [D, D_in]; ctx: heads and causal as {H, causal}. */
+typedef struct {
+    int64_t heads;
+    bool causal;
+    size_t keep_limit; /* SIZE_MAX: keep the probabilities; 0: the memory-efficient path */
+} qkv_case;
+
+static nb_tensor *cat_qkv(nb_tensor *const *in, int n, void *ctx) {
+    (void)n;
+    const qkv_case *c = ctx;
+    size_t old = nba_attention_keep_limit(c->keep_limit);
+    nb_tensor *out = nb_f_qkv_attention(in[0], in[1], in[2], in[3], c->heads, c->causal, 0.5);
+    nba_attention_keep_limit(old);
+    return out;
+}
+
+static int golden_qkv_attention(nba_golden_call *c, nb_tensor **out) {
+    out[0] =
+        nb_f_qkv_attention(c->input(c, "x", true), c->input(c, "wq", true), c->input(c, "wk", true),
+                           c->input(c, "wv", true), c->integer(c, "num_heads"),
+                           c->flag(c, "causal"), c->number(c, "scale"));
+    return 1;
+}
+
+static const qkv_case two_causal = {2, true, SIZE_MAX}, one_full = {1, false, SIZE_MAX},
+                      two_me = {2, true, 0};
+
+/* clang-format off */
+static const nba_entry qkv_attention_entries[] = {
+    {"qkv_attention x [2,3,4] W [4,4] x3, 2 heads, causal", NBA_RANDOM, cat_qkv, 4,
+     {IN(2, 3, 4), IN(4, 4), IN(4, 4), IN(4, 4)}, &two_causal},
+    {"qkv_attention D_in 5 -> D 6, 1 head, constant Wk", NBA_RANDOM, cat_qkv, 4,
+     {IN(1, 4, 5), IN(6, 5), IN_C(6, 5), IN(6, 5)}, &one_full},
+    {"qkv_attention memory-efficient, 40 queries", NBA_RANDOM, cat_qkv, 4,
+     {IN(1, 40, 4), IN(4, 4), IN(4, 4), IN(4, 4)}, &two_me},
+    {"qkv_attention transposed x and Wq, sliced Wv (copied)", NBA_STRIDED, cat_qkv, 4,
+     {IN_T(2, 3, 4), IN_T(4, 4), IN(4, 4), IN_S(4, 4)}, &two_causal},
+};
+/* clang-format on */
+static const nba_golden_case qkv_attention_cases[] = {
+    {"x: [2,3,4]; wq: [4,4]; wk: [4,4]; wv: [4,4]", "num_heads=2, causal=True, scale=0.5"},
+    {"x: [1,5,6]; wq: [8,6]; wk: [8,6]; wv: [8,6]", "num_heads=4, causal=False, scale=0.7"}};
+static const nba_golden qkv_attention_goldens[] = {NBA_GOLDEN(
+    "f_qkv_attention", golden_qkv_attention,
+    "attention_ref(F.linear(x, wq), F.linear(x, wk), F.linear(x, wv), None, num_heads, causal, "
+    "scale)",
+    qkv_attention_cases)};
+NBA_OP_DEF(nba_op_qkv_attention, "qkv_attention", qkv_attention_entries, qkv_attention_goldens,
+           .not_applicable = {[NBA_BROADCAST] = "x's leading dims are rows and the weights have "
+                                                "fixed shapes [D, D_in]: nothing broadcasts"});
