@@ -68,10 +68,14 @@ static void linear_backward(nb_node *n, const nb_tensor *gout) {
                 nba_accumulate(n, 1, dw);
         }
     }
-    if (n->ninputs > 2 && nba_input_needs_grad(n, 2)) {
-        bool over[NB_MAX_DIMS]; /* db = g summed over all but the last dim */
-        for (int i = 0; i < gout->ndim; i++) over[i] = i < gout->ndim - 1;
-        nba_accumulate(n, 2, nbt_sum_dims(gout, over, false, 1.0));
+    if (n->ninputs > 2 &&
+        nba_input_needs_grad(n, 2)) {          /* db = g summed over all but the last dim */
+        nb_tensor *into = nba_leaf_grad(n, 2); /* added straight into b's gradient */
+        if (!into || !nbt_add_row_sums(into, gout)) {
+            bool over[NB_MAX_DIMS];
+            for (int i = 0; i < gout->ndim; i++) over[i] = i < gout->ndim - 1;
+            nba_accumulate(n, 2, nbt_sum_dims(gout, over, false, 1.0));
+        }
     }
 }
 

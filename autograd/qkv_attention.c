@@ -16,19 +16,28 @@
 #include "attention.h"
 #include "gemm_operand.h"
 
-/* q, k or v of a [B, T, 3D] buffer: its column block i, rows 3D apart. */
-static nb_tensor *block_of(const nb_tensor *qkv, int i) {
-    const int64_t B = qkv->shape[0], T = qkv->shape[1], D = qkv->shape[2] / 3;
-    return nbt_alias(qkv, 3, (int64_t[]){B, T, D}, (int64_t[]){T * 3 * D, 3 * D, 1},
-                     qkv->offset + i * D);
+/* q, k or v of a contiguous [B, T, 3D] buffer: its column block i, rows 3D apart, as a view
+ * held by the caller. The attention only reads a block's layout and data; a tensor of the
+ * scope for each block would be nine a step. */
+static nb_tensor block_of(const nb_tensor *qkv, int i) {
+    nb_tensor t = *qkv;
+    t.shape[2] = qkv->shape[2] / 3;
+    t.offset = qkv->offset + i * t.shape[2];
+    return t;
 }
 
-/* The attention call reading q, k, v from the column blocks of qkv. False if out of memory. */
-static bool call_on(const nb_tensor *qkv, int64_t H, bool causal, double scale,
-                    nba_attention_call *c) {
-    *c = (nba_attention_call){.packed = true, .causal = causal, .Hq = H, .Hkv = H, .scale = scale};
-    c->q = block_of(qkv, 0), c->k = block_of(qkv, 1), c->v = block_of(qkv, 2);
-    return c->q && c->k && c->v;
+/* The attention call reading q, k, v from the column blocks of qkv, kept in blocks. */
+static nba_attention_call call_on(const nb_tensor *qkv, int64_t H, bool causal, double scale,
+                                  nb_tensor blocks[3]) {
+    for (int i = 0; i < 3; i++) blocks[i] = block_of(qkv, i);
+    return (nba_attention_call){.q = &blocks[0],
+                                .k = &blocks[1],
+                                .v = &blocks[2],
+                                .packed = true,
+                                .causal = causal,
+                                .Hq = H,
+                                .Hkv = H,
+                                .scale = scale};
 }
 
 /* inputs: x, Wq, Wk, Wv. saved[0]: the attention's probabilities or row stats; saved[1]: qkv.
@@ -36,13 +45,14 @@ static bool call_on(const nb_tensor *qkv, int64_t H, bool causal, double scale,
 static void qkv_attention_backward(nb_node *n, const nb_tensor *gout) {
     const nb_tensor *x = n->inputs[0], *qkv = n->saved[1];
     const int64_t D = qkv->shape[2] / 3, M = qkv->shape[0] * qkv->shape[1], Din = x->shape[2];
-    nba_attention_call c;
-    if (!call_on(qkv, n->i[0], n->i[1], n->f[0], &c)) return;
+    nb_tensor blocks[3], dblocks[3];
+    nba_attention_call c = call_on(qkv, n->i[0], n->i[1], n->f[0], blocks);
     c.memory_efficient = n->i[2], c.saved = n->saved[0];
     nb_tensor *dqkv = nbt_new("qkv_attention", qkv->dtype, 3, qkv->shape);
-    nb_tensor *d[3] = {dqkv ? block_of(dqkv, 0) : NULL, dqkv ? block_of(dqkv, 1) : NULL,
-                       dqkv ? block_of(dqkv, 2) : NULL};
-    if (!d[0] || !d[1] || !d[2] || !nba_attention_grads(&c, gout, d)) return;
+    if (!dqkv) return;
+    nb_tensor *d[3];
+    for (int i = 0; i < 3; i++) dblocks[i] = block_of(dqkv, i), d[i] = &dblocks[i];
+    if (!nba_attention_grads(&c, gout, d)) return;
 
     nba_matrix xm, w[3];
     if (!nba_matrix_of(x, &xm)) return;
@@ -97,8 +107,8 @@ nb_tensor *nb_f_qkv_attention(const nb_tensor *x, const nb_tensor *wq, const nb_
                       (char *)nbt_ptr(qkv) + nbt_esize(x->dtype) * (size_t)(i * D), 3 * D, xm.rows,
                       D, false))
             return NULL;
-    nba_attention_call c;
-    if (!call_on(qkv, num_heads, causal, scale, &c)) return NULL;
+    nb_tensor blocks[3];
+    nba_attention_call c = call_on(qkv, num_heads, causal, scale, blocks);
     nb_tensor *out = nba_attention_forward(op, &c);
     if (!out) return NULL;
     nb_node *n =

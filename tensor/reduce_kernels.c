@@ -81,6 +81,14 @@ static void store(nb_dtype dt, char *out, int64_t k, double v) {
         ((double *)out)[k] = v;
 }
 
+/* out[k] + v rounded to dt, as adding a tensor holding v (in dt) to out would. */
+static void add_to(nb_dtype dt, char *out, int64_t k, double v) {
+    if (dt == NB_F32)
+        ((float *)out)[k] = ((float *)out)[k] + (float)v;
+    else
+        ((double *)out)[k] = ((double *)out)[k] + v;
+}
+
 /* Walks a multi-index in row-major order, tracking the element offset. */
 typedef struct {
     int nd;
@@ -171,8 +179,10 @@ static void sum_column_range(int64_t k0, int64_t k1, void *vjob) {
 }
 
 /* Returns false only when the accumulator cannot be allocated. Threads take slices of the
- * columns: each column's sum runs over the rows in the same order whoever computes it. */
-static bool sum_columns(const nb_tensor *a, odometer *red, int64_t K, char *out, double scale) {
+ * columns: each column's sum runs over the rows in the same order whoever computes it. With
+ * add, each sum (rounded to a's dtype) is added to out[k] instead of stored there. */
+static bool sum_columns(const nb_tensor *a, odometer *red, int64_t K, char *out, double scale,
+                        bool add) {
     int64_t R = count(red);
     int64_t lanes = R < LANES ? R : LANES;
     /* A small accumulator lives on the stack and the sum stays on this thread (it is below
@@ -195,7 +205,7 @@ static bool sum_columns(const nb_tensor *a, odometer *red, int64_t K, char *out,
     for (int64_t k = 0; k < K; k++) {
         double l[LANES] = {0};
         for (int64_t j = 0; j < lanes; j++) l[j] = acc[j * K + k];
-        store(a->dtype, out, k, combine(l) * scale);
+        (add ? add_to : store)(a->dtype, out, k, combine(l) * scale);
     }
     return true;
 }
@@ -229,7 +239,7 @@ nb_tensor *nbt_sum_dims(const nb_tensor *a, const bool *reduce, bool keepdim, do
         sum_rows(a, &kept, R, nbt_ptr(out), scale);
         return out;
     }
-    if (is_flat(&kept)) return sum_columns(a, &red, K, nbt_ptr(out), scale) ? out : NULL;
+    if (is_flat(&kept)) return sum_columns(a, &red, K, nbt_ptr(out), scale, false) ? out : NULL;
     /* Neither side is one run: copy with kept dims first, reduced dims last. */
     int perm[NB_MAX_DIMS], np = 0;
     for (int i = 0; i < a->ndim; i++)
@@ -243,6 +253,19 @@ nb_tensor *nbt_sum_dims(const nb_tensor *a, const bool *reduce, bool keepdim, do
     kept.nd = 1, kept.shape[0] = K, kept.stride[0] = R;
     sum_rows(c, &kept, R, nbt_ptr(out), scale);
     return out;
+}
+
+bool nbt_add_row_sums(nb_tensor *into, const nb_tensor *a) {
+    const int last = a->ndim - 1;
+    if (a->ndim < 1 || !nb_is_float(a) || into->dtype != a->dtype || into->ndim != 1 ||
+        into->shape[0] != a->shape[last] || into->strides[0] != 1 || a->shape[last] == 0)
+        return false;
+    bool reduce[NB_MAX_DIMS];
+    for (int i = 0; i < a->ndim; i++) reduce[i] = i < last;
+    odometer kept, red;
+    split_dims(a, reduce, &kept, &red);
+    if (!is_flat(&kept) || count(&red) == 0) return false;
+    return sum_columns(a, &red, a->shape[last], nbt_ptr(into), 1.0, true);
 }
 
 nb_tensor *nbt_sum_all(const nb_tensor *a, double scale) {

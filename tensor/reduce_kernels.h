@@ -21,6 +21,12 @@ bool nbt_reduce_dims(const char *op, const nb_tensor *a, int ndims, const int *d
  * above. keepdim keeps reduced dims as size 1. The sum over no elements is 0 (so a mean,
  * with scale 1/0, is NaN). New tensor in the current scope. */
 nb_tensor *nbt_sum_dims(const nb_tensor *a, const bool *reduce, bool keepdim, double scale);
+/* into += the sum of a over all but its last dim, as nbt_sum_dims then an add would give it:
+ * for a bias gradient added straight into the bias's gradient, without a tensor for the sum.
+ * into: contiguous [a's last dim], a's dtype. False, with into untouched, when a's last dim
+ * is not one unit-stride run per row, there are no rows, or the shapes or dtypes differ; the
+ * caller then sums the usual way. */
+bool nbt_add_row_sums(nb_tensor *into, const nb_tensor *a);
 /* scale * (sum of every element) as a 0-d tensor. New tensor in the current scope. */
 nb_tensor *nbt_sum_all(const nb_tensor *a, double scale);
 

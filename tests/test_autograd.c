@@ -47,6 +47,29 @@ static void test_linear_weight_grad_accumulates(void) {
     NBT_ASSERT_VALUES(nb_grad(w), 0, 5, 7);
 }
 
+/* The bias's gradient is added straight into an existing one (nbt_add_row_sums): for
+ * sum(out * r), db[j] = sum over rows of r[., j]. Gradients laid out [rows, out] contiguous,
+ * transposed (the out dim strided: the usual sum then an add), and of a 3-D input. */
+static void test_linear_bias_grad_accumulates(void) {
+    nb_tensor *x = nb_from_array(NB_F64, NB_SHAPE(3, 2), (double[]){1, 2, 3, 4, 5, 6});
+    nb_tensor *w = nb_from_array(NB_F64, NB_SHAPE(2, 2), (double[]){1, 0, 0, 1});
+    nb_tensor *b = nb_requires_grad_(nb_from_array(NB_F64, NB_SHAPE(2), (double[]){0, 0}), true);
+    nb_tensor *r = nb_from_array(NB_F64, NB_SHAPE(3, 2), (double[]){0.5, 1, 0.25, -2, 4, 8});
+    CU_ASSERT_TRUE(nb_backward(nb_sum(nb_mul(nb_f_linear(x, w, b), r)), NULL));
+    NBT_ASSERT_VALUES(nb_grad(b), 0, 4.75, 7);
+    CU_ASSERT_TRUE(nb_backward(nb_sum(nb_mul(nb_f_linear(x, w, b), r)), NULL));
+    NBT_ASSERT_VALUES(nb_grad(b), 0, 9.5, 14);
+    nb_tensor *rt =
+        nb_transpose(nb_from_array(NB_F64, NB_SHAPE(2, 3), (double[]){1, 1, 1, 2, 2, 2}), 0,
+                     1); /* [3, 2]: columns 1 and 2 */
+    nb_tensor *out_t = nb_transpose(nb_f_linear(x, w, b), 0, 1);
+    CU_ASSERT_TRUE(nb_backward(nb_sum(nb_mul(out_t, nb_transpose(rt, 0, 1))), NULL));
+    NBT_ASSERT_VALUES(nb_grad(b), 0, 12.5, 20);
+    nb_tensor *x3 = nb_view(x, NB_SHAPE(3, 1, 2)), *r3 = nb_view(r, NB_SHAPE(3, 1, 2));
+    CU_ASSERT_TRUE(nb_backward(nb_sum(nb_mul(nb_f_linear(x3, w, b), r3)), NULL));
+    NBT_ASSERT_VALUES(nb_grad(b), 0, 17.25, 27);
+}
+
 static void test_non_scalar_needs_grad_output(void) {
     nb_tensor *x = leaf((double[]){1, 2}, 2);
     nb_tensor *y = nb_mul_scalar(x, 2);
@@ -111,6 +134,7 @@ int main(void) {
         {"diamond graph", test_diamond},
         {"grads accumulate until zero_grad", test_accumulates_until_zero_grad},
         {"linear adds into an existing weight gradient", test_linear_weight_grad_accumulates},
+        {"linear adds into an existing bias gradient", test_linear_bias_grad_accumulates},
         {"non-scalar backward needs grad_output", test_non_scalar_needs_grad_output},
         {"errors", test_errors},
         {"no_grad, detach, requires_grad propagation", test_no_grad_and_detach},
