@@ -18,18 +18,23 @@
 
 /* q, k or v of a contiguous [B, T, 3D] buffer: its column block i, rows 3D apart, as a view
  * held by the caller. The attention only reads a block's layout and data; a tensor of the
- * scope for each block would be nine a step. */
-static nb_tensor block_of(const nb_tensor *qkv, int i) {
-    nb_tensor t = *qkv;
-    t.shape[2] = qkv->shape[2] / 3;
-    t.offset = qkv->offset + i * t.shape[2];
-    return t;
+ * scope for each block would be nine a step. Field by field: a copy of the whole struct,
+ * then a change, stalled the loads that read it back. */
+static void block_of(const nb_tensor *qkv, int i, nb_tensor *t) {
+    const int64_t B = qkv->shape[0], T = qkv->shape[1], D = qkv->shape[2] / 3;
+    t->dtype = qkv->dtype, t->ndim = 3;
+    t->shape[0] = B, t->shape[1] = T, t->shape[2] = D;
+    t->strides[0] = T * 3 * D, t->strides[1] = 3 * D, t->strides[2] = 1;
+    t->offset = qkv->offset + i * D, t->storage = qkv->storage;
+    t->requires_grad = t->graph_released = false;
+    t->grad = NULL, t->node = NULL;
+    t->scope = qkv->scope, t->scope_prev = t->scope_next = NULL;
 }
 
 /* The attention call reading q, k, v from the column blocks of qkv, kept in blocks. */
 static nba_attention_call call_on(const nb_tensor *qkv, int64_t H, bool causal, double scale,
                                   nb_tensor blocks[3]) {
-    for (int i = 0; i < 3; i++) blocks[i] = block_of(qkv, i);
+    for (int i = 0; i < 3; i++) block_of(qkv, i, &blocks[i]);
     return (nba_attention_call){.q = &blocks[0],
                                 .k = &blocks[1],
                                 .v = &blocks[2],
@@ -51,7 +56,7 @@ static void qkv_attention_backward(nb_node *n, const nb_tensor *gout) {
     nb_tensor *dqkv = nbt_new("qkv_attention", qkv->dtype, 3, qkv->shape);
     if (!dqkv) return;
     nb_tensor *d[3];
-    for (int i = 0; i < 3; i++) dblocks[i] = block_of(dqkv, i), d[i] = &dblocks[i];
+    for (int i = 0; i < 3; i++) block_of(dqkv, i, &dblocks[i]), d[i] = &dblocks[i];
     if (!nba_attention_grads(&c, gout, d)) return;
 
     nba_matrix xm, w[3];
