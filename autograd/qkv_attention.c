@@ -4,9 +4,9 @@
  * tutorials' small models that bookkeeping is a large part of the step (the seed workload's
  * forward+backward is about 2 us); the arithmetic is the same products in the same order.
  *
- *   forward   qkv = [x Wq^T | x Wk^T | x Wv^T]  (one [B, T, 3D] buffer, three GEMMs into its
- *             column blocks), then attention on the heads packed in it (attention.c)
- *   backward  dqkv = the attention's gradients into the same column blocks, then
+ *   forward   qkv = [x Wq^T; x Wk^T; x Wv^T]  (one [3, B, T, D] buffer, three GEMMs into its
+ *             blocks), then attention on the heads packed in them (attention.c)
+ *   backward  dqkv = the attention's gradients into the same blocks, then
  *             dWi = dqkv_i^T x (straight into a weight's gradient when it has one) and
  *             dx = dqkv_q Wq + dqkv_k Wk + dqkv_v Wv, the last two added in the GEMM.
  *
@@ -16,16 +16,17 @@
 #include "attention.h"
 #include "gemm_operand.h"
 
-/* q, k or v of a contiguous [B, T, 3D] buffer: its column block i, rows 3D apart, as a view
- * held by the caller. The attention only reads a block's layout and data; a tensor of the
- * scope for each block would be nine a step. Field by field: a copy of the whole struct,
- * then a change, stalled the loads that read it back. */
+/* q, k or v of a contiguous [3, B, T, D] buffer: its block i, a contiguous [B, T, D], as a
+ * view held by the caller. (Blocks side by side in [B, T, 3D] rows made the long workload's
+ * attention 2-3% slower at 2 threads: its packing read rows 3D apart.) The attention only reads a
+ * block's layout and data; a tensor of the scope for each block would be nine a step. Field by
+ * field: a copy of the whole struct, then a change, stalled the loads that read it back. */
 static void block_of(const nb_tensor *qkv, int i, nb_tensor *t) {
-    const int64_t B = qkv->shape[0], T = qkv->shape[1], D = qkv->shape[2] / 3;
+    const int64_t B = qkv->shape[1], T = qkv->shape[2], D = qkv->shape[3];
     t->dtype = qkv->dtype, t->ndim = 3;
     t->shape[0] = B, t->shape[1] = T, t->shape[2] = D;
-    t->strides[0] = T * 3 * D, t->strides[1] = 3 * D, t->strides[2] = 1;
-    t->offset = qkv->offset + i * D, t->storage = qkv->storage;
+    t->strides[0] = T * D, t->strides[1] = D, t->strides[2] = 1;
+    t->offset = qkv->offset + i * B * T * D, t->storage = qkv->storage;
     t->requires_grad = t->graph_released = false;
     t->grad = NULL, t->node = NULL;
     t->scope = qkv->scope, t->scope_prev = t->scope_next = NULL;
@@ -49,11 +50,11 @@ static nba_attention_call call_on(const nb_tensor *qkv, int64_t H, bool causal, 
  * f[0]: scale; i[0]: heads; i[1]: causal; i[2]: memory-efficient. */
 static void qkv_attention_backward(nb_node *n, const nb_tensor *gout) {
     const nb_tensor *x = n->inputs[0], *qkv = n->saved[1];
-    const int64_t D = qkv->shape[2] / 3, M = qkv->shape[0] * qkv->shape[1], Din = x->shape[2];
+    const int64_t D = qkv->shape[3], M = qkv->shape[1] * qkv->shape[2], Din = x->shape[2];
     nb_tensor blocks[3], dblocks[3];
     nba_attention_call c = call_on(qkv, n->i[0], n->i[1], n->f[0], blocks);
     c.memory_efficient = n->i[2], c.saved = n->saved[0];
-    nb_tensor *dqkv = nbt_new("qkv_attention", qkv->dtype, 3, qkv->shape);
+    nb_tensor *dqkv = nbt_new("qkv_attention", qkv->dtype, 4, qkv->shape);
     if (!dqkv) return;
     nb_tensor *d[3];
     for (int i = 0; i < 3; i++) block_of(dqkv, i, &dblocks[i]), d[i] = &dblocks[i];
@@ -62,7 +63,7 @@ static void qkv_attention_backward(nb_node *n, const nb_tensor *gout) {
     nba_matrix xm, w[3];
     if (!nba_matrix_of(x, &xm)) return;
     for (int i = 0; i < 3; i++) {
-        const nba_matrix g = {.ptr = nbt_ptr(d[i]), .rows = M, .cols = D, .ld = 3 * D};
+        const nba_matrix g = {.ptr = nbt_ptr(d[i]), .rows = M, .cols = D, .ld = D};
         if (!nba_matrix_of(n->inputs[1 + i], &w[i])) return;
         if (!nba_input_needs_grad(n, 1 + i)) continue;
         nb_tensor *into = nba_leaf_grad(n, 1 + i); /* dWi = g^T x */
@@ -78,7 +79,7 @@ static void qkv_attention_backward(nb_node *n, const nb_tensor *gout) {
         nb_tensor *dx = nbt_new("qkv_attention", x->dtype, x->ndim, x->shape);
         bool ok = dx != NULL;
         for (int i = 0; ok && i < 3; i++) {
-            const nba_matrix g = {.ptr = nbt_ptr(d[i]), .rows = M, .cols = D, .ld = 3 * D};
+            const nba_matrix g = {.ptr = nbt_ptr(d[i]), .rows = M, .cols = D, .ld = D};
             ok = nba_gemm(&g, false, &w[i], false, x->dtype, nbt_ptr(dx), Din, M, Din, i > 0);
         }
         if (ok) nba_accumulate(n, 0, dx);
@@ -104,13 +105,13 @@ nb_tensor *nb_f_qkv_attention(const nb_tensor *x, const nb_tensor *wq, const nb_
                          (long long)num_heads, (long long)D, nbt_shape(wq));
     nba_matrix xm, wm;
     if (!nba_matrix_of(x, &xm)) return NULL;
-    nb_tensor *qkv = nbt_new(op, x->dtype, 3, (int64_t[]){x->shape[0], x->shape[1], 3 * D});
+    nb_tensor *qkv = nbt_new(op, x->dtype, 4, (int64_t[]){3, x->shape[0], x->shape[1], D});
     if (!qkv) return NULL;
-    for (int i = 0; i < 3; i++) /* column block i = x Wi^T */
+    for (int i = 0; i < 3; i++) /* block i = x Wi^T */
         if (!nba_matrix_of(w[i], &wm) ||
             !nba_gemm(&xm, false, &wm, true, x->dtype,
-                      (char *)nbt_ptr(qkv) + nbt_esize(x->dtype) * (size_t)(i * D), 3 * D, xm.rows,
-                      D, false))
+                      (char *)nbt_ptr(qkv) + nbt_esize(x->dtype) * (size_t)(i * xm.rows * D), D,
+                      xm.rows, D, false))
             return NULL;
     nb_tensor blocks[3];
     nba_attention_call c = call_on(qkv, num_heads, causal, scale, blocks);

@@ -104,7 +104,7 @@ nb_tensor *nb_f_attention(const nb_tensor *q, const nb_tensor *k, const nb_tenso
 /* Self-attention with its projections in one node: nb_f_attention(nb_f_linear(x, wq, NULL),
  * nb_f_linear(x, wk, NULL), nb_f_linear(x, wv, NULL), num_heads, NULL, causal, scale) for x
  * [B, T, D_in] and bias-free weights wq, wk, wv [D, D_in]; returns [B, T, D] (new, in the
- * current scope). One node and one [B, T, 3D] buffer for q, k and v instead of four nodes
+ * current scope). One node and one [3, B, T, D] buffer for q, k and v instead of four nodes
  * and three tensors (MultiHeadAttention's self-attention takes it when it has no mask and
  * no projection biases). Causal or unmasked only: for a mask, use nb_f_attention. */
 nb_tensor *nb_f_qkv_attention(const nb_tensor *x, const nb_tensor *wq, const nb_tensor *wk,
