@@ -17,10 +17,11 @@
 #include "gemm_operand.h"
 
 /* q, k or v of a contiguous [3, B, T, D] buffer: its block i, a contiguous [B, T, D], as a
- * view held by the caller. (Blocks side by side in [B, T, 3D] rows made the long workload's
- * attention 2-3% slower at 2 threads: its packing read rows 3D apart.) The attention only reads a
- * block's layout and data; a tensor of the scope for each block would be nine a step. Field by
- * field: a copy of the whole struct, then a change, stalled the loads that read it back. */
+ * view held by the caller. The attention only reads a block's layout and data; a tensor of
+ * the scope for each block would be nine a step. Filled field by field: a copy of the whole
+ * struct, then a change, stalled the loads that read it back. (Blocks side by side in
+ * [B, T, 3D] rows made the long workload 2-3% slower at 2 threads: its packing read rows 3D
+ * apart.) */
 static void block_of(const nb_tensor *qkv, int i, nb_tensor *t) {
     const int64_t B = qkv->shape[1], T = qkv->shape[2], D = qkv->shape[3];
     t->dtype = qkv->dtype, t->ndim = 3;
@@ -32,7 +33,7 @@ static void block_of(const nb_tensor *qkv, int i, nb_tensor *t) {
     t->scope = qkv->scope, t->scope_prev = t->scope_next = NULL;
 }
 
-/* The attention call reading q, k, v from the column blocks of qkv, kept in blocks. */
+/* The attention call reading q, k, v from the blocks of qkv, their views kept in blocks. */
 static nba_attention_call call_on(const nb_tensor *qkv, int64_t H, bool causal, double scale,
                                   nb_tensor blocks[3]) {
     for (int i = 0; i < 3; i++) block_of(qkv, i, &blocks[i]);

@@ -203,6 +203,21 @@ static void test_attention_without_causal_mask(void) {
           NB_SHAPE(0, 3, 4), 0, qb);
 }
 
+static void test_qkv_attention(void) {
+    nb_tensor *w = LEAF(4, 4), *w2 = LEAF(4, 4), *w3 = LEAF(4, 4);
+    nb_tensor *x = LEAF(2, 0, 4); /* T = 0 */
+    CHECK("qkv_attention T=0 (empty)", nb_f_qkv_attention(x, w, w2, w3, 2, true, 0.5),
+          NB_SHAPE(2, 0, 4), 0, x, w, w2, w3);
+    /* D_in = 0: q, k, v are zeros, so each row averages zero values */
+    nb_tensor *x0 = LEAF(2, 3, 0), *v0[3] = {LEAF(4, 0), LEAF(4, 0), LEAF(4, 0)};
+    nb_tensor *o = nb_f_qkv_attention(x0, v0[0], v0[1], v0[2], 2, true, 0.5);
+    CU_ASSERT_TRUE(all_equal(o, 0));
+    CHECK("qkv_attention D_in=0 (empty)", o, NB_SHAPE(2, 3, 4), 0, x0, v0[0], v0[1], v0[2]);
+    nb_tensor *x3 = LEAF(2, 3, 4), *e[3] = {LEAF(0, 4), LEAF(0, 4), LEAF(0, 4)}; /* D = 0 */
+    CHECK("qkv_attention D=0 (empty)", nb_f_qkv_attention(x3, e[0], e[1], e[2], 2, false, 0.5),
+          NB_SHAPE(2, 3, 0), 0, x3, e[0], e[1], e[2]);
+}
+
 /* Every registered op (autograd/op_list.h), through its catalogue entries of kind random with
  * the leading (batch) dim of its inputs made 0: the op returns a tensor whose backward runs
  * and gives each input a gradient of its shape, or NULL with a message (e.g. a max over an
@@ -261,6 +276,7 @@ int main(void) {
         {"views and joins", test_views_and_joins},
         {"losses and layers", test_losses_and_layers},
         {"attention without causal mask", test_attention_without_causal_mask},
+        {"qkv_attention: T, D_in and D of 0", test_qkv_attention},
         {"every registered op on an empty batch", test_every_registered_op_on_an_empty_batch},
     };
     return nbtest_run("empty", cases, sizeof cases / sizeof cases[0]);
