@@ -19,7 +19,7 @@ BY_SOURCE = [
     (r"gemm|matmul|linear", "GEMM"),
     (r"attention|softmax|gqa", "attn"),
     (r"layer_norm|rms_norm", "norm"),
-    (r"optim|clip_grad|update", "optim"),
+    (r"optim|clip_grad|update|adam", "optim"),
     (r"generate|kv_cache|decode", "decode"),
     (r"threads|_pool\.c", "thr-wait"),
     (r"elementwise|unary|reduce|column_sums|iter|loss|embedding|vecmath|swiglu|rope|compare|"
