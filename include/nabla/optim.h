@@ -59,8 +59,10 @@ nb_optimizer *nb_adamw_new(nb_tensor *const *params, int n, nb_adam_opts opts);
 void nb_optimizer_free(nb_optimizer *opt);
 
 /* One update of every parameter that has a gradient; parameters without one are skipped
- * (their step counts do not advance), as in torch. Never allocates. Returns false with an
- * error, changing nothing, if a gradient's dtype or shape does not match its parameter. */
+ * (their step counts do not advance), as in torch. Never allocates; the contiguous parameters
+ * are updated together as one job on nabla's threads, with the same bits for any thread count.
+ * Returns false with an error, changing nothing, if a gradient's dtype or shape does not
+ * match its parameter. */
 bool nb_optimizer_step(nb_optimizer *opt);
 /* Sets every parameter's gradient to zero in place (keeps the buffers, as torch's
  * zero_grad(set_to_none=False)). */
