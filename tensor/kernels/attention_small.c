@@ -7,7 +7,7 @@
  * which thread computes it. Products skip the causally blocked terms, which are exact zeros.
  * Without -ffast-math nothing is fused or reordered: each multiply and add rounds as written. */
 #include "kernels.h"
-#include "vec16.h"
+#include "vec64.h"
 
 #include <math.h>
 #include <string.h>

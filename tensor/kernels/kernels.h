@@ -18,13 +18,36 @@
 
 #include <stdint.h>
 
-/* Adam's constants for one parameter's float32 update (nn/optim_adam.c), applied to each
- * element as torch's ops are: g += l2 p (if l2 != 0); p *= decay; m = m beta1 +
- * one_minus_beta1 g; v = v beta2 + one_minus_beta2 g g; p += neg_step_size m / (sqrt(v) /
- * bc2_sqrt + eps). */
+/* Adam's constants for one parameter's update (nn/optim_adam.c), in double; each kernel
+ * rounds them to its type once (NBK_ADAM_LOCALS). */
 typedef struct {
-    float beta1, beta2, eps, l2, decay, one_minus_beta1, one_minus_beta2, neg_step_size, bc2_sqrt;
+    double beta1, beta2, eps;
+    double l2;        /* Adam: weight_decay, added to the gradient */
+    double decay;     /* AdamW: 1 - lr * weight_decay, multiplied into the parameter */
+    double step_size; /* lr / (1 - beta1^t) */
+    double bc2_sqrt;  /* sqrt(1 - beta2^t) */
 } nbk_adam_consts;
+
+/* c's constants as values of one type (SPLAT: a conversion to a scalar or a vector of it),
+ * under the names NBK_ADAM_STEP uses. */
+#define NBK_ADAM_LOCALS(T, SPLAT, c)                                                               \
+    const T beta1 = SPLAT((c)->beta1), beta2 = SPLAT((c)->beta2), eps = SPLAT((c)->eps),           \
+            l2 = SPLAT((c)->l2), decay = SPLAT((c)->decay),                                        \
+            one_minus_beta1 = SPLAT(1 - (c)->beta1), one_minus_beta2 = SPLAT(1 - (c)->beta2),      \
+            neg_step_size = SPLAT(-(c)->step_size), bc2_sqrt = SPLAT((c)->bc2_sqrt)
+
+/* One Adam update of p, m and v (lvalues) from the gradient g (an lvalue it may change), as
+ * torch's sequence of tensor ops so the roundings match; NBK_ADAM_LOCALS' names in scope and
+ * has_l2 whether l2, in the type, is not 0. The one spelling of the update: every set's
+ * contiguous kernels (adam_rows.c) and nn/optim_adam.c's strided loop expand it. */
+#define NBK_ADAM_STEP(SQRT, has_l2, p, g, m, v)                                                    \
+    do {                                                                                           \
+        if (has_l2) g = g + l2 * p;                                                                \
+        p = p * decay;                                                                             \
+        m = m * beta1 + one_minus_beta1 * g;                                                       \
+        v = v * beta2 + one_minus_beta2 * g * g;                                                   \
+        p = p + neg_step_size * m / (SQRT(v) / bc2_sqrt + eps);                                    \
+    } while (0)
 
 typedef struct {
     /* y = f(x) over n contiguous elements through SLEEF's 1-ULP functions; y may be x. */
@@ -72,8 +95,10 @@ typedef struct {
      * output one multiply-add chain in order of k. */
     void (*matmul_rows_f32)(int64_t n, int64_t K, const float *W, int64_t ldw, const float *xt,
                             int64_t T, const float *bias, float *y, int64_t ldy);
-    /* Adam's update of n contiguous float32 elements (adam_rows.c): p, m and v in place. */
+    /* Adam's update of n contiguous elements (adam_rows.c): p, m and v in place. */
     void (*adam_f32)(int64_t n, float *p, const float *g, float *m, float *v,
+                     const nbk_adam_consts *c);
+    void (*adam_f64)(int64_t n, double *p, const double *g, double *m, double *v,
                      const nbk_adam_consts *c);
 } nbt_kernel_table;
 
@@ -116,6 +141,8 @@ void NBK_FN(nbk_matmul_rows_f32)(int64_t n, int64_t K, const float *W, int64_t l
 void NBK_FN(nba_small_head_forward)(const nba_small_head *h);
 void NBK_FN(nba_small_head_backward)(const nba_small_head *h);
 void NBK_FN(nbk_adam_f32)(int64_t n, float *p, const float *g, float *m, float *v,
+                          const nbk_adam_consts *c);
+void NBK_FN(nbk_adam_f64)(int64_t n, double *p, const double *g, double *m, double *v,
                           const nbk_adam_consts *c);
 #endif
 

@@ -22,6 +22,7 @@ void NBK_FN(nbt_kernels)(nbt_kernel_table *k) {
         .matmul_rows_f32 = NBK_FN(nbk_matmul_rows_f32),
         .attend_row_f32 = NBK_FN(nbk_attend_row_f32),
         .adam_f32 = NBK_FN(nbk_adam_f32),
+        .adam_f64 = NBK_FN(nbk_adam_f64),
     };
     NBK_FN(nbt_gemm_kernels)(&k->gemm_f32, &k->gemm_f64);
 }
