@@ -74,4 +74,19 @@ static inline bool nba_gemm(const nba_matrix *a, bool ta, const nba_matrix *b, b
                      (const double *)b->ptr, b->ld, accumulate ? 1.0 : 0.0, (double *)c, ldc);
 }
 
+/* The gradient of node input i, a weight [out, in], as g^T x (g [M, out], x [M, in]): added
+ * straight into the weight's gradient when it has one (nba_leaf_grad), else computed into a
+ * new tensor and accumulated. op names the new tensor's op. */
+static inline void nba_weight_grad(nb_node *n, int i, const char *op, const nba_matrix *g,
+                                   const nba_matrix *x, nb_dtype dt, int64_t out, int64_t in) {
+    nb_tensor *into = nba_leaf_grad(n, i);
+    if (into) {
+        nba_gemm(g, true, x, false, dt, nbt_ptr(into), in, out, in, true);
+        return;
+    }
+    nb_tensor *dw = nbt_new(op, dt, 2, (int64_t[]){out, in});
+    if (dw && nba_gemm(g, true, x, false, dt, nbt_ptr(dw), in, out, in, false))
+        nba_accumulate(n, i, dw);
+}
+
 #endif

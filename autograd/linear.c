@@ -57,20 +57,11 @@ static void linear_backward(nb_node *n, const nb_tensor *gout) {
             nba_accumulate(n, 0, dx);
     }
     nba_matrix xm;
-    if (nba_input_needs_grad(n, 1) && nba_matrix_of(x, &xm)) { /* dW = g^T x */
-        nb_tensor *into = nba_leaf_grad(n, 1); /* added straight into W's gradient */
-        if (into && w->ndim == 2) {
-            nba_gemm(&g, true, &xm, false, w->dtype, nbt_ptr(into), in_f, out_f, in_f, true);
-        } else {
-            nb_tensor *dw = nbt_new("linear", w->dtype, 2, (int64_t[]){out_f, in_f});
-            if (dw &&
-                nba_gemm(&g, true, &xm, false, w->dtype, nbt_ptr(dw), in_f, out_f, in_f, false))
-                nba_accumulate(n, 1, dw);
-        }
-    }
-    if (n->ninputs > 2 &&
-        nba_input_needs_grad(n, 2)) {          /* db = g summed over all but the last dim */
-        nb_tensor *into = nba_leaf_grad(n, 2); /* added straight into b's gradient */
+    if (nba_input_needs_grad(n, 1) && nba_matrix_of(x, &xm)) /* dW = g^T x */
+        nba_weight_grad(n, 1, "linear", &g, &xm, w->dtype, out_f, in_f);
+    if (n->ninputs > 2 && nba_input_needs_grad(n, 2)) {
+        /* db = g summed over all but the last dim, straight into b's gradient if it has one */
+        nb_tensor *into = nba_leaf_grad(n, 2);
         if (!into || !nbt_add_row_sums(into, gout)) {
             bool over[NB_MAX_DIMS];
             for (int i = 0; i < gout->ndim; i++) over[i] = i < gout->ndim - 1;

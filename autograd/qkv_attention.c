@@ -61,27 +61,20 @@ static void qkv_attention_backward(nb_node *n, const nb_tensor *gout) {
     for (int i = 0; i < 3; i++) block_of(dqkv, i, &dblocks[i]), d[i] = &dblocks[i];
     if (!nba_attention_grads(&c, gout, d)) return;
 
-    nba_matrix xm, w[3];
+    nba_matrix xm, w;
     if (!nba_matrix_of(x, &xm)) return;
     for (int i = 0; i < 3; i++) {
         const nba_matrix g = {.ptr = nbt_ptr(d[i]), .rows = M, .cols = D, .ld = D};
-        if (!nba_matrix_of(n->inputs[1 + i], &w[i])) return;
-        if (!nba_input_needs_grad(n, 1 + i)) continue;
-        nb_tensor *into = nba_leaf_grad(n, 1 + i); /* dWi = g^T x */
-        if (into) {
-            nba_gemm(&g, true, &xm, false, x->dtype, nbt_ptr(into), Din, D, Din, true);
-        } else {
-            nb_tensor *dw = nbt_new("qkv_attention", x->dtype, 2, (int64_t[]){D, Din});
-            if (dw && nba_gemm(&g, true, &xm, false, x->dtype, nbt_ptr(dw), Din, D, Din, false))
-                nba_accumulate(n, 1 + i, dw);
-        }
+        if (nba_input_needs_grad(n, 1 + i))
+            nba_weight_grad(n, 1 + i, "qkv_attention", &g, &xm, x->dtype, D, Din); /* g^T x */
     }
     if (nba_input_needs_grad(n, 0)) { /* dx = sum of g_i Wi, in order q, k, v */
         nb_tensor *dx = nbt_new("qkv_attention", x->dtype, x->ndim, x->shape);
         bool ok = dx != NULL;
         for (int i = 0; ok && i < 3; i++) {
             const nba_matrix g = {.ptr = nbt_ptr(d[i]), .rows = M, .cols = D, .ld = D};
-            ok = nba_gemm(&g, false, &w[i], false, x->dtype, nbt_ptr(dx), Din, M, Din, i > 0);
+            ok = nba_matrix_of(n->inputs[1 + i], &w) &&
+                 nba_gemm(&g, false, &w, false, x->dtype, nbt_ptr(dx), Din, M, Din, i > 0);
         }
         if (ok) nba_accumulate(n, 0, dx);
     }
