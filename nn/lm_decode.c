@@ -29,8 +29,8 @@
  *
  * Whether two threads pay depends on the machine: a busy neighbour on one core makes every
  * job wait for a thread that is not running. So the path measures: it starts on one thread,
- * keeps a running mean of the token time of each count, and now and then times a window of
- * tokens with the other count, switching when that count's mean is the lower; after each
+ * keeps a running mean of the token time of the count in use, and now and then times a window
+ * of tokens with the other count, switching when that window's mean is the lower; after each
  * trial that loses, the next waits twice as long (up to 8192 tokens), so where two threads do
  * not pay the trials soon cost nothing measurable. A home count that falls behind the other's
  * last mean (the machine changed) gets a trial at once. */
@@ -57,9 +57,12 @@
 #define MAX_GAP 8192
 /* Two threads' running mean must beat one thread's by this factor to replace it (one thread
  * replaces two when it is no slower): a second thread must clearly pay, since where it does
- * not (a busy neighbour) each trial of it costs. Each window moves its count's running mean by
- * AVG_WEIGHT (a single window is too noisy on a busy machine, where any token can lose
- * milliseconds to preemption). */
+ * not (a busy neighbour) each trial of it costs. Each window of the home count moves its
+ * running mean by AVG_WEIGHT (a single window is too noisy on a busy machine, where any token
+ * can lose milliseconds to preemption). A trial's window is judged alone: the other count's
+ * mean is from an earlier trial at least a gap ago, and blending with it let one slow first
+ * window (the worker's first start, 102 us a token here) lose trial after trial while the gap
+ * doubled, keeping decoding on one thread for some 16,000 tokens. */
 #define TWO_THREADS_MARGIN 0.9
 #define AVG_WEIGHT 0.25
 
@@ -360,10 +363,11 @@ static void note_time(struct nbn_lm_decoder *d, int64_t ns) {
     if (++d->in_window < WINDOW) return;
     const double mean = trimmed_mean(d->window_ns);
     double *avg = &d->avg_ns[d->current];
-    *avg = *avg > 0 ? (1 - AVG_WEIGHT) * *avg + AVG_WEIGHT * mean : mean;
+    const bool trial = d->current != d->home;
+    *avg = *avg > 0 && !trial ? (1 - AVG_WEIGHT) * *avg + AVG_WEIGHT * mean : mean;
     d->in_window = 0;
     const int other = 3 - d->home;
-    if (d->current == d->home) {
+    if (!trial) {
         /* the machine may have changed: look again once home falls behind the other's mark */
         if (d->avg_ns[other] > 0 && *avg > d->avg_ns[other]) d->until_trial = 0;
         if ((d->until_trial -= WINDOW) > 0) return;
