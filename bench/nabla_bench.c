@@ -158,7 +158,8 @@ static void gen_setup(workload *w) {
 
 static void gen_step(workload *w) {
     nb_generate_opts o = nb_generate_defaults(240);
-    if (nb_generate(w->lm, w->prompt, 16, &o, w->out, w->cache) != 240)
+    const nb_causal_lm lm = nb_transformer_lm_causal(w->lm);
+    if (nb_generate(&lm, w->prompt, 16, &o, w->out, w->cache) != 240)
         fprintf(stderr, "gen: %s\n", nb_last_error());
 }
 

@@ -115,7 +115,8 @@ static bool sample(nb_transformer_lm *lm, const vocab *v, const sampling *s) {
     o.on_token = print_char;
     o.ctx = (void *)v;
     if (ok) printf("%s", s->prompt);
-    ok = ok && nb_generate(lm, prompt, (int64_t)n, &o, out, NULL) >= 0;
+    const nb_causal_lm model = nb_transformer_lm_causal(lm);
+    ok = ok && nb_generate(&model, prompt, (int64_t)n, &o, out, NULL) >= 0;
     printf("\n");
     free(prompt);
     free(out);

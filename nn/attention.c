@@ -1,4 +1,5 @@
 /* MultiHeadAttention, written the way the PyTorch tutorials write it. */
+#include "nabla/generate.h"
 #include "nabla/nn.h"
 #include "module_error.h"
 #include "nn/attention_mask.h"
@@ -92,6 +93,29 @@ static nb_tensor *attention_op_by_op(nb_mha *m, nb_tensor *q, nb_tensor *k, nb_t
     return nb_view(nb_contiguous(ctx), NB_SHAPE(B, Tq, m->d_out));
 }
 
+/* Self-attention of x's tokens against what opts->cache keeps in layer opts->cache_layer
+ * (inference: grad mode off). The projections are the same linear ops as training's; the
+ * attention is the cache's, which writes the new keys and values and attends causally. */
+static nb_tensor *attention_cached(nb_mha *m, const nb_tensor *q_in, const nb_tensor *kv_in,
+                                   const nb_mha_opts *opts) {
+    if (q_in != kv_in)
+        return nbn_error(&m->base, "a cache serves self-attention only, not cross-attention");
+    if (opts->key_padding_mask || opts->attn_mask || opts->attn_weights)
+        return nbn_error(&m->base, "a cache takes no key_padding_mask, attn_mask or "
+                                   "attn_weights (its attention is causal over the cache)");
+    if (!check_head_mask(m, opts->head_mask, q_in->dtype)) return NULL;
+    const bool grad = nb_set_grad_enabled(false);
+    nb_tensor *q = nb_linear_forward(m->W_query, q_in);
+    nb_tensor *k = q ? nb_linear_forward(m->W_key, q_in) : NULL;
+    nb_tensor *v = k ? nb_linear_forward(m->W_value, q_in) : NULL;
+    nb_tensor *ctx =
+        v ? nb_kv_cache_attend(opts->cache, opts->cache_layer, q, k, v, m->num_heads) : NULL;
+    nb_tensor *y =
+        ctx ? nb_linear_forward(m->out_proj, apply_head_mask(m, ctx, opts->head_mask)) : NULL;
+    nb_set_grad_enabled(grad);
+    return nbn_result(&m->base, y);
+}
+
 nb_tensor *nb_mha_forward_cross(nb_mha *m, const nb_tensor *q_in, const nb_tensor *kv_in,
                                 const nb_mha_opts *opts) {
     if (!m || !q_in || !kv_in)
@@ -103,6 +127,7 @@ nb_tensor *nb_mha_forward_cross(nb_mha *m, const nb_tensor *q_in, const nb_tenso
                          "[B, T_k, %lld], got %s and %s",
                          m->base.path, (long long)m->d_in, (long long)m->d_in, nbt_shape(q_in),
                          nbt_shape(kv_in));
+    if (opts && opts->cache) return attention_cached(m, q_in, kv_in, opts);
     int64_t B = q_in->shape[0], Tq = q_in->shape[1], Tk = kv_in->shape[1];
     const nb_tensor *head_mask = opts ? opts->head_mask : NULL;
     mha_mask mask;

@@ -1,4 +1,5 @@
 /* A small GPT-style transformer: embeddings, pre-LN blocks, final norm, vocabulary head. */
+#include "nabla/generate.h"
 #include "nabla/nn.h"
 #include "module_error.h"
 #include "tensor/nbt.h" /* nbt_error, nbt_shape */
@@ -88,6 +89,30 @@ nb_tensor *nb_transformer_lm_forward(nb_transformer_lm *m, const nb_tensor *toke
     return nb_transformer_lm_forward_opts(m, tokens, &opts);
 }
 
+/* Does c fit m (a layer per block, the model's dtype) with room for tokens' positions? The
+ * blocks' attention checks each layer's heads against its own and names the layer. */
+static bool check_cache(const nb_transformer_lm *m, const nb_tensor *tokens, const nb_kv_cache *c) {
+    const nb_dtype dt = m->base.root->dtype;
+    if (nb_kv_cache_layers(c) != m->num_layers || nb_kv_cache_dtype(c) != dt ||
+        nb_kv_cache_batch(c) != tokens->shape[0])
+        return nbn_error(&m->base,
+                         "a model of %d blocks in %s, given tokens of batch %lld, cannot use a "
+                         "cache of %d layers in %s for batch %lld",
+                         m->num_layers, nb_dtype_name(dt), (long long)tokens->shape[0],
+                         nb_kv_cache_layers(c), nb_dtype_name(nb_kv_cache_dtype(c)),
+                         (long long)nb_kv_cache_batch(c)),
+               false;
+    const int64_t len = nb_kv_cache_len(c),
+                  room = nb_kv_cache_max_len(c) < m->max_len ? nb_kv_cache_max_len(c) : m->max_len;
+    if (tokens->shape[1] > room - len)
+        return nbn_error(&m->base,
+                         "%lld new tokens after %lld cached positions exceed the %lld the model "
+                         "and cache hold",
+                         (long long)tokens->shape[1], (long long)len, (long long)room),
+               false;
+    return true;
+}
+
 nb_tensor *nb_transformer_lm_forward_opts(nb_transformer_lm *m, const nb_tensor *tokens,
                                           const nb_lm_forward_opts *opts) {
     if (!m || !tokens || !opts)
@@ -99,18 +124,54 @@ nb_tensor *nb_transformer_lm_forward_opts(nb_transformer_lm *m, const nb_tensor 
     if (hm && (hm->ndim != 2 || hm->shape[0] != m->num_layers || hm->shape[1] != m->num_heads))
         return nbn_error(&m->base, "head_mask must be [%d, %lld] (layers, heads), got %s",
                          m->num_layers, (long long)m->num_heads, nbt_shape(hm));
-    int64_t T = tokens->shape[1];
-    nb_tensor *positions = nb_arange(NB_I64, 0, (double)T, 1);
+    nb_kv_cache *c = opts->cache;
+    if (c && !check_cache(m, tokens, c)) return NULL;
+    const int64_t T = tokens->shape[1], start = c ? nb_kv_cache_len(c) : 0;
+    const bool grad = c ? nb_set_grad_enabled(false) : nb_is_grad_enabled(); /* cached: inference */
+    nb_tensor *positions = nb_arange(NB_I64, (double)start, (double)(start + T), 1);
     nb_tensor *x = nb_add(nb_embedding_forward(m->tok_emb, tokens),
                           nb_embedding_forward(m->pos_emb, positions));
     for (int i = 0; i < m->num_layers; i++) {
         nb_mha_opts layer = {.causal = opts->causal,
                              .key_padding_mask = opts->key_padding_mask,
                              .attn_weights = opts->attn_weights ? &opts->attn_weights[i] : NULL,
-                             .head_mask = hm ? nb_select(hm, 0, i) : NULL};
-        if (hm && !layer.head_mask) return nbn_result(&m->base, NULL);
+                             .head_mask = hm ? nb_select(hm, 0, i) : NULL,
+                             .cache = c,
+                             .cache_layer = i};
+        if (hm && !layer.head_mask) {
+            x = NULL;
+            break;
+        }
         x = nb_transformer_block_forward(m->blocks[i], x, &layer);
     }
-    return nbn_result(
-        &m->base, nb_f_linear(nb_layernorm_forward(m->norm_f, x), m->head_weight, m->head_bias));
+    nb_tensor *logits =
+        nb_f_linear(nb_layernorm_forward(m->norm_f, x), m->head_weight, m->head_bias);
+    nb_set_grad_enabled(grad);
+    return nbn_result(&m->base, logits);
+}
+
+nb_tensor *nb_transformer_lm_forward_cached(nb_transformer_lm *m, const nb_tensor *tokens,
+                                            nb_kv_cache *c) {
+    const nb_lm_forward_opts opts = {.causal = true, .cache = c};
+    return nb_transformer_lm_forward_opts(m, tokens, &opts);
+}
+
+static nb_tensor *causal_forward(void *lm, const nb_tensor *tokens, nb_kv_cache *c) {
+    return nb_transformer_lm_forward_cached(lm, tokens, c);
+}
+
+static nb_kv_cache *causal_cache(void *model, int64_t batch, int64_t max_len) {
+    nb_transformer_lm *lm = model;
+    if (!lm) return nbt_error("kv_cache", "NULL module");
+    return nb_kv_cache_new(lm->num_layers, batch, max_len, lm->num_heads, lm->dim / lm->num_heads,
+                           lm->base.root->dtype);
+}
+
+nb_causal_lm nb_transformer_lm_causal(nb_transformer_lm *lm) {
+    return (nb_causal_lm){.model = lm,
+                          .module = lm ? &lm->base : NULL,
+                          .vocab = lm ? lm->out_features : 0,
+                          .max_len = lm ? lm->max_len : 0,
+                          .forward = causal_forward,
+                          .new_cache = causal_cache};
 }

@@ -18,6 +18,8 @@
 extern "C" {
 #endif
 
+typedef struct nb_kv_cache nb_kv_cache; /* nabla/generate.h */
+
 /* ---- Layers ------------------------------------------------------------------------------ */
 /* y = x W^T + b, with W [out, in] and b [out] uniform in +-1/sqrt(in) (PyTorch's default). */
 typedef struct {
@@ -42,8 +44,7 @@ typedef struct {
     nb_module base;
     nb_tensor *weight;
 } nb_embedding_layer;
-nb_embedding_layer *nb_embedding_new(nb_module *parent, const char *name, int64_t num,
-                                     int64_t dim);
+nb_embedding_layer *nb_embedding_new(nb_module *parent, const char *name, int64_t num, int64_t dim);
 nb_tensor *nb_embedding_forward(nb_embedding_layer *m, const nb_tensor *indices);
 
 /* Dropout with its own generator, seeded from the model's at creation. */
@@ -111,6 +112,12 @@ typedef struct {
      * head. Differentiable: d loss / d head_mask is the head importance of Michel et al. 2019
      * (examples/head_analysis.c). */
     const nb_tensor *head_mask;
+    /* Self-attention of new tokens against what layer cache_layer of cache keeps (nabla/
+     * generate.h), or NULL: the tokens' keys and values are written at the cache's positions
+     * [len, len + T) and token i attends to positions [0, len + i] (causal, bottom-right
+     * aligned). For inference: no autograd history; masks and attn_weights are refused. */
+    nb_kv_cache *cache;
+    int cache_layer;
 } nb_mha_opts;
 
 /* Constructor arguments. PyTorch's nn.MultiheadAttention(bias=False) is qkv_bias = out_bias =
@@ -158,7 +165,7 @@ typedef struct {
     nb_module *blocks_container;
     nb_transformer_block *blocks[16];
     nb_layernorm *norm_f;
-    nb_linear *head; /* NULL with tied weights */
+    nb_linear *head;                    /* NULL with tied weights */
     nb_tensor *head_weight, *head_bias; /* what the head multiplies by: [out, dim], [out] */
     int64_t vocab, max_len, dim, num_heads, out_features;
     int num_layers;
@@ -194,6 +201,10 @@ typedef struct {
      * head_mask; Hugging Face's head_mask), differentiable. */
     const nb_tensor *head_mask;
     nb_tensor **attn_weights; /* room for num_layers tensors, or NULL */
+    /* A cache with a layer for each block (nb_kv_cache_for_lm), or NULL: the tokens are
+     * positions [len, len + T) of the cache and each block attends to what its layer keeps
+     * (causal); for inference, no autograd history. Does not commit (nabla/generate.h). */
+    nb_kv_cache *cache;
 } nb_lm_forward_opts;
 /* nb_transformer_lm_forward with a head mask. */
 nb_tensor *nb_transformer_lm_forward_opts(nb_transformer_lm *m, const nb_tensor *tokens,

@@ -1,5 +1,5 @@
-/* The float32 rows of one-token decoding (kernels.h), called by nn/lm_decode.c: a block of a
- * matrix-vector product and one query's attention over a key/value cache. The attention is
+/* The float32 rows of decoding (kernels.h): a block of a matrix-vector product (linear layers
+ * of a few rows) and one query's attention over a key/value cache (nn/kv_cache.c). The attention is
  * written once with eight-float vector types and nothing fused (the same bits in every set);
  * the matrix-vector rows use each set's widest vector and its FMA, so, like the GEMM, the sets
  * round differently (each set is deterministic, and independent of the thread count). */
@@ -78,18 +78,6 @@ void NBK_FN(nbk_matvec_rows_f32)(int64_t n, int64_t K, const float *W, int64_t l
     for (int64_t i = 0; i < n; i++) {
         const float dot = row_dot(W + i * ldw, x, K);
         y[i] = bias ? dot + bias[i] : dot;
-    }
-}
-
-/* The two column halves of the rows in one pass: y0[i] = W[i, 0:split] . x[0:split] and
- * y1[i] = W[i, split:K] . x[split:K], the same sums nbk_matvec_rows_f32 gives for each half
- * alone, with W still read row after row. */
-void NBK_FN(nbk_matvec_halves_f32)(int64_t n, int64_t K, int64_t split, const float *W,
-                                   const float *x, float *y0, float *y1) {
-    for (int64_t i = 0; i < n; i++) {
-        const float *w = W + i * K;
-        y0[i] = row_dot(w, x, split);
-        y1[i] = row_dot(w + split, x + split, K - split);
     }
 }
 
@@ -204,20 +192,21 @@ static inline void row_block32_long(const float *a, int64_t count, const float *
         DR_STORE(out + 8 * v, ((s[0][v] + s[1][v]) + (s[2][v] + s[3][v])) * sc);
 }
 
-/* One query q [hd] against keys 0..n-1 of one head, keys stored transposed Kt [hd, ld_k] and
- * values V [n, hd]: s = scale * q Kt (along the keys, whole vectors), p = exp(s - max s),
- * ctx = (p V) / sum(p) (along the head dims). scores has room for n. */
-void NBK_FN(nbk_attend_row_f32)(int64_t n, int64_t hd, int64_t ld_k, float scale, const float *q,
-                                const float *Kt, const float *V, float *scores, float *ctx) {
+/* One query q [kd] against keys 0..n-1 of one head, keys stored transposed Kt [kd, ld_k] and
+ * values V [n, vd]: s = scale * q Kt (along the keys, whole vectors), p = exp(s - max s),
+ * ctx [vd] = (p V) / sum(p) (along the value dims). scores has room for n. */
+void NBK_FN(nbk_attend_row_f32)(int64_t n, int64_t kd, int64_t vd, int64_t ld_k, float scale,
+                                const float *q, const float *Kt, const float *V, float *scores,
+                                float *ctx) {
     int64_t j = 0;
-    for (; j + 64 <= n; j += 64) row_block64(q, hd, Kt + j, ld_k, scale, scores + j);
-    for (; j + 32 <= n; j += 32) row_block32(q, hd, Kt + j, ld_k, scale, scores + j);
-    row_tail(q, hd, Kt + j, ld_k, scale, scores + j, n - j);
+    for (; j + 64 <= n; j += 64) row_block64(q, kd, Kt + j, ld_k, scale, scores + j);
+    for (; j + 32 <= n; j += 32) row_block32(q, kd, Kt + j, ld_k, scale, scores + j);
+    row_tail(q, kd, Kt + j, ld_k, scale, scores + j, n - j);
     const float max = nbt_row_max_f32(scores, n);
     for (j = 0; j < n; j++) scores[j] -= max;
     NBK_FN(nbt_vexp_f32)(scores, scores, n);
     const float inv = (float)(1.0 / nbt_row_sum_f32(scores, n));
     int64_t d = 0;
-    for (; d + 32 <= hd; d += 32) row_block32_long(scores, n, V + d, hd, inv, ctx + d);
-    row_tail(scores, n, V + d, hd, inv, ctx + d, hd - d);
+    for (; d + 32 <= vd; d += 32) row_block32_long(scores, n, V + d, vd, inv, ctx + d);
+    row_tail(scores, n, V + d, vd, inv, ctx + d, vd - d);
 }
