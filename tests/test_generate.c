@@ -507,6 +507,81 @@ static void test_sampling_distribution(void) {
     NBT_ASSERT_ERROR("logit 2 is NaN");
 }
 
+/* Sampling cannot overflow: the logits are scaled after their maximum is subtracted, so a tiny
+ * temperature, huge logits or a +inf logit still give the most likely token (each case below
+ * put all the probability on one token by hand); what has no answer is refused. */
+static void test_sampling_overflow(void) {
+    nb_generate_opts o = nb_generate_defaults(1);
+    nb_rng rng;
+    nb_rng_seed(&rng, 3);
+    struct {
+        double logits[4];
+        int64_t V;
+        double temperature;
+        int64_t want;
+    } cases[] = {
+        {{1, 3, 2}, 3, 1e-320, 1},             /* (3 - 2) / 1e-320 overflows without the shift */
+        {{1e308, -1e308, 1.7e308}, 3, 0.5, 2}, /* differences of 2.7e308 overflow to -inf */
+        {{0, INFINITY, 0, 0}, 4, 1.0, 1},      /* inf - inf would be NaN */
+        {{-INFINITY, 2, -INFINITY}, 3, INFINITY, 1}, /* -inf / inf would be NaN */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        o.temperature = cases[i].temperature;
+        for (int top_k = 0; top_k <= 2; top_k += 2) { /* the full and the sorted path */
+            o.top_k = top_k;
+            for (int draw = 0; draw < 20; draw++)
+                CU_ASSERT_EQUAL(
+                    nb_sample_logits(nb_from_array(NB_F64, NB_SHAPE(cases[i].V), cases[i].logits),
+                                     &o, &rng),
+                    cases[i].want);
+        }
+    }
+    /* two +inf logits share the probability: both are drawn, nothing else is */
+    o.temperature = 1.0;
+    o.top_k = 0;
+    int64_t seen[4] = {0};
+    for (int draw = 0; draw < 200; draw++) {
+        int64_t t = nb_sample_logits(
+            nb_from_array(NB_F64, NB_SHAPE(4), (const double[]){0, INFINITY, 5, INFINITY}), &o,
+            &rng);
+        CU_ASSERT_TRUE_FATAL(t >= 0 && t < 4);
+        seen[t]++;
+    }
+    CU_ASSERT_TRUE(seen[1] > 50 && seen[3] > 50 && seen[0] == 0 && seen[2] == 0);
+    /* refused: NaN temperature (greedy or not), all -inf when sampling; greedy takes token 0 */
+    nb_tensor *row = nb_from_array(NB_F64, NB_SHAPE(3), (const double[]){1, 2, 3});
+    o.temperature = NAN;
+    CU_ASSERT_EQUAL(nb_sample_logits(row, &o, &rng), -1);
+    NBT_ASSERT_ERROR("must not be NaN");
+    o.temperature = 1.0;
+    o.top_p = NAN;
+    CU_ASSERT_EQUAL(nb_sample_logits(row, &o, &rng), -1);
+    NBT_ASSERT_ERROR("must not be NaN");
+    o.top_p = 0;
+    nb_tensor *blocked = nb_full(NB_F64, NB_SHAPE(3), -INFINITY);
+    CU_ASSERT_EQUAL(nb_sample_logits(blocked, &o, &rng), -1);
+    NBT_ASSERT_ERROR("every one of the 3 logits is -inf");
+    o.temperature = 0;
+    CU_ASSERT_EQUAL(nb_sample_logits(blocked, &o, &rng), 0);
+}
+
+/* An LM whose head bias is +inf on token 4 generates token 4, sampled or greedy. */
+static void test_generate_infinite_logit(void) {
+    nb_module *model;
+    nb_transformer_lm *lm = small_lm(&model, NB_F32, 11, 16, 8);
+    CU_ASSERT_TRUE(nb_set(lm->head_bias, NB_IDX(4), INFINITY));
+    const nb_causal_lm clm = nb_transformer_lm_causal(lm);
+    const int64_t prompt[] = {1, 2};
+    int64_t out[6];
+    nb_generate_opts o = nb_generate_defaults(6);
+    for (int sampled = 0; sampled <= 1; sampled++) {
+        o.temperature = sampled ? 0.7 : 0;
+        CU_ASSERT_EQUAL(nb_generate(&clm, prompt, 2, &o, out, NULL), 6);
+        for (int i = 0; i < 6; i++) CU_ASSERT_EQUAL(out[i], 4);
+    }
+    nb_module_free(model);
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"LM cached logits equal the full forward (f32, chunks)", test_lm_cached_equals_full_f32},
@@ -521,6 +596,8 @@ int main(void) {
         {"generate reads a model on_token changed", test_generate_rechecks_after_on_token},
         {"generate seeded", test_generate_seeded},
         {"sampling distribution (chi-square)", test_sampling_distribution},
+        {"sampling cannot overflow; NaN and all -inf refused", test_sampling_overflow},
+        {"generate with a +inf logit", test_generate_infinite_logit},
     };
     return nbtest_run("generate", cases, (int)(sizeof cases / sizeof cases[0]));
 }
