@@ -92,6 +92,9 @@ typedef struct {
  * joining a team costs one to a few microseconds on a quiet machine, far more on a busy one,
  * and this much arithmetic takes about two on one core. */
 #define GEMM_MIN_WORK_PER_THREAD (256 * 1024)
+/* The same for one-row and one-column products, which need no packing: the split that paid
+ * for one-token decoding's matrix-vector products on Zen 4 (2026-11). */
+#define GEMM_MIN_WORK_PER_THREAD_ROW (16 * 1024)
 /* Row and column splits of one-row and one-column products fall on multiples of this. */
 #define GEMM_VECTOR_UNIT 64
 

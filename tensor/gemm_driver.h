@@ -466,10 +466,14 @@ static void pack_shared_task(int64_t task, int worker, void *arg) {
 static bool run(problem_t *p) {
     int64_t M = p->M, N = p->N, batch = p->batch;
     double work = (double)batch * (double)M * (double)N * (double)p->K;
-    int threads = work < 2.0 * GEMM_MIN_WORK_PER_THREAD
+    /* A one-row or one-column product (decoding's linear layers) packs nothing and streams its
+     * matrix once, so a thread pays for itself at far less work than a tiled product's. */
+    const int64_t min_work = (p->path == PATH_ROW || p->path == PATH_COL) && p->batch == 1
+                                 ? GEMM_MIN_WORK_PER_THREAD_ROW
+                                 : GEMM_MIN_WORK_PER_THREAD;
+    int threads = work < 2.0 * (double)min_work
                       ? 1
-                      : nbt_threads_for(work > 1e18 ? (int64_t)1e18 : (int64_t)work,
-                                        GEMM_MIN_WORK_PER_THREAD);
+                      : nbt_threads_for(work > 1e18 ? (int64_t)1e18 : (int64_t)work, min_work);
     split_t split = SPLIT_NONE;
     int64_t unit = 1;
     if (threads > 1) {
