@@ -502,6 +502,35 @@ static void test_call_errors(void) {
     nb_kv_cache_free(c);
 }
 
+/* A forward of no new positions writes nothing: it leaves what an uncommitted forward wrote
+ * (so that forward can still be committed), and an empty q allows any number of heads, which
+ * must not turn into per-head scratch (2^40 heads: 2^40 rows of scores) or a loop over them. */
+static void test_empty_forward(void) {
+    const qkv x = random_qkv(NB_F64, 12);
+    nb_kv_cache *c = nb_kv_cache_empty(2, B, N, NB_F64);
+    CU_ASSERT_TRUE_FATAL(nb_kv_cache_add_heads(c, 0, KVH, KD, VD));
+    CU_ASSERT_TRUE_FATAL(nb_kv_cache_add_rows(c, 1, "latent", 2));
+    nb_tensor *lat = nb_ones(NB_F64, NB_SHAPE(B, 2, 2));
+    CU_ASSERT_PTR_NOT_NULL(
+        nb_kv_cache_attend(c, 0, span(x.q, 0, 2), span(x.k, 0, 2), span(x.v, 0, 2), H));
+    CU_ASSERT_PTR_NOT_NULL(nb_kv_cache_append(c, 1, "latent", lat));
+    /* the same forward again, with no new positions */
+    nb_tensor *none =
+        nb_kv_cache_attend(c, 0, span(x.q, 0, 0), span(x.k, 0, 0), span(x.v, 0, 0), H);
+    NBT_ASSERT_SHAPE(none, B, 0, H * VD);
+    NBT_ASSERT_SHAPE(nb_kv_cache_append(c, 1, "latent", nb_narrow(lat, 1, 0, 0)), B, 0, 2);
+    const int64_t huge = (int64_t)1 << 40;
+    nb_tensor *q0 = nb_empty(NB_F64, NB_SHAPE(B, 0, huge * KD));
+    NBT_ASSERT_SHAPE(nb_kv_cache_attend(c, 0, q0, span(x.k, 0, 0), span(x.v, 0, 0), huge), B, 0,
+                     huge * VD);
+    CU_ASSERT_TRUE(nb_kv_cache_commit(c, 2)); /* the 2 positions written first */
+    NBT_ASSERT_CLOSE(
+        nb_kv_cache_attend(c, 0, span(x.q, 2, 1), span(x.k, 2, 1), span(x.v, 2, 1), H),
+        reference_attention(span(x.q, 2, 1), span(x.k, 0, 3), span(x.v, 0, 3), H, KVH, KD, VD, 2),
+        1e-12, 1e-12);
+    nb_kv_cache_free(c);
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"attend equals op-by-op attention (f64, k_dim != v_dim, grouped)",
@@ -515,6 +544,7 @@ int main(void) {
         {"accessors and bytes", test_accessors},
         {"layout errors", test_layout_errors},
         {"call errors leave the cache unchanged", test_call_errors},
+        {"a forward of no new positions writes nothing", test_empty_forward},
     };
     return nbtest_run("kv_cache", cases, (int)(sizeof cases / sizeof cases[0]));
 }
