@@ -375,6 +375,10 @@ nb_tensor *nb_kv_cache_attend(nb_kv_cache *c, int layer, const nb_tensor *q, con
         !nbt_check_live("kv_cache_attend", v) || !check_attend(c, layer, l, q, k, v, heads))
         return NULL;
     const int64_t B = q->shape[0], Tn = q->shape[1];
+    /* No new positions: nothing to write or attend. The layer keeps what it holds (a forward
+     * not yet committed stays committable), and no scratch is sized by heads, which an empty
+     * q leaves unbounded. */
+    if (Tn == 0) return nb_empty(c->dtype, NB_SHAPE(B, 0, heads * l->v_dim));
     const bool prev = nb_set_grad_enabled(false);
     q = nbt_contiguous(q), k = nbt_contiguous(k), v = nbt_contiguous(v);
     nb_tensor *ctx = nb_empty(c->dtype, NB_SHAPE(B, Tn, heads * l->v_dim));
@@ -428,6 +432,6 @@ nb_tensor *nb_kv_cache_append(nb_kv_cache *c, int layer, const char *name, const
     bool ok = rows && nbt_copy(rows, x);
     nb_tensor *held = ok ? nb_narrow(e->t, 1, 0, c->len + Tn) : NULL;
     nb_set_grad_enabled(prev);
-    if (held) e->written = c->len + Tn;
+    if (held && Tn > 0) e->written = c->len + Tn; /* no new rows: it holds what it held */
     return held;
 }

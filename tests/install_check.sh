@@ -4,11 +4,14 @@
 # and runs. Run by meson test (suite "install").
 # Then it builds tests/out_of_tree/user_extension.c, a program that defines its own
 # differentiable function and module with the public API only, outside the source tree, and
-# runs it as a user would (no LD_LIBRARY_PATH: nabla.pc carries an rpath).
-# Usage: install_check.sh MESON BUILD_DIR VERSION USER_EXTENSION_C CC...
+# runs it as a user would (no LD_LIBRARY_PATH: nabla.pc carries an rpath). Likewise
+# tests/out_of_tree/custom_generate.c, the README's example of a model of the user's own
+# generating through nb_generate with a cache of its own design, built with the command its
+# comment gives (plus warnings as errors).
+# Usage: install_check.sh MESON BUILD_DIR VERSION USER_EXTENSION_C CUSTOM_GENERATE_C CC...
 set -eu
-meson=$1 build=$2 version=$3 user_extension=$4
-shift 4 # the rest is the C compiler command
+meson=$1 build=$2 version=$3 user_extension=$4 custom_generate=$5
+shift 5 # the rest is the C compiler command
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -84,4 +87,15 @@ cp "$user_extension" "$tmp/ext/user_extension.c"
 grep -q "user extension: ok" "$tmp/ext_run.log" || fail "the extension did not finish"
 sed 's/^/  /' "$tmp/ext_run.log"
 
-echo "install_check: nabla $version installs, pkg-config finds it, shared and static links work, a user extension builds, checks, runs a parallel loop and trains"
+mkdir "$tmp/gen"
+cp "$custom_generate" "$tmp/gen/custom_generate.c"
+# shellcheck disable=SC2046
+(cd "$tmp/gen" && "$@" -std=c11 -Wall -Wextra -Werror custom_generate.c -o custom_generate \
+    $(pkgconf --cflags --libs nabla)) >"$tmp/gen.log" 2>&1 ||
+    { cat "$tmp/gen.log" >&2; fail "tests/out_of_tree/custom_generate.c does not build"; }
+(cd "$tmp/gen" && env -u LD_LIBRARY_PATH ./custom_generate) >"$tmp/gen_run.log" 2>&1 ||
+    { cat "$tmp/gen_run.log" >&2; fail "tests/out_of_tree/custom_generate.c failed"; }
+grep -q "custom_generate: ok" "$tmp/gen_run.log" || fail "custom_generate did not finish"
+sed 's/^/  /' "$tmp/gen_run.log"
+
+echo "install_check: nabla $version installs, pkg-config finds it, shared and static links work, a user extension builds, checks, runs a parallel loop and trains, a user model generates"
