@@ -104,6 +104,15 @@ static nb_tensor *attention_cached(nb_mha *m, const nb_tensor *q_in, const nb_te
         return nbn_error(&m->base, "a cache takes no key_padding_mask, attn_mask or "
                                    "attn_weights (its attention is causal over the cache)");
     if (!check_head_mask(m, opts->head_mask, q_in->dtype)) return NULL;
+    int64_t kvh, kd, vd;
+    if (!nb_kv_cache_heads(opts->cache, opts->cache_layer, &kvh, &kd, &vd))
+        return nbn_result(&m->base, NULL);
+    if (kvh != m->num_heads || kd != m->head_dim || vd != m->head_dim)
+        return nbn_error(&m->base,
+                         "%lld heads of %lld do not match cache layer %d (%lld key/value heads, "
+                         "keys of %lld, values of %lld)",
+                         (long long)m->num_heads, (long long)m->head_dim, opts->cache_layer,
+                         (long long)kvh, (long long)kd, (long long)vd);
     const bool grad = nb_set_grad_enabled(false);
     nb_tensor *q = nb_linear_forward(m->W_query, q_in);
     nb_tensor *k = q ? nb_linear_forward(m->W_key, q_in) : NULL;

@@ -227,6 +227,28 @@ nb_dtype nb_kv_cache_dtype(const nb_kv_cache *c) {
     return c ? c->dtype : NB_F32;
 }
 
+bool nb_kv_cache_heads(const nb_kv_cache *c, int layer, int64_t *kv_heads, int64_t *k_dim,
+                       int64_t *v_dim) {
+    const cache_layer *l = layer_of((nb_kv_cache *)c, layer, "kv_cache_heads");
+    if (!l) return false;
+    if (!l->kv_heads) return nbt_error("kv_cache_heads", "layer %d has no heads", layer), false;
+    if (kv_heads) *kv_heads = l->kv_heads;
+    if (k_dim) *k_dim = l->k_dim;
+    if (v_dim) *v_dim = l->v_dim;
+    return true;
+}
+
+int64_t nb_kv_cache_rows_width(const nb_kv_cache *c, int layer, const char *name) {
+    cache_layer *l = layer_of((nb_kv_cache *)c, layer, "kv_cache_rows_width");
+    if (!l) return -1;
+    const rows_entry *e = name ? find_rows(l, name) : NULL;
+    if (!e)
+        return nbt_error("kv_cache_rows_width", "layer %d has no tensor '%s'", layer,
+                         name ? name : "(NULL)"),
+               -1;
+    return e->width;
+}
+
 int64_t nb_kv_cache_bytes(const nb_kv_cache *c) {
     if (!c) return 0;
     int64_t bytes = 0;

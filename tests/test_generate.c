@@ -178,11 +178,15 @@ static void test_mha_and_block_cached(void) {
     NBT_ASSERT_ERROR("do not fit");
     /* A block's cache of another width is refused, naming the module. */
     CU_ASSERT_PTR_NULL(nb_mha_forward(mha, nb_narrow(x, 1, 0, 1), &ob));
-    NBT_ASSERT_ERROR("'attn'");
-    CU_ASSERT_PTR_NULL(nb_mha_forward(mha, nb_zeros(NB_F64, NB_SHAPE(2, 1, 12)), &ob));
+    NBT_ASSERT_ERROR("MultiHeadAttention 'attn': 2 heads of 4 do not match cache layer 0 (3 "
+                     "key/value heads, keys of 4, values of 4)");
+    /* Its own cache, with inputs of another batch or dtype. */
+    nb_kv_cache_reset(cm);
+    CU_ASSERT_PTR_NULL(nb_mha_forward(mha, nb_zeros(NB_F64, NB_SHAPE(2, 1, 12)), &om));
     NBT_ASSERT_ERROR("[2, 1, 8]");
-    CU_ASSERT_PTR_NULL(nb_mha_forward(mha, nb_zeros(NB_F32, NB_SHAPE(3, 1, 12)), &ob));
+    CU_ASSERT_PTR_NULL(nb_mha_forward(mha, nb_zeros(NB_F32, NB_SHAPE(3, 1, 12)), &om));
     NBT_ASSERT_ERROR("float64");
+    CU_ASSERT_EQUAL(nb_kv_cache_len(cm), 0);
     CU_ASSERT_PTR_NULL(
         nb_mha_forward(mha, nb_narrow(x, 1, 0, 1), &(nb_mha_opts){.cache = cb, .cache_layer = 1}));
     NBT_ASSERT_ERROR("layer 1 out of range");

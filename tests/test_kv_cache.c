@@ -318,6 +318,20 @@ static void test_accessors(void) {
     CU_ASSERT_TRUE(nb_kv_cache_add_heads(c, 1, 1, 2, 2)); /* heads and rows in one layer */
     CU_ASSERT_EQUAL(nb_kv_cache_bytes(c),
                     2560 + 2 * 10 * 4 * 8 + 2 * 10 * 1 * 8 + 2 * 1 * (2 + 2) * 10 * 8);
+    /* what each layer keeps */
+    int64_t kvh = 0, kd = 0, vd = 0;
+    CU_ASSERT_TRUE(nb_kv_cache_heads(c, 0, &kvh, &kd, &vd));
+    CU_ASSERT_TRUE(kvh == 2 && kd == 5 && vd == 3);
+    CU_ASSERT_TRUE(nb_kv_cache_heads(c, 1, &kvh, NULL, NULL) && kvh == 1);
+    CU_ASSERT_FALSE(nb_kv_cache_heads(c, 2, &kvh, &kd, &vd));
+    NBT_ASSERT_ERROR("layer 2 has no heads");
+    CU_ASSERT_FALSE(nb_kv_cache_heads(c, 3, &kvh, &kd, &vd));
+    NBT_ASSERT_ERROR("layer 3 out of range");
+    CU_ASSERT_EQUAL(nb_kv_cache_rows_width(c, 1, "latent"), 4);
+    CU_ASSERT_EQUAL(nb_kv_cache_rows_width(c, 1, "rope"), 1);
+    CU_ASSERT_EQUAL(nb_kv_cache_rows_width(c, 0, "latent"), -1);
+    NBT_ASSERT_ERROR("layer 0 has no tensor 'latent'");
+    CU_ASSERT_EQUAL(nb_kv_cache_rows_width(c, 1, NULL), -1);
     nb_kv_cache_free(c);
     /* nb_kv_cache_new: every layer the same heads; float32 numbers are 4 bytes */
     c = nb_kv_cache_new(2, 1, 8, 4, 4, NB_F32);

@@ -72,7 +72,8 @@ nb_kv_cache *nb_kv_cache_for_mha(const nb_mha *m, int64_t batch, int64_t max_len
  * new keys 0..i), with scale 1/sqrt(k_dim). heads must be a multiple of kv_heads: query head h
  * reads key/value head h / (heads / kv_heads). Returns the heads' contexts side by side,
  * [batch, T, heads * v_dim] (current scope, no autograd history); NULL with an error naming
- * the shapes (cache unchanged) on a mismatch or when len + T exceeds max_len. */
+ * the shapes (cache unchanged) on a mismatch or when len + T exceeds max_len. T = 0 returns
+ * an empty result and changes nothing. */
 nb_tensor *nb_kv_cache_attend(nb_kv_cache *c, int layer, const nb_tensor *q, const nb_tensor *k,
                               const nb_tensor *v, int64_t heads);
 /* Writes x [batch, T, width] at positions [len, len + T) of the layer's tensor `name` and
@@ -98,6 +99,12 @@ int64_t nb_kv_cache_max_len(const nb_kv_cache *c);
 int nb_kv_cache_layers(const nb_kv_cache *c);
 int64_t nb_kv_cache_batch(const nb_kv_cache *c);
 nb_dtype nb_kv_cache_dtype(const nb_kv_cache *c);
+/* What layer `layer` keeps, for a model to check a cache before writing to it: its heads
+ * (false with an error if it has none), and the width of its tensor name (-1 with an error
+ * if it has none). */
+bool nb_kv_cache_heads(const nb_kv_cache *c, int layer, int64_t *kv_heads, int64_t *k_dim,
+                       int64_t *v_dim);
+int64_t nb_kv_cache_rows_width(const nb_kv_cache *c, int layer, const char *name);
 /* Bytes of tensor memory the cache holds (all of max_len, whatever the length). */
 int64_t nb_kv_cache_bytes(const nb_kv_cache *c);
 /* Releases the cache and its tensors. NULL is a no-op. */
