@@ -111,6 +111,10 @@ void nba_function_release(nb_node *n) {
     pthread_mutex_unlock(&state_lock);
 }
 
+bool nba_function_saved_tensors(const nb_node *n) {
+    return n->function && n->function->nsaved > 0;
+}
+
 void nba_function_consume(nb_node *n) {
     memset(n->function->saved, 0, sizeof n->function->saved);
     n->function->released = true;
