@@ -284,11 +284,12 @@ static bool topo_sort(nb_node *root, size_t *len) {
     return true;
 }
 
-/* Runs n's backward; false (with the error it recorded, or a generic one) if it failed. */
+/* Runs n's backward; false (with the error it recorded) if it failed. An error it cleared
+ * (a user backward that recovered, function.c) is not a failure. */
 static bool run_backward(nb_node *n) {
     uint64_t errors = nbt_error_count();
     n->backward(n, n->grad);
-    if (nbt_error_count() == errors) return true;
+    if (!nbt_error_left_since(errors)) return true;
     /* The message names the failing op already; say that it happened in backward. */
     char cause[768];
     snprintf(cause, sizeof cause, "%s", nb_last_error());
