@@ -110,8 +110,7 @@ nb_tensor *nbt_view(const nb_tensor *t, int ndim, const int64_t *req) {
 nb_tensor *nbt_reshape(const nb_tensor *t, int ndim, const int64_t *req) {
     int64_t shape[NB_MAX_DIMS], strides[NB_MAX_DIMS];
     if (!infer_shape("reshape", t, ndim, req, shape)) return NULL;
-    if (view_strides(t, ndim, shape, strides))
-        return nbt_alias(t, ndim, shape, strides, t->offset);
+    if (view_strides(t, ndim, shape, strides)) return nbt_alias(t, ndim, shape, strides, t->offset);
     nb_tensor *c = nbt_contiguous(t);
     if (!c) return NULL;
     nbt_contiguous_strides(ndim, shape, strides);

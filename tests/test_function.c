@@ -265,8 +265,8 @@ static void test_recovered_errors(void) {
     for (int mode = 0; mode <= 2; mode += 2) {
         nb_tensor *x = nb_from_array(NB_F64, NB_SHAPE(2, 3), (double[]){1, 2, 3, 4, 5, 6});
         /* mode 2 takes x^T [3, 2], which its forward transposes back */
-        nb_tensor *in = nb_requires_grad_(mode == 2 ? nb_contiguous(nb_transpose(x, 0, 1)) : x,
-                                          true);
+        nb_tensor *in =
+            nb_requires_grad_(mode == 2 ? nb_contiguous(nb_transpose(x, 0, 1)) : x, true);
         nb_tensor *y = nb_function_apply1(&recovering, 1, (const nb_tensor *[]){in}, &mode);
         CU_ASSERT_PTR_NOT_NULL(y);
         if (!y) {
@@ -307,10 +307,11 @@ static bool view_forward(nb_node *ctx, int nin, const nb_tensor *const *in, int 
     (void)nin;
     int mode = *(int *)nb_ctx_user(ctx);
     out[0] = nb_mul_scalar(in[0], 2);
-    if (nout > 1) out[1] = mode == 0   ? nb_view(in[1], NB_SHAPE(6))
-                           : mode == 1 ? nb_transpose(in[1], 0, 1)
-                           : mode == 2 ? (nb_tensor *)in[1]
-                                       : nb_clone(in[1]);
+    if (nout > 1)
+        out[1] = mode == 0   ? nb_view(in[1], NB_SHAPE(6))
+                 : mode == 1 ? nb_transpose(in[1], 0, 1)
+                 : mode == 2 ? (nb_tensor *)in[1]
+                             : nb_clone(in[1]);
     return true;
 }
 
@@ -534,7 +535,8 @@ int main(void) {
         {"failing user backward: nb_backward false", test_backward_failures_return_false},
         {"built-in backward out of memory: false", test_builtin_backward_out_of_memory},
         {"second backward is an error unless retained", test_second_backward},
-        {"second backward through nodes that saved nothing", test_second_backward_without_saved_tensors},
+        {"second backward through nodes that saved nothing",
+         test_second_backward_without_saved_tensors},
         {"nb_sum_to_shape", test_sum_to_shape},
         {"context misuse", test_context_misuse},
         {"steps through a function do not allocate", test_steps_do_not_allocate},
