@@ -580,6 +580,8 @@ nb_tensor *nba_attention_forward(const char *op, nba_attention_call *c) {
     job_layout(&j, c->q, c->k, c->v, c->packed, c->Hq, c->Hkv);
     const int64_t scores_shape[4] = {j.B, c->Hq, j.Tq, j.Tk};
     if (c->mask && !nba_check_mask(op, c->mask, 4, scores_shape, "the scores'")) return NULL;
+    if (!isfinite(c->scale)) /* NaN everywhere otherwise */
+        return nbt_error(op, "scale must be finite, got %g (q %s)", c->scale, nbt_shape(c->q));
     j.plan = (softmax_plan){
         .scale = c->scale, .causal = c->causal, .queries = j.Tq, .zero_blocked_rows = true};
     if (c->mask) mask_layout(&j, c->mask);

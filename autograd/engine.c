@@ -284,11 +284,12 @@ static bool topo_sort(nb_node *root, size_t *len) {
     return true;
 }
 
-/* Runs n's backward; false (with the error it recorded, or a generic one) if it failed. */
+/* Runs n's backward; false (with the error it recorded) if it failed. An error it cleared
+ * (a user backward that recovered, function.c) is not a failure. */
 static bool run_backward(nb_node *n) {
     uint64_t errors = nbt_error_count();
     n->backward(n, n->grad);
-    if (nbt_error_count() == errors) return true;
+    if (!nbt_error_left_since(errors)) return true;
     /* The message names the failing op already; say that it happened in backward. */
     char cause[768];
     snprintf(cause, sizeof cause, "%s", nb_last_error());
@@ -303,8 +304,13 @@ static bool has_grad(const nb_node *n) {
 }
 
 /* What backward saved is dropped once it ran (PyTorch frees its saved tensors the same way);
- * the node stays so that a second pass through it can name it in the error. */
+ * the node stays so that a second pass through it can name it in the error. A node that saved
+ * no tensors (a view, a sum, a scaling) loses nothing, so it stays usable: a later backward
+ * through it is as right as a retained one (PyTorch runs such nodes again too). */
 static void consume(nb_node *n) {
+    bool saved = n->function && nba_function_saved_tensors(n);
+    for (size_t k = 0; k < sizeof n->saved / sizeof n->saved[0]; k++) saved |= n->saved[k] != NULL;
+    if (!saved) return;
     memset(n->saved, 0, sizeof n->saved);
     if (n->function) nba_function_consume(n);
     n->consumed = true;

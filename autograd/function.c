@@ -111,6 +111,10 @@ void nba_function_release(nb_node *n) {
     pthread_mutex_unlock(&state_lock);
 }
 
+bool nba_function_saved_tensors(const nb_node *n) {
+    return n->function && n->function->nsaved > 0;
+}
+
 void nba_function_consume(nb_node *n) {
     memset(n->function->saved, 0, sizeof n->function->saved);
     n->function->released = true;
@@ -161,7 +165,8 @@ static void function_backward(nb_node *n, const nb_tensor *unused) {
     uint64_t errors = nbt_error_count();
     bool ok = fn->backward(n, n->noutputs, gout, n->ninputs, gin);
     if (!ok) {
-        if (nbt_error_count() == errors) nbt_error(fn->name, "backward returned false");
+        /* One that cleared its own error still gets a message, never "". */
+        if (!nbt_error_left_since(errors)) nbt_error(fn->name, "backward returned false");
         return;
     }
     for (int i = 0; i < n->ninputs; i++) {
@@ -171,24 +176,28 @@ static void function_backward(nb_node *n, const nb_tensor *unused) {
     }
 }
 
-/* Outputs must be new, distinct tensors without history. */
+/* Outputs must be new, distinct tensors without history, and not views of the inputs: one
+ * sharing an input's memory would change when the input is written. */
 static bool valid_outputs(const nb_function *fn, int nin, const nb_tensor *const *in, int nout,
                           nb_tensor *const *out) {
     for (int k = 0; k < nout; k++) {
-        const char *why = NULL;
+        char why[96] = "";
         if (!out[k])
-            why = "is NULL";
+            snprintf(why, sizeof why, "is NULL");
         else if (out[k]->node || out[k]->requires_grad)
-            why = "requires grad already (an input?)";
-        for (int i = 0; !why && i < nin; i++)
-            if (out[k] == in[i]) why = "is one of the inputs";
-        for (int j = 0; !why && j < k; j++)
-            if (out[k] == out[j]) why = "repeats an earlier output";
-        if (why)
+            snprintf(why, sizeof why, "requires grad already (an input?)");
+        for (int i = 0; !why[0] && i < nin; i++)
+            if (out[k] == in[i])
+                snprintf(why, sizeof why, "is input %d", i);
+            else if (in[i] && out[k]->storage == in[i]->storage)
+                snprintf(why, sizeof why, "shares memory with input %d (a view of it?)", i);
+        for (int j = 0; !why[0] && j < k; j++)
+            if (out[k] == out[j]) snprintf(why, sizeof why, "repeats output %d", j);
+        if (why[0])
             return nbt_error(fn->name,
-                             "forward succeeded but output %d %s; outputs must be "
-                             "new tensors",
-                             k, why),
+                             "forward succeeded but output %d (shape %s) %s; outputs must be "
+                             "new tensors (nb_clone a view of an input)",
+                             k, nbt_shape(out[k]), why),
                    false;
     }
     return true;
@@ -215,7 +224,9 @@ bool nb_function_apply(const nb_function *fn, int ninputs, const nb_tensor *cons
     bool prev = nb_set_grad_enabled(false);
     bool ok = fn->forward(&ctx, ninputs, inputs, noutputs, outputs);
     nb_set_grad_enabled(prev);
-    if (ok && nbt_error_count() != errors) ok = false; /* e.g. an op inside returned NULL */
+    /* An error the forward cleared (nb_clear_error) was recovered from: it may try an op, see
+     * it fail, clear and fall back. One left standing fails the call, with its message. */
+    if (ok && nbt_error_left_since(errors)) ok = false;
     ok = ok && valid_outputs(fn, ninputs, inputs, noutputs, outputs);
     if (ok && record) {
         nb_node *n =
@@ -232,7 +243,7 @@ bool nb_function_apply(const nb_function *fn, int ninputs, const nb_tensor *cons
         }
     }
     if (ok) return true;
-    if (nbt_error_count() == errors) nbt_error(fn->name, "forward returned false");
+    if (!nbt_error_left_since(errors)) nbt_error(fn->name, "forward returned false");
     for (int k = 0; k < noutputs; k++) outputs[k] = NULL;
     return false;
 }

@@ -42,7 +42,7 @@ struct nb_node {
      * (function.c) may have several, each with its gradient, and backward runs once for all. */
     int noutputs;
     nb_tensor **outputs, **grads;
-    bool consumed; /* backward ran and released what it saved: a second pass is an error */
+    bool consumed; /* backward ran and released saved tensors: a second pass is an error */
     struct nba_function_state *function; /* user functions only (function.c), else NULL */
 };
 
@@ -57,6 +57,8 @@ nb_node *nba_record(const char *op, nb_tensor *out, int n, const nb_tensor *cons
 void nba_function_release(nb_node *n);
 /* Drops what backward needed (saved tensors), after backward ran without retain_graph. */
 void nba_function_consume(nb_node *n);
+/* True if a user function's node saved tensors (nb_ctx_save), which a pass would release. */
+bool nba_function_saved_tensors(const nb_node *n);
 /* nba_record for an op with several outputs (a user function's): one node, whose backward
  * runs once after every output's gradient is in (n->grads[k]; NULL for an output that got
  * none). Only float outputs are marked as requiring grad. */

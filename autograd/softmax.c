@@ -278,6 +278,8 @@ nb_tensor *nb_masked_softmax(const nb_tensor *a, const nb_tensor *mask, bool cau
     if (causal && a->ndim < 2)
         return nbt_error(op, "causal masking needs a [..., queries, keys] tensor, got shape %s",
                          nbt_shape(a));
+    if (!isfinite(scale))
+        return nbt_error(op, "scale must be finite, got %g (input %s)", scale, nbt_shape(a));
     nb_tensor *x = nbt_contiguous(a);
     nb_tensor *y = x ? nbt_new(op, a->dtype, a->ndim, a->shape) : NULL;
     if (!y) return NULL;

@@ -28,21 +28,7 @@ nb_tensor *nb_reshape(const nb_tensor *t, int ndim, const int64_t *shape) {
     if (ndim > 0 && !shape)
         return nbt_error("reshape", "shape is NULL for a reshape to %d dims of a tensor of "
                          "shape %s", ndim, nbt_shape(t));
-    nb_tensor *out = nbt_view(t, ndim, shape);
-    if (!out) {
-        /* Not viewable: copy, then view (a shape error from the copy path is the real one). */
-        nb_clear_error();
-        nb_tensor *c = nbt_contiguous(t);
-        out = c ? nbt_view(c, ndim, shape) : NULL;
-        if (!out) {
-            /* Rename the op in the message; copy it first, nbt_error writes the same buffer. */
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", nb_last_error());
-            if (strncmp(msg, "view: ", 6) == 0) nbt_error("reshape", "%s", msg + 6);
-            return NULL;
-        }
-    }
-    return record_unary("reshape", out, t, reshape_backward);
+    return record_unary("reshape", nbt_reshape(t, ndim, shape), t, reshape_backward);
 }
 
 static void transpose_backward(nb_node *n, const nb_tensor *gout) {

@@ -1,5 +1,6 @@
 /* The module tree: roots, children, names, discarding a failed constructor, modes. */
 #include "module_tree.h"
+#include "safetensors_file.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,13 @@ bool nbn_check_new_name(const nb_module *m, const char *op, const char *what, co
     if (!name || (!name[0] && !empty_ok) || strchr(name, '.')) {
         nbt_error(op, "'%s': %s name '%s' must be %scontain no '.'", where, what,
                   name ? name : "(null)", empty_ok ? "" : "non-empty and ");
+        return false;
+    }
+    /* Refused here rather than by nb_module_save later (the saver's own rule). */
+    const char *problem = name[0] ? nbst_name_problem(name) : NULL;
+    if (problem) {
+        nbt_error(op, "'%s': %s '%s' has %s; checkpoints could not hold it", where, what, name,
+                  problem);
         return false;
     }
     const char *clash =
@@ -136,12 +144,28 @@ void *nb_module_new(nb_module *parent, const char *name, const char *type, size_
     m->training = parent->training;
     /* The root's generator as it was, so discarding a failed constructor restores it too. */
     m->rng = m->root->rng;
+    m->made = m->last_draw = ++m->root->events;
     parent->children[parent->nchildren++] = m;
     return m;
 }
 
+void nbn_note_draw(nb_module *m) {
+    m->last_draw = ++m->root->events;
+}
+
+/* True if a module of t's tree outside `skip`'s subtree was made or drew after event `since`. */
+static bool drawn_since(const nb_module *t, const nb_module *skip, uint64_t since) {
+    if (t == skip) return false;
+    if (t->made > since || t->last_draw > since) return true;
+    for (int i = 0; i < t->nchildren; i++)
+        if (drawn_since(t->children[i], skip, since)) return true;
+    return false;
+}
+
 void *nb_module_discard(nb_module *m) {
     if (!m || !m->parent) return NULL; /* a root is freed with nb_module_free */
+    /* Rewinding past a later module's draws would hand its values out again. */
+    bool rewind = !drawn_since(m->root, m, m->made);
     nb_module *p = m->parent;
     for (int i = 0; i < p->nchildren; i++)
         if (p->children[i] == m) {
@@ -150,7 +174,7 @@ void *nb_module_discard(nb_module *m) {
             p->nchildren--;
             break;
         }
-    m->root->rng = m->rng;
+    if (rewind) m->root->rng = m->rng;
     free_tree(m, true);
     return NULL;
 }
@@ -181,7 +205,9 @@ nb_dtype nb_module_dtype(const nb_module *m) {
     return m ? m->root->dtype : NB_F32;
 }
 nb_rng *nb_module_rng(nb_module *m) {
-    return m ? &m->root->rng : NULL;
+    if (!m) return NULL;
+    nbn_note_draw(m);
+    return &m->root->rng;
 }
 
 nb_module *nb_module_child(const nb_module *m, int i) {

@@ -89,6 +89,7 @@ nb_tensor *nb_module_add_param(nb_module *m, const char *name, int ndim, const i
     if (!m) return nbt_error("module_add_param", "NULL module");
     if (!nbn_check_new_name(m, m->type, "parameter", name) || !valid_init(m, init)) return NULL;
     nb_module *root = m->root;
+    if (init.kind != NB_INIT_CONSTANT) nbn_note_draw(m);
     /* Made while the root's scope is current, so it lives as long as the model. */
     nb_scope_push(root->scope);
     nb_tensor *t = initial_value(root, ndim, shape, init);

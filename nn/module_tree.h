@@ -17,6 +17,8 @@ bool nbn_check_new_name(const nb_module *m, const char *op, const char *what, co
 /* m's subtree's persistent buffers (those checkpoints hold), in nb_module_buffers' order:
  * stores up to max in out and returns how many there are. */
 int nbn_saved_buffers(const nb_module *m, nb_param *out, int max);
+/* Records that m is about to draw from the root's generator (nb_module_discard's rule). */
+void nbn_note_draw(nb_module *m);
 /* Makes room for one more entry in a parameter or buffer list of n entries. */
 bool nbn_grow_list(nb_param **list, int *cap, int n);
 

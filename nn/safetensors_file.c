@@ -18,6 +18,38 @@
 /* Every message starts "op: path: ". */
 #define FILE_ERROR(f, fmt, ...) nbt_error((f)->op, "%s: " fmt, (f)->path, __VA_ARGS__)
 
+/* RFC 3629 UTF-8, as jansson checks it: no overlong forms, no surrogates, nothing past
+ * U+10FFFF. */
+static bool valid_utf8(const unsigned char *s) {
+    while (*s) {
+        unsigned c = *s++;
+        if (c < 0x80) continue;
+        int more = c >= 0xC2 && c <= 0xDF   ? 1
+                   : c >= 0xE0 && c <= 0xEF ? 2
+                   : c >= 0xF0 && c <= 0xF4 ? 3
+                                            : -1;
+        if (more < 0) return false;
+        uint32_t cp = c & (0x3F >> more);
+        for (int k = 0; k < more; k++, s++) {
+            if ((*s & 0xC0) != 0x80) return false; /* also stops at the terminator */
+            cp = cp << 6 | (*s & 0x3F);
+        }
+        if ((more == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+            (more == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return false;
+    }
+    return true;
+}
+
+const char *nbst_name_problem(const char *name) {
+    if (!name) return "a NULL name";
+    if (!name[0]) return "an empty name";
+    if (strcmp(name, "__metadata__") == 0)
+        return "a reserved name (the name __metadata__ is reserved for the file's metadata)";
+    if (!valid_utf8((const unsigned char *)name)) return "a name that is not valid UTF-8";
+    return NULL;
+}
+
 const char *nbst_dtype_name(nb_dtype dt) {
     switch (dt) {
     case NB_F32:

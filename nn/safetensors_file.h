@@ -53,6 +53,11 @@ typedef const char *(*nbst_check_fn)(const nb_tensor *dest, const void *bytes, v
 bool nbst_load_checked(const char *op, const char *path, int n, const nb_named_tensor *into,
                        nbst_check_fn check, void *ctx);
 
+/* Why name cannot name a tensor in a safetensors file, as a phrase ("an empty name": NULL,
+ * empty, the reserved __metadata__, not valid UTF-8), or NULL if it can. The saver's rule,
+ * which the module API applies where names are given, so every model it builds can be saved. */
+const char *nbst_name_problem(const char *name);
+
 /* "F32", "F64", "I64", "BOOL". */
 const char *nbst_dtype_name(nb_dtype dt);
 /* Size in bytes of t's data (numel * element size). */

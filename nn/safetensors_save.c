@@ -20,12 +20,8 @@ static bool check_inputs(const char *path, int n, const nb_named_tensor *tensors
     if (n < 0) return nbt_error(OP, "%s: n is %d, expected >= 0", path, n), false;
     if (n > 0 && !tensors) return nbt_error(OP, "%s: tensors is NULL for n = %d", path, n), false;
     for (int i = 0; i < n; i++) {
-        const char *name = tensors[i].name;
-        if (!name || !name[0])
-            return nbt_error(OP, "%s: entry %d has %s name", path, i, name ? "an empty" : "a NULL"),
-                   false;
-        if (strcmp(name, "__metadata__") == 0)
-            return nbt_error(OP, "%s: entry %d: the name __metadata__ is reserved", path, i), false;
+        const char *name = tensors[i].name, *problem = nbst_name_problem(name);
+        if (problem) return nbt_error(OP, "%s: entry %d has %s", path, i, problem), false;
         if (!tensors[i].tensor)
             return nbt_error(OP, "%s: tensor '%s' (entry %d) is NULL", path, name, i), false;
         if (!nbt_check_live(OP, tensors[i].tensor)) return false;

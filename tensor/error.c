@@ -8,6 +8,12 @@ static _Thread_local uint64_t error_count;
 
 uint64_t nbt_error_count(void) { return error_count; }
 
+/* Recording always writes a non-empty message ("op: ..."), so an empty one means the last
+ * error was cleared after it was recorded. */
+bool nbt_error_left_since(uint64_t mark) {
+    return error_count != mark && last_error[0] != '\0';
+}
+
 const char *nb_last_error(void) {
     return last_error;
 }

@@ -18,8 +18,12 @@ struct nb_storage {
 /* Records "op: message" as the thread's last error. Always returns NULL for tail calls. */
 void *nbt_error(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* How many errors this thread has recorded (nbt_error and nb_error): the autograd engine
- * compares it around each backward function to notice one that failed. */
+ * takes it before each backward function to notice one that failed. */
 uint64_t nbt_error_count(void);
+/* True if an error was recorded since mark (an nbt_error_count value) and not cleared since
+ * (nb_clear_error): how a caller of code that may recover from errors by itself (a user
+ * function's forward or backward) tells a failure from a recovery. */
+bool nbt_error_left_since(uint64_t mark);
 /* "[2, 3]" for t, in a rotating thread-local buffer good for a few uses per message. */
 const char *nbt_shape(const nb_tensor *t);
 const char *nbt_dims(int ndim, const int64_t *shape);
@@ -130,6 +134,10 @@ static inline char *nbt_ptr(const nb_tensor *t) {
 
 /* ---- raw views (no autograd): the differentiable nb_view & co wrap these ---- */
 nb_tensor *nbt_view(const nb_tensor *t, int ndim, const int64_t *shape);
+/* nbt_view where strides allow it, else a view of a contiguous copy; errors name "reshape".
+ * Deciding before trying records no error on the copy path (a caller comparing error counts
+ * would take one for a failure). */
+nb_tensor *nbt_reshape(const nb_tensor *t, int ndim, const int64_t *shape);
 nb_tensor *nbt_transpose(const nb_tensor *t, int d0, int d1);
 nb_tensor *nbt_permute(const nb_tensor *t, const int *dims);
 nb_tensor *nbt_unsqueeze(const nb_tensor *t, int dim);

@@ -107,6 +107,16 @@ nb_tensor *nbt_view(const nb_tensor *t, int ndim, const int64_t *req) {
     return nbt_alias(t, ndim, shape, strides, t->offset);
 }
 
+nb_tensor *nbt_reshape(const nb_tensor *t, int ndim, const int64_t *req) {
+    int64_t shape[NB_MAX_DIMS], strides[NB_MAX_DIMS];
+    if (!infer_shape("reshape", t, ndim, req, shape)) return NULL;
+    if (view_strides(t, ndim, shape, strides)) return nbt_alias(t, ndim, shape, strides, t->offset);
+    nb_tensor *c = nbt_contiguous(t);
+    if (!c) return NULL;
+    nbt_contiguous_strides(ndim, shape, strides);
+    return nbt_alias(c, ndim, shape, strides, c->offset);
+}
+
 nb_tensor *nbt_transpose(const nb_tensor *t, int d0, int d1) {
     int a = dim_of("transpose", d0, t->ndim, t), b = a < 0 ? -1 : dim_of("transpose", d1, t->ndim, t);
     if (a < 0 || b < 0) return NULL;

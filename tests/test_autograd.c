@@ -128,6 +128,26 @@ static void test_leaf_backward_and_deep_chain(void) {
     NBT_ASSERT_VALUES(nb_grad(y), 0, 2);
 }
 
+/* log(x) at x = 1e-7 with eps 1e-6: the numeric side evaluates log of a negative number,
+ * a NaN value, not a failure. */
+static nb_tensor *log_fn(nb_tensor *const *in, int n, void *ctx) {
+    (void)n, (void)ctx;
+    return nb_log(in[0]);
+}
+
+/* gradcheck tells a NaN value from a failed evaluation by the errors recorded during it, not
+ * by whether an older error's message is still there (nb_last_error's rule). */
+static void test_gradcheck_ignores_older_errors(void) {
+    nb_tensor *x = nb_requires_grad_(nb_full(NB_F64, NB_SHAPE(1), 1e-7), true);
+    nb_gradcheck_result clean, stale;
+    nb_clear_error();
+    CU_ASSERT_FALSE(nb_gradcheck(log_fn, 1, &x, NULL, NULL, &clean));
+    nb_error("earlier", "an unrelated failure the caller handled");
+    CU_ASSERT_FALSE(nb_gradcheck(log_fn, 1, &x, NULL, NULL, &stale));
+    CU_ASSERT_PTR_NOT_NULL(strstr(clean.message, "worst at input 0 element 0"));
+    CU_ASSERT_STRING_EQUAL(stale.message, clean.message);
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"fan-out sums gradients", test_fan_out_sums},
@@ -137,6 +157,7 @@ int main(void) {
         {"linear adds into an existing bias gradient", test_linear_bias_grad_accumulates},
         {"non-scalar backward needs grad_output", test_non_scalar_needs_grad_output},
         {"errors", test_errors},
+        {"gradcheck ignores an older error's message", test_gradcheck_ignores_older_errors},
         {"no_grad, detach, requires_grad propagation", test_no_grad_and_detach},
         {"leaf backward and a deep chain", test_leaf_backward_and_deep_chain},
     };

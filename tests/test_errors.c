@@ -194,6 +194,40 @@ static void test_chain_keeps_first_error(void) {
     CU_ASSERT_PTR_NULL(strstr(nb_last_error(), "view"));
 }
 
+/* The rule nabla/tensor.h documents for nb_last_error: the message is the most recent
+ * failure's; successful calls leave it as it was (neither clear nor set it), so it means
+ * something only right after a call reports failure; nb_clear_error empties it. */
+static void test_last_error_rule(void) {
+    nb_tensor *x = nb_zeros(NB_F32, NB_SHAPE(2, 3));
+    nb_clear_error();
+    CU_ASSERT_STRING_EQUAL(nb_last_error(), "");
+    CU_ASSERT_PTR_NULL(nb_matmul(x, x));
+    char failure[1024];
+    snprintf(failure, sizeof failure, "%s", nb_last_error());
+    CU_ASSERT_PTR_NOT_NULL(strstr(failure, "matmul: "));
+    /* Successes of every kind after it, including a reshape that must copy (no view of a
+     * transposed [3, 2] as [6] exists) and a backward, leave the message as it was. */
+    CU_ASSERT_PTR_NOT_NULL(nb_reshape(nb_transpose(x, 0, 1), NB_SHAPE(6)));
+    CU_ASSERT_STRING_EQUAL(nb_last_error(), failure);
+    nb_tensor *w = nb_requires_grad_(nb_ones(NB_F64, NB_SHAPE(2, 3)), true);
+    CU_ASSERT_TRUE(nb_backward(nb_sum(nb_reshape(nb_transpose(w, 0, 1), NB_SHAPE(6))), NULL));
+    CU_ASSERT_PTR_NOT_NULL(nb_add(x, x));
+    CU_ASSERT_STRING_EQUAL(nb_last_error(), failure);
+    /* Cleared, it stays empty through successes. */
+    nb_clear_error();
+    CU_ASSERT_PTR_NOT_NULL(nb_reshape(nb_transpose(x, 0, 1), NB_SHAPE(6)));
+    CU_ASSERT_PTR_NOT_NULL(nb_matmul(x, nb_transpose(x, 0, 1)));
+    CU_ASSERT_STRING_EQUAL(nb_last_error(), "");
+    /* A NULL input keeps a message that is there (the NULL most likely came from that
+     * failure), and names itself once the message was cleared. */
+    CU_ASSERT_PTR_NULL(nb_matmul(x, x));
+    CU_ASSERT_PTR_NULL(nb_relu(NULL));
+    NBT_ASSERT_ERROR("matmul: ");
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(nb_relu(NULL));
+    NBT_ASSERT_ERROR("relu: ");
+}
+
 static void test_shape_str(void) {
     char buf[64];
     CU_ASSERT_STRING_EQUAL(nb_shape_str(nb_zeros(NB_F32, NB_SHAPE(2, 0, 3)), buf, sizeof buf),
@@ -222,6 +256,7 @@ int main(void) {
         {"view on an incompatible layout", test_view_on_incompatible_layout},
         {"NULL inputs", test_null_inputs},
         {"a chain keeps its first error", test_chain_keeps_first_error},
+        {"nb_last_error: successes leave it, nb_clear_error empties it", test_last_error_rule},
         {"shape strings and dtype names", test_shape_str},
     };
     return nbtest_run("errors", cases, sizeof cases / sizeof cases[0]);

@@ -213,12 +213,131 @@ static void test_forward_failures(void) {
     NBT_ASSERT_ERROR("forward could not: 42");
     mode = 2;
     CU_ASSERT_PTR_NULL(nb_function_apply1(&failing, 1, (const nb_tensor *[]){x}, &mode));
-    NBT_ASSERT_ERROR("output 0 requires grad already");
+    NBT_ASSERT_ERROR("output 0 (shape [2, 3]) requires grad already");
     nb_tensor *out[2];
     CU_ASSERT_FALSE(nb_function_apply(&failing, 1, (const nb_tensor *[]){x}, 0, out, &mode));
     NBT_ASSERT_ERROR("1 to 16 outputs");
     CU_ASSERT_FALSE(nb_function_apply(NULL, 1, (const nb_tensor *[]){x}, 1, out, &mode));
     NBT_ASSERT_ERROR("needs a name");
+}
+
+/* ---- forwards and backwards that recover from an error by themselves ---- */
+/* mode 0: try nb_matmul(x, x) (fails on [2, 3]), clear the error, fall back to 2x.
+ * mode 1: the same without clearing: the error stands, and fails the call.
+ * mode 2: 2 * nb_reshape(x^T, [6]), which copies where no view exists.
+ * mode 3: clear the error, then return false. */
+static bool recover_forward(nb_node *ctx, int nin, const nb_tensor *const *in, int nout,
+                            nb_tensor **out) {
+    (void)nin, (void)nout;
+    int mode = *(int *)nb_ctx_user(ctx);
+    if (mode == 2) {
+        out[0] = nb_mul_scalar(nb_reshape(nb_transpose(in[0], 0, 1), NB_SHAPE(6)), 2);
+        return out[0] != NULL;
+    }
+    out[0] = nb_matmul(in[0], in[0]);
+    if (out[0]) return true;
+    if (mode != 1) nb_clear_error();
+    if (mode == 3) return false;
+    out[0] = nb_mul_scalar(in[0], 2);
+    return out[0] != NULL;
+}
+
+/* The same in backward: 2 * gout after a failed matmul; mode 2 undoes the forward's reshape
+ * and transpose. */
+static bool recover_backward(nb_node *ctx, int nout, const nb_tensor *const *gout, int nin,
+                             nb_tensor **gin) {
+    (void)nout, (void)nin;
+    int mode = *(int *)nb_ctx_user(ctx);
+    if (mode == 2) {
+        gin[0] = nb_mul_scalar(nb_transpose(nb_reshape(gout[0], NB_SHAPE(2, 3)), 0, 1), 2);
+        return gin[0] != NULL;
+    }
+    if (nb_matmul(gout[0], gout[0])) return false; /* [2, 3] @ [2, 3] must fail */
+    if (mode != 1) nb_clear_error();
+    if (mode == 3) return false;
+    gin[0] = nb_mul_scalar(gout[0], 2);
+    return gin[0] != NULL;
+}
+
+static const nb_function recovering = {"recovering", recover_forward, recover_backward};
+
+static void test_recovered_errors(void) {
+    for (int mode = 0; mode <= 2; mode += 2) {
+        nb_tensor *x = nb_from_array(NB_F64, NB_SHAPE(2, 3), (double[]){1, 2, 3, 4, 5, 6});
+        /* mode 2 takes x^T [3, 2], which its forward transposes back */
+        nb_tensor *in =
+            nb_requires_grad_(mode == 2 ? nb_contiguous(nb_transpose(x, 0, 1)) : x, true);
+        nb_tensor *y = nb_function_apply1(&recovering, 1, (const nb_tensor *[]){in}, &mode);
+        CU_ASSERT_PTR_NOT_NULL(y);
+        if (!y) {
+            printf("  mode %d: '%s'\n", mode, nb_last_error());
+            continue;
+        }
+        NBT_ASSERT_VALUES(y, 0, 2, 4, 6, 8, 10, 12);
+        /* d sum(2 x)/dx = 2, and the same through the transpose and reshape */
+        CU_ASSERT_TRUE(nb_backward(nb_sum(y), NULL));
+        NBT_ASSERT_VALUES(nb_grad(in), 0, 2, 2, 2, 2, 2, 2);
+    }
+    /* An error left standing fails the call with its own message, in forward and backward. */
+    nb_tensor *x = nb_requires_grad_(nb_ones(NB_F64, NB_SHAPE(2, 3)), true);
+    int mode = 1;
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(nb_function_apply1(&recovering, 1, (const nb_tensor *[]){x}, &mode));
+    NBT_ASSERT_ERROR("matmul");
+    int later = 0;
+    nb_tensor *y = nb_function_apply1(&recovering, 1, (const nb_tensor *[]){x}, &later);
+    later = 1;
+    CU_ASSERT_FALSE(nb_backward(nb_sum(y), NULL));
+    NBT_ASSERT_ERROR("in the backward of recovering: matmul");
+    /* Returning false after clearing the message still reports something, never "". */
+    mode = 3;
+    CU_ASSERT_PTR_NULL(nb_function_apply1(&recovering, 1, (const nb_tensor *[]){x}, &mode));
+    NBT_ASSERT_ERROR("recovering: forward returned false");
+    later = 0;
+    y = nb_function_apply1(&recovering, 1, (const nb_tensor *[]){x}, &later);
+    later = 3;
+    CU_ASSERT_FALSE(nb_backward(nb_sum(y), NULL));
+    NBT_ASSERT_ERROR("recovering: backward returned false");
+}
+
+/* function.h forbids outputs that are views of inputs: they would share the input's memory,
+ * so writing the input would change the output. */
+static bool view_forward(nb_node *ctx, int nin, const nb_tensor *const *in, int nout,
+                         nb_tensor **out) {
+    (void)nin;
+    int mode = *(int *)nb_ctx_user(ctx);
+    out[0] = nb_mul_scalar(in[0], 2);
+    if (nout > 1)
+        out[1] = mode == 0   ? nb_view(in[1], NB_SHAPE(6))
+                 : mode == 1 ? nb_transpose(in[1], 0, 1)
+                 : mode == 2 ? (nb_tensor *)in[1]
+                             : nb_clone(in[1]);
+    return true;
+}
+
+static const nb_function viewing = {"viewing", view_forward, recover_backward};
+
+static void test_outputs_viewing_inputs(void) {
+    nb_tensor *a = nb_requires_grad_(nb_ones(NB_F64, NB_SHAPE(2, 3)), true);
+    nb_tensor *b = nb_ones(NB_F64, NB_SHAPE(2, 3)); /* needs no grad */
+    nb_tensor *out[2];
+    const char *expected[] = {"output 1 (shape [6]) shares memory with input 1",
+                              "output 1 (shape [3, 2]) shares memory with input 1",
+                              "output 1 (shape [2, 3]) is input 1"};
+    for (int mode = 0; mode < 3; mode++) {
+        nb_clear_error();
+        CU_ASSERT_FALSE(nb_function_apply(&viewing, 2, (const nb_tensor *[]){a, b}, 2, out, &mode));
+        NBT_ASSERT_ERROR(expected[mode]);
+        CU_ASSERT_PTR_NULL(out[1]);
+    }
+    /* A view of a grad-requiring input too (grad mode is off in forward, so no history). */
+    int mode = 0;
+    CU_ASSERT_FALSE(nb_function_apply(&viewing, 2, (const nb_tensor *[]){a, a}, 2, out, &mode));
+    NBT_ASSERT_ERROR("output 1 (shape [6]) shares memory with input 0");
+    mode = 3; /* a copy is fine, and stays apart from the input */
+    CU_ASSERT_TRUE(nb_function_apply(&viewing, 2, (const nb_tensor *[]){a, b}, 2, out, &mode));
+    nb_fill_(b, 7);
+    NBT_ASSERT_VALUES(out[1], 0, 1, 1, 1, 1, 1, 1);
 }
 
 static void test_backward_failures_return_false(void) {
@@ -276,28 +395,30 @@ static void test_builtin_backward_out_of_memory(void) {
 
 /* ---- one pass per graph unless retained ---- */
 static void test_second_backward(void) {
+    /* max_dim saves its indices, which the first pass releases. x = [1, 2]: max(x * x) = 4,
+     * whose gradient is [0, 2 * 2]. */
     nb_tensor *x = nb_requires_grad_(nb_from_array(NB_F64, NB_SHAPE(2), (double[]){1, 2}), true);
-    nb_tensor *loss = nb_sum(nb_mul(x, x));
+    nb_tensor *loss = nb_max_dim(nb_mul(x, x), 0, false, NULL);
     CU_ASSERT_TRUE(nb_backward(loss, NULL));
-    NBT_ASSERT_VALUES(nb_grad(x), 0, 2, 4);
+    NBT_ASSERT_VALUES(nb_grad(x), 0, 0, 4);
     CU_ASSERT_FALSE(nb_backward(loss, NULL));
     NBT_ASSERT_ERROR("second time");
-    NBT_ASSERT_ERROR("sum");
-    NBT_ASSERT_VALUES(nb_grad(x), 0, 2, 4); /* unchanged */
-    /* A new loss over the consumed product is refused too, naming the op that was consumed. */
-    nb_tensor *prod = nb_mul(x, x);
-    CU_ASSERT_TRUE(nb_backward(nb_sum(prod), NULL));
-    CU_ASSERT_FALSE(nb_backward(nb_mean(prod), NULL));
-    NBT_ASSERT_ERROR("mul's backward already ran");
+    NBT_ASSERT_ERROR("max_dim's backward already ran");
+    NBT_ASSERT_VALUES(nb_grad(x), 0, 0, 4); /* unchanged */
+    /* A new loss over the consumed max is refused too, naming the op that was consumed. */
+    nb_tensor *top = nb_max_dim(nb_mul(x, x), 0, false, NULL);
+    CU_ASSERT_TRUE(nb_backward(top, NULL));
+    CU_ASSERT_FALSE(nb_backward(nb_mul_scalar(top, 2), NULL));
+    NBT_ASSERT_ERROR("max_dim's backward already ran");
     /* retain_graph: the second pass works and accumulates. */
     nb_zero_grad(x);
-    nb_tensor *kept = nb_sum(nb_mul(x, x));
+    nb_tensor *kept = nb_max_dim(nb_mul(x, x), 0, false, NULL);
     nb_backward_opts retain = {.retain_graph = true};
     CU_ASSERT_TRUE(nb_backward_with(kept, NULL, &retain));
     CU_ASSERT_TRUE(nb_backward_with(kept, NULL, &retain));
-    NBT_ASSERT_VALUES(nb_grad(x), 0, 4, 8);
+    NBT_ASSERT_VALUES(nb_grad(x), 0, 0, 8);
     CU_ASSERT_TRUE(nb_backward(kept, NULL)); /* the last pass may release */
-    NBT_ASSERT_VALUES(nb_grad(x), 0, 6, 12);
+    NBT_ASSERT_VALUES(nb_grad(x), 0, 0, 12);
     CU_ASSERT_FALSE(nb_backward(kept, NULL));
     /* The same for a user function: its saved tensors are dropped after one pass. */
     gather_case gc = {.idx = nb_from_array(NB_I64, NB_SHAPE(1), (int64_t[]){0})};
@@ -314,6 +435,50 @@ static void test_second_backward(void) {
     CU_ASSERT_FALSE(nb_backward(g, seed));
     NBT_ASSERT_ERROR("gather_scale");
     CU_ASSERT_EQUAL(gc.c.backward_calls, 2);
+}
+
+/* Nodes that saved no tensors lose nothing in a pass, so a second backward through them
+ * works. PyTorch: x = leaf.t(); (2 * x).sum().backward(); (3 * x).sum().backward() leaves
+ * leaf.grad = 5 everywhere. */
+static bool scale_forward(nb_node *ctx, int nin, const nb_tensor *const *in, int nout,
+                          nb_tensor **out) {
+    (void)ctx, (void)nin, (void)nout;
+    out[0] = nb_mul_scalar(in[0], 4); /* saves nothing */
+    return out[0] != NULL;
+}
+
+static bool scale_backward(nb_node *ctx, int nout, const nb_tensor *const *gout, int nin,
+                           nb_tensor **gin) {
+    (void)ctx, (void)nout, (void)nin;
+    gin[0] = nb_mul_scalar(gout[0], 4);
+    return gin[0] != NULL;
+}
+
+static const nb_function scale4 = {"scale4", scale_forward, scale_backward};
+
+static void test_second_backward_without_saved_tensors(void) {
+    nb_tensor *leaf = nb_requires_grad_(nb_ones(NB_F64, NB_SHAPE(2, 3)), true);
+    nb_tensor *x = nb_transpose(leaf, 0, 1);
+    CU_ASSERT_TRUE(nb_backward(nb_sum(nb_mul_scalar(x, 2)), NULL));
+    NBT_ASSERT_VALUES(nb_grad(leaf), 0, 2, 2, 2, 2, 2, 2);
+    CU_ASSERT_TRUE(nb_backward(nb_sum(nb_mul_scalar(x, 3)), NULL));
+    NBT_ASSERT_VALUES(nb_grad(leaf), 0, 5, 5, 5, 5, 5, 5);
+    /* The same loss twice: sum, scaling and transpose keep what they need. */
+    nb_tensor *loss = nb_sum(nb_mul_scalar(x, 2));
+    CU_ASSERT_TRUE(nb_backward(loss, NULL));
+    CU_ASSERT_TRUE(nb_backward(loss, NULL));
+    NBT_ASSERT_VALUES(nb_grad(leaf), 0, 9, 9, 9, 9, 9, 9);
+    /* A user function that saved no tensors (only, here, nothing at all) runs again too. */
+    nb_zero_grad(leaf);
+    nb_tensor *y = nb_function_apply1(&scale4, 1, (const nb_tensor *[]){x}, NULL);
+    CU_ASSERT_TRUE(nb_backward(nb_sum(y), NULL));
+    CU_ASSERT_TRUE(nb_backward(nb_sum(nb_mul_scalar(y, 2)), NULL));
+    NBT_ASSERT_VALUES(nb_grad(leaf), 0, 12, 12, 12, 12, 12, 12); /* 4 + 2 * 4 */
+    /* Past a node that saved something, the refusal still names that node. */
+    nb_tensor *g = nb_gelu(x);
+    CU_ASSERT_TRUE(nb_backward(nb_sum(g), NULL));
+    CU_ASSERT_FALSE(nb_backward(nb_sum(nb_mul_scalar(g, 2)), NULL));
+    NBT_ASSERT_ERROR("gelu's backward already ran and released what it saved");
 }
 
 static void test_sum_to_shape(void) {
@@ -365,9 +530,13 @@ int main(void) {
         {"needs_input_grad and no-grad calls", test_needs_input_grad},
         {"several outputs: one backward, zeros, int outputs", test_multi_output},
         {"forward failures", test_forward_failures},
+        {"forwards and backwards that recover from errors", test_recovered_errors},
+        {"outputs that are views of inputs are refused", test_outputs_viewing_inputs},
         {"failing user backward: nb_backward false", test_backward_failures_return_false},
         {"built-in backward out of memory: false", test_builtin_backward_out_of_memory},
         {"second backward is an error unless retained", test_second_backward},
+        {"second backward through nodes that saved nothing",
+         test_second_backward_without_saved_tensors},
         {"nb_sum_to_shape", test_sum_to_shape},
         {"context misuse", test_context_misuse},
         {"steps through a function do not allocate", test_steps_do_not_allocate},

@@ -151,6 +151,79 @@ static void test_duplicate_and_bad_names(void) {
     nb_module_free(model);
 }
 
+/* Names a checkpoint cannot hold (safetensors reserves __metadata__; its header is JSON, so
+ * UTF-8) are refused where they are given, not by nb_module_save later. */
+static void test_names_checkpoints_refuse(void) {
+    nb_module *model = nb_model_new(NB_F32, 1);
+    const char *latin1 = "caf\xe9", *overlong = "\xc0\xafx", *surrogate = "\xed\xa0\x80";
+    CU_ASSERT_PTR_NULL(nb_module_add_param(model, "__metadata__", NB_SHAPE(2), nb_init_ones()));
+    NBT_ASSERT_ERROR("'(root)': parameter '__metadata__' has a reserved name");
+    CU_ASSERT_PTR_NULL(nb_module_add_buffer(model, "__metadata__", nb_zeros(NB_F32, NB_SHAPE(2))));
+    NBT_ASSERT_ERROR("buffer '__metadata__' has a reserved name");
+    const char *bad[] = {latin1, overlong, surrogate};
+    for (int i = 0; i < 3; i++) {
+        nb_clear_error();
+        CU_ASSERT_PTR_NULL(nb_module_add_param(model, bad[i], NB_SHAPE(2), nb_init_ones()));
+        NBT_ASSERT_ERROR("not valid UTF-8");
+        nb_clear_error();
+        CU_ASSERT_PTR_NULL(nb_module_add_buffer(model, bad[i], nb_zeros(NB_F32, NB_SHAPE(2))));
+        NBT_ASSERT_ERROR("not valid UTF-8");
+        nb_clear_error();
+        CU_ASSERT_PTR_NULL(nb_module_container(model, bad[i]));
+        NBT_ASSERT_ERROR("not valid UTF-8");
+    }
+    /* Valid UTF-8 beyond ASCII is a name like any other, and saves. */
+    CU_ASSERT_PTR_NOT_NULL(nb_module_add_param(model, "caf\xc3\xa9", NB_SHAPE(2), nb_init_ones()));
+    CU_ASSERT_PTR_NOT_NULL(
+        nb_module_add_buffer(model, "\xf0\x9f\x98\x80", nb_zeros(NB_F32, NB_SHAPE(1))));
+    CU_ASSERT_EQUAL(nb_module_param_count(model), 1);
+    CU_ASSERT_EQUAL(nb_module_buffer_count(model), 1);
+    CU_ASSERT_EQUAL(nb_module_child_count(model), 0);
+    CU_ASSERT_TRUE(nb_module_save(model, nbtest_tmp_path("names.safetensors")));
+    nb_module_free(model);
+}
+
+/* Discarding a module that is not the newest: later siblings keep their weights, and later
+ * modules do not repeat weights already drawn. The reference is a model that builds the same
+ * modules without the discarded one's draws being taken back: the generator just moves on. */
+static void test_discard_not_newest(void) {
+    nb_module *model = nb_model_new(NB_F32, 7), *ref = nb_model_new(NB_F32, 7);
+    nb_linear *a = nb_linear_new(model, "a", 3, 2, false);
+    nb_linear *b = nb_linear_new(model, "b", 3, 2, false);
+    nb_linear *ra = nb_linear_new(ref, "a", 3, 2, false);
+    nb_linear *rb = nb_linear_new(ref, "b", 3, 2, false);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    (void)ra;
+    nb_module_discard(&a->base); /* b was built after a */
+    CU_ASSERT_EQUAL(nb_module_child_count(model), 1);
+    NBT_ASSERT_CLOSE(b->weight, rb->weight, 0, 0);
+    nb_linear *c = nb_linear_new(model, "c", 3, 2, false);
+    nb_linear *d = nb_linear_new(model, "d", 3, 2, false);
+    nb_linear *rc = nb_linear_new(ref, "c", 3, 2, false);
+    nb_linear *rd = nb_linear_new(ref, "d", 3, 2, false);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    NBT_ASSERT_CLOSE(c->weight, rc->weight, 0, 0);
+    NBT_ASSERT_CLOSE(d->weight, rd->weight, 0, 0);
+    CU_ASSERT_FALSE(nbtest_close(c->weight, b->weight, 0, 0));
+    CU_ASSERT_FALSE(nbtest_close(d->weight, b->weight, 0, 0));
+    /* A parameter the parent draws after making a child counts as a later draw too. */
+    nb_module *p = nb_module_container(model, "p");
+    nb_linear *e = nb_linear_new(p, "e", 3, 2, false);
+    nb_tensor *pw = nb_module_add_param(p, "w", NB_SHAPE(2, 3), nb_init_linear(3));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pw);
+    nb_module_discard(&e->base);
+    nb_linear *f = nb_linear_new(model, "f", 3, 2, false);
+    nb_linear *g = nb_linear_new(model, "g", 3, 2, false); /* drawn where pw was, if rewound */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    CU_ASSERT_FALSE(nbtest_close(f->weight, pw, 0, 0));
+    CU_ASSERT_FALSE(nbtest_close(g->weight, pw, 0, 0));
+    nb_module_free(model);
+    nb_module_free(ref);
+}
+
 /* A failed constructor leaves the model exactly as it was: no parameters, no child, and the
  * generator where it was (the next module gets the weights it would have had). */
 static void test_constructors_are_all_or_nothing(void) {
@@ -306,6 +379,8 @@ int main(void) {
         {"initialisers", test_initialisers},
         {"duplicate and bad names", test_duplicate_and_bad_names},
         {"constructors are all-or-nothing", test_constructors_are_all_or_nothing},
+        {"names checkpoints refuse are refused when given", test_names_checkpoints_refuse},
+        {"discarding a module that is not the newest", test_discard_not_newest},
         {"buffers saved and loaded, not optimized", test_buffers_in_checkpoints_not_optimized},
         {"printed table lists buffers", test_print_lists_buffers},
         {"gradcheck a custom module", test_gradcheck_custom_module},

@@ -187,6 +187,32 @@ static void test_bad_input(void) {
     NBT_ASSERT_ERROR("attention: input 1 is NULL");
 }
 
+/* A NaN or infinite scale has no defined result (every score NaN, or inf - inf in the
+ * softmax): refused, by nb_sdpa and by the other entries to the same kernels. */
+static void test_bad_scale(void) {
+    nb_tensor *q = nb_ones(NB_F32, NB_SHAPE(1, 2, 3, 4));
+    nb_tensor *kv = nb_ones(NB_F32, NB_SHAPE(1, 1, 5, 4));
+    const double bad[] = {NAN, INFINITY, -INFINITY};
+    for (int i = 0; i < 3; i++) {
+        nb_clear_error();
+        CU_ASSERT_PTR_NULL(nb_sdpa(q, kv, kv, NULL, false, bad[i]));
+        NBT_ASSERT_ERROR("attention: scale must be finite");
+        NBT_ASSERT_ERROR("q [1, 2, 3, 4]");
+        nb_clear_error();
+        nb_tensor *x = nb_ones(NB_F32, NB_SHAPE(1, 3, 4));
+        CU_ASSERT_PTR_NULL(nb_f_attention(x, x, x, 2, NULL, true, bad[i]));
+        NBT_ASSERT_ERROR("scale must be finite");
+        nb_clear_error();
+        CU_ASSERT_PTR_NULL(nb_masked_softmax(nb_ones(NB_F32, NB_SHAPE(2, 3)), NULL, false, bad[i]));
+        NBT_ASSERT_ERROR("masked_softmax: scale must be finite");
+    }
+    /* Zero and negative scales are numbers (PyTorch takes them): uniform weights for 0. */
+    nb_tensor *v = nb_view(nb_arange(NB_F32, 0, 5, 1), NB_SHAPE(1, 1, 5, 1));
+    nb_tensor *k = nb_ones(NB_F32, NB_SHAPE(1, 1, 5, 1));
+    NBT_ASSERT_VALUES(nb_sdpa(nb_ones(NB_F32, NB_SHAPE(1, 1, 1, 1)), k, v, NULL, false, 0), 1e-6,
+                      2);
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"one shared key/value head by hand, merged layout", test_by_hand},
@@ -195,6 +221,7 @@ int main(void) {
         {"one projection as q, k and v", test_self},
         {"zero-size dims: empty results and gradients", test_zero_size},
         {"bad input is an error naming op and shapes", test_bad_input},
+        {"a NaN or infinite scale is refused", test_bad_scale},
     };
     return nbtest_run("sdpa", cases, sizeof cases / sizeof cases[0]);
 }

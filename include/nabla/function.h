@@ -18,8 +18,8 @@
  *
  * Rules:
  * - Forward runs with grad mode off. Its outputs must be new tensors (not inputs, not views of
- *   inputs), made in the current scope; float outputs become differentiable, others (indices,
- *   masks) are not.
+ *   inputs: nb_function_apply refuses one sharing an input's memory; nb_clone it), made in the
+ *   current scope; float outputs become differentiable, others (indices, masks) are not.
  * - Inputs and saved tensors are referenced, not copied: do not modify them in place later,
  *   and do not save a tensor from a scope that ends before backward runs (make intermediates
  *   in the scope current at apply, as the forward's own results are).
@@ -31,6 +31,9 @@
  *   Gradients set for inputs that do not need one are ignored.
  * - Return false on failure, after nb_error names the problem; nb_backward then returns false
  *   with that message (a backward returning false without a message gets a generic one).
+ * - An error recorded inside forward or backward (an op that failed) fails the call with its
+ *   message even if the function returns true, unless the function cleared it
+ *   (nb_clear_error) to say it recovered: tried an op, saw it fail, fell back.
  * - Inputs may be NULL only if the function accepts that; NULL inputs never need grad. */
 #ifndef NABLA_FUNCTION_H
 #define NABLA_FUNCTION_H

@@ -50,10 +50,15 @@ struct nb_module {
     nb_param *unsaved; /* its non-persistent buffers (not in checkpoints) */
     int nunsaved, cap_unsaved;
     bool training;
+    /* Numbers from the root's count of generator events (modules made, draws): when this
+     * module was made, and its latest draw (a parameter, nb_module_rng). nb_module_discard
+     * rewinds the generator only if nothing outside the discarded subtree drew since. */
+    uint64_t made, last_draw;
     /* root only */
     nb_scope *scope;
     nb_rng rng;
     nb_dtype dtype;
+    uint64_t events;
 };
 
 /* ---- Models and the module tree ------------------------------------------------------ */
@@ -65,9 +70,10 @@ nb_module *nb_model_new(nb_dtype dt, uint64_t seed);
 void nb_module_free(nb_module *root);
 /* Allocates a zeroed module struct of `size` bytes (at least sizeof(nb_module); its first
  * member is the nb_module) as child `name` of parent, with type name `type` (copied) and
- * training mode inherited. The name must be non-empty without '.', and unique among the
- * parent's children, parameters and buffers. Owned by the root; NULL with an error naming
- * type and path. */
+ * training mode inherited. The name must be non-empty without '.', valid UTF-8 and not
+ * "__metadata__" (checkpoints could not hold it; the same for parameter and buffer names),
+ * and unique among the parent's children, parameters and buffers. Owned by the root; NULL with an
+ * error naming type and path. */
 void *nb_module_new(nb_module *parent, const char *name, const char *type, size_t size);
 /* A plain container child (for grouping, e.g. "blocks"); owned by the root. */
 nb_module *nb_module_container(nb_module *parent, const char *name);
@@ -75,7 +81,10 @@ nb_module *nb_module_container(nb_module *parent, const char *name);
  * its children and all their parameters and buffers, and rewinds the model's generator to
  * where it was when m was made, so the model is as if m had never been built. Nothing may use
  * m or its tensors afterwards. The error message is kept. A root is left alone (free it with
- * nb_module_free). Always returns NULL, for `return nb_module_discard(&m->base);`. */
+ * nb_module_free). Always returns NULL, for `return nb_module_discard(&m->base);`.
+ * If anything outside m drew from the generator after m was made (a later sibling, a
+ * parameter of m's parent, nb_module_rng), the generator is not rewound: the modules built
+ * later keep their values and the next module does not repeat them. */
 void *nb_module_discard(nb_module *m);
 
 /* Accessors. Strings are owned by the module. */
@@ -91,8 +100,8 @@ nb_module *nb_module_child(const nb_module *m, int i);
 bool nb_module_is_training(const nb_module *m);
 /* The dtype of the model's parameters. */
 nb_dtype nb_module_dtype(const nb_module *m);
-/* The model's seeded generator (e.g. to seed a module's own dropout generator). Owned by the
- * root. */
+/* The model's seeded generator (e.g. to seed a module's own dropout generator), counted as a
+ * draw by m (see nb_module_discard). Owned by the root. */
 nb_rng *nb_module_rng(nb_module *m);
 
 /* ---- Parameters and buffers --------------------------------------------------------------- */

@@ -48,8 +48,16 @@ struct nb_tensor {
 };
 
 /* ---- Errors ----------------------------------------------------------------------------- */
-/* Message of the most recent failed call on this thread ("" if none). Owned by nabla. */
+/* The message of this thread's most recent failure ("" before any, or after nb_clear_error).
+ * A call says whether it failed by its return value (NULL, false, NaN or -1, per function);
+ * read the message only right after one reports failure. Successful calls leave it as it was
+ * (they neither clear nor set it), so after a success it may hold an older failure's message,
+ * as PyTorch's exception is about the call that raised it and no other. An op given a NULL
+ * input keeps the message that is there (the NULL most likely came from that failure): after
+ * handling a failure and carrying on, clear it. Owned by nabla. */
 const char *nb_last_error(void);
+/* Empties this thread's last error, to mark a failure as handled. A user function's forward
+ * or backward that recovers from an op's failure clears it to say so (nabla/function.h). */
 void nb_clear_error(void);
 /* Records "op: message" (printf-style) as this thread's last error, as nabla's own ops and
  * modules do; for user ops and modules. Always returns NULL, for `return nb_error(...);`. */
