@@ -6,7 +6,8 @@
  * holds its parameters in a nabla model tree, under Meta's Llama parameter names
  * (attention.wq.weight, feed_forward.w1.weight, attention_norm.weight, ...). Results are new
  * tensors in the current scope, or NULL with nb_last_error() set; a NULL input gives NULL.
- * Modules are owned by their model's root. */
+ * Modules are owned by their model's root. The LM generates through nb_generate: its one
+ * forward takes a KV cache as an option (blk_attn_opts.cache, blk_llama_lm_causal). */
 #ifndef NABLA_BLOCKS_H
 #define NABLA_BLOCKS_H
 
