@@ -25,10 +25,11 @@
  * backward, counted by hand below),
  * peak RSS, mallocs per step after the first, and the share of the step that the causal
  * softmax and the GELU take (forward + backward, timed alone at the step's shapes). The gen
- * workload is timed per generated token ("step" = one token there).
+ * and llamagen workloads are timed per generated token ("step" = one token there).
  *
- * One workload is nabla's own, not in torch_bench.py: llama, lm's training step with the
- * Llama-style LM of examples/blocks at lm's size and parameter count (see llama_setup). */
+ * llama is lm's training step with the Llama-style LM of examples/blocks at lm's size and
+ * parameter count (see llama_setup), and llamagen its greedy generation as gen's (torch_bench.py
+ * has both, as llama_train_step and llamagen_kvcache_per_token). */
 #define _POSIX_C_SOURCE 200809L
 #include "blocks.h"
 
@@ -193,6 +194,36 @@ static void llama_step(workload *w) {
     nb_scope_end();
 }
 
+/* ---- gen's greedy generation with the Llama-style LM (torch_bench.py llama_gen_cached): the
+ * same 16-token prompt rule, 240 new tokens, a KV cache of 2 kv heads per layer, through
+ * nb_generate and blk_llama_lm_causal with a context of T; reported per generated token. */
+static void llamagen_setup(workload *w) {
+    w->model = nb_model_new(NB_F32, 0);
+    blk_llama_config cfg = {.dim = w->D,
+                            .n_heads = w->H,
+                            .n_kv_heads = w->KV,
+                            .hidden = w->hidden,
+                            .norm_eps = 1e-5,
+                            .rope_base = 10000};
+    w->llama = blk_llama_lm_new(w->model, "", w->V, (int)w->L, &cfg);
+    w->cache = blk_llama_lm_cache_new(w->llama, 1, w->T);
+    nb_rng rng;
+    nb_rng_seed(&rng, 0);
+    for (int i = 0; i < 16; i++) w->prompt[i] = (int64_t)(nb_rng_next(&rng) % (uint64_t)w->V);
+    w->per_step = 240;
+    double D = (double)w->D, ctx = 16 + 240 / 2.0; /* mean keys attended per token */
+    double kv_dim = D * (double)w->KV / (double)w->H, hidden = (double)w->hidden;
+    double per_layer = 2 * (2 * D * D + 2 * D * kv_dim + 3 * D * hidden) + 2 * 2 * ctx * D;
+    w->flops = (double)w->L * per_layer + 2 * D * (double)w->V; /* per token */
+}
+
+static void llamagen_step(workload *w) {
+    nb_generate_opts o = nb_generate_defaults(240);
+    const nb_causal_lm lm = blk_llama_lm_causal(w->llama, w->T);
+    if (nb_generate(&lm, w->prompt, 16, &o, w->out, w->cache) != 240)
+        fprintf(stderr, "llamagen: %s\n", nb_last_error());
+}
+
 /* llama matches lm's 420,929 parameters within 0.08%: lm has per layer 4 D^2 + D (attention,
  * out_proj bias) + 8 D^2 + 5 D (GELU feed-forward with biases) + 4 D (two LayerNorms), plus
  * token and position embeddings and a head with bias. llama has no position embedding or
@@ -208,6 +239,7 @@ static workload workloads[] = {
     {.name = "long", .shape = "B1 T2048 D256 H8", .B = 1, .T = 2048, .D = 256, .H = 8, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
     {.name = "gen", .shape = "V65 T256 D128 H4 L2 (token)", .B = 1, .T = 256, .D = 128, .H = 4, .V = 65, .L = 2, .setup = gen_setup, .step = gen_step},
     {.name = "llama", .shape = "V65 B16 T64 D128 H4/2 L2", .B = 16, .T = 64, .D = 128, .H = 4, .V = 65, .L = 2, .KV = 2, .hidden = 398, .setup = llama_setup, .step = llama_step},
+    {.name = "llamagen", .shape = "V65 T256 D128 H4/2 L2 (token)", .B = 1, .T = 256, .D = 128, .H = 4, .V = 65, .L = 2, .KV = 2, .hidden = 398, .setup = llamagen_setup, .step = llamagen_step},
 };
 /* clang-format on */
 #define NUM_WORKLOADS (int)(sizeof workloads / sizeof workloads[0])

@@ -6,7 +6,9 @@
  *
  * Writes into DIR: train.csv (step, loss, accuracy), curve.png, one heatmap per layer and
  * head for a held-out example (attn_L<layer>_H<head>.png), and model.safetensors, which
- * --eval reloads to report the same held-out accuracy. With --checkpoint-every N it also
+ * --eval reloads to report the same held-out accuracy. A causal task's held-out answers are
+ * then generated through nb_generate (greedy, KV cache), with either block, and one is also
+ * sampled. With --checkpoint-every N it also
  * keeps a resume checkpoint there (common/resume.h), from which --resume continues a killed
  * run exactly. Training stops with a message when a loss or gradient stops being finite. */
 #define _POSIX_C_SOURCE 200809L
@@ -126,6 +128,84 @@ static double evaluate(const toy_model *lm, const toy_task *task, uint64_t seed)
     return scored ? (double)correct / (double)scored : 0;
 }
 
+/* Token v's label followed by a space, appended to buf. */
+static void append_label(const toy_task *task, int64_t v, char *buf, size_t len) {
+    char label[16];
+    task->label(v, label, sizeof label);
+    size_t used = strlen(buf);
+    snprintf(buf + used, len - used, "%s ", label);
+}
+
+/* The full forward's prediction at the last position of each of the n sequences x [n, T],
+ * into pred (eval mode, no graph). */
+static void last_predictions(const toy_model *lm, const toy_task *task, const int64_t *x, int64_t n,
+                             int64_t *pred) {
+    const int64_t T = task->seq_len;
+    bool prev = nb_set_grad_enabled(false);
+    nb_module_train(lm->module, false);
+    for (int64_t b = 0; b < n; b += 256) {
+        nb_scope_begin();
+        nb_tensor *logits = toy_model_forward(lm, tokens_tensor(x + b * T, 256, T), true);
+        nb_tensor *idx;
+        nb_max_dim(nb_select(logits, 1, T - 1), -1, false, &idx);
+        if (idx) memcpy(pred + b, nb_data(idx), sizeof *pred * 256);
+        nb_scope_end();
+    }
+    nb_module_train(lm->module, true);
+    nb_set_grad_enabled(prev);
+}
+
+/* A causal task's held-out sequences (evaluate's) as prompts, their last answer generated
+ * through nb_generate (greedy, the model reading its KV cache); prints how many are right,
+ * how many equal the full forward's prediction there (all of them, or the cache is wrong), and
+ * example 0's answer, greedy and sampled at temperature 1. Nothing for a bidirectional task:
+ * its model reads the whole input at once. */
+static bool generate_answers(const toy_model *lm, const toy_task *task, uint64_t seed) {
+    if (!task->causal) return true;
+    nb_rng rng;
+    nb_rng_seed(&rng, seed ^ HELDOUT_SEED_MIX);
+    const int64_t T = task->seq_len;
+    int64_t *x = malloc(sizeof *x * HELDOUT * (size_t)T),
+            *y = malloc(sizeof *y * HELDOUT * (size_t)T), *full = malloc(sizeof *full * HELDOUT),
+            prompt[65], greedy = -1, sampled = -1;
+    bool ok = x && y && full;
+    if (ok) task->make(&rng, HELDOUT, x, y);
+    if (ok) last_predictions(lm, task, x, HELDOUT, full);
+    const nb_causal_lm model = toy_model_causal(lm, task);
+    nb_kv_cache *cache = ok ? model.new_cache(model.model, 1, model.max_len) : NULL;
+    nb_generate_opts o = nb_generate_defaults(1);
+    int64_t right = 0, same = 0;
+    for (int64_t b = 0; cache && b < HELDOUT && ok; b++) {
+        int64_t n = toy_model_prompt(lm, x + b * T, T, prompt), answer;
+        ok = nb_generate(&model, prompt, n, &o, &answer, cache) == 1;
+        right += ok && answer == y[b * T + T - 1];
+        same += ok && answer == full[b];
+        if (b == 0) greedy = answer;
+    }
+    if (ok && cache) { /* example 0 again, sampled */
+        o.temperature = 1.0;
+        o.seed = seed;
+        ok = nb_generate(&model, prompt, toy_model_prompt(lm, x, T, prompt), &o, &sampled, cache) ==
+             1;
+    }
+    if (ok && cache) {
+        char seq[512] = "";
+        for (int64_t t = 0; t < T; t++) append_label(task, x[t], seq, sizeof seq);
+        char g[16], s[16];
+        task->label(greedy, g, sizeof g);
+        task->label(sampled, s, sizeof s);
+        printf("%s: generated answers (nb_generate, greedy, KV cache) %.2f%% right (%d "
+               "sequences), %lld of them the full forward's prediction; e.g. %s-> %s (sampled "
+               "at temperature 1: %s)\n",
+               task->name, 100.0 * (double)right / HELDOUT, HELDOUT, (long long)same, seq, g, s);
+    }
+    nb_kv_cache_free(cache);
+    free(x);
+    free(y);
+    free(full);
+    return ok && cache;
+}
+
 /* One heatmap per layer and head for held-out example 0. */
 static void plot_heads(const toy_model *lm, const toy_task *task, uint64_t seed, const char *dir) {
     if (!plot_available()) return;
@@ -177,7 +257,7 @@ static int run_eval(const toy_model *lm, const options *o) {
     double acc = evaluate(lm, o->task, o->run.seed);
     printf("%s: held-out token accuracy %.2f%% (%d sequences, checkpoint %s)\n", o->task->name,
            100 * acc, HELDOUT, o->run.eval);
-    return 0;
+    return generate_answers(lm, o->task, o->run.seed) ? 0 : fail("generating");
 }
 
 /* What the training steps share. */
@@ -317,6 +397,10 @@ static int run_training(const toy_model *lm, const options *o) {
 
     double acc = evaluate(lm, task, o->run.seed);
     printf("%s: held-out token accuracy %.2f%% (%d sequences)\n", task->name, 100 * acc, HELDOUT);
+    if (!generate_answers(lm, task, o->run.seed)) {
+        rc = fail("generating");
+        goto done;
+    }
     if (!nb_module_save(model, ckpt_path)) {
         rc = fail("saving the checkpoint");
         goto done;

@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static nb_tensor *randn64(nb_rng *rng, int ndim, const int64_t *shape) {
@@ -363,6 +364,275 @@ static void test_errors(void) {
     nb_module_free(model);
 }
 
+/* ---- cached inference: the same forward with a KV cache --------------------------------- */
+/* The Llama LM of the cache tests: 4 query heads over 2 kv heads (grouped-query) of 4. */
+static blk_llama_lm *cache_lm(nb_module **model, nb_dtype dt, uint64_t seed, int layers) {
+    *model = nb_model_new(dt, seed);
+    blk_llama_config cfg = {
+        .dim = 16, .n_heads = 4, .n_kv_heads = 2, .hidden = 24, .norm_eps = 1e-5, .rope_base = 100};
+    return blk_llama_lm_new(*model, "lm", 11, layers, &cfg);
+}
+
+/* Feeds tokens [B, T] to a cache in the chunks listed (summing to T), committing each, and
+ * checks each chunk's logits against the full causal forward (no cache) at the same
+ * positions. The model stays in training mode with autograd on: the cached path turns it off
+ * for itself. */
+static void check_llama_chunks(nb_dtype dt, double tol, const int64_t *chunks, int nchunks,
+                               int64_t B) {
+    nb_module *model;
+    blk_llama_lm *lm = cache_lm(&model, dt, 3, 2);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+    int64_t T = 0;
+    for (int i = 0; i < nchunks; i++) T += chunks[i];
+    nb_rng rng;
+    nb_rng_seed(&rng, 9);
+    nb_tensor *tokens = nb_randint(&rng, 0, 11, NB_SHAPE(B, T));
+    nb_tensor *full = blk_llama_lm_forward(lm, tokens, &(blk_attn_opts){.causal = true});
+    CU_ASSERT_TRUE(full && full->requires_grad); /* the training forward records */
+    nb_kv_cache *c = blk_llama_lm_cache_new(lm, B, T);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    const blk_attn_opts cached = {.causal = true, .cache = c};
+    int64_t at = 0;
+    for (int i = 0; i < nchunks; i++) {
+        CU_ASSERT_EQUAL(nb_kv_cache_len(c), at);
+        nb_tensor *logits = blk_llama_lm_forward(lm, nb_narrow(tokens, 1, at, chunks[i]), &cached);
+        CU_ASSERT_FALSE(logits && logits->requires_grad);
+        CU_ASSERT_TRUE(nb_is_grad_enabled()); /* restored */
+        NBT_ASSERT_SHAPE(logits, B, chunks[i], 11);
+        NBT_ASSERT_CLOSE(logits, nb_narrow(full, 1, at, chunks[i]), tol, tol);
+        CU_ASSERT_EQUAL(nb_kv_cache_len(c), at); /* only a commit advances it */
+        CU_ASSERT_TRUE(nb_kv_cache_commit(c, chunks[i]));
+        at += chunks[i];
+    }
+    CU_ASSERT_EQUAL(nb_kv_cache_len(c), T);
+    /* Truncated back to 3 positions, the rest fed again gives the same logits. */
+    CU_ASSERT_TRUE(nb_kv_cache_truncate(c, 3));
+    NBT_ASSERT_CLOSE(blk_llama_lm_forward(lm, nb_narrow(tokens, 1, 3, T - 3), &cached),
+                     nb_narrow(full, 1, 3, T - 3), tol, tol);
+    nb_kv_cache_free(c);
+    nb_module_free(model);
+}
+
+static void test_llama_cached_token_by_token(void) {
+    enum { T = 10 };
+    int64_t ones[T];
+    for (int i = 0; i < T; i++) ones[i] = 1;
+    check_llama_chunks(NB_F64, 1e-12, ones, T, 2);
+    check_llama_chunks(NB_F32, 1e-5, ones, T, 2);
+    check_llama_chunks(NB_F32, 1e-5, ones, T, 1); /* one row: the matrix-vector products */
+    const int64_t mixed[] = {5, 1, 1, 3, 1, 4, 1};
+    check_llama_chunks(NB_F32, 1e-5, mixed, 7, 2);
+}
+
+/* The prompt in chunks of every size from 1 to T: every layer of a chunk's forward must read
+ * the same RoPE offset, the length the last commit left. */
+static void test_llama_cached_every_chunk_size(void) {
+    enum { T = 12 };
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t size = 1; size <= T; size++) {
+            int64_t chunks[T];
+            int n = 0;
+            for (int64_t at = 0; at < T; at += size) chunks[n++] = at + size <= T ? size : T - at;
+            if (pass == 0)
+                check_llama_chunks(NB_F64, 1e-12, chunks, n, 1);
+            else
+                check_llama_chunks(NB_F32, 1e-5, chunks, n, 2);
+        }
+}
+
+/* The attention module and a block alone, each with a one-layer cache, token by token. */
+static void test_llama_attention_and_block_cached(void) {
+    nb_module *model = nb_model_new(NB_F64, 4);
+    blk_attention *attn = blk_attention_new(model, "attn", 12, 6, 3, 100);
+    blk_llama_config cfg = {
+        .dim = 12, .n_heads = 6, .n_kv_heads = 2, .hidden = 16, .norm_eps = 1e-5, .rope_base = 50};
+    blk_llama_block *block = blk_llama_block_new(model, "block", &cfg);
+    nb_rng rng;
+    nb_rng_seed(&rng, 2);
+    nb_tensor *x = randn64(&rng, NB_SHAPE(2, 6, 12));
+    nb_tensor *want_a = blk_attention_forward(attn, x, &(blk_attn_opts){.causal = true});
+    nb_tensor *want_b = blk_llama_block_forward(block, x, &(blk_attn_opts){.causal = true});
+    nb_kv_cache *ca = nb_kv_cache_new(1, 2, 6, 3, 2, NB_F64),
+                *cb = nb_kv_cache_new(1, 2, 6, 2, 2, NB_F64);
+    for (int64_t t = 0; t < 6; t++) {
+        nb_tensor *xt = nb_narrow(x, 1, t, 1);
+        NBT_ASSERT_CLOSE(blk_attention_forward(attn, xt, &(blk_attn_opts){.cache = ca}),
+                         nb_narrow(want_a, 1, t, 1), 1e-12, 1e-12);
+        NBT_ASSERT_CLOSE(blk_llama_block_forward(block, xt, &(blk_attn_opts){.cache = cb}),
+                         nb_narrow(want_b, 1, t, 1), 1e-12, 1e-12);
+        CU_ASSERT_TRUE(nb_kv_cache_commit(ca, 1) && nb_kv_cache_commit(cb, 1));
+    }
+    nb_kv_cache_free(ca);
+    nb_kv_cache_free(cb);
+    nb_module_free(model);
+}
+
+/* A model wide enough that one-token products and the heads are split between threads
+ * (hidden 344 x 128 weights, 250 cached keys): 1 and 2 threads give the same bits, both
+ * equal to the full forward. */
+static void test_llama_cached_threads(void) {
+    enum { T = 258, PROMPT = 250 };
+    nb_module *model = nb_model_new(NB_F32, 11);
+    blk_llama_config cfg = {.dim = 128,
+                            .n_heads = 4,
+                            .n_kv_heads = 2,
+                            .hidden = 344,
+                            .norm_eps = 1e-5,
+                            .rope_base = 10000};
+    blk_llama_lm *lm = blk_llama_lm_new(model, "", 11, 1, &cfg);
+    nb_rng rng;
+    nb_rng_seed(&rng, 5);
+    nb_tensor *tokens = nb_randint(&rng, 0, 11, NB_SHAPE(1, T));
+    nb_tensor *full = blk_llama_lm_forward(lm, tokens, &(blk_attn_opts){.causal = true});
+    nb_tensor *got[2][T - PROMPT + 1];
+    const int before = nb_get_num_threads();
+    for (int threads = 1; threads <= 2; threads++) {
+        nb_set_num_threads(threads);
+        nb_kv_cache *c = blk_llama_lm_cache_new(lm, 1, T);
+        const blk_attn_opts o = {.causal = true, .cache = c};
+        got[threads - 1][0] = blk_llama_lm_forward(lm, nb_narrow(tokens, 1, 0, PROMPT), &o);
+        NBT_ASSERT_CLOSE(got[threads - 1][0], nb_narrow(full, 1, 0, PROMPT), 1e-5, 1e-5);
+        CU_ASSERT_TRUE(nb_kv_cache_commit(c, PROMPT));
+        for (int64_t t = PROMPT; t < T; t++) {
+            nb_tensor *l = blk_llama_lm_forward(lm, nb_narrow(tokens, 1, t, 1), &o);
+            got[threads - 1][t - PROMPT + 1] = l;
+            NBT_ASSERT_CLOSE(l, nb_narrow(full, 1, t, 1), 1e-5, 1e-5);
+            CU_ASSERT_TRUE(nb_kv_cache_commit(c, 1));
+        }
+        nb_kv_cache_free(c);
+    }
+    nb_set_num_threads(before);
+    for (int64_t t = 0; t <= T - PROMPT; t++) NBT_ASSERT_CLOSE(got[0][t], got[1][t], 0, 0);
+    nb_module_free(model);
+}
+
+/* Greedy continuation by full recompute (no cache, positions from 0) over the window
+ * generate() reads: the sequence so far, restarted from its last max_len / 2 tokens whenever
+ * it would not fit. */
+static void llama_greedy_reference(blk_llama_lm *lm, int64_t max_len, const int64_t *prompt,
+                                   int64_t plen, int64_t n, int64_t *out) {
+    int64_t *seq = malloc(sizeof *seq * (size_t)(plen + n));
+    memcpy(seq, prompt, sizeof *seq * (size_t)plen);
+    int64_t total = plen, start = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (total - start > max_len) start = total - max_len / 2;
+        nb_scope_begin();
+        nb_tensor *logits =
+            blk_llama_lm_forward(lm, nb_from_array(NB_I64, NB_SHAPE(1, total - start), seq + start),
+                                 &(blk_attn_opts){.causal = true});
+        nb_tensor *idx;
+        nb_max_dim(nb_select(nb_select(logits, 0, 0), 0, total - start - 1), 0, false, &idx);
+        out[i] = seq[total++] = (int64_t)nb_item(idx);
+        nb_scope_end();
+    }
+    free(seq);
+}
+
+static void test_llama_generate_greedy_is_argmax(void) {
+    for (int d = 0; d < 2; d++) {
+        nb_module *model;
+        blk_llama_lm *lm = cache_lm(&model, d ? NB_F64 : NB_F32, 6, 2);
+        const int64_t prompt[] = {1, 5, 2, 7};
+        int64_t want[30], got[30];
+        nb_module_train(model, true); /* generate runs in eval mode and restores this */
+        llama_greedy_reference(lm, 12, prompt, 4, 30, want); /* 34 > 12: slides */
+        const nb_causal_lm clm = blk_llama_lm_causal(lm, 12);
+        CU_ASSERT_EQUAL(clm.vocab, 11);
+        CU_ASSERT_EQUAL(clm.max_len, 12);
+        nb_generate_opts o = nb_generate_defaults(30);
+        CU_ASSERT_EQUAL(nb_generate(&clm, prompt, 4, &o, got, NULL), 30);
+        CU_ASSERT_EQUAL(memcmp(got, want, sizeof got), 0);
+        CU_ASSERT_TRUE(model->training); /* restored */
+        CU_ASSERT_TRUE(nb_is_grad_enabled());
+        /* the prompt in chunks of 1 to 3, on one thread and two, with a cache of the caller's
+         * longer than the context: the context is the smaller of the two */
+        nb_kv_cache *c = blk_llama_lm_cache_new(lm, 1, 20);
+        const int before = nb_get_num_threads();
+        for (int chunk = 1; chunk <= 3; chunk++) {
+            nb_set_num_threads(chunk == 2 ? 2 : 1);
+            o.prompt_chunk = chunk;
+            memset(got, 0xff, sizeof got);
+            CU_ASSERT_EQUAL(nb_generate(&clm, prompt, 4, &o, got, c), 30);
+            CU_ASSERT_EQUAL(memcmp(got, want, sizeof got), 0);
+        }
+        nb_set_num_threads(before);
+        nb_kv_cache_free(c);
+        nb_module_free(model);
+    }
+}
+
+/* A cache that does not fit is refused with a message naming the model or its attention and
+ * the cache, before any position is written. */
+static void test_llama_cache_errors(void) {
+    nb_module *model;
+    blk_llama_lm *lm = cache_lm(&model, NB_F32, 1, 2);
+    const int64_t toks[4] = {1, 2, 3, 4};
+    nb_tensor *one = nb_from_array(NB_I64, NB_SHAPE(1, 1), toks);
+    nb_kv_cache *c64 = nb_kv_cache_new(2, 1, 8, 2, 4, NB_F64);
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(blk_llama_lm_forward(lm, one, &(blk_attn_opts){.cache = c64}));
+    NBT_ASSERT_ERROR("LlamaLM: 'lm': a model of 2 blocks in float32, given tokens of batch 1, "
+                     "cannot use a cache of 2 layers in float64 for batch 1");
+    nb_kv_cache *c3 = nb_kv_cache_new(3, 1, 8, 2, 4, NB_F32);
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(blk_llama_lm_forward(lm, one, &(blk_attn_opts){.cache = c3}));
+    NBT_ASSERT_ERROR("cannot use a cache of 3 layers in float32");
+    nb_kv_cache *kv4 = nb_kv_cache_new(2, 1, 8, 4, 4, NB_F32); /* 4 kv heads, the model 2 */
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(blk_llama_lm_forward(lm, one, &(blk_attn_opts){.cache = kv4}));
+    NBT_ASSERT_ERROR("Attention: 'lm.layers.0.attention': kv_cache_attend: layer 0 (4 key/value "
+                     "heads, keys of 4");
+    NBT_ASSERT_ERROR("k float32 [1, 1, 8]");
+    CU_ASSERT_EQUAL(nb_kv_cache_len(kv4), 0);
+    CU_ASSERT_FALSE(nb_kv_cache_commit(kv4, 1)); /* nothing was written */
+    nb_kv_cache *c = blk_llama_lm_cache_new(lm, 1, 4);
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(blk_llama_lm_forward(lm, nb_from_array(NB_I64, NB_SHAPE(2, 1), toks),
+                                            &(blk_attn_opts){.cache = c}));
+    NBT_ASSERT_ERROR("given tokens of batch 2, cannot use a cache of 2 layers in float32 for "
+                     "batch 1");
+    CU_ASSERT_PTR_NOT_NULL(blk_llama_lm_forward(lm, nb_from_array(NB_I64, NB_SHAPE(1, 3), toks),
+                                                &(blk_attn_opts){.cache = c}));
+    CU_ASSERT_TRUE(nb_kv_cache_commit(c, 3));
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(blk_llama_lm_forward(lm, nb_from_array(NB_I64, NB_SHAPE(1, 2), toks),
+                                            &(blk_attn_opts){.cache = c}));
+    NBT_ASSERT_ERROR("'lm': 2 new tokens after 3 cached positions exceed the cache's 4");
+    nb_tensor *pad = nb_zeros(NB_BOOL, NB_SHAPE(1, 1));
+    nb_tensor *w[2];
+    const blk_attn_opts refused[] = {{.cache = c, .key_padding_mask = pad},
+                                     {.cache = c, .attn_weights = w},
+                                     {.cache = c, .offset = 3}};
+    for (int i = 0; i < 3; i++) {
+        nb_clear_error();
+        CU_ASSERT_PTR_NULL(blk_llama_lm_forward(lm, one, &refused[i]));
+        NBT_ASSERT_ERROR("'lm.layers.0.attention': a cache takes no key_padding_mask, "
+                         "attn_mask, attn_weights or offset");
+    }
+    CU_ASSERT_EQUAL(nb_kv_cache_len(c), 3);
+    /* nb_generate with a cache of another dtype or of too few layers */
+    const nb_causal_lm clm = blk_llama_lm_causal(lm, 8);
+    nb_generate_opts greedy = nb_generate_defaults(2);
+    int64_t out[2];
+    nb_clear_error();
+    CU_ASSERT_EQUAL(nb_generate(&clm, toks, 3, &greedy, out, c64), -1);
+    NBT_ASSERT_ERROR("cannot use a cache of 2 layers in float64");
+    nb_clear_error();
+    CU_ASSERT_EQUAL(nb_generate(&clm, toks, 3, &greedy, out, c3), -1);
+    NBT_ASSERT_ERROR("cannot use a cache of 3 layers");
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(blk_llama_lm_cache_new(lm, 0, 4));
+    NBT_ASSERT_ERROR("kv_cache");
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(blk_llama_lm_cache_new(NULL, 1, 4));
+    NBT_ASSERT_ERROR("LlamaLM: NULL argument");
+    nb_kv_cache_free(c);
+    nb_kv_cache_free(kv4);
+    nb_kv_cache_free(c3);
+    nb_kv_cache_free(c64);
+    nb_module_free(model);
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"rms_norm values by hand", test_rms_norm_values},
@@ -376,6 +646,13 @@ int main(void) {
         {"gradcheck: every module with its parameters", test_gradcheck_modules},
         {"LM parameter names, counts and a checkpoint round trip", test_lm_names_and_checkpoint},
         {"errors name the op, module path and shapes", test_errors},
+        {"LM cached = full forward, token by token (f64, f32)", test_llama_cached_token_by_token},
+        {"LM cached, the prompt in chunks of every size", test_llama_cached_every_chunk_size},
+        {"attention and block alone with a cache", test_llama_attention_and_block_cached},
+        {"LM cached on 1 and 2 threads: the same bits", test_llama_cached_threads},
+        {"nb_generate greedy = argmax of the full recompute, sliding",
+         test_llama_generate_greedy_is_argmax},
+        {"a cache that does not fit is refused", test_llama_cache_errors},
     };
     return nbtest_run("blocks", cases, sizeof cases / sizeof cases[0]);
 }

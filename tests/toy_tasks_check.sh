@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Trains one toy task at a reduced budget with a fixed seed and checks: held-out accuracy
-# reaches the threshold, --eval on the written checkpoint reports the same accuracy, and a
-# missing or corrupt checkpoint is a clear error (non-zero exit, message naming the file).
+# reaches the threshold; for a causal task, every answer generated through nb_generate (KV
+# cache) is the full forward's prediction; --eval on the written checkpoint reports the same
+# accuracy and generations; and a missing or corrupt checkpoint is a clear error (non-zero
+# exit, message naming the file).
 # Usage: toy_tasks_check.sh TOY_TASKS_BINARY TASK STEPS MIN_ACCURACY_PERCENT [BLOCK]
 set -euo pipefail
 bin=$1 task=$2 steps=$3 min=$4 block=${5:-gpt}
@@ -17,6 +19,16 @@ awk -v a="$acc" -v m="$min" 'BEGIN { exit !(a >= m) }' ||
 for f in train.csv model.safetensors; do
     [ -s "$dir/$f" ] || { echo "FAIL: $f missing"; exit 1; }
 done
+gen=$(grep "^$task: generated answers" <<<"$out" || true)
+case $task in
+shift | recall)
+    [ -n "$gen" ] || { echo "FAIL: a causal task without generated answers"; exit 1; }
+    read -r total same < <(sed -n 's/.*(\([0-9]*\) sequences), \([0-9]*\) of them.*/\1 \2/p' <<<"$gen")
+    [ -n "$total" ] && [ "$same" = "$total" ] ||
+        { echo "FAIL: generated answers are not all the full forward's predictions"; exit 1; }
+    ;;
+*) [ -z "$gen" ] || { echo "FAIL: a bidirectional task generated"; exit 1; } ;;
+esac
 lines=$(wc -l <"$dir/train.csv")
 [ "$lines" -eq $((steps + 1)) ] || { echo "FAIL: train.csv has $lines lines"; exit 1; }
 
@@ -24,6 +36,8 @@ eval_out=$("$bin" --task "$task" --block "$block" --eval "$dir/model.safetensors
 echo "$eval_out"
 grep -q "held-out token accuracy $acc%" <<<"$eval_out" ||
     { echo "FAIL: --eval did not reproduce $acc%"; exit 1; }
+[ -z "$gen" ] || grep -qxF "$gen" <<<"$eval_out" ||
+    { echo "FAIL: --eval did not generate the same answers"; exit 1; }
 
 expect_error() { # what, file
     if err=$("$bin" --task "$task" --block "$block" --eval "$2" 2>&1); then

@@ -62,11 +62,47 @@ static nb_tensor *heads(const blk_attention *m, const nb_tensor *x, int64_t n,
     return nb_transpose(h, 1, 2);
 }
 
+/* [B, T, heads * hd] rotated at the tables' positions, in the same layout (what
+ * nb_kv_cache_attend reads). */
+static nb_tensor *rotated(const blk_attention *m, const nb_tensor *x, int64_t n,
+                          const blk_rope_tables *rope) {
+    if (!x) return NULL;
+    const int64_t B = x->shape[0], T = x->shape[1];
+    nb_tensor *h = blk_rope_apply(nb_view(x, NB_SHAPE(B, T, n, m->head_dim)), 1, rope);
+    return h ? nb_view(h, NB_SHAPE(B, T, n * m->head_dim)) : NULL;
+}
+
+/* The forward against opts->cache (inference: autograd off). The projections and the rotation
+ * are training's; the cache writes the rotated keys and the values at positions len.. and
+ * attends causally, reading its kv heads for groups of query heads as training does. */
+static nb_tensor *attention_cached(blk_attention *m, const nb_tensor *x, const blk_attn_opts *o) {
+    if (o->key_padding_mask || o->attn_mask || o->attn_weights || o->offset)
+        return nb_error("Attention",
+                        "'%s': a cache takes no key_padding_mask, attn_mask, attn_weights or "
+                        "offset (its attention is causal from position nb_kv_cache_len)",
+                        nb_module_path(&m->base));
+    const bool grad = nb_set_grad_enabled(false);
+    blk_rope_tables rope;
+    nb_tensor *y = NULL;
+    if (blk_rope_tables_make(x->dtype, x->shape[1], m->head_dim, nb_kv_cache_len(o->cache),
+                             m->rope_base, &rope)) {
+        nb_tensor *q = rotated(m, nb_linear_forward(m->wq, x), m->n_heads, &rope);
+        nb_tensor *k = q ? rotated(m, nb_linear_forward(m->wk, x), m->n_kv_heads, &rope) : NULL;
+        nb_tensor *v = k ? nb_linear_forward(m->wv, x) : NULL;
+        nb_tensor *ctx = v ? nb_kv_cache_attend(o->cache, o->cache_layer, q, k, v, m->n_heads)
+                           : NULL; /* [B, T, dim] */
+        y = ctx ? nb_linear_forward(m->wo, ctx) : NULL;
+    }
+    nb_set_grad_enabled(grad);
+    return y ? y : blk_module_error(&m->base);
+}
+
 nb_tensor *blk_attention_forward(blk_attention *m, const nb_tensor *x, const blk_attn_opts *opts) {
     if (!m || !x) return blk_null_argument("Attention");
     if (x->ndim != 3 || x->shape[2] != m->dim)
         return nb_error("Attention", "'%s' expects x [B, T, %lld], got %s",
                         nb_module_path(&m->base), (long long)m->dim, nb_shape_text(x));
+    if (opts && opts->cache) return attention_cached(m, x, opts);
     int64_t B = x->shape[0], T = x->shape[1], offset = opts ? opts->offset : 0;
     nb_tensor *mask;
     if (!combined_mask(m, opts, B, T, &mask)) return NULL;

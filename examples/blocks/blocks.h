@@ -6,7 +6,8 @@
  * holds its parameters in a nabla model tree, under Meta's Llama parameter names
  * (attention.wq.weight, feed_forward.w1.weight, attention_norm.weight, ...). Results are new
  * tensors in the current scope, or NULL with nb_last_error() set; a NULL input gives NULL.
- * Modules are owned by their model's root. */
+ * Modules are owned by their model's root. The LM generates through nb_generate: its one
+ * forward takes a KV cache as an option (blk_attn_opts.cache, blk_llama_lm_causal). */
 #ifndef NABLA_BLOCKS_H
 #define NABLA_BLOCKS_H
 
@@ -60,13 +61,25 @@ typedef struct {
 blk_swiglu_ff *blk_swiglu_new(nb_module *parent, const char *name, int64_t dim, int64_t hidden);
 nb_tensor *blk_swiglu_forward(blk_swiglu_ff *m, const nb_tensor *x);
 
-/* Options of an attention forward. Masks are NB_BOOL with true = blocked, as nb_mha takes. */
+/* Options of an attention forward. Masks are NB_BOOL with true = blocked, as nb_mha takes.
+ *
+ * The same forward serves training and cached inference (nabla/generate.h): with cache set,
+ * x holds the new tokens at positions [len, len + T) of the cache, len = nb_kv_cache_len
+ * (RoPE's offset, the same in every layer of one forward since only nb_kv_cache_commit
+ * advances it). Their rotated keys and values are written in layer cache_layer and the
+ * queries attend causally to every cached position and the new ones through
+ * nb_kv_cache_attend, whatever causal says, with autograd off (results have no history). A
+ * cache takes no masks, weights or offset, and must hold in that layer n_kv_heads heads of
+ * head_dim in the model's dtype (blk_llama_lm_cache_new makes one); anything else is an
+ * error naming the module and the cache. Nothing is committed. */
 typedef struct {
     bool causal;                       /* block key j > query i */
     const nb_tensor *key_padding_mask; /* [B, T], true = padding, or NULL */
     const nb_tensor *attn_mask;        /* [T, T], or NULL */
-    int64_t offset;                    /* position of the first token (RoPE), for a KV cache */
+    int64_t offset;                    /* position of the first token (RoPE), without a cache */
     nb_tensor **attn_weights;          /* if not NULL, receives [B, H, T, T] */
+    nb_kv_cache *cache;                /* cached inference, or NULL */
+    int cache_layer; /* the attention's layer in cache (blk_llama_lm_forward sets block i's) */
 } blk_attn_opts;
 
 /* Self-attention with RoPE on q and k and n_kv_heads key/value heads shared by groups of the
@@ -124,9 +137,24 @@ typedef struct {
 blk_llama_lm *blk_llama_lm_new(nb_module *parent, const char *name, int64_t vocab, int n_layers,
                                const blk_llama_config *cfg);
 /* tokens NB_I64 [B, T] -> logits [B, T, vocab]. opts may be NULL; its attn_weights, if not
- * NULL, has room for n_layers tensors and receives each layer's [B, H, T, T] weights. */
+ * NULL, has room for n_layers tensors and receives each layer's [B, H, T, T] weights. With
+ * opts->cache (one layer per block, for batch B, in the model's dtype), block i attends
+ * through layer i of the cache and tokens sit at positions [len, len + T) (len =
+ * nb_kv_cache_len): the logits equal the full causal forward's at those positions, within
+ * float rounding. The caller commits (nb_kv_cache_commit(cache, T)). */
 nb_tensor *blk_llama_lm_forward(blk_llama_lm *m, const nb_tensor *tokens,
                                 const blk_attn_opts *opts);
+
+/* ---- Generation (nabla/generate.h) ----------------------------------------------------- */
+/* A cache for m: per block, n_kv_heads keys and values of head_dim (grouped-query: fewer
+ * than the query heads), for batch sequences of up to max_len positions, in the model's
+ * dtype. Caller owns (nb_kv_cache_free). NULL with an error. */
+nb_kv_cache *blk_llama_lm_cache_new(const blk_llama_lm *m, int64_t batch, int64_t max_len);
+/* m as an nb_causal_lm for nb_generate: its forward is blk_llama_lm_forward with
+ * {.causal = true, .cache = cache}, its cache blk_llama_lm_cache_new, its vocab m->vocab.
+ * RoPE gives the model no fixed context, so max_len (>= 1) is the one to generate with:
+ * past it generation slides (nb_generate). Borrows m. */
+nb_causal_lm blk_llama_lm_causal(blk_llama_lm *m, int64_t max_len);
 
 #ifdef __cplusplus
 }

@@ -23,9 +23,14 @@ blk_llama_block *blk_llama_block_new(nb_module *parent, const char *name,
 nb_tensor *blk_llama_block_forward(blk_llama_block *m, const nb_tensor *x,
                                    const blk_attn_opts *opts) {
     if (!m) return blk_null_argument("LlamaBlock");
+    /* cached: inference, no graph for the norms, residuals and feed-forward either */
+    const bool grad = opts && opts->cache ? nb_set_grad_enabled(false) : nb_is_grad_enabled();
     nb_tensor *h = nb_add(
         x, blk_attention_forward(m->attention, blk_rmsnorm_forward(m->attention_norm, x), opts));
-    return nb_add(h, blk_swiglu_forward(m->feed_forward, blk_rmsnorm_forward(m->ffn_norm, h)));
+    nb_tensor *out =
+        nb_add(h, blk_swiglu_forward(m->feed_forward, blk_rmsnorm_forward(m->ffn_norm, h)));
+    nb_set_grad_enabled(grad);
+    return out;
 }
 
 blk_llama_lm *blk_llama_lm_new(nb_module *parent, const char *name, int64_t vocab, int n_layers,
@@ -53,6 +58,31 @@ blk_llama_lm *blk_llama_lm_new(nb_module *parent, const char *name, int64_t voca
     return m;
 }
 
+/* Does c fit m (a layer per block, the model's dtype, the tokens' batch) with room for the
+ * tokens? Each attention checks its layer's heads (kv heads, head size) and names itself. */
+static bool check_cache(const blk_llama_lm *m, const nb_tensor *tokens, const nb_kv_cache *c) {
+    const nb_dtype dt = nb_module_dtype(&m->base);
+    const int64_t B = tokens->shape[0], T = tokens->shape[1], len = nb_kv_cache_len(c);
+    if (nb_kv_cache_layers(c) != m->n_layers || nb_kv_cache_dtype(c) != dt ||
+        nb_kv_cache_batch(c) != B) {
+        nb_error("LlamaLM",
+                 "'%s': a model of %d blocks in %s, given tokens of batch %lld, cannot use a "
+                 "cache of %d layers in %s for batch %lld",
+                 nb_module_path(&m->base), m->n_layers, nb_dtype_name(dt), (long long)B,
+                 nb_kv_cache_layers(c), nb_dtype_name(nb_kv_cache_dtype(c)),
+                 (long long)nb_kv_cache_batch(c));
+        return false;
+    }
+    if (T > nb_kv_cache_max_len(c) - len) {
+        nb_error("LlamaLM",
+                 "'%s': %lld new tokens after %lld cached positions exceed the cache's %lld",
+                 nb_module_path(&m->base), (long long)T, (long long)len,
+                 (long long)nb_kv_cache_max_len(c));
+        return false;
+    }
+    return true;
+}
+
 nb_tensor *blk_llama_lm_forward(blk_llama_lm *m, const nb_tensor *tokens,
                                 const blk_attn_opts *opts) {
     if (!m || !tokens) return blk_null_argument("LlamaLM");
@@ -60,12 +90,42 @@ nb_tensor *blk_llama_lm_forward(blk_llama_lm *m, const nb_tensor *tokens,
         return nb_error("LlamaLM", "'%s' expects int64 tokens [B, T], got %s %s",
                         nb_module_path(&m->base), nb_dtype_name(tokens->dtype),
                         nb_shape_text(tokens));
+    nb_kv_cache *c = opts ? opts->cache : NULL;
+    if (c && !check_cache(m, tokens, c)) return NULL;
+    const bool grad = c ? nb_set_grad_enabled(false) : nb_is_grad_enabled(); /* inference */
     nb_tensor *x = nb_embedding_forward(m->tok_embeddings, tokens);
     for (int i = 0; i < m->n_layers && x; i++) {
         blk_attn_opts layer = opts ? *opts : (blk_attn_opts){0};
         layer.attn_weights = opts && opts->attn_weights ? &opts->attn_weights[i] : NULL;
+        layer.cache_layer = i;
         x = blk_llama_block_forward(m->layers[i], x, &layer);
     }
-    if (!x) return NULL; /* nb_linear_forward would replace the first error with its own */
-    return nb_linear_forward(m->output, blk_rmsnorm_forward(m->norm, x));
+    /* nb_linear_forward would replace the first error with its own */
+    nb_tensor *logits = x ? nb_linear_forward(m->output, blk_rmsnorm_forward(m->norm, x)) : NULL;
+    nb_set_grad_enabled(grad);
+    return logits;
+}
+
+nb_kv_cache *blk_llama_lm_cache_new(const blk_llama_lm *m, int64_t batch, int64_t max_len) {
+    if (!m) return blk_null_argument("LlamaLM");
+    const blk_attention *a = m->layers[0]->attention;
+    return nb_kv_cache_new(m->n_layers, batch, max_len, a->n_kv_heads, a->head_dim,
+                           nb_module_dtype(&m->base));
+}
+
+static nb_tensor *causal_forward(void *model, const nb_tensor *tokens, nb_kv_cache *c) {
+    return blk_llama_lm_forward(model, tokens, &(blk_attn_opts){.causal = true, .cache = c});
+}
+
+static nb_kv_cache *causal_cache(void *model, int64_t batch, int64_t max_len) {
+    return blk_llama_lm_cache_new(model, batch, max_len);
+}
+
+nb_causal_lm blk_llama_lm_causal(blk_llama_lm *m, int64_t max_len) {
+    return (nb_causal_lm){.model = m,
+                          .module = m ? &m->base : NULL,
+                          .vocab = m ? m->vocab : 0,
+                          .max_len = max_len,
+                          .forward = causal_forward,
+                          .new_cache = causal_cache};
 }

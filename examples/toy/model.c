@@ -1,5 +1,6 @@
 #include "model.h"
 
+#include <math.h>
 #include <string.h>
 
 bool toy_block_parse(const char *name, toy_block *out) {
@@ -75,4 +76,38 @@ nb_tensor *toy_model_forward(const toy_model *m, const nb_tensor *tokens, bool c
 bool toy_model_attention(const toy_model *m, const nb_tensor *tokens, bool causal,
                          nb_tensor **attn_weights) {
     return run(m, tokens, causal, attn_weights) != NULL;
+}
+
+/* The llama model's cached forward for nb_generate: its logits with the BOS column at -inf. */
+static nb_tensor *llama_causal_forward(void *model, const nb_tensor *tokens, nb_kv_cache *c) {
+    const toy_model *m = model;
+    nb_tensor *logits =
+        blk_llama_lm_forward(m->llama, tokens, &(blk_attn_opts){.causal = true, .cache = c});
+    if (!logits) return NULL;
+    nb_tensor *parts[2] = {
+        nb_narrow(logits, 2, 0, m->bos),
+        nb_full(logits->dtype, NB_SHAPE(logits->shape[0], logits->shape[1], 1), -INFINITY)};
+    return nb_concat(2, parts, 2);
+}
+
+static nb_kv_cache *llama_causal_cache(void *model, int64_t batch, int64_t max_len) {
+    return blk_llama_lm_cache_new(((const toy_model *)model)->llama, batch, max_len);
+}
+
+nb_causal_lm toy_model_causal(const toy_model *m, const toy_task *task) {
+    if (m->gpt) return nb_transformer_lm_causal(m->gpt);
+    /* the forward only reads m; nb_causal_lm holds any model as a plain pointer */
+    return (nb_causal_lm){.model = (void *)m,
+                          .module = m->module,
+                          .vocab = task->vocab + 1,
+                          .max_len = task->seq_len + 1, /* the BOS token and the task's */
+                          .forward = llama_causal_forward,
+                          .new_cache = llama_causal_cache};
+}
+
+int64_t toy_model_prompt(const toy_model *m, const int64_t *tokens, int64_t n, int64_t *prompt) {
+    int64_t at = 0;
+    if (m->llama) prompt[at++] = m->bos;
+    memcpy(prompt + at, tokens, sizeof *prompt * (size_t)n);
+    return at + n;
 }

@@ -30,4 +30,14 @@ nb_tensor *toy_model_forward(const toy_model *m, const nb_tensor *tokens, bool c
 bool toy_model_attention(const toy_model *m, const nb_tensor *tokens, bool causal,
                          nb_tensor **attn_weights);
 
+/* The model as an nb_causal_lm for nb_generate (nabla/generate.h), with a context of the
+ * task's seq_len tokens. gpt: the TransformerLM's own. llama: the Llama LM through its KV
+ * cache, reading prompts that start with the BOS token (toy_model_prompt); its vocabulary
+ * includes that token, but its logit is -inf (training never scores it), so it is never
+ * generated. Borrows m. */
+nb_causal_lm toy_model_causal(const toy_model *m, const toy_task *task);
+/* The prompt the model reads for tokens[0..n): after the BOS token for llama. Writes it to
+ * prompt (room for n + 1) and returns its length. */
+int64_t toy_model_prompt(const toy_model *m, const int64_t *tokens, int64_t n, int64_t *prompt);
+
 #endif
