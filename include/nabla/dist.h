@@ -75,9 +75,9 @@ bool nb_dist_state_agrees(const nb_module *m, uint64_t *hash);
  * for 4 MiB). Parameters are bucketed in reverse order, the order backward finishes them.
  * Owns its buffers; no allocation after creation. */
 typedef struct nb_grad_reducer nb_grad_reducer;
-/* params: float leaves of one dtype that require grad (copied array; they must outlive the
- * reducer). Gives every parameter a zeroed gradient if it has none yet. Caller frees with
- * nb_grad_reducer_free; NULL with an error on bad input. */
+/* params: distinct float leaves of one dtype that require grad (copied array; they must
+ * outlive the reducer). Gives every parameter a zeroed gradient if it has none yet. Caller frees
+ * with nb_grad_reducer_free; NULL with an error on bad input. */
 nb_grad_reducer *nb_grad_reducer_new(nb_tensor *const *params, int n, double bucket_bytes);
 void nb_grad_reducer_free(nb_grad_reducer *r);
 /* Adds the parameters' current gradients into the reducer's running sum (elementwise, in call
