@@ -116,6 +116,23 @@ static void test_reducer_refuses_duplicates(void) {
     nb_grad_reducer_free(r);
 }
 
+/* Bad arguments to the small collectives say what is wrong: a NULL array, a negative count
+ * (every rank passes the same, so every rank fails before any exchange). */
+static void test_collective_bad_input(void) {
+    CU_ASSERT_FALSE(nb_dist_sum_doubles(NULL, 2));
+    NBT_ASSERT_ERROR("nb_dist_sum_doubles: v is NULL (n = 2)");
+    double v[1] = {1};
+    CU_ASSERT_FALSE(nb_dist_sum_doubles(v, -1));
+    NBT_ASSERT_ERROR("nb_dist_sum_doubles: n is -1, expected >= 0");
+    CU_ASSERT_FALSE(nb_dist_broadcast(1, NULL));
+    NBT_ASSERT_ERROR("nb_dist_broadcast: tensors is NULL (n = 1)");
+    nb_tensor *t = nb_zeros(NB_F32, NB_SHAPE(2));
+    CU_ASSERT_FALSE(nb_dist_broadcast(-1, &t));
+    NBT_ASSERT_ERROR("nb_dist_broadcast: n is -1, expected >= 0");
+    CU_ASSERT_FALSE(nb_dist_broadcast(2, (nb_tensor *[]){t, NULL}));
+    NBT_ASSERT_ERROR("nb_dist_broadcast: tensor 1 is NULL");
+}
+
 /* Every rank draws its model from its own seed; after the broadcast all hold rank 0's. */
 static void test_broadcast_module(void) {
     nb_module *model = nb_model_new(NB_F32, 100 + (uint64_t)rank_);
@@ -173,6 +190,7 @@ int main(int argc, char **argv) {
         {"reducer adds in rank order from zero", test_reducer_order},
         {"reducer bad input", test_reducer_bad_input},
         {"reducer refuses a parameter listed twice", test_reducer_refuses_duplicates},
+        {"collectives' bad input", test_collective_bad_input},
         {"broadcast module from rank 0", test_broadcast_module},
         {"model mismatch names the parameter", test_check_module_mismatch},
     };

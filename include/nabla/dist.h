@@ -47,7 +47,8 @@ _Noreturn void nb_dist_abort(int code, const char *msg);
 /* True on every rank exactly when ok is true on every rank. On a communication failure
  * returns false with an error. */
 bool nb_dist_all_ok(bool ok);
-/* Replaces v[0..n) on every rank by the sum over ranks, added in rank order starting from 0. */
+/* Replaces v[0..n) on every rank by the sum over ranks, added in rank order starting from 0.
+ * False with an error for n < 0, a NULL v with n > 0, or a failed exchange. */
 bool nb_dist_sum_doubles(double *v, int n);
 /* Copies rank 0's values of the n tensors into every rank's (contiguous float, int or bool
  * tensors of the same dtype and shape on every rank; checked first: a mismatch is an error on
