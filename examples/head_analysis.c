@@ -71,12 +71,14 @@ static bool parse(int argc, char **argv, options *o) {
             if (name && !ok) fprintf(stderr, "head_analysis: unknown task '%s'\n", name);
         } else if (args_is(&a, "--heldout")) {
             ok = args_int(&a, 1, 1 << 20, &o->heldout);
-        } else if (!args_trainer_flag(&a, &o->run, &ok)) {
+        } else if (!args_some_trainer_flag(&a, &o->run,
+                                           ARGS_STEPS | ARGS_SEED | ARGS_THREADS | ARGS_OUT, &ok)) {
+            /* Not --lr, --resume, --checkpoint-every, --accum or --eval: training here is a
+             * fixed recipe (the task's learning rate, one batch a step), run to the end. */
             ok = args_unknown(&a);
         }
         if (!ok) return usage(stderr), false;
     }
-    if (o->run.eval) return fprintf(stderr, "head_analysis: --eval is not taken\n"), false;
     if (o->run.steps < 0) o->run.steps = o->task->steps;
     return true;
 }

@@ -349,8 +349,12 @@ static int run_training(const toy_model *lm, const options *o) {
         rc = fail("creating the optimizer");
         goto done;
     }
-    resume_target target = {
-        .prog = "toy_tasks", .dir = o->run.out, .run = run, .model = model, .opt = tr.opt};
+    resume_target target = {.prog = "toy_tasks",
+                            .dir = o->run.out,
+                            .run = run,
+                            .steps = o->run.steps,
+                            .model = model,
+                            .opt = tr.opt};
     resume_state st = {.step = 0};
     nb_rng_seed(&st.data_rng, o->run.seed);
     /* Every rank reads the checkpoint; all go on only if all could. */

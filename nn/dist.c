@@ -161,7 +161,8 @@ bool nb_dist_all_ok(bool ok) {
 }
 
 bool nb_dist_sum_doubles(double *v, int n) {
-    if (n < 0 || (n > 0 && !v)) return nbt_error("dist", "sum of %d doubles at %p", n, (void *)v);
+    if (n < 0) return nbt_error("nb_dist_sum_doubles", "n is %d, expected >= 0", n) != NULL;
+    if (n > 0 && !v) return nbt_error("nb_dist_sum_doubles", "v is NULL (n = %d)", n) != NULL;
 #ifdef NABLA_HAVE_MPI
     if (mpi_active && world_size > 1 && n > 0) {
         /* Gathered, then added in rank order on every rank: MPI's own sum may add in any order,
@@ -301,12 +302,15 @@ bool nb_dist_check_module(const nb_module *m) {
 }
 
 bool nb_dist_broadcast(int n, nb_tensor *const *tensors) {
-    if (n < 0 || (n > 0 && !tensors))
-        return nbt_error("dist", "broadcast of %d tensors", n) != NULL;
-    for (int i = 0; i < n; i++)
-        if (!tensors[i] || !nb_is_contiguous(tensors[i]))
-            return nbt_error("dist", "broadcast: tensor #%d is %s", i,
-                             tensors[i] ? "not contiguous" : "NULL") != NULL;
+    const char *op = "nb_dist_broadcast";
+    if (n < 0) return nbt_error(op, "n is %d, expected >= 0", n) != NULL;
+    if (n > 0 && !tensors) return nbt_error(op, "tensors is NULL (n = %d)", n) != NULL;
+    for (int i = 0; i < n; i++) {
+        if (!tensors[i]) return nbt_error(op, "tensor %d is NULL", i) != NULL;
+        if (!nb_is_contiguous(tensors[i]))
+            return nbt_error(op, "tensor %d (shape %s) is not contiguous", i,
+                             nbt_shape(tensors[i])) != NULL;
+    }
 #ifdef NABLA_HAVE_MPI
     if (!mpi_active || world_size == 1) return nb_dist_all_ok(true);
     uint64_t *hashes = malloc(sizeof *hashes * (size_t)(n + 1));

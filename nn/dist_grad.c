@@ -7,6 +7,7 @@
  * exactly one rank, in rank order, so every rank ends with the same bits whatever MPI's
  * algorithms do; the traffic is that of a ring all-reduce, 2 (N - 1) / N of the bucket. */
 #include "dist_impl.h"
+#include "param_list.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -49,23 +50,6 @@ void nb_grad_reducer_free(nb_grad_reducer *r) {
     free(r);
 }
 
-static bool check_params(nb_tensor *const *params, int n) {
-    if (n <= 0 || !params)
-        return nbt_error("grad_reducer", "needs at least one parameter, got %d", n) != NULL;
-    for (int i = 0; i < n; i++) {
-        const nb_tensor *p = params[i];
-        if (!p) return nbt_error("grad_reducer", "parameter #%d is NULL", i) != NULL;
-        if (!nb_is_float(p) || !p->requires_grad || p->node)
-            return nbt_error("grad_reducer",
-                             "parameter #%d %s must be a float leaf that requires grad", i,
-                             nbt_shape(p)) != NULL;
-        if (p->dtype != params[0]->dtype)
-            return nbt_error("grad_reducer", "parameter #%d is %s, parameter #0 %s", i,
-                             nb_dtype_name(p->dtype), nb_dtype_name(params[0]->dtype)) != NULL;
-    }
-    return true;
-}
-
 /* Gives p a zeroed contiguous gradient if it has none: every micro-batch then accumulates
  * into zeros the same way, whether it is a process's first or not. */
 static bool ensure_grad(nb_tensor *p) {
@@ -103,7 +87,7 @@ static bool plan_buckets(nb_grad_reducer *r, double bucket_bytes) {
 }
 
 nb_grad_reducer *nb_grad_reducer_new(nb_tensor *const *params, int n, double bucket_bytes) {
-    if (!check_params(params, n)) return NULL;
+    if (!nbn_check_param_list("nb_grad_reducer_new", params, n)) return NULL;
     if (!(bucket_bytes > 0)) bucket_bytes = DEFAULT_BUCKET_BYTES;
     nb_grad_reducer *r = calloc(1, sizeof *r);
     if (!r) return nbt_error("grad_reducer", "out of memory");

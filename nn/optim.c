@@ -1,6 +1,7 @@
 /* What every optimizer shares: parameter validation, state tensors in a private scope, the
  * checked step loop, zero_grad, the learning rate and the named view of the state. */
 #include "optim_impl.h"
+#include "param_list.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -18,42 +19,17 @@ bool nbo_check_beta(const char *op, const char *what, double x) {
     return false;
 }
 
+/* The shared list check, then what only an optimizer needs: it updates parameters in place. */
 static bool check_params(const char *op, nb_tensor *const *params, int n) {
-    if (!params) return nbt_error(op, "params is NULL"), false;
-    if (n < 1) return nbt_error(op, "got an empty parameter list (n = %d)", n), false;
+    if (!nbn_check_param_list(op, params, n)) return false;
     for (int i = 0; i < n; i++) {
         const nb_tensor *p = params[i];
-        if (!p) return nbt_error(op, "parameter %d is NULL", i), false;
-        if (p->node)
-            return nbt_error(op,
-                             "parameter %d (shape %s) is not a leaf: it was computed by an op; "
-                             "optimize the leaves it came from",
-                             i, nbt_shape(p)),
-                   false;
-        if (!nb_is_float(p))
-            return nbt_error(op, "parameter %d (shape %s) is %s, expected float32 or float64", i,
-                             nbt_shape(p), nb_dtype_name(p->dtype)),
-                   false;
-        if (!p->requires_grad)
-            return nbt_error(op, "parameter %d (shape %s) does not require grad", i, nbt_shape(p)),
-                   false;
-        if (p->dtype != params[0]->dtype)
-            return nbt_error(op,
-                             "parameter %d (shape %s) is %s but parameter 0 (shape %s) is %s: "
-                             "all parameters must share one dtype",
-                             i, nbt_shape(p), nb_dtype_name(p->dtype), nbt_shape(params[0]),
-                             nb_dtype_name(params[0]->dtype)),
-                   false;
         for (int d = 0; d < p->ndim; d++)
             if (p->shape[d] > 1 && p->strides[d] == 0)
                 return nbt_error(op,
                                  "parameter %d (shape %s) is an expanded view; updating it in "
                                  "place would hit shared elements",
                                  i, nbt_shape(p)),
-                       false;
-        for (int j = 0; j < i; j++)
-            if (params[j] == p)
-                return nbt_error(op, "parameter %d is the same tensor as parameter %d", i, j),
                        false;
     }
     return true;

@@ -70,10 +70,18 @@ typedef struct {
     void *ctx;
 } ranges_job;
 
+/* a / b rounded up, for a >= 0 and b > 0, without forming a + b - 1 (which overflows for a
+ * near INT64_MAX: nb_parallel_for takes any n). */
+static int64_t ceil_div(int64_t a, int64_t b) {
+    return a / b + (a % b != 0);
+}
+
 static void run_range(int64_t task, int worker, void *arg) {
     (void)worker;
     const ranges_job *r = arg;
-    int64_t begin = task * r->slice, end = begin + r->slice < r->n ? begin + r->slice : r->n;
+    /* task < ceil(n / slice), so begin < n; the last slice may end past n, and begin + slice
+     * past INT64_MAX, so the end is compared as what is left. */
+    int64_t begin = task * r->slice, end = r->n - begin > r->slice ? begin + r->slice : r->n;
     if (begin < end) r->fn(begin, end, r->ctx);
 }
 
@@ -90,9 +98,10 @@ void nbt_parallel_ranges(int64_t n, int64_t grain, nbt_range_fn fn, void *ctx) {
     int64_t unit = grain >= 16 ? 16 : 1, by_grain = grain > 0 ? n / grain : n;
     int64_t pieces = (int64_t)nt * NBT_PIECES_PER_THREAD;
     if (pieces > by_grain) pieces = by_grain > nt ? by_grain : nt;
-    int64_t slice = ((n + pieces - 1) / pieces + unit - 1) / unit * unit;
+    /* pieces >= nt >= 2, so ceil(n / pieces) <= INT64_MAX / 2 + 1 leaves room to round up. */
+    int64_t slice = ceil_div(ceil_div(n, pieces), unit) * unit;
     ranges_job r = {n, slice, fn, ctx};
-    nbt_run_tasks((n + slice - 1) / slice, nt, run_range, &r);
+    nbt_run_tasks(ceil_div(n, slice), nt, run_range, &r);
 }
 
 /* nb_parallel_for's fn and ctx, passed through nbt_parallel_ranges' argument order. */

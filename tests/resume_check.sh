@@ -83,5 +83,23 @@ check_program() { # name final-checkpoint steps every kill-step command...
 }
 
 check_program toy "model.safetensors" 40 10 25 "$toy" --task shift --quiet
+
+# A checkpoint whose step is past --steps (an edited or damaged resume.json: the same flags
+# only save at steps up to --steps) is refused before anything is written; it used to train
+# nothing, exit 0 and rewrite the outputs.
+for past in 41 1000000000000000 9223372036854775807; do
+    rm -rf "$dir/toy-past"
+    cp -r "$dir/toy-ref" "$dir/toy-past"
+    sed -i "s/^\( *\"step\": \)[0-9]*,\$/\1$past,/" "$dir/toy-past/resume.json"
+    grep -q "\"step\": $past," "$dir/toy-past/resume.json" || { echo "FAIL: no step to edit"; exit 1; }
+    rm "$dir/toy-past/model.safetensors"
+    expect_exit 1 "$toy" --task shift --quiet --steps 40 --checkpoint-every 10 \
+        --out "$dir/toy-past" --resume
+    grep -q "resume.json is at step $past, past this run's 40 steps" "$dir/log" ||
+        { echo "FAIL: toy: no clear message for step $past"; cat "$dir/log"; exit 1; }
+    [ ! -e "$dir/toy-past/model.safetensors" ] && cmp -s "$dir/toy-ref/train.csv" \
+        "$dir/toy-past/train.csv" || { echo "FAIL: toy: step $past rewrote the outputs"; exit 1; }
+    echo "ok: toy: refuses a checkpoint at step $past of 40"
+done
 check_program char_lm "char_lm.safetensors" 24 5 13 "$lm" --grammar --sample 30
 echo "ok: resume and training health"

@@ -90,13 +90,47 @@ static void test_reducer_order(void) {
 static void test_reducer_bad_input(void) {
     nb_tensor *x = nb_zeros(NB_F32, NB_SHAPE(2));
     CU_ASSERT_PTR_NULL(nb_grad_reducer_new(&x, 1, 0));
-    NBT_ASSERT_ERROR("requires grad");
+    NBT_ASSERT_ERROR("parameter 0 (shape [2]) does not require grad");
     nb_tensor *a = nb_requires_grad_(nb_zeros(NB_F32, NB_SHAPE(2)), true);
     nb_tensor *b = nb_requires_grad_(nb_zeros(NB_F64, NB_SHAPE(2)), true);
     CU_ASSERT_PTR_NULL(nb_grad_reducer_new((nb_tensor *[]){a, b}, 2, 0));
-    NBT_ASSERT_ERROR("parameter #1 is float64");
+    NBT_ASSERT_ERROR("parameter 1 (shape [2]) is float64 but parameter 0 (shape [2]) is float32");
     CU_ASSERT_PTR_NULL(nb_grad_reducer_new(NULL, 0, 0));
     CU_ASSERT_FALSE(nb_grad_reducer_add(NULL));
+    /* What is wrong, not "needs at least one parameter, got 1". */
+    CU_ASSERT_PTR_NULL(nb_grad_reducer_new(NULL, 1, 0));
+    NBT_ASSERT_ERROR("nb_grad_reducer_new: params is NULL (n = 1)");
+    CU_ASSERT_PTR_NULL(nb_grad_reducer_new(&a, 0, 0));
+    NBT_ASSERT_ERROR("nb_grad_reducer_new: got an empty parameter list (n = 0)");
+}
+
+/* A parameter listed twice is refused, as the optimizers refuse it: its gradient would be
+ * added into the first slot, zeroed, added (as zeros) into the second, and finish would write
+ * the first slot's average and then the second's zeros over it. */
+static void test_reducer_refuses_duplicates(void) {
+    nb_tensor *a = nb_requires_grad_(nb_zeros(NB_F32, NB_SHAPE(2)), true);
+    nb_tensor *b = nb_requires_grad_(nb_zeros(NB_F32, NB_SHAPE(3)), true);
+    nb_grad_reducer *r = nb_grad_reducer_new((nb_tensor *[]){a, b, a}, 3, 0);
+    CU_ASSERT_PTR_NULL(r);
+    NBT_ASSERT_ERROR("nb_grad_reducer_new: parameter 2 is the same tensor as parameter 0");
+    nb_grad_reducer_free(r);
+}
+
+/* Bad arguments to the small collectives say what is wrong: a NULL array, a negative count
+ * (every rank passes the same, so every rank fails before any exchange). */
+static void test_collective_bad_input(void) {
+    CU_ASSERT_FALSE(nb_dist_sum_doubles(NULL, 2));
+    NBT_ASSERT_ERROR("nb_dist_sum_doubles: v is NULL (n = 2)");
+    double v[1] = {1};
+    CU_ASSERT_FALSE(nb_dist_sum_doubles(v, -1));
+    NBT_ASSERT_ERROR("nb_dist_sum_doubles: n is -1, expected >= 0");
+    CU_ASSERT_FALSE(nb_dist_broadcast(1, NULL));
+    NBT_ASSERT_ERROR("nb_dist_broadcast: tensors is NULL (n = 1)");
+    nb_tensor *t = nb_zeros(NB_F32, NB_SHAPE(2));
+    CU_ASSERT_FALSE(nb_dist_broadcast(-1, &t));
+    NBT_ASSERT_ERROR("nb_dist_broadcast: n is -1, expected >= 0");
+    CU_ASSERT_FALSE(nb_dist_broadcast(2, (nb_tensor *[]){t, NULL}));
+    NBT_ASSERT_ERROR("nb_dist_broadcast: tensor 1 is NULL");
 }
 
 /* Every rank draws its model from its own seed; after the broadcast all hold rank 0's. */
@@ -155,6 +189,8 @@ int main(int argc, char **argv) {
         {"reducer averages micro-batches and ranks", test_reducer_average},
         {"reducer adds in rank order from zero", test_reducer_order},
         {"reducer bad input", test_reducer_bad_input},
+        {"reducer refuses a parameter listed twice", test_reducer_refuses_duplicates},
+        {"collectives' bad input", test_collective_bad_input},
         {"broadcast module from rank 0", test_broadcast_module},
         {"model mismatch names the parameter", test_check_module_mismatch},
     };

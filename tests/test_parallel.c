@@ -116,6 +116,59 @@ static void test_small_runs_inline(void) {
     nb_set_num_threads(0);
 }
 
+/* ---- sizes near INT64_MAX ----
+ * The loop's size need not be backed by memory (a user may loop over a counter), so the
+ * split must not overflow: every call is recorded (no index is touched) and the calls,
+ * sorted, must tile [0, n) exactly. */
+#define MAX_SPANS 64
+typedef struct {
+    int64_t begin[MAX_SPANS], end[MAX_SPANS];
+    atomic_int count;
+} spans;
+
+static void record_span(void *ctx, int64_t begin, int64_t end) {
+    spans *s = ctx;
+    int i = atomic_fetch_add(&s->count, 1);
+    if (i < MAX_SPANS) s->begin[i] = begin, s->end[i] = end;
+}
+
+/* True if nb_parallel_for(n, grain) made calls that tile [0, n); their number in *calls. */
+static bool tiles_exactly(int64_t n, int64_t grain, int *calls) {
+    spans s = {.count = 0};
+    if (!nb_parallel_for(n, grain, record_span, &s)) return false;
+    int k = *calls = atomic_load(&s.count);
+    if (k < 1 || k > MAX_SPANS) return false;
+    for (int i = 1; i < k; i++) /* insertion sort by begin: a handful of calls */
+        for (int j = i; j > 0 && s.begin[j] < s.begin[j - 1]; j--) {
+            int64_t b = s.begin[j], e = s.end[j];
+            s.begin[j] = s.begin[j - 1], s.end[j] = s.end[j - 1];
+            s.begin[j - 1] = b, s.end[j - 1] = e;
+        }
+    bool ok = s.begin[0] == 0 && s.end[k - 1] == n;
+    for (int i = 0; i < k; i++) ok = ok && s.begin[i] < s.end[i];
+    for (int i = 1; i < k; i++) ok = ok && s.begin[i] == s.end[i - 1];
+    return ok;
+}
+
+static void test_sizes_near_int64_max(void) {
+    const int64_t sizes[] = {INT64_MAX, INT64_MAX - 1, INT64_MAX - 15, INT64_MAX - 300,
+                             INT64_MAX / 2 + 1};
+    const int64_t grains[] = {1, 15, 16, 17, 1000, INT64_MAX / 4, INT64_MAX / 2, INT64_MAX};
+    for (int threads = 1; threads <= 2; threads++) {
+        nb_set_num_threads(threads);
+        for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+            for (size_t g = 0; g < sizeof grains / sizeof *grains; g++) {
+                int calls = 0;
+                CU_ASSERT_TRUE(tiles_exactly(sizes[i], grains[g], &calls));
+                /* one thread, or under two grains: one call; two threads and a grain of 1:
+                 * at most 4 pieces a thread, so 2 to 8 calls */
+                if (threads == 1 || sizes[i] / 2 < grains[g]) CU_ASSERT_EQUAL(calls, 1);
+                if (threads == 2 && grains[g] == 1) CU_ASSERT_TRUE(calls >= 2 && calls <= 8);
+            }
+    }
+    nb_set_num_threads(0);
+}
+
 /* ---- errors ---- */
 static void test_errors(void) {
     int called = 0;
@@ -268,6 +321,7 @@ int main(void) {
         {"empty loop", test_empty_loop},
         {"nested runs inline", test_nested_runs_inline},
         {"small runs inline", test_small_runs_inline},
+        {"sizes near INT64_MAX", test_sizes_near_int64_max},
         {"errors", test_errors},
         {"user function bitwise on 1 and 2 threads", test_user_function_bitwise_any_threads},
         {"user function gradcheck", test_user_function_gradcheck},

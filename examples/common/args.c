@@ -93,28 +93,32 @@ bool args_is_help(const args *a) {
     return args_is(a, "--help") || args_is(a, "-h");
 }
 
-bool args_trainer_flag(args *a, trainer_flags *f, bool *ok) {
-    if (args_is(a, "--steps"))
+bool args_some_trainer_flag(args *a, trainer_flags *f, unsigned honoured, bool *ok) {
+    if (args_is(a, "--steps") && (honoured & ARGS_STEPS))
         *ok = args_int(a, 1, ARGS_MAX_STEPS, &f->steps);
-    else if (args_is(a, "--seed"))
+    else if (args_is(a, "--seed") && (honoured & ARGS_SEED))
         *ok = args_uint64(a, &f->seed);
-    else if (args_is(a, "--threads"))
+    else if (args_is(a, "--threads") && (honoured & ARGS_THREADS))
         *ok = args_int32(a, 1, ARGS_MAX_THREADS, &f->threads);
-    else if (args_is(a, "--out"))
+    else if (args_is(a, "--out") && (honoured & ARGS_OUT))
         *ok = (f->out = args_string(a)) != NULL;
-    else if (args_is(a, "--eval"))
+    else if (args_is(a, "--eval") && (honoured & ARGS_EVAL))
         *ok = (f->eval = args_string(a)) != NULL;
-    else if (args_is(a, "--lr"))
+    else if (args_is(a, "--lr") && (honoured & ARGS_LR))
         *ok = args_double(a, 1e-12, 1e30, &f->lr);
-    else if (args_is(a, "--resume"))
+    else if (args_is(a, "--resume") && (honoured & ARGS_RESUME))
         *ok = f->resume = true;
-    else if (args_is(a, "--checkpoint-every"))
+    else if (args_is(a, "--checkpoint-every") && (honoured & ARGS_CHECKPOINT_EVERY))
         *ok = args_int(a, 1, ARGS_MAX_STEPS, &f->checkpoint_every);
-    else if (args_is(a, "--accum"))
+    else if (args_is(a, "--accum") && (honoured & ARGS_ACCUM))
         *ok = args_int32(a, 1, ARGS_MAX_ACCUM, &f->accum);
     else
         return false;
     return true;
+}
+
+bool args_trainer_flag(args *a, trainer_flags *f, bool *ok) {
+    return args_some_trainer_flag(a, f, ARGS_ALL_TRAINER_FLAGS, ok);
 }
 
 bool args_trainer_check(const args *a, const trainer_flags *f) {

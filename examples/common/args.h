@@ -68,9 +68,26 @@ typedef struct {
     "[--steps N] [--seed S] [--threads N] [--lr X] [--out DIR] [--eval CHECKPOINT] "               \
     "[--checkpoint-every N] [--resume] [--accum K]"
 
+/* The trainer flags as bits, for a program that honours only some of them. */
+enum {
+    ARGS_STEPS = 1 << 0,
+    ARGS_SEED = 1 << 1,
+    ARGS_THREADS = 1 << 2,
+    ARGS_LR = 1 << 3,
+    ARGS_OUT = 1 << 4,
+    ARGS_EVAL = 1 << 5,
+    ARGS_RESUME = 1 << 6,
+    ARGS_CHECKPOINT_EVERY = 1 << 7,
+    ARGS_ACCUM = 1 << 8,
+    ARGS_ALL_TRAINER_FLAGS = (1 << 9) - 1
+};
+
 /* If the current flag is one of trainer_flags', parses its value into f, sets *ok to whether
  * that worked and returns true; returns false for any other flag. */
 bool args_trainer_flag(args *a, trainer_flags *f, bool *ok);
+/* args_trainer_flag for the flags in `honoured` (ARGS_* bits) only: any other returns false,
+ * so the program reports it as unknown instead of accepting a flag it would ignore. */
+bool args_some_trainer_flag(args *a, trainer_flags *f, unsigned honoured, bool *ok);
 /* After parsing: false with a message if the trainer flags contradict each other. */
 bool args_trainer_check(const args *a, const trainer_flags *f);
 

@@ -148,6 +148,10 @@ bool resume_load(const resume_target *t, resume_state *st) {
         fprintf(stderr, "%s: %s is damaged\n", t->prog, path);
     } else if (strcmp(run, t->run) != 0) {
         fprintf(stderr, "%s: %s holds the run '%s', not '%s'\n", t->prog, t->dir, run, t->run);
+    } else if (t->steps > 0 && step > t->steps) {
+        /* The same flags cannot have saved it: checkpoints are taken at steps <= the total. */
+        fprintf(stderr, "%s: %s is at step %lld, past this run's %lld steps\n", t->prog, path,
+                (long long)step, (long long)t->steps);
     } else {
         snprintf(path, sizeof path, "%s/%s", t->dir, name);
         if (!nb_module_load_with(t->model, t->opt, path))

@@ -14,6 +14,9 @@ typedef struct {
     const char *prog; /* prefix of messages */
     const char *dir;
     const char *run; /* the flags a resumed run must share, e.g. "--task sort --steps 400" */
+    /* The run's total steps: a checkpoint past it is refused (it would train nothing and
+     * rewrite the outputs). 0 skips the check, for a caller that does not pass it yet. */
+    int64_t steps;
     nb_module *model;
     nb_optimizer *opt;
 } resume_target;
@@ -35,7 +38,7 @@ bool resume_checkpoint_due(const resume_target *t, int64_t every, int64_t total,
                            FILE *const *logs, int nlogs);
 /* Restores the model, optimizer, model generator and *st from t->dir's last checkpoint. False
  * with a message, changing nothing in the model or optimizer, when there is none, it is
- * damaged or it belongs to another run (other flags). */
+ * damaged, it belongs to another run (other flags) or its step is past t->steps. */
 bool resume_load(const resume_target *t, resume_state *st);
 /* Opens the training log: a new file with header, or (resuming) the old one cut back to
  * bytes and opened for appending. NULL with a message. Caller closes. */

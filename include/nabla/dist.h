@@ -47,7 +47,8 @@ _Noreturn void nb_dist_abort(int code, const char *msg);
 /* True on every rank exactly when ok is true on every rank. On a communication failure
  * returns false with an error. */
 bool nb_dist_all_ok(bool ok);
-/* Replaces v[0..n) on every rank by the sum over ranks, added in rank order starting from 0. */
+/* Replaces v[0..n) on every rank by the sum over ranks, added in rank order starting from 0.
+ * False with an error for n < 0, a NULL v with n > 0, or a failed exchange. */
 bool nb_dist_sum_doubles(double *v, int n);
 /* Copies rank 0's values of the n tensors into every rank's (contiguous float, int or bool
  * tensors of the same dtype and shape on every rank; checked first: a mismatch is an error on
@@ -75,9 +76,9 @@ bool nb_dist_state_agrees(const nb_module *m, uint64_t *hash);
  * for 4 MiB). Parameters are bucketed in reverse order, the order backward finishes them.
  * Owns its buffers; no allocation after creation. */
 typedef struct nb_grad_reducer nb_grad_reducer;
-/* params: float leaves of one dtype that require grad (copied array; they must outlive the
- * reducer). Gives every parameter a zeroed gradient if it has none yet. Caller frees with
- * nb_grad_reducer_free; NULL with an error on bad input. */
+/* params: distinct float leaves of one dtype that require grad (copied array; they must
+ * outlive the reducer). Gives every parameter a zeroed gradient if it has none yet. Caller frees
+ * with nb_grad_reducer_free; NULL with an error on bad input. */
 nb_grad_reducer *nb_grad_reducer_new(nb_tensor *const *params, int n, double bucket_bytes);
 void nb_grad_reducer_free(nb_grad_reducer *r);
 /* Adds the parameters' current gradients into the reducer's running sum (elementwise, in call
