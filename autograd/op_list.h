@@ -32,6 +32,7 @@ NB_OP(sigmoid)
 NB_OP(relu)
 NB_OP(gelu)
 NB_OP(gelu_tanh)
+NB_OP(silu)
 /* reduce.c (sum_dims records "sum", mean_dims records "mean") */
 NB_OP(sum)
 NB_OP(mean)

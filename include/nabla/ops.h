@@ -59,6 +59,8 @@ nb_tensor *nb_relu(const nb_tensor *a);
 nb_tensor *nb_gelu(const nb_tensor *a);
 /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (PyTorch's approximate='tanh'). */
 nb_tensor *nb_gelu_tanh(const nb_tensor *a);
+/* x * sigmoid(x) (PyTorch's F.silu, the swish of SwiGLU). */
+nb_tensor *nb_silu(const nb_tensor *a);
 
 /* ---- Reductions ------------------------------------------------------------------------- */
 /* Sum / mean of all elements: a 0-d tensor. */
