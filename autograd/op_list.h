@@ -56,3 +56,8 @@ NB_OP(mse_loss)
 NB_OP(layer_norm)
 NB_OP(embedding)
 NB_OP(dropout)
+/* index.c */
+NB_OP(where)
+NB_OP(gather)
+NB_OP(index_select)
+NB_OP(index_add)
