@@ -61,3 +61,5 @@ NB_OP(where)
 NB_OP(gather)
 NB_OP(index_select)
 NB_OP(index_add)
+/* topk.c */
+NB_OP(topk)

@@ -1,9 +1,11 @@
 /* The index and selection ops beyond their catalogue entries and PyTorch goldens: every bad
  * index (out of range, wrong dtype, wrong shape) and bad operand is an error naming the op and
- * the shapes, and index_add's sums over repeated indices are bitwise the same for 1 and 2
- * threads, equal to a plain loop adding in index order. */
+ * the shapes; index_add's sums over repeated indices are bitwise the same for 1 and 2
+ * threads, equal to a plain loop adding in index order; topk picks equal values and NaNs as
+ * PyTorch does (expected indices recorded from torch 1.13's CPU topk). */
 #include "harness.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -190,6 +192,67 @@ static void test_index_select_backward_threads(void) {
     CU_ASSERT_EQUAL(memcmp(nb_data(grads[0]), nb_data(grads[1]), sizeof(float) * 5 * 2000), 0);
 }
 
+/* topk of the values with k and largest; checks the values and indices against PyTorch's. */
+static void check_topk(nb_dtype dt, int n, const double *x, int64_t k, bool largest,
+                       const double *want_values, const int64_t *want_indices) {
+    nb_tensor *t = nb_to_dtype(nb_from_array(NB_F64, NB_SHAPE(n), x), dt);
+    nb_tensor *idx = NULL;
+    nb_tensor *v = nb_topk(t, k, 0, largest, &idx);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(idx);
+    NBT_ASSERT_SHAPE(v, k);
+    NBT_ASSERT_SHAPE(idx, k);
+    for (int64_t e = 0; e < k; e++) {
+        double got = nb_get(v, NB_IDX(e)), want = want_values[e];
+        CU_ASSERT_TRUE(isnan(want) ? isnan(got) : got == want);
+        CU_ASSERT_EQUAL(((const int64_t *)nb_data(idx))[e], want_indices[e]);
+    }
+}
+
+#define F64(...) ((const double[]){__VA_ARGS__})
+static void test_topk_ties_and_nan(void) {
+    for (int d = 0; d < 2; d++) {
+        nb_dtype dt = d ? NB_F64 : NB_F32;
+        /* Not lowest index first: PyTorch's nth_element and sort leave [2, 4, 1]. */
+        check_topk(dt, 6, F64(1, 3, 3, 2, 3, 1), 3, true, F64(3, 3, 3), I64(2, 4, 1));
+        check_topk(dt, 8, F64(0, 0, 0, 0, 0, 0, 0, 0), 1, true, F64(0), I64(6));
+        check_topk(dt, 4, F64(2, 2, 1, 1), 2, false, F64(1, 1), I64(2, 3));
+        /* NaN is the largest value: first when largest, last when smallest. */
+        check_topk(dt, 5, F64(1, NAN, 3, NAN, 2), 3, true, F64(NAN, NAN, 3), I64(1, 3, 2));
+        check_topk(dt, 5, F64(1, NAN, 3, NAN, 2), 4, false, F64(1, 2, 3, NAN), I64(0, 4, 2, 3));
+    }
+}
+
+/* The gradient of each picked value lands at its index, also among ties, and nowhere else
+ * (indices and gradient from PyTorch). */
+static void test_topk_backward_at_ties(void) {
+    nb_tensor *x = nb_requires_grad_(
+        nb_from_array(NB_F64, NB_SHAPE(2, 6), F64(1, 3, 3, 2, 3, 1, 5, 4, 4, 4, 0, 4)), true);
+    nb_tensor *idx = NULL;
+    nb_tensor *v = nb_topk(x, 3, 1, true, &idx);
+    nb_tensor *g = nb_from_array(NB_F64, NB_SHAPE(2, 3), F64(10, 20, 30, 40, 50, 60));
+    CU_ASSERT_TRUE_FATAL(nb_backward(v, g));
+    CU_ASSERT_TRUE(nbtest_values(idx, F64(2, 4, 1, 0, 3, 5), 6, 0));
+    CU_ASSERT_TRUE(nbtest_values(nb_grad(x), F64(0, 30, 10, 0, 20, 0, 40, 0, 0, 50, 0, 60), 12, 0));
+}
+
+static void test_topk_errors_and_edges(void) {
+    nb_tensor *x = nb_zeros(NB_F32, NB_SHAPE(3, 4));
+    EXPECT_NULL(nb_topk(x, 5, 1, true, NULL), "topk: ", "k 5", "dim 1 of size 4", "[3, 4]");
+    EXPECT_NULL(nb_topk(x, -1, 0, true, NULL), "topk: ", "k -1", "dim 0 of size 3");
+    EXPECT_NULL(nb_topk(x, 1, 2, true, NULL), "topk: ", "dim 2");
+    EXPECT_NULL(nb_topk(nb_zeros(NB_I64, NB_SHAPE(3, 4)), 1, 1, true, NULL), "topk: ", "int64",
+                "[3, 4]");
+    EXPECT_NULL(nb_topk(nb_zeros(NB_F64, 0, NULL), 2, 0, true, NULL), "topk: ", "k 2", "[]");
+    EXPECT_NULL(nb_topk(nb_zeros(NB_F64, 0, NULL), 1, 1, true, NULL), "topk: ", "dim 1", "[]");
+    EXPECT_NULL(nb_topk(NULL, 1, 0, true, NULL), "topk: ", "NULL");
+    /* k = 0 gives empty values and indices, as in PyTorch; indices may be left out. */
+    nb_tensor *idx = NULL;
+    NBT_ASSERT_SHAPE(nb_topk(x, 0, 1, true, &idx), 3, 0);
+    NBT_ASSERT_SHAPE(idx, 3, 0);
+    NBT_ASSERT_SHAPE(nb_topk(x, 2, 0, false, NULL), 2, 4);
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"where: bad cond, operands and shapes name the op", test_where_errors},
@@ -199,6 +262,9 @@ int main(void) {
         {"empty indices", test_empty_indices},
         {"index_add: repeated indices add in index order, any thread count", test_index_add_order},
         {"index_select backward: the same for 1 and 2 threads", test_index_select_backward_threads},
+        {"topk: ties and NaN as PyTorch picks them", test_topk_ties_and_nan},
+        {"topk: gradients land at the picked ties", test_topk_backward_at_ties},
+        {"topk: bad k and dims name the op and the shapes; k = 0", test_topk_errors_and_edges},
     };
     return nbtest_run("index_ops", cases, sizeof cases / sizeof cases[0]);
 }

@@ -93,6 +93,14 @@ nb_tensor *nb_index_select(const nb_tensor *x, int dim, const nb_tensor *index);
 nb_tensor *nb_index_add(const nb_tensor *x, int dim, const nb_tensor *index,
                         const nb_tensor *source, double alpha);
 
+/* The k largest (largest true) or smallest entries of a along dim, sorted (descending or
+ * ascending; torch.topk with sorted=True): returns the values, dim resized to k; if indices
+ * is not NULL, *indices receives their NB_I64 positions along dim. k in [0, size of dim]; a
+ * 0-d a takes k 1. NaN counts as the largest value. Equal values are picked and ordered as
+ * PyTorch's CPU topk does (not lowest index first: see autograd/topk.c). Both new, in the
+ * current scope; the values are differentiable (the gradient goes back to the positions). */
+nb_tensor *nb_topk(const nb_tensor *a, int64_t k, int dim, bool largest, nb_tensor **indices);
+
 /* ---- Linear algebra --------------------------------------------------------------------- */
 /* torch.matmul: 1-D x 1-D dot, 2-D matrix product, batched with broadcast leading dims. */
 nb_tensor *nb_matmul(const nb_tensor *a, const nb_tensor *b);
