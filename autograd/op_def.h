@@ -92,7 +92,8 @@ struct nba_golden_call {
 /* One golden case, as tests/gen_goldens.py reads it.
  * inputs: "name: [words] shape" per input, separated by ';'. A float input is drawn at
  *   random: "a: [3,4]" normal, "positive" uniform in [0.5, 2], "away" |x| >= 0.2, "distinct"
- *   a shuffled ramp (no ties); "const" needs no gradient; "scale 4" multiplies it. "i64" and
+ *   a shuffled ramp (no ties), "ties" from {-1, -0.5, 0, 0.5, 1} (many equal values);
+ *   "const" needs no gradient; "scale 4" multiplies it. "i64" and
  *   "bool" inputs give their values instead of a shape: "target: i64 [1,0,4]",
  *   "mask: bool [[0,1],[1,0]]".
  * params: Python keyword arguments, "dim=-1, keepdim=True" ("" for none); they become the

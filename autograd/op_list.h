@@ -32,6 +32,7 @@ NB_OP(sigmoid)
 NB_OP(relu)
 NB_OP(gelu)
 NB_OP(gelu_tanh)
+NB_OP(silu)
 /* reduce.c (sum_dims records "sum", mean_dims records "mean") */
 NB_OP(sum)
 NB_OP(mean)
@@ -55,3 +56,10 @@ NB_OP(mse_loss)
 NB_OP(layer_norm)
 NB_OP(embedding)
 NB_OP(dropout)
+/* index.c */
+NB_OP(where)
+NB_OP(gather)
+NB_OP(index_select)
+NB_OP(index_add)
+/* topk.c */
+NB_OP(topk)

@@ -26,10 +26,15 @@ typedef enum {
     NBT_SQRT,
     NBT_TANH,
     NBT_SIGMOID,
-    NBT_RELU,     /* x < 0 ? 0 : x, so relu(NaN) = NaN and relu(-0) = -0 as in PyTorch */
-    NBT_GELU,     /* x * Phi(x), exact erf form */
-    NBT_GELU_TANH /* tanh approximation */
+    NBT_RELU,      /* x < 0 ? 0 : x, so relu(NaN) = NaN and relu(-0) = -0 as in PyTorch */
+    NBT_GELU,      /* x * Phi(x), exact erf form */
+    NBT_GELU_TANH, /* tanh approximation */
+    NBT_SILU       /* x * sigmoid(x), as x / (1 + exp(-x)) */
 } nbt_unary_op;
+/* How many unary ops there are: the last one plus 1. The tables indexed by nbt_unary_op
+ * (forwards in unary_kernels.c, derivatives in autograd/elementwise.c) assert their length
+ * against it, so an op added to the enum but not to a table fails to compile. */
+#define NBT_NUM_UNARY (NBT_SILU + 1)
 
 /* "add", "exp", ...: the name used in error messages. Static string. */
 const char *nbt_binary_name(nbt_binary_op op);

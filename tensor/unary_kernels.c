@@ -42,6 +42,8 @@ const char *nbt_unary_name(nbt_unary_op op) {
         return "gelu";
     case NBT_GELU_TANH:
         return "gelu_tanh";
+    case NBT_SILU:
+        return "silu";
     }
     return "unary";
 }
@@ -134,6 +136,21 @@ const char *nbt_unary_name(nbt_unary_op op) {
             NBT_VFOR(S, i, m, ST(S, yc + i, (T)0.5 * V(S, xc + i) * (1 + V(S, t + i))),            \
                      yc[i] = (T)0.5 * xc[i] * (1 + t[i]));                                         \
         }                                                                                          \
+    }                                                                                              \
+    /* x / (1 + exp(-x)), PyTorch's order; t holds exp(-x) so y may alias x. exp(-x) overflows     \
+     * to inf for very negative x, giving -0 rather than NaN. */                                   \
+    static void silu_##S(int64_t n, T *y, const T *x, T p) {                                       \
+        (void)p;                                                                                   \
+        T t[CHUNK];                                                                                \
+        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
+            int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
+            const T *xc = x + i0;                                                                  \
+            T *yc = y + i0;                                                                        \
+            NBT_VFOR(S, i, m, ST(S, t + i, -V(S, xc + i)), t[i] = -xc[i]);                         \
+            nbt_vexp_##S(t, t, m);                                                                 \
+            NBT_VFOR(S, i, m, ST(S, yc + i, V(S, xc + i) / (1 + V(S, t + i))),                     \
+                     yc[i] = xc[i] / (1 + t[i]));                                                  \
+        }                                                                                          \
     }
 
 #define FN_F32(name) name##f
@@ -149,10 +166,16 @@ typedef void (*fwd_f64)(int64_t, double *, const double *, double);
     {                                                                                              \
         neg##SUFFIX##S, add_scalar##SUFFIX##S, mul_scalar##SUFFIX##S, pow_scalar##SUFFIX##S,       \
             exp##SUFFIX##S, log##SUFFIX##S, sqrt##SUFFIX##S, tanh##SUFFIX##S, sigmoid##SUFFIX##S,  \
-            relu##SUFFIX##S, gelu##SUFFIX##S, gelu_tanh##SUFFIX##S                                 \
+            relu##SUFFIX##S, gelu##SUFFIX##S, gelu_tanh##SUFFIX##S, silu##SUFFIX##S                \
     }
 static const fwd_f32 forward_f32[] = TABLE(f32, _);
 static const fwd_f64 forward_f64[] = TABLE(f64, _);
+/* TABLE is positional: a missing entry would shift every later op onto its neighbour's kernel
+ * (or past the end). */
+_Static_assert(sizeof forward_f32 / sizeof forward_f32[0] == NBT_NUM_UNARY,
+               "forward_f32 needs one kernel per nbt_unary_op, in enum order");
+_Static_assert(sizeof forward_f64 / sizeof forward_f64[0] == NBT_NUM_UNARY,
+               "forward_f64 needs one kernel per nbt_unary_op, in enum order");
 
 /* ---- driver: out = kernel(in0[, in1]) over any layout ---- */
 typedef struct {

@@ -70,7 +70,8 @@ DEFAULT_REGISTRY = os.path.join(HERE, "..", "build", "tests", "op_registry_json"
 
 class Float:
     """A float input drawn at random: normal, positive (uniform [0.5, 2]), away (|x| >= 0.2,
-    for kinks at 0) or distinct (a shuffled ramp with gaps of 0.1, for max: no ties)."""
+    for kinks at 0), distinct (a shuffled ramp with gaps of 0.1, for max: no ties) or ties
+    (from {-1, -0.5, 0, 0.5, 1}, for topk: many equal values)."""
 
     def __init__(self, name, shape, domain="normal", grad=True, scale=1.0):
         self.name, self.shape, self.domain, self.grad = name, list(shape), domain, grad
@@ -88,6 +89,8 @@ class Float:
         elif self.domain == "distinct":
             ramp = 0.1 * torch.arange(n, dtype=torch.float64) - 0.05 * n
             x = ramp[torch.randperm(n, generator=g)].view(shape)
+        elif self.domain == "ties":
+            x = 0.5 * torch.randint(-2, 3, shape, generator=g).double()
         else:
             raise ValueError(self.domain)
         return (self.scale * x).to(dtype).requires_grad_(self.grad)
@@ -254,7 +257,7 @@ def parse_inputs(text):
         kind, domain, grad, scale, value = "float", "normal", True, 1.0, None
         words = iter(tokens(rest))
         for w in words:
-            if w in ("normal", "positive", "away", "distinct"):
+            if w in ("normal", "positive", "away", "distinct", "ties"):
                 domain = w
             elif w == "const":
                 grad = False

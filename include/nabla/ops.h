@@ -59,6 +59,8 @@ nb_tensor *nb_relu(const nb_tensor *a);
 nb_tensor *nb_gelu(const nb_tensor *a);
 /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (PyTorch's approximate='tanh'). */
 nb_tensor *nb_gelu_tanh(const nb_tensor *a);
+/* x * sigmoid(x) (PyTorch's F.silu, the swish of SwiGLU). */
+nb_tensor *nb_silu(const nb_tensor *a);
 
 /* ---- Reductions ------------------------------------------------------------------------- */
 /* Sum / mean of all elements: a 0-d tensor. */
@@ -70,6 +72,34 @@ nb_tensor *nb_mean_dims(const nb_tensor *a, int ndims, const int *dims, bool kee
 /* Max over dim: returns the values; if indices is not NULL, *indices receives the NB_I64
  * argmax (first occurrence), in the current scope. */
 nb_tensor *nb_max_dim(const nb_tensor *a, int dim, bool keepdim, nb_tensor **indices);
+
+/* ---- Selection by condition and by index ------------------------------------------------ */
+/* torch.where: cond (NB_BOOL) ? a : b elementwise, all three broadcast together; a and b of
+ * one float dtype. New tensor in the current scope; differentiable w.r.t. a and b. */
+nb_tensor *nb_where(const nb_tensor *cond, const nb_tensor *a, const nb_tensor *b);
+/* torch.gather: out[p] = x[p with p[dim] replaced by index[p]], shaped like index (NB_I64, as
+ * many dims as x, no larger than x outside dim, values in [0, x->shape[dim])). New tensor in
+ * the current scope; differentiable w.r.t. x (repeated indices accumulate). x needs a dim. */
+nb_tensor *nb_gather(const nb_tensor *x, int dim, const nb_tensor *index);
+/* torch.index_select: the entries of x at index (NB_I64, 1-D or 0-d, values in
+ * [0, x->shape[dim])) along dim, which gets the index's length. New tensor in the current
+ * scope; differentiable w.r.t. x (repeated indices accumulate). x needs a dim. */
+nb_tensor *nb_index_select(const nb_tensor *x, int dim, const nb_tensor *index);
+/* torch.index_add: a copy of x with alpha * source[.., k, ..] added at x[.., index[k], ..]
+ * along dim; index NB_I64 1-D (or 0-d) in [0, x->shape[dim]), source x's shape with the
+ * index's length at dim (use alpha 1 for PyTorch's default). Repeated indices accumulate in
+ * index order, bitwise the same for any thread count. New tensor in the current scope;
+ * differentiable w.r.t. x and source. */
+nb_tensor *nb_index_add(const nb_tensor *x, int dim, const nb_tensor *index,
+                        const nb_tensor *source, double alpha);
+
+/* The k largest (largest true) or smallest entries of a along dim, sorted (descending or
+ * ascending; torch.topk with sorted=True): returns the values, dim resized to k; if indices
+ * is not NULL, *indices receives their NB_I64 positions along dim. k in [0, size of dim]; a
+ * 0-d a takes k 1. NaN counts as the largest value. Equal values are picked and ordered as
+ * PyTorch's CPU topk does (not lowest index first: see autograd/topk.c). Both new, in the
+ * current scope; the values are differentiable (the gradient goes back to the positions). */
+nb_tensor *nb_topk(const nb_tensor *a, int64_t k, int dim, bool largest, nb_tensor **indices);
 
 /* ---- Linear algebra --------------------------------------------------------------------- */
 /* torch.matmul: 1-D x 1-D dot, 2-D matrix product, batched with broadcast leading dims. */
