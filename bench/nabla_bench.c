@@ -58,6 +58,8 @@ struct workload {
     void (*setup)(workload *w);
     void (*step)(workload *w);
     double flops; /* per step */
+    /* Per-token workloads: the bytes of the weights a token reads once (its matrices). */
+    double weight_bytes;
     nb_module *model;
     nb_mha *mha;
     nb_transformer_lm *lm;
@@ -155,6 +157,7 @@ static void gen_setup(workload *w) {
     double D = (double)w->D, ctx = 16 + 240 / 2.0; /* mean keys attended per token */
     double per_layer = 2 * 12 * D * D + 2 * 2 * ctx * D;
     w->flops = (double)w->L * per_layer + 2 * D * (double)w->V; /* per token */
+    w->weight_bytes = 4 * ((double)w->L * 12 * D * D + D * (double)w->V);
 }
 
 static void gen_step(workload *w) {
@@ -215,6 +218,8 @@ static void llamagen_setup(workload *w) {
     double kv_dim = D * (double)w->KV / (double)w->H, hidden = (double)w->hidden;
     double per_layer = 2 * (2 * D * D + 2 * D * kv_dim + 3 * D * hidden) + 2 * 2 * ctx * D;
     w->flops = (double)w->L * per_layer + 2 * D * (double)w->V; /* per token */
+    w->weight_bytes =
+        4 * ((double)w->L * (2 * D * D + 2 * D * kv_dim + 3 * D * hidden) + D * (double)w->V);
 }
 
 static void llamagen_step(workload *w) {
@@ -283,6 +288,37 @@ static void op_shares(const workload *w, double step, double *softmax, double *g
     nb_scope_end();
 }
 
+/* One thread's read rate, in bytes per second, over a buffer of `bytes` read again and again
+ * (so it sits where a token's weights sit, L2 or L3 for gen): the best of 20 passes after a
+ * warm-up, adding 16-byte integer vectors into 4 independent sums (the baseline build's
+ * widest loads; integer sums need no -ffast-math). A token's weights cannot be read much
+ * faster than this on one core. */
+typedef uint64_t rr_vec __attribute__((vector_size(16)));
+static double read_rate(double bytes) {
+    size_t n = (size_t)(bytes / sizeof(rr_vec)) / 4 * 4;
+    rr_vec *buf = n ? aligned_alloc(64, (n * sizeof *buf + 63) / 64 * 64) : NULL;
+    if (!buf) return 0;
+    memset(buf, 1, n * sizeof *buf);
+    double best = 1e30;
+    volatile uint64_t sink = 0;
+    for (int pass = 0; pass < 21; pass++) {
+        double start = now();
+        rr_vec a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (size_t i = 0; i < n; i += 4) {
+            a0 += buf[i];
+            a1 += buf[i + 1];
+            a2 += buf[i + 2];
+            a3 += buf[i + 3];
+        }
+        double t = now() - start;
+        rr_vec a = a0 + a1 + a2 + a3;
+        sink += a[0] + a[1];
+        if (pass > 0 && t < best) best = t;
+    }
+    free(buf);
+    return (double)(n * sizeof *buf) / best;
+}
+
 /* Runs in the child: as torch_bench.py's timeit, 5 warm-up steps (the allocations of the last
  * one counted), then steps until min_time has passed; the mean over that loop. */
 static int64_t fixed_steps; /* --steps: this many timed steps, not min_time's worth */
@@ -310,6 +346,13 @@ static void run(workload *w, double min_time) {
            w->name, w->shape, nb_get_num_threads(), mean * 1e6, w->flops / mean * 1e-9,
            (double)ru.ru_maxrss / 1024.0, (unsigned long long)allocs_per_step, 100 * softmax,
            100 * gelu);
+    if (w->weight_bytes > 0) {
+        const double rate = read_rate(w->weight_bytes);
+        printf("%-5s weights %.2f MB a token; one core reads them at %.1f GB/s, once in %.1f us "
+               "(%.0f%% of the token)\n",
+               w->name, w->weight_bytes * 1e-6, rate * 1e-9, w->weight_bytes / rate * 1e6,
+               100 * w->weight_bytes / rate / mean);
+    }
     fflush(stdout);
 }
 
