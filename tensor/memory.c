@@ -37,8 +37,9 @@ nb_scope nbt_released_marker;
  * tensor got its struct (a plain LIFO free list hands the last released struct to the next
  * tensor made: the next step's loss got the old loss's struct). The structs one scope end
  * releases are one batch, the chain the scope's list already is, so the hot path adds one
- * store per tensor (the marker) and a few operations per scope end: a ring of one pointer per
- * struct cost 1.2% of the seed step's instructions. A batch goes to the free list once at
+ * store per tensor (the marker) and a few operations per scope end (a first version, a ring
+ * of one pointer per struct with more stores, cost 1.2% of the seed step's instructions,
+ * this one 0.3%: docs/design.md). A batch goes to the free list once at
  * least QUARANTINE structs were released after it; the quarantine holds about that many
  * (200 KB), or the last batch when one scope releases more. */
 #define QUARANTINE 1024
