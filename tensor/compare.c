@@ -47,6 +47,7 @@ static void cmp_mixed(int64_t n, char **p, const int64_t *s, void *vctx) {
 static nb_tensor *compare(cmp_op op, const nb_tensor *a, const nb_tensor *b) {
     const char *name = cmp_names[op];
     if (!a || !b) return nbt_error(name, "NULL input");
+    if (!nbt_check_live(name, a) || !nbt_check_live(name, b)) return NULL;
     int64_t shape[NB_MAX_DIMS];
     int nd;
     if (!nbt_broadcast_shape(name, a->ndim, a->shape, b->ndim, b->shape, &nd, shape)) return NULL;
@@ -95,6 +96,7 @@ static void count_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
 
 int64_t nb_count_nonzero(const nb_tensor *t) {
     if (!t) return nbt_error("count_nonzero", "NULL input"), -1;
+    if (!nbt_check_live("count_nonzero", t)) return -1;
     count_ctx ctx = {t->dtype, 0};
     nbt_operands ops = {.nops = 1, .base = {nbt_ptr(t)}, .elem = {nbt_esize(t->dtype)}};
     for (int i = 0; i < t->ndim; i++) ops.strides[0][i] = t->strides[i];
@@ -104,6 +106,7 @@ int64_t nb_count_nonzero(const nb_tensor *t) {
 
 nb_tensor *nb_argmax(const nb_tensor *a, int dim, bool keepdim) {
     if (!a) return nbt_error("argmax", "NULL input");
+    if (!nbt_check_live("argmax", a)) return NULL;
     if (a->ndim == 0) return nbt_error("argmax", "needs at least one dim, got a 0-d tensor");
     int d = nbt_dim("argmax", dim, a->ndim);
     if (d < 0) return NULL;
@@ -119,6 +122,7 @@ nb_tensor *nb_argmax(const nb_tensor *a, int dim, bool keepdim) {
 
 double nb_accuracy(const nb_tensor *logits, const nb_tensor *target, int64_t ignore_index) {
     if (!logits || !target) return nbt_error("accuracy", "NULL input"), -1;
+    if (!nbt_check_live("accuracy", logits) || !nbt_check_live("accuracy", target)) return -1;
     if (!nb_is_float(logits) || logits->ndim < 1 || target->dtype != NB_I64 ||
         target->ndim != logits->ndim - 1)
         return nbt_error("accuracy",

@@ -39,6 +39,7 @@ static void scan_run(int64_t n, char **p, const int64_t *s, void *ctx) {
 
 bool nb_all_finite(const nb_tensor *t) {
     if (!t) return nbt_error("all_finite", "NULL input"), false;
+    if (!nbt_check_live("all_finite", t)) return false;
     if (t->dtype != NB_F32 && t->dtype != NB_F64) return true; /* integers and masks */
     finite_scan scan = {.dtype = t->dtype, .all_finite = true};
     nbt_operands ops = {.nops = 1, .base = {nbt_ptr(t)}, .elem = {nb_dtype_size(t->dtype)}};

@@ -10,6 +10,7 @@ static void or_inner(int64_t n, char **p, const int64_t *s, void *ctx) {
 
 nb_tensor *nb_logical_or(const nb_tensor *a, const nb_tensor *b) {
     if (!a || !b) return nbt_error("logical_or", "NULL input");
+    if (!nbt_check_live("logical_or", a) || !nbt_check_live("logical_or", b)) return NULL;
     if (a->dtype != NB_BOOL || b->dtype != NB_BOOL)
         return nbt_error("logical_or", "expected bool masks, got %s %s and %s %s",
                          nb_dtype_name(a->dtype), nbt_shape(a), nb_dtype_name(b->dtype),

@@ -29,12 +29,27 @@ static nb_scope root_scope;
 static pthread_mutex_t root_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_uint_fast64_t alloc_count;
 
-#if NABLA_DEBUG_CHECKS
+/* A released tensor struct's scope: nbt_check_live reports a use of a handle to it. */
 nb_scope nbt_released_marker;
-/* Released tensor structs wait here, poisoned, before they are reused, so a use of one is
- * caught for the next QUARANTINE releases of this thread. */
+
+/* Quarantine, in every build: released tensor structs wait, poisoned, before a new tensor may
+ * have them, so a handle kept past its scope's end is reported instead of reading whatever
+ * tensor got its struct (a plain LIFO free list hands the last released struct to the next
+ * tensor made: the next step's loss got the old loss's struct). The structs one scope end
+ * releases are one batch, the chain the scope's list already is, so the hot path adds one
+ * store per tensor (the marker) and a few operations per scope end (a first version, a ring
+ * of one pointer per struct with more stores, cost 1.2% of the seed step's instructions,
+ * this one 0.3%: docs/design.md). A batch goes to the free list once at
+ * least QUARANTINE structs were released after it; the quarantine holds about that many
+ * (200 KB), or the last batch when one scope releases more. */
 #define QUARANTINE 1024
-#endif
+/* Batches in the ring (a power of two, for the mask). When it is full a new batch joins the
+ * newest one, which only delays reuse. */
+#define QUARANTINE_BATCHES 64
+typedef struct {
+    nb_tensor *head, *tail; /* chained by scope_next */
+    int64_t n;
+} released_batch;
 
 /* Each thread has its own current scope and its own free lists: nothing on the hot path is
  * shared or locked. Memory released by a thread goes to that thread's lists (whichever thread
@@ -46,9 +61,14 @@ typedef struct {
     nb_storage *storage_free;
     nb_scope *scope_free;
     bool exit_hook; /* flush_pools is registered to run when this thread exits */
+    released_batch quarantine[QUARANTINE_BATCHES]; /* a ring, oldest at quarantine_first */
+    int quarantine_first, quarantine_batches;
+    int64_t quarantined; /* structs in the quarantine */
+    /* Struct mallocs not counted by nb_alloc_count: made while a plain free list would still
+     * have held some of the quarantined structs, so the quarantine's own structs are not
+     * counted and a steady loop still counts none after its first step. */
+    int64_t quarantine_mallocs;
 #if NABLA_DEBUG_CHECKS
-    nb_tensor *quarantine[QUARANTINE];
-    int quarantine_head, quarantine_len;
     nb_scope *destroyed_scopes; /* made by nb_scope_create, never reused */
 #endif
 } thread_pools;
@@ -197,21 +217,20 @@ static void unlink_tensor(nb_tensor *t) {
     if (root) pthread_mutex_unlock(&root_lock);
 }
 
-static nb_tensor *new_tensor_struct(void) {
-#if NABLA_DEBUG_CHECKS
-    /* Not counted: the quarantine, not the caller, keeps these from being reused yet. */
-    return malloc(sizeof(nb_tensor));
-#else
-    return nbt_malloc(sizeof(nb_tensor));
-#endif
-}
-
 static nb_tensor *tensor_struct(nb_scope *s) {
     nb_tensor *t = pools.tensor_free;
     if (t)
         pools.tensor_free = t->scope_next;
-    else if (!(t = new_tensor_struct()))
+    else if ((t = malloc(sizeof(nb_tensor)))) {
+        /* A plain free list would now hold the quarantined structs less those already made
+         * in their place: count this one only if that list would have been empty too. */
+        if (pools.quarantined > pools.quarantine_mallocs)
+            pools.quarantine_mallocs++;
+        else
+            count_alloc();
+    } else {
         return nbt_error("alloc", "out of memory");
+    }
     /* Field by field: both callers write dtype, ndim, shape and strides up to ndim and the
      * storage, and nothing reads shape or strides past ndim. A memset of the whole struct
      * (rep stos) was 7% of a seed step. */
@@ -224,31 +243,53 @@ static nb_tensor *tensor_struct(nb_scope *s) {
     return t;
 }
 
-static void free_list_push(nb_tensor *t) {
-    t->scope_next = pools.tensor_free;
-    pools.tensor_free = t;
-}
-
-/* Called with pools_in_use done. */
+/* Drops t's storage reference and poisons t: nbt_check_live reports any use. Called with
+ * pools_in_use done; the caller puts t in the quarantine. */
 static void release_tensor(nb_tensor *t) {
     if (t->storage) nbt_storage_release(t->storage);
-#if NABLA_DEBUG_CHECKS
-    /* Poisoned: nbt_check_live reports any use; no storage, no grad, no history left. */
     t->scope = &nbt_released_marker;
+#if NABLA_DEBUG_CHECKS
+    /* No storage, no grad, no history left, should an unchecked path get this far. (Without
+     * the option the checked entry points are the guard, and these stores are not made.) */
     t->storage = NULL;
     t->grad = NULL;
     t->node = NULL;
     t->requires_grad = false;
-    if (pools.quarantine_len == QUARANTINE) {
-        free_list_push(pools.quarantine[pools.quarantine_head]);
-        pools.quarantine[pools.quarantine_head] = t;
-        pools.quarantine_head = (pools.quarantine_head + 1) % QUARANTINE;
-    } else {
-        pools.quarantine[(pools.quarantine_head + pools.quarantine_len++) % QUARANTINE] = t;
-    }
-#else
-    free_list_push(t);
 #endif
+}
+
+/* Puts the chain head..tail (n released structs, linked by scope_next) in the quarantine,
+ * then moves the oldest batches to the free list while QUARANTINE structs were released
+ * after them. */
+static void quarantine(nb_tensor *head, nb_tensor *tail, int64_t n) {
+    enum { MASK = QUARANTINE_BATCHES - 1 };
+    if (!n) return;
+    if (pools.quarantine_batches == QUARANTINE_BATCHES) {
+        released_batch *b = &pools.quarantine[(pools.quarantine_first + MASK) & MASK];
+        b->tail->scope_next = head;
+        b->tail = tail;
+        b->n += n;
+    } else {
+        pools.quarantine[(pools.quarantine_first + pools.quarantine_batches++) & MASK] =
+            (released_batch){head, tail, n};
+    }
+    pools.quarantined += n;
+    for (;;) {
+        released_batch *b = &pools.quarantine[pools.quarantine_first];
+        if (pools.quarantined - b->n < QUARANTINE) break;
+        b->tail->scope_next = pools.tensor_free;
+        pools.tensor_free = b->head;
+        pools.quarantined -= b->n;
+        pools.quarantine_first = (pools.quarantine_first + 1) & MASK;
+        pools.quarantine_batches--;
+    }
+}
+
+/* A struct released on its own (nbt_release). */
+static void release_one(nb_tensor *t) {
+    release_tensor(t);
+    t->scope_next = NULL;
+    quarantine(t, t, 1);
 }
 
 nb_scope *nbt_current_scope(void) {
@@ -340,11 +381,15 @@ static void clear_scope(nb_scope *s) {
         s->owned = o->next;
         o->release(o);
     }
-    while (s->tensors) {
-        nb_tensor *t = s->tensors;
-        s->tensors = t->scope_next;
+    /* The scope's list, already chained by scope_next, becomes one quarantined batch. */
+    nb_tensor *head = s->tensors, *tail = NULL;
+    int64_t n = 0;
+    for (nb_tensor *t = head; t; t = t->scope_next, n++) {
         release_tensor(t);
+        tail = t;
     }
+    s->tensors = NULL;
+    quarantine(head, tail, n);
     s->count = 0;
 }
 
@@ -446,10 +491,10 @@ void nbt_release(nb_tensor *t) {
     pools_in_use();
     if (t->grad && t->grad->scope) {
         unlink_tensor(t->grad);
-        release_tensor(t->grad);
+        release_one(t->grad);
     }
     unlink_tensor(t);
-    release_tensor(t);
+    release_one(t);
 }
 
 int64_t nb_scope_tensor_count(void) {
@@ -459,10 +504,15 @@ int64_t nb_scope_tensor_count(void) {
 /* Frees this thread's free lists (at thread exit, and from nb_shutdown). */
 static void flush_pools(void *unused) {
     (void)unused;
+    for (int k = 0; k < pools.quarantine_batches; k++) {
+        released_batch *b =
+            &pools.quarantine[(pools.quarantine_first + k) & (QUARANTINE_BATCHES - 1)];
+        b->tail->scope_next = pools.tensor_free;
+        pools.tensor_free = b->head;
+    }
+    pools.quarantine_batches = pools.quarantine_first = 0;
+    pools.quarantined = pools.quarantine_mallocs = 0;
 #if NABLA_DEBUG_CHECKS
-    for (int k = 0; k < pools.quarantine_len; k++)
-        free_list_push(pools.quarantine[(pools.quarantine_head + k) % QUARANTINE]);
-    pools.quarantine_len = pools.quarantine_head = 0;
     while (pools.destroyed_scopes) {
         nb_scope *s = pools.destroyed_scopes;
         pools.destroyed_scopes = s->next_free;

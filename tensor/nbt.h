@@ -56,29 +56,24 @@ bool nbt_check_shape(const char *op, int ndim, const int64_t *shape, nb_dtype dt
 int nbt_dim(const char *op, int dim, int ndim);
 nb_scope *nbt_current_scope(void);
 
-/* ---- debug checks (meson -Ddebug_checks=true defines NABLA_DEBUG_CHECKS=1) ----
+/* ---- use after release ----
  * Released tensor structs are poisoned (their scope is nbt_released_marker) and quarantined
- * before reuse, so entry points can report a use after the scope ended. */
+ * before reuse (tensor/memory.c), in every build, so entry points can report a use after the
+ * scope ended. meson -Ddebug_checks=true (NABLA_DEBUG_CHECKS=1) adds never reusing the scopes
+ * of nb_scope_create. */
 #ifndef NABLA_DEBUG_CHECKS
 #define NABLA_DEBUG_CHECKS 0
 #endif
 /* Records "op: the tensor ... was released ..." and returns false. */
 bool nbt_report_released(const char *op, const nb_tensor *t);
-#if NABLA_DEBUG_CHECKS
 extern nb_scope nbt_released_marker;
 static inline bool nbt_is_released(const nb_tensor *t) {
     return t && t->scope == &nbt_released_marker;
 }
-#else
-static inline bool nbt_is_released(const nb_tensor *t) {
-    (void)t;
-    return false;
-}
-#endif
-/* False with an error naming op if t was released (detectable only in debug-checks builds;
- * elsewhere this is always true and costs nothing); true otherwise, NULL included. */
+/* False with an error naming op if t was released and its struct not yet reused (see
+ * nb_scope_end in nabla/tensor.h for how long that is); true otherwise, NULL included. */
 static inline bool nbt_check_live(const char *op, const nb_tensor *t) {
-    return !nbt_is_released(t) || nbt_report_released(op, t);
+    return __builtin_expect(!nbt_is_released(t), 1) || nbt_report_released(op, t);
 }
 
 /* Inline twins of nb_dtype_size and nb_numel for hot paths (every op calls them). */

@@ -1,6 +1,7 @@
 /* Built only with meson -Ddebug_checks=true (scripts/test's sanitizer pass): a tensor used
  * after its scope ended is reported by the call that used it, instead of silently reading
- * whatever tensor reuses its memory. */
+ * whatever tensor reuses its memory, at every entry point (every build has this check;
+ * tests/test_scope.c tests it there), and scopes made by nb_scope_create are never reused. */
 #include "harness.h"
 
 #include <stdio.h>

@@ -261,6 +261,70 @@ static void test_steady_loop_stops_allocating(void) {
     nb_scope_destroy(params);
 }
 
+/* The issue's case: a training step's loss read after its scope ended. The struct behind the
+ * handle is recycled, and with a plain free list the next step's loss got it, so reading the
+ * old handle returned 42 instead of 6. Every build now poisons a released struct and holds it
+ * back from reuse for a while (tensor/memory.c's quarantine), so the read is an error naming
+ * the call. */
+static nb_tensor *loss_of_step(nb_tensor *w, double c) {
+    nb_tensor *x = nb_full(NB_F64, NB_SHAPE(3), c);
+    nb_tensor *loss = nb_sum(nb_mul(w, x)); /* c * (1 + 2 + 3) */
+    CU_ASSERT_TRUE(nb_backward(loss, NULL));
+    return loss;
+}
+
+static void test_use_after_scope_end_is_an_error(void) {
+    nb_tensor *w = nb_from_array(NB_F64, NB_SHAPE(3), (double[]){1, 2, 3});
+    nb_requires_grad_(w, true);
+    nb_scope_begin();
+    nb_tensor *loss = loss_of_step(w, 1);
+    CU_ASSERT_DOUBLE_EQUAL(nb_item(loss), 6, 0);
+    nb_scope_end();
+    NBT_ASSERT_VALUES(nb_grad(w), 0, 1, 1, 1); /* d loss / d w = x */
+    /* The next step, the same ops. */
+    nb_scope_begin();
+    nb_tensor *next = loss_of_step(w, 7);
+    CU_ASSERT_PTR_NOT_EQUAL(next, loss);
+    nb_clear_error();
+    CU_ASSERT_TRUE(isnan(nb_item(loss)));
+    NBT_ASSERT_ERROR("item: the tensor (shape [], float64) was released when its scope ended");
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(nb_add(loss, next));
+    NBT_ASSERT_ERROR("add: the tensor");
+    NBT_ASSERT_ERROR("was released");
+    nb_clear_error();
+    CU_ASSERT_FALSE(nb_backward(loss, NULL));
+    NBT_ASSERT_ERROR("backward: the tensor");
+    NBT_ASSERT_ERROR("was released");
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(nb_data(loss));
+    NBT_ASSERT_ERROR("data: the tensor");
+    nb_clear_error();
+    CU_ASSERT_FALSE(nb_all_finite(loss));
+    NBT_ASSERT_ERROR("all_finite: the tensor");
+    nb_clear_error();
+    CU_ASSERT_EQUAL(nb_count_nonzero(loss), -1);
+    NBT_ASSERT_ERROR("count_nonzero: the tensor");
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(nb_eq(next, loss));
+    NBT_ASSERT_ERROR("eq: the tensor");
+    /* The live tensors are untouched by all of this: 7 * 6, and 1 + 7 accumulated in w.grad. */
+    CU_ASSERT_DOUBLE_EQUAL(nb_item(next), 42, 0);
+    nb_scope_end();
+    NBT_ASSERT_VALUES(nb_grad(w), 0, 8, 8, 8);
+    /* Still caught after a few more steps' worth of tensors (30 made and released here; the
+     * quarantine holds the last 1024 released back). */
+    for (int step = 0; step < 3; step++) {
+        nb_scope_begin();
+        for (int k = 0; k < 10; k++) nb_full(NB_F64, NB_SHAPE(1), 42);
+        nb_scope_end();
+    }
+    nb_clear_error();
+    CU_ASSERT_TRUE(isnan(nb_item(loss)));
+    NBT_ASSERT_ERROR("item: the tensor (shape [], float64) was released");
+    nb_clear_error();
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"nested scopes release their tensors", test_nested_scopes_release},
@@ -272,6 +336,7 @@ int main(void) {
         {"push inside begin", test_push_inside_begin},
         {"scope misuse errors", test_scope_misuse_errors},
         {"steady loop stops allocating", test_steady_loop_stops_allocating},
+        {"use after scope end is an error", test_use_after_scope_end_is_an_error},
     };
     return nbtest_run("scope", cases, sizeof cases / sizeof cases[0]);
 }

@@ -73,7 +73,19 @@ const char *nb_shape_text(const nb_tensor *t);
 /* ---- Scopes ----------------------------------------------------------------------------- */
 /* Opens a scope on the thread's scope stack; tensors created until the matching end live in it. */
 void nb_scope_begin(void);
-/* Releases every tensor and autograd node created since the matching begin, except kept ones. */
+/* Releases every tensor and autograd node created since the matching begin, except kept ones.
+ * A released tensor must not be used again. In every build a use through the API is caught
+ * while its struct waits in the thread's quarantine: the call fails with an error naming it
+ * ("item: the tensor (shape [], float32) was released when its scope ended ...", NaN, NULL or
+ * false) instead of reading another tensor. The struct is not reused until at least 1024
+ * more tensor structs were released on that thread after this scope end: in a loop of steps
+ * of K tensors each (one scope per step), through the next 1024 / K steps, and through the
+ * whole next step when K > 1024, so the common slip, reading the last step's loss, is caught.
+ * Not caught: a use after the struct was reused (the handle then names a live tensor, and
+ * reads it); reads of the struct's fields or of functions that read only them (nb_numel,
+ * nb_size, nb_is_contiguous, nb_shape_text: the old metadata); a data pointer taken with
+ * nb_data before the end (AddressSanitizer builds catch that); a second nb_scope_destroy of
+ * a scope since reused (-Ddebug_checks=true never reuses them). nb_scope_destroy is alike. */
 void nb_scope_end(void);
 /* Moves t into the parent of the current scope so it survives nb_scope_end. Returns t.
  * Its autograd history does not survive: backward through it afterwards is an error. */
