@@ -99,9 +99,16 @@ typedef struct {
 } sampling;
 
 /* Prints the prompt and nsample characters generated after it (characters of the prompt
- * outside the vocabulary are skipped). */
+ * outside the vocabulary are skipped, with a warning counting them). */
 static bool sample(nb_transformer_lm *lm, const vocab *v, const sampling *s) {
     size_t plen = strlen(s->prompt), n;
+    char shown[64];
+    size_t unknown = vocab_unknown(v, s->prompt, plen, shown, sizeof shown);
+    if (unknown)
+        fprintf(stderr,
+                "char_lm: warning: %zu of the prompt's %zu characters (%s) are not in the "
+                "vocabulary; the model sees the prompt without them\n",
+                unknown, plen, shown);
     int64_t *prompt = malloc(sizeof *prompt * (plen + 1)),
             *out = malloc(sizeof *out * (size_t)(s->nsample + 1));
     bool ok = prompt && out;
@@ -154,10 +161,18 @@ typedef struct {
 } options;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: char_lm [--text FILE | --grammar] [--steps N] [--seed S] [--threads N] "
-               "[--out DIR] [--eval CHECKPOINT] [--sample N] [--prompt TEXT] [--temperature T] "
-               "[--top-k K] [--top-p P] [--lr X] [--checkpoint-every N] [--resume]\n"
-               "  default text: the fortunes in " FORTUNES_DIR " (apt-get install fortunes)\n");
+    fprintf(f,
+            "usage: char_lm [--text FILE | --grammar] [--steps N] [--seed S] [--threads N] "
+            "[--out DIR] [--eval CHECKPOINT] [--sample N] [--prompt TEXT] [--temperature T] "
+            "[--top-k K] [--top-p P] [--lr X] [--checkpoint-every N] [--resume]\n"
+            "  default text: the fortunes in " FORTUNES_DIR " (apt-get install fortunes)\n"
+            "  every %dth block of %d bytes of the text is held out for validation\n"
+            "  --eval: validation loss on the held-out text (an error if it is too short "
+            "for one window),\n"
+            "    then a sample; characters outside the checkpoint's vocabulary, in the text "
+            "or the prompt,\n"
+            "    are left out with a warning counting them\n",
+            HOLD_OUT_EVERY, HOLD_OUT_BLOCK);
 }
 
 /* False after printing what is wrong and the usage: the caller exits with 2. */
@@ -201,14 +216,16 @@ static int fail(const char *what) {
     return 1;
 }
 
-/* Reports the validation loss in nats and bits per character, appending it to val_csv. */
-static void report_validation(nb_transformer_lm *lm, const dataset *d, int64_t step,
+/* Reports the validation loss in nats and bits per character, appending it to val_csv. False
+ * (nothing reported) when the validation text is too short for one window. */
+static bool report_validation(nb_transformer_lm *lm, const dataset *d, int64_t step,
                               FILE *val_csv) {
     double loss = validation_loss(lm, d);
-    if (isnan(loss)) return;
+    if (isnan(loss)) return false;
     if (step >= 0) printf("step %lld: ", (long long)step);
     printf("validation loss %.4f nats, %.3f bits per character\n", loss, loss / log(2.0));
     if (val_csv) fprintf(val_csv, "%lld,%.6f,%.6f\n", (long long)step, loss, loss / log(2.0));
+    return true;
 }
 
 /* FNV-1a of the training text: a resumed run must train on the same text. */
@@ -336,7 +353,11 @@ static int run_training(nb_transformer_lm *lm, const dataset *d, const options *
         rc = 0;
         goto done;
     }
-    report_validation(lm, d, o->run.steps, logs[1]);
+    if (!report_validation(lm, d, o->run.steps, logs[1]))
+        fprintf(stderr,
+                "char_lm: note: no validation loss: the held-out text (every %dth block of %d "
+                "bytes) is too short for one window\n",
+                HOLD_OUT_EVERY, HOLD_OUT_BLOCK);
     fclose(logs[0]);
     fclose(logs[1]);
     logs[0] = logs[1] = NULL;
@@ -364,7 +385,8 @@ done:
 }
 
 /* --eval: the model and vocabulary from the checkpoint alone; validation loss on the text's
- * held-out split (characters outside the vocabulary skipped), then a sample. */
+ * held-out split, then a sample. Characters outside the vocabulary are left out with a warning
+ * counting them; a held-out split too short for one window is an error. */
 static int run_eval(const options *o, const corpus *c) {
     nb_lm_config cfg;
     dataset d = {0};
@@ -389,8 +411,23 @@ static int run_eval(const options *o, const corpus *c) {
                "%lld characters\n",
                (long long)nb_module_numel(model), (long long)cfg.dim, (long long)cfg.num_heads,
                cfg.layers, (long long)cfg.max_len, (long long)cfg.vocab);
-        report_validation(lm, &d, -1, NULL);
-        rc = sample(lm, &d.v, &o->sample) ? 0 : fail("sampling");
+        char shown[64];
+        size_t unknown = vocab_unknown(&d.v, c->val, c->val_len, shown, sizeof shown);
+        if (unknown)
+            fprintf(stderr,
+                    "char_lm: warning: %zu of the %zu held-out characters (%s) are not in %s's "
+                    "vocabulary; the validation loss leaves them out\n",
+                    unknown, c->val_len, shown, o->run.eval);
+        if (report_validation(lm, &d, -1, NULL))
+            rc = sample(lm, &d.v, &o->sample) ? 0 : fail("sampling");
+        else
+            fprintf(stderr,
+                    "char_lm: %s: no validation loss: the held-out text (every %dth block of %d "
+                    "bytes) has %zu characters in the vocabulary, and one window needs %lld; "
+                    "pass a longer --text (at least %d bytes)\n",
+                    c->name, HOLD_OUT_EVERY, HOLD_OUT_BLOCK, d.val_n,
+                    (long long)(cfg.max_len < CONTEXT ? cfg.max_len : CONTEXT) + 2,
+                    HOLD_OUT_EVERY * HOLD_OUT_BLOCK);
     }
     free(d.train);
     free(d.val);
