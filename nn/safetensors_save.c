@@ -399,12 +399,10 @@ bool nb_safetensors_save_with_metadata(const char *path, int n, const nb_named_t
         else
             errno = saved;
         if (ok && rename(tmp, path) != 0) ok = false, failed = "rename";
-        if (!ok) {
-            saved = errno;
-            unlink(tmp);
-            errno = saved;
-        }
+        saved = errno;
+        if (!ok) unlink(tmp);
         if (lock_fd >= 0) close(lock_fd);
+        errno = saved;
     }
     if (ok) {
         sync_parent_dir(path);
