@@ -145,8 +145,8 @@ static bool holds_text(const char *path, const char *text) {
 
 /* Issue 29, item 13: temporaries of killed saves are removed by the next save of the path, and
  * only those: a temporary some process holds locked (a save still running) stays whole, as do
- * names not of the exact form, other paths' temporaries, symlinks (not followed) and
- * directories. Saves and loads go on as if none were there. */
+ * names not of the exact form, other paths' temporaries, symlinks (not followed),
+ * directories and FIFOs (not waited on). Saves and loads go on as if none were there. */
 static void test_stale_temporaries_removed(void) {
     char path[512];
     snprintf(path, sizeof path, "%s", tmp_path("stray.safetensors"));
@@ -167,6 +167,9 @@ static void test_stale_temporaries_removed(void) {
     snprintf(link, sizeof link, "%s", tmp_path("stray.safetensors.tmp-link000000"));
     snprintf(folder, sizeof folder, "%s", tmp_path("stray.safetensors.tmp-folder0000"));
     snprintf(victim, sizeof victim, "%s", tmp_path("stray_victim.txt"));
+    char fifo[512]; /* opening it for reading must not block the cleaner */
+    snprintf(fifo, sizeof fifo, "%s", tmp_path("stray.safetensors.tmp-fifo000000"));
+    CU_ASSERT_EQUAL_FATAL(mkfifo(fifo, 0600), 0);
     write_text(stale, "half a checkpoint");
     write_text(running, "being written");
     write_text(victim, "keep me");
@@ -193,6 +196,7 @@ static void test_stale_temporaries_removed(void) {
     CU_ASSERT_TRUE(lstat(link, &st) == 0 && S_ISLNK(st.st_mode));
     CU_ASSERT_TRUE(holds_text(victim, "keep me"));
     CU_ASSERT_TRUE(stat(folder, &st) == 0 && S_ISDIR(st.st_mode));
+    CU_ASSERT_TRUE(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
 
     /* The running save ends without renaming (it was killed): now it is stale. */
     CU_ASSERT_EQUAL(nb_safetensors_remove_stale_temporaries(path), 0);
@@ -210,6 +214,7 @@ static void test_stale_temporaries_removed(void) {
     unlink(link);
     unlink(victim);
     rmdir(folder);
+    unlink(fifo);
     unlink(path);
 }
 
