@@ -98,17 +98,24 @@ typedef struct {
     uint64_t seed;
 } sampling;
 
-/* Prints the prompt and nsample characters generated after it (characters of the prompt
- * outside the vocabulary are skipped, with a warning counting them). */
-static bool sample(nb_transformer_lm *lm, const vocab *v, const sampling *s) {
-    size_t plen = strlen(s->prompt), n;
+/* Warns (rank 0) when characters of the prompt are outside the vocabulary: the sample skips
+ * them. Called as soon as the vocabulary is known, well before the sample is printed, so the
+ * warning on stderr never lands inside it (mpiexec forwards the two streams separately). */
+static void warn_prompt(const vocab *v, const sampling *s) {
+    size_t plen = strlen(s->prompt);
     char shown[64];
     size_t unknown = vocab_unknown(v, s->prompt, plen, shown, sizeof shown);
-    if (unknown)
+    if (unknown && nb_dist_rank() == 0)
         fprintf(stderr,
                 "char_lm: warning: %zu of the prompt's %zu characters (%s) are not in the "
-                "vocabulary; the model sees the prompt without them\n",
+                "vocabulary; the sample skips them\n",
                 unknown, plen, shown);
+}
+
+/* Prints the prompt and nsample characters generated after it (characters of the prompt
+ * outside the vocabulary are skipped; warn_prompt said so). */
+static bool sample(nb_transformer_lm *lm, const vocab *v, const sampling *s) {
+    size_t plen = strlen(s->prompt), n;
     int64_t *prompt = malloc(sizeof *prompt * (plen + 1)),
             *out = malloc(sizeof *out * (size_t)(s->nsample + 1));
     bool ok = prompt && out;
@@ -291,6 +298,11 @@ static int run_training(nb_transformer_lm *lm, const dataset *d, const options *
         perror(o->run.out);
         goto done;
     }
+    if (nb_dist_rank() == 0 && d->val_n < CONTEXT + 2)
+        fprintf(stderr,
+                "char_lm: note: no validation loss: the held-out text (every %dth block of %d "
+                "bytes) has %zu characters, fewer than one window's %d\n",
+                HOLD_OUT_EVERY, HOLD_OUT_BLOCK, d->val_n, CONTEXT + 2);
     printf("model: %lld parameters; %lld steps of %d x %d characters\n",
            (long long)nb_module_numel(model), (long long)o->run.steps, BATCH, CONTEXT);
     param_list pl;
@@ -353,11 +365,7 @@ static int run_training(nb_transformer_lm *lm, const dataset *d, const options *
         rc = 0;
         goto done;
     }
-    if (!report_validation(lm, d, o->run.steps, logs[1]))
-        fprintf(stderr,
-                "char_lm: note: no validation loss: the held-out text (every %dth block of %d "
-                "bytes) is too short for one window\n",
-                HOLD_OUT_EVERY, HOLD_OUT_BLOCK);
+    report_validation(lm, d, o->run.steps, logs[1]);
     fclose(logs[0]);
     fclose(logs[1]);
     logs[0] = logs[1] = NULL;
@@ -397,6 +405,7 @@ static int run_eval(const options *o, const corpus *c) {
                 o->run.eval, (long long)d.v.size, (long long)cfg.vocab);
         return 1;
     }
+    warn_prompt(&d.v, &o->sample);
     nb_module *model = nb_model_new(NB_F32, o->run.seed);
     nb_transformer_lm *lm = nb_transformer_lm_new_config(model, "", &cfg, 0.0);
     int rc = 1;
@@ -456,6 +465,7 @@ int main(int argc, char **argv) {
         dataset d = {0};
         vocab_build(&d.v, c.train, c.train_len, c.val, c.val_len);
         printf("vocabulary: %lld distinct characters\n", (long long)d.v.size);
+        warn_prompt(&d.v, &o.sample);
         nb_module *model = nb_model_new(NB_F32, o.run.seed);
         nb_transformer_lm *lm =
             nb_transformer_lm_new(model, "", d.v.size, CONTEXT, DIM, HEADS, LAYERS, 0.0);
