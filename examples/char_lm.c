@@ -98,8 +98,22 @@ typedef struct {
     uint64_t seed;
 } sampling;
 
+/* Warns (rank 0) when characters of the prompt are outside the vocabulary: the sample skips
+ * them. Called as soon as the vocabulary is known, well before the sample is printed, so the
+ * warning on stderr never lands inside it (mpiexec forwards the two streams separately). */
+static void warn_prompt(const vocab *v, const sampling *s) {
+    size_t plen = strlen(s->prompt);
+    char shown[64];
+    size_t unknown = vocab_unknown(v, s->prompt, plen, shown, sizeof shown);
+    if (unknown && nb_dist_rank() == 0)
+        fprintf(stderr,
+                "char_lm: warning: %zu of the prompt's %zu characters (%s) are not in the "
+                "vocabulary; the sample skips them\n",
+                unknown, plen, shown);
+}
+
 /* Prints the prompt and nsample characters generated after it (characters of the prompt
- * outside the vocabulary are skipped). */
+ * outside the vocabulary are skipped; warn_prompt said so). */
 static bool sample(nb_transformer_lm *lm, const vocab *v, const sampling *s) {
     size_t plen = strlen(s->prompt), n;
     int64_t *prompt = malloc(sizeof *prompt * (plen + 1)),
@@ -155,10 +169,18 @@ typedef struct {
 } options;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: char_lm [--text FILE | --grammar] [--steps N] [--seed S] [--threads N] "
-               "[--out DIR] [--eval CHECKPOINT] [--sample N] [--prompt TEXT] [--temperature T] "
-               "[--top-k K] [--top-p P] [--lr X] [--checkpoint-every N] [--resume]\n"
-               "  default text: the fortunes in " FORTUNES_DIR " (apt-get install fortunes)\n");
+    fprintf(f,
+            "usage: char_lm [--text FILE | --grammar] [--steps N] [--seed S] [--threads N] "
+            "[--out DIR] [--eval CHECKPOINT] [--sample N] [--prompt TEXT] [--temperature T] "
+            "[--top-k K] [--top-p P] [--lr X] [--checkpoint-every N] [--resume]\n"
+            "  default text: the fortunes in " FORTUNES_DIR " (apt-get install fortunes)\n"
+            "  every %dth block of %d bytes of the text is held out for validation\n"
+            "  --eval: validation loss on the held-out text (an error if it is too short "
+            "for one window),\n"
+            "    then a sample; characters outside the checkpoint's vocabulary, in the text "
+            "or the prompt,\n"
+            "    are left out with a warning counting them\n",
+            HOLD_OUT_EVERY, HOLD_OUT_BLOCK);
 }
 
 /* False after printing what is wrong and the usage: the caller exits with 2. */
@@ -202,14 +224,16 @@ static int fail(const char *what) {
     return 1;
 }
 
-/* Reports the validation loss in nats and bits per character, appending it to val_csv. */
-static void report_validation(nb_transformer_lm *lm, const dataset *d, int64_t step,
+/* Reports the validation loss in nats and bits per character, appending it to val_csv. False
+ * (nothing reported) when the validation text is too short for one window. */
+static bool report_validation(nb_transformer_lm *lm, const dataset *d, int64_t step,
                               FILE *val_csv) {
     double loss = validation_loss(lm, d);
-    if (isnan(loss)) return;
+    if (isnan(loss)) return false;
     if (step >= 0) printf("step %lld: ", (long long)step);
     printf("validation loss %.4f nats, %.3f bits per character\n", loss, loss / log(2.0));
     if (val_csv) fprintf(val_csv, "%lld,%.6f,%.6f\n", (long long)step, loss, loss / log(2.0));
+    return true;
 }
 
 /* FNV-1a of the training text: a resumed run must train on the same text. */
@@ -275,6 +299,11 @@ static int run_training(nb_transformer_lm *lm, const dataset *d, const options *
         perror(o->run.out);
         goto done;
     }
+    if (nb_dist_rank() == 0 && d->val_n < CONTEXT + 2)
+        fprintf(stderr,
+                "char_lm: note: no validation loss: the held-out text (every %dth block of %d "
+                "bytes) has %zu characters, fewer than one window's %d\n",
+                HOLD_OUT_EVERY, HOLD_OUT_BLOCK, d->val_n, CONTEXT + 2);
     printf("model: %lld parameters; %lld steps of %d x %d characters\n",
            (long long)nb_module_numel(model), (long long)o->run.steps, BATCH, CONTEXT);
     param_list pl;
@@ -365,7 +394,8 @@ done:
 }
 
 /* --eval: the model and vocabulary from the checkpoint alone; validation loss on the text's
- * held-out split (characters outside the vocabulary skipped), then a sample. */
+ * held-out split, then a sample. Characters outside the vocabulary are left out with a warning
+ * counting them; a held-out split too short for one window is an error. */
 static int run_eval(const options *o, const corpus *c) {
     nb_lm_config cfg;
     dataset d = {0};
@@ -376,6 +406,7 @@ static int run_eval(const options *o, const corpus *c) {
                 o->run.eval, (long long)d.v.size, (long long)cfg.vocab);
         return 1;
     }
+    warn_prompt(&d.v, &o->sample);
     nb_module *model = nb_model_new(NB_F32, o->run.seed);
     nb_transformer_lm *lm = nb_transformer_lm_new_config(model, "", &cfg, 0.0);
     int rc = 1;
@@ -390,8 +421,23 @@ static int run_eval(const options *o, const corpus *c) {
                "%lld characters\n",
                (long long)nb_module_numel(model), (long long)cfg.dim, (long long)cfg.num_heads,
                cfg.layers, (long long)cfg.max_len, (long long)cfg.vocab);
-        report_validation(lm, &d, -1, NULL);
-        rc = sample(lm, &d.v, &o->sample) ? 0 : fail("sampling");
+        char shown[64];
+        size_t unknown = vocab_unknown(&d.v, c->val, c->val_len, shown, sizeof shown);
+        if (unknown)
+            fprintf(stderr,
+                    "char_lm: warning: %zu of the %zu held-out characters (%s) are not in %s's "
+                    "vocabulary; the validation loss leaves them out\n",
+                    unknown, c->val_len, shown, o->run.eval);
+        if (report_validation(lm, &d, -1, NULL))
+            rc = sample(lm, &d.v, &o->sample) ? 0 : fail("sampling");
+        else
+            fprintf(stderr,
+                    "char_lm: %s: no validation loss: the held-out text (every %dth block of %d "
+                    "bytes) has %zu characters in the vocabulary, and one window needs %lld; "
+                    "pass a longer --text (at least %d bytes)\n",
+                    c->name, HOLD_OUT_EVERY, HOLD_OUT_BLOCK, d.val_n,
+                    (long long)(cfg.max_len < CONTEXT ? cfg.max_len : CONTEXT) + 2,
+                    HOLD_OUT_EVERY * HOLD_OUT_BLOCK);
     }
     free(d.train);
     free(d.val);
@@ -420,6 +466,7 @@ int main(int argc, char **argv) {
         dataset d = {0};
         vocab_build(&d.v, c.train, c.train_len, c.val, c.val_len);
         printf("vocabulary: %lld distinct characters\n", (long long)d.v.size);
+        warn_prompt(&d.v, &o.sample);
         nb_module *model = nb_model_new(NB_F32, o.run.seed);
         nb_transformer_lm *lm =
             nb_transformer_lm_new(model, "", d.v.size, CONTEXT, DIM, HEADS, LAYERS, 0.0);

@@ -335,6 +335,16 @@ static bool parse_header(nbst_file *f, const char *text) {
     return check_coverage(f);
 }
 
+/* What a path that is not a regular file is, for messages. */
+static const char *file_kind(mode_t mode) {
+    return S_ISDIR(mode)    ? "a directory"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+                            : "not a file";
+}
+
 bool nbst_open(nbst_file *f, const char *op, const char *path) {
     memset(f, 0, sizeof *f);
     f->op = op;
@@ -344,17 +354,34 @@ bool nbst_open(nbst_file *f, const char *op, const char *path) {
         nbt_error(op, "path is NULL");
         return false;
     }
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Opening a FIFO for reading blocks until a writer comes, and opening a device can have
+     * effects of its own: stat first so neither is opened, then open without blocking (the
+     * name may have been replaced in between) and trust only what fstat says of the open file. */
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        FILE_ERROR(f, "cannot open: %s", strerror(errno));
+        return false;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        FILE_ERROR(f, "not a regular file (%s)", file_kind(st.st_mode));
+        return false;
+    }
+    f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (f->fd < 0) {
         FILE_ERROR(f, "cannot open: %s", strerror(errno));
         return false;
     }
-    struct stat st;
-    if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        FILE_ERROR(f, "%s", "not a regular file");
+    if (fstat(f->fd, &st) != 0) {
+        FILE_ERROR(f, "cannot stat the open file: %s", strerror(errno));
         nbst_close(f);
         return false;
     }
+    if (!S_ISREG(st.st_mode)) {
+        FILE_ERROR(f, "not a regular file (%s)", file_kind(st.st_mode));
+        nbst_close(f);
+        return false;
+    }
+    /* O_NONBLOCK changes nothing for the reads of a regular file. */
     f->file_size = (uint64_t)st.st_size;
     unsigned char len_bytes[8];
     if (f->file_size < 8) {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The character LM trains briefly on its default corpus (the fortunes package's English files),
 # its loss falls, it reports a validation loss in bits per character, it samples, and --eval
-# rebuilds the model from the checkpoint alone (no training flags); a checkpoint without a
-# configuration and a missing one are refused; --grammar still trains.
+# rebuilds the model from the checkpoint alone (no training flags); --eval on a text too short
+# for validation fails with a reason, and characters outside the vocabulary are counted in a
+# warning; a checkpoint without a configuration and a missing one are refused; --grammar
+# still trains.
 # Usage: char_lm_check.sh CHAR_LM_BINARY
 set -euo pipefail
 bin=$1
@@ -23,6 +25,25 @@ awk -v b="$bpc" 'BEGIN { exit !(b > 0 && b < 6) }' || { echo "FAIL: validation a
 cat "$dir/eval"
 grep -q "d_model 96, 4 heads, 2 layers, context 64" "$dir/eval" || { echo "FAIL: --eval did not read the configuration"; exit 1; }
 grep -q "validation loss" "$dir/eval" || { echo "FAIL: --eval reported no validation loss"; exit 1; }
+# --eval on a text too short for a held-out window: an error saying so, not silence.
+printf 'hello world\n' >"$dir/short.txt"
+if "$bin" --eval "$dir/char_lm.safetensors" --text "$dir/short.txt" --sample 5 >"$dir/short.log" 2>&1; then
+    cat "$dir/short.log"; echo "FAIL: --eval without validation windows exited 0"; exit 1
+fi
+grep -q "no validation loss: the held-out text" "$dir/short.log" ||
+    { cat "$dir/short.log"; echo "FAIL: --eval without validation windows gave no reason"; exit 1; }
+# Characters outside the vocabulary (the fortunes' printable ASCII): counted in a warning. The
+# text repeats the 8 bytes "hell \xc3\xa9\n" 11500 times; its held-out split is block 19 of
+# 4096 bytes (77824 = 9728 x 8, so it starts on a repeat): 512 repeats, 2 unknown bytes each.
+for _ in $(seq 11500); do printf 'hell \xc3\xa9\n'; done >"$dir/accents.txt"
+"$bin" --eval "$dir/char_lm.safetensors" --text "$dir/accents.txt" --sample 5 --prompt $'\xc3\xa9 hell' \
+    >"$dir/accents.log" 2>&1 || { cat "$dir/accents.log"; echo "FAIL: --eval on a text with unknown characters"; exit 1; }
+cat "$dir/accents.log"
+grep -qF "warning: 1024 of the 4096 held-out characters (\\xc3 \\xa9) are not in" "$dir/accents.log" ||
+    { echo "FAIL: unknown characters of the text not counted"; exit 1; }
+grep -qF "warning: 2 of the prompt's 7 characters (\\xc3 \\xa9) are not in the vocabulary; the sample skips them" "$dir/accents.log" ||
+    { echo "FAIL: unknown characters of the prompt not counted"; exit 1; }
+grep -q "validation loss" "$dir/accents.log" || { echo "FAIL: no validation loss"; exit 1; }
 if "$bin" --eval "$dir/missing.safetensors" 2>/dev/null; then
     echo "FAIL: a missing checkpoint was accepted"; exit 1
 fi

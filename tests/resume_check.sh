@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Killed and resumed training equals uninterrupted training bit for bit (checkpoint bytes,
 # train.csv rows, the sample printed afterwards), for toy_tasks and char_lm; --resume refuses
-# a directory without a checkpoint or with another run's; a blown-up run (huge --lr) stops
+# a directory without a checkpoint or with another run's; stale temporaries of killed saves are
+# removed by the next checkpoint; a blown-up run (huge --lr) stops
 # with a message naming the step and the first parameter whose gradient is not finite.
 # Usage: resume_check.sh TOY_TASKS CHAR_LM
 set -euo pipefail
@@ -42,7 +43,14 @@ check_program() { # name final-checkpoint steps every kill-step command...
     [ "$at" -eq $((kill_at / every * every)) ] ||
         { echo "FAIL: $name: killed after step $kill_at, checkpoint at $at"; exit 1; }
     [ ! -e "$dir/$name-hook/$ckpt" ] || { echo "FAIL: $name finished before its kill"; exit 1; }
+    # What saves killed midway leave (a checkpoint's temporary, no process holding it; a
+    # resume.json temporary of a process that is gone): the resumed run's checkpoints remove them.
+    printf 'half a checkpoint' >"$dir/$name-hook/resume-999.safetensors.tmp-abcdefghij"
+    printf '{' >"$dir/$name-hook/.resume.json.999999999.tmp"
     expect_exit 0 "${run[@]}" --out "$dir/$name-hook" --resume
+    for f in resume-999.safetensors.tmp-abcdefghij .resume.json.999999999.tmp; do
+        [ ! -e "$dir/$name-hook/$f" ] || { echo "FAIL: $name: the stale $f was not removed"; exit 1; }
+    done
     cp "$dir/log" "$dir/$name-hook.log"
     same_run "$name (killed after step $kill_at)" "$dir/$name-ref" "$dir/$name-hook" \
         "$ckpt" train.csv "resume-$steps.safetensors"

@@ -1,10 +1,15 @@
 /* Checkpoint saves against other processes and hostile files: two processes saving different
  * states to one path while a third loads (every load must be one whole saved state), symlinks
- * and stray files at temporary names (never followed, never confusing). */
+ * and stray files at temporary names (never followed, never confusing), and the temporaries
+ * of killed saves (removed by the next save, unlike those of saves still running). */
 #include "harness.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -123,17 +128,58 @@ static void test_symlink_at_temporary_name_untouched(void) {
     unlink(victim);
 }
 
-/* Leftovers of killed saves, at the old fixed name and at a name of the new form, stay as they
- * are (they may belong to a save still running) and change nothing for saves and loads. */
-static void test_stray_temporaries_ignored(void) {
-    const char *path = tmp_path("stray.safetensors");
-    const char *strays[2] = {"stray.safetensors.tmp", "stray.safetensors.tmp-abcdefghij"};
-    for (int k = 0; k < 2; k++) {
-        FILE *f = fopen(tmp_path(strays[k]), "w");
-        CU_ASSERT_PTR_NOT_NULL_FATAL(f);
-        fputs("half a checkpoint", f);
-        fclose(f);
-    }
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static bool holds_text(const char *path, const char *text) {
+    char buf[64] = {0};
+    FILE *f = fopen(path, "r");
+    bool same = f && fread(buf, 1, sizeof buf - 1, f) == strlen(text) && strcmp(buf, text) == 0;
+    if (f) fclose(f);
+    return same;
+}
+
+/* Issue 29, item 13: temporaries of killed saves are removed by the next save of the path, and
+ * only those: a temporary some process holds locked (a save still running) stays whole, as do
+ * names not of the exact form, other paths' temporaries, symlinks (not followed),
+ * directories and FIFOs (not waited on). Saves and loads go on as if none were there. */
+static void test_stale_temporaries_removed(void) {
+    char path[512];
+    snprintf(path, sizeof path, "%s", tmp_path("stray.safetensors"));
+    static const char *const kept[] = {
+        "stray.safetensors.tmp",             /* the old fixed name */
+        "stray.safetensors.tmp-ABCDEFGHIJ",  /* not [a-z0-9] */
+        "stray.safetensors.tmp-abcdefghijk", /* 11 characters */
+        "stray.safetensors.tmp-abcdefghi",   /* 9 */
+        "stray.safetensors.tmp-abcdefghij.x",
+        "other.safetensors.tmp-abcdefghij", /* another path's */
+    };
+    enum { NKEPT = sizeof kept / sizeof kept[0] };
+    for (int k = 0; k < NKEPT; k++) write_text(tmp_path(kept[k]), "half a checkpoint");
+    /* tmp_path's buffers are reused: copies */
+    char stale[512], running[512], link[512], folder[512], victim[512];
+    snprintf(stale, sizeof stale, "%s", tmp_path("stray.safetensors.tmp-abcdefghij"));
+    snprintf(running, sizeof running, "%s", tmp_path("stray.safetensors.tmp-0123456789"));
+    snprintf(link, sizeof link, "%s", tmp_path("stray.safetensors.tmp-link000000"));
+    snprintf(folder, sizeof folder, "%s", tmp_path("stray.safetensors.tmp-folder0000"));
+    snprintf(victim, sizeof victim, "%s", tmp_path("stray_victim.txt"));
+    char fifo[512]; /* opening it for reading must not block the cleaner */
+    snprintf(fifo, sizeof fifo, "%s", tmp_path("stray.safetensors.tmp-fifo000000"));
+    CU_ASSERT_EQUAL_FATAL(mkfifo(fifo, 0600), 0);
+    write_text(stale, "half a checkpoint");
+    write_text(running, "being written");
+    write_text(victim, "keep me");
+    CU_ASSERT_EQUAL_FATAL(symlink(victim, link), 0);
+    CU_ASSERT_EQUAL_FATAL(mkdir(folder, 0700), 0);
+    /* A save still running holds its temporary locked (another open file: flock locks
+     * conflict between open files even in one process). */
+    int held = open(running, O_RDWR);
+    CU_ASSERT_FATAL(held >= 0 && flock(held, LOCK_EX | LOCK_NB) == 0);
+
     for (int s = 1; s <= 2; s++) {
         nb_named_tensor state[3], into[3];
         make_state(s, state);
@@ -141,12 +187,67 @@ static void test_stray_temporaries_ignored(void) {
         CU_ASSERT_TRUE(nb_safetensors_save(path, 3, state));
         CU_ASSERT_TRUE(nb_safetensors_load(path, 3, into));
         CU_ASSERT_EQUAL(state_of(into), s);
+        CU_ASSERT_EQUAL(access(stale, F_OK), -1); /* removed by the first save */
     }
-    for (int k = 0; k < 2; k++) {
-        struct stat st;
-        CU_ASSERT_TRUE(stat(tmp_path(strays[k]), &st) == 0 && st.st_size == 17);
-        unlink(tmp_path(strays[k]));
+    CU_ASSERT_TRUE(holds_text(running, "being written"));
+    for (int k = 0; k < NKEPT; k++)
+        CU_ASSERT_TRUE(holds_text(tmp_path(kept[k]), "half a checkpoint"));
+    struct stat st;
+    CU_ASSERT_TRUE(lstat(link, &st) == 0 && S_ISLNK(st.st_mode));
+    CU_ASSERT_TRUE(holds_text(victim, "keep me"));
+    CU_ASSERT_TRUE(stat(folder, &st) == 0 && S_ISDIR(st.st_mode));
+    CU_ASSERT_TRUE(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+
+    /* The running save ends without renaming (it was killed): now it is stale. */
+    CU_ASSERT_EQUAL(nb_safetensors_remove_stale_temporaries(path), 0);
+    close(held);
+    CU_ASSERT_EQUAL(nb_safetensors_remove_stale_temporaries(path), 1);
+    CU_ASSERT_EQUAL(access(running, F_OK), -1);
+    CU_ASSERT_EQUAL(nb_safetensors_remove_stale_temporaries(path), 0);
+    nb_clear_error();
+    CU_ASSERT_EQUAL(nb_safetensors_remove_stale_temporaries(NULL), -1);
+    NBT_ASSERT_ERROR("nb_safetensors_remove_stale_temporaries: path is NULL");
+    CU_ASSERT_EQUAL(nb_safetensors_remove_stale_temporaries(tmp_path("no_dir/x.safetensors")), -1);
+    NBT_ASSERT_ERROR("cannot read its directory");
+
+    for (int k = 0; k < NKEPT; k++) unlink(tmp_path(kept[k]));
+    unlink(link);
+    unlink(victim);
+    rmdir(folder);
+    unlink(fifo);
+    unlink(path);
+}
+
+/* A save really killed midway (SIGXFSZ at a file size limit kills the child inside write())
+ * leaves its temporary; the next save of the path removes it, and the old file is intact. */
+static void test_killed_save_cleaned_up(void) {
+    const char *path = tmp_path("killed.safetensors");
+    nb_named_tensor one[3], into[3];
+    make_state(1, one);
+    CU_ASSERT_TRUE_FATAL(nb_safetensors_save(path, 3, one));
+    int before = nbtest_tmp_files("killed.safetensors");
+    CU_ASSERT_EQUAL(before, 1);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit small = {3000, 3000}; /* state 2 needs about 9.3 KB */
+        setrlimit(RLIMIT_FSIZE, &small);
+        signal(SIGXFSZ, SIG_DFL);
+        nb_named_tensor two[3];
+        make_state(2, two);
+        nb_safetensors_save(path, 3, two);
+        _exit(0); /* not reached: the write past the limit kills the process */
     }
+    int status;
+    CU_ASSERT_EQUAL_FATAL(waitpid(pid, &status, 0), pid);
+    CU_ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ);
+    CU_ASSERT_EQUAL(nbtest_tmp_files("killed.safetensors.tmp-"), 1); /* the dead save's */
+    make_state(0, into);
+    CU_ASSERT_TRUE(nb_safetensors_load(path, 3, into));
+    CU_ASSERT_EQUAL(state_of(into), 1);
+    CU_ASSERT_TRUE(nb_safetensors_save(path, 3, one));
+    CU_ASSERT_EQUAL(nbtest_tmp_files("killed.safetensors.tmp-"), 0);
+    CU_ASSERT_EQUAL(nbtest_tmp_files("killed.safetensors"), 1);
     unlink(path);
 }
 
@@ -154,7 +255,8 @@ int main(void) {
     const nbtest_case cases[] = {
         {"concurrent saves never tear", test_concurrent_saves_never_tear},
         {"symlink at a temporary name untouched", test_symlink_at_temporary_name_untouched},
-        {"stray temporaries ignored", test_stray_temporaries_ignored},
+        {"stale temporaries removed, running saves' kept", test_stale_temporaries_removed},
+        {"a killed save's temporary is cleaned up", test_killed_save_cleaned_up},
     };
     return nbtest_run("checkpoint races", cases, sizeof cases / sizeof cases[0]);
 }

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char *temp_path(const char *tag) {
@@ -139,11 +140,214 @@ static void test_checkpoint_carries_config(void) {
     nb_module_free(other);
 }
 
+/* nb_lm_config_read(path) fails with an error holding every string of want (NULL-ended). */
+static void expect_config_error(const char *path, const char *const *want) {
+    nb_lm_config cfg = {0};
+    nb_clear_error();
+    CU_ASSERT_FALSE(nb_lm_config_read(path, &cfg));
+    for (int k = 0; want[k]; k++) {
+        bool found = strstr(nb_last_error(), want[k]) != NULL;
+        CU_ASSERT_TRUE(found);
+        if (!found) fprintf(stderr, "\n  expected \"%s\" in \"%s\"\n", want[k], nb_last_error());
+    }
+}
+#define EXPECT_CONFIG_ERROR(path, ...)                                                             \
+    expect_config_error(path, (const char *const[]){__VA_ARGS__, NULL})
+
+/* Rewrites the checkpoint src as dst with metadata key set to value (added if absent, removed
+ * if value is NULL), the tensors unchanged. */
+static void rewrite_metadata(const char *src, const char *dst, const char *key, const char *value) {
+    nb_scope_begin();
+    int nt, nm;
+    nb_named_tensor *t = nb_safetensors_read(src, &nt);
+    nb_metadata_entry *m = nb_safetensors_read_metadata(src, &nm);
+    CU_ASSERT_FATAL(t && m);
+    nb_metadata_entry *out = malloc(sizeof *out * (size_t)(nm + 1));
+    int n = 0;
+    bool set = false;
+    for (int i = 0; i < nm; i++) {
+        if (strcmp(m[i].key, key) != 0)
+            out[n++] = m[i];
+        else if (value)
+            out[n++] = (nb_metadata_entry){key, value}, set = true;
+    }
+    if (!set && value) out[n++] = (nb_metadata_entry){key, value};
+    CU_ASSERT_TRUE(nb_safetensors_save_with_metadata(dst, nt, t, n, out));
+    free(out);
+    nb_scope_end();
+}
+
+/* Issue 29, item 6: every number of the configuration is range-checked, never truncated
+ * (layers 2^32 + 1 used to read as 1) and never taken with a sign, spaces or trailing text. */
+static void test_config_numbers_range_checked(void) {
+    nb_module *model = nb_model_new(NB_F32, 5);
+    nb_lm_config cfg = {.vocab = 9, .max_len = 10, .dim = 8, .num_heads = 2, .layers = 2};
+    nb_transformer_lm *lm = nb_transformer_lm_new_config(model, "", &cfg, 0.0);
+    const char *path = temp_path("ranges"), *bad = temp_path("ranges_bad");
+    CU_ASSERT_TRUE_FATAL(nb_transformer_lm_save(lm, NULL, path, 0, NULL));
+    static const struct {
+        const char *key, *value, *why;
+    } cases[] = {
+        {"nabla.layers", "4294967297",
+         "nabla.layers is '4294967297', not a whole number from 1 to 16"},
+        {"nabla.layers", "4294967298", "not a whole number from 1 to 16"},
+        {"nabla.layers", "17", "nabla.layers is '17', not a whole number from 1 to 16"},
+        {"nabla.layers", "0", "nabla.layers is '0'"},
+        {"nabla.layers", "-2", "nabla.layers is '-2'"},
+        {"nabla.layers", " 2", "nabla.layers is ' 2'"},
+        {"nabla.layers", "+2", "nabla.layers is '+2'"},
+        {"nabla.layers", "2 ", "nabla.layers is '2 '"},
+        {"nabla.layers", "02", "nabla.layers is '02'"},
+        {"nabla.layers", "", "nabla.layers is ''"},
+        {"nabla.layers", NULL, "metadata nabla.layers is missing"},
+        {"nabla.vocab", "9223372036854775808",
+         "nabla.vocab is '9223372036854775808', not a whole number >= 1"},
+        {"nabla.vocab", "99999999999999999999999", "nabla.vocab is '99999999999999999999999'"},
+        {"nabla.d_model", "0", "nabla.d_model is '0', not a whole number >= 1"},
+        {"nabla.heads", "3", "d_model 8 is not divisible by heads 3"},
+        {"nabla.context", "1e3", "nabla.context is '1e3'"},
+        {"nabla.out_features", "0x9", "nabla.out_features is '0x9'"},
+        {"nabla.tie_weights", "2", "nabla.tie_weights is '2', not a whole number from 0 to 1"},
+        {"nabla.tie_weights", "true", "nabla.tie_weights is 'true'"},
+        {"nabla.out_features", "12",
+         "tensor 'head.weight' has shape [9, 8], but its configuration needs [12, 8]"},
+        {"nabla.block", "post_ln", "not a TransformerLM with 'pre_ln' blocks"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rewrite_metadata(path, bad, cases[i].key, cases[i].value);
+        EXPECT_CONFIG_ERROR(bad, bad, cases[i].why);
+    }
+    /* tied weights with 12 outputs: refused before any tensor is looked at */
+    rewrite_metadata(path, bad, "nabla.tie_weights", "1");
+    rewrite_metadata(bad, bad, "nabla.out_features", "12");
+    EXPECT_CONFIG_ERROR(bad, "tied weights need out_features == vocab, got 12 and 9");
+    /* loading into a model checks the same way */
+    CU_ASSERT_FALSE(nb_transformer_lm_load(lm, NULL, bad));
+    NBT_ASSERT_ERROR("tied weights need out_features == vocab");
+    unlink(path);
+    unlink(bad);
+    nb_module_free(model);
+}
+
+/* Issue 29, item 2: the configuration must agree with the tensors in the same header, so that
+ * building a model from it allocates no more than the file holds. The crafted file of the
+ * issue said context 1048576 and d_model 4096 over tensors of a tiny model. */
+static void test_config_agrees_with_tensors(void) {
+    nb_module *model = nb_model_new(NB_F32, 5);
+    nb_lm_config cfg = {.vocab = 9, .max_len = 10, .dim = 8, .num_heads = 2, .layers = 2};
+    nb_transformer_lm *lm = nb_transformer_lm_new_config(model, "", &cfg, 0.0);
+    const char *path = temp_path("agree"), *bad = temp_path("agree_bad");
+    CU_ASSERT_TRUE_FATAL(nb_transformer_lm_save(lm, NULL, path, 0, NULL));
+    rewrite_metadata(path, bad, "nabla.context", "1048576");
+    EXPECT_CONFIG_ERROR(bad, bad,
+                        "tensor 'pos_emb.weight' has shape [10, 8], but its configuration "
+                        "needs [1048576, 8]");
+    rewrite_metadata(path, bad, "nabla.d_model", "4096");
+    EXPECT_CONFIG_ERROR(bad, "tensor 'tok_emb.weight' has shape [9, 8], but its configuration "
+                             "needs [9, 4096]");
+    rewrite_metadata(path, bad, "nabla.vocab", "1000000");
+    EXPECT_CONFIG_ERROR(bad, "needs [1000000, 8]");
+    rewrite_metadata(path, bad, "nabla.layers", "16"); /* blocks 2..15 are not in the file */
+    EXPECT_CONFIG_ERROR(bad, "tensor 'blocks.2.norm1.weight' is missing");
+    rewrite_metadata(path, bad, "nabla.layers", "1"); /* block 1 is left over */
+    EXPECT_CONFIG_ERROR(bad, "tensor 'blocks.1.norm1.weight' is not part of the TransformerLM");
+    rewrite_metadata(path, bad, "nabla.heads", "8"); /* heads have no tensor: any divisor fits */
+    nb_lm_config read;
+    CU_ASSERT_TRUE(nb_lm_config_read(bad, &read));
+    CU_ASSERT_EQUAL(read.num_heads, 8);
+
+    /* A file of another layout entirely: tensors named like the model's but of other shapes,
+     * or no tok_emb at all. */
+    nb_named_tensor tiny[] = {{"tok_emb.weight", nb_zeros(NB_F32, NB_SHAPE(1, 4096))},
+                              {"pos_emb.weight", nb_zeros(NB_F32, NB_SHAPE(0, 4096))},
+                              {"blocks.0.norm1.weight", nb_zeros(NB_F32, NB_SHAPE(0))}};
+    const nb_metadata_entry meta[] = {
+        {"nabla.model", "TransformerLM"}, {"nabla.block", "pre_ln"},   {"nabla.vocab", "1"},
+        {"nabla.d_model", "4096"},        {"nabla.heads", "1"},        {"nabla.layers", "16"},
+        {"nabla.context", "1048576"},     {"nabla.out_features", "1"}, {"nabla.tie_weights", "0"}};
+    CU_ASSERT_TRUE_FATAL(nb_safetensors_save_with_metadata(bad, 3, tiny, 9, meta));
+    EXPECT_CONFIG_ERROR(bad, "tensor 'pos_emb.weight' has shape [0, 4096], but its configuration "
+                             "needs [1048576, 4096]");
+    CU_ASSERT_TRUE_FATAL(nb_safetensors_save_with_metadata(bad, 1, tiny + 2, 9, meta));
+    EXPECT_CONFIG_ERROR(bad, "holds no tensor tok_emb.weight");
+
+    /* One tensor in another dtype than the rest: refused, naming both. */
+    nb_scope_begin();
+    int nt, nm;
+    nb_named_tensor *t = nb_safetensors_read(path, &nt);
+    nb_metadata_entry *m = nb_safetensors_read_metadata(path, &nm);
+    CU_ASSERT_FATAL(t && m);
+    for (int i = 0; i < nt; i++)
+        if (strcmp(t[i].name, "norm_f.bias") == 0) t[i].tensor = nb_to_dtype(t[i].tensor, NB_F64);
+    CU_ASSERT_TRUE(nb_safetensors_save_with_metadata(bad, nt, t, nm, m));
+    EXPECT_CONFIG_ERROR(bad, "tensor 'norm_f.bias' is F64, expected F32");
+    nb_scope_end();
+    unlink(path);
+    unlink(bad);
+    nb_module_free(model);
+}
+
+/* The tensors nb_lm_config_read expects are those the models it describes really have: files
+ * saved from models of several configurations (tied, with another output size, 1 and 16
+ * layers, nested under a name, f64, with optimizer state) read back, and the model built from
+ * the configuration read holds no more bytes (f32) than the file. */
+static void test_config_read_of_saved_models(void) {
+    static const struct {
+        nb_lm_config cfg;
+        const char *name;
+        nb_dtype dtype;
+        bool with_optimizer;
+    } cases[] = {
+        {{.vocab = 5, .max_len = 3, .dim = 4, .num_heads = 2, .layers = 1}, "", NB_F32, false},
+        {{.vocab = 5, .max_len = 3, .dim = 4, .num_heads = 4, .layers = 16, .tie_weights = true},
+         "lm",
+         NB_F64,
+         false},
+        {{.vocab = 7, .max_len = 6, .dim = 6, .num_heads = 3, .layers = 2, .out_features = 11},
+         "",
+         NB_F32,
+         true},
+    };
+    const char *path = temp_path("saved");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        nb_module *model = nb_model_new(cases[i].dtype, 3);
+        nb_transformer_lm *lm =
+            nb_transformer_lm_new_config(model, cases[i].name, &cases[i].cfg, 0.0);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+        int np;
+        nb_tensor **params = nb_module_parameters(model, &np);
+        nb_optimizer *opt =
+            cases[i].with_optimizer ? nb_adamw_new(params, np, nb_adamw_defaults(1e-3)) : NULL;
+        CU_ASSERT_TRUE_FATAL(nb_transformer_lm_save(lm, opt, path, 0, NULL));
+        nb_lm_config read;
+        nb_clear_error();
+        CU_ASSERT_TRUE(nb_lm_config_read(path, &read));
+        if (nb_last_error()[0]) fprintf(stderr, "\n  case %zu: %s\n", i, nb_last_error());
+        nb_lm_config want = cases[i].cfg;
+        if (!want.out_features) want.out_features = want.vocab;
+        CU_ASSERT_TRUE(read.vocab == want.vocab && read.max_len == want.max_len &&
+                       read.dim == want.dim && read.num_heads == want.num_heads &&
+                       read.layers == want.layers && read.out_features == want.out_features &&
+                       read.tie_weights == want.tie_weights);
+        struct stat st;
+        CU_ASSERT_EQUAL(stat(path, &st), 0);
+        CU_ASSERT_TRUE(nb_module_numel(&lm->base) * 4 <= st.st_size);
+        CU_ASSERT_TRUE(nb_transformer_lm_load(lm, opt, path));
+        nb_optimizer_free(opt);
+        free(params);
+        nb_module_free(model);
+    }
+    unlink(path);
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"out_features and tied weights", test_out_features_and_tying},
         {"tied weights gradcheck", test_tied_gradcheck},
         {"checkpoints carry the configuration", test_checkpoint_carries_config},
+        {"configuration numbers are range-checked", test_config_numbers_range_checked},
+        {"configuration agrees with the tensors", test_config_agrees_with_tensors},
+        {"configuration read of saved models", test_config_read_of_saved_models},
     };
     return nbtest_run("lm_config", cases, (int)(sizeof cases / sizeof cases[0]));
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -471,6 +472,36 @@ static void test_bad_load_arguments(void) {
     unlink(path);
 }
 
+/* A watchdog, not a timing check: if a call blocks, SIGALRM interrupts it (no SA_RESTART; the
+ * timer repeats, for each call that blocks), so the call fails with EINTR and the test fails
+ * on its message instead of hanging. */
+static void on_alarm(int sig) {
+    (void)sig;
+}
+
+/* A FIFO (with no writer) is refused at once by every reader, naming the path and what it is;
+ * opening it for reading used to block forever (issue 29, item 11). */
+static void test_fifo_refused_without_blocking(void) {
+    reset_destinations();
+    const char *path = tmp_path("fifo.safetensors");
+    unlink(path);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(path, 0600), 0);
+    struct sigaction alarm_action = {.sa_handler = on_alarm}, old_action;
+    sigemptyset(&alarm_action.sa_mask);
+    sigaction(SIGALRM, &alarm_action, &old_action);
+    struct itimerval watchdog = {.it_value = {10, 0}, .it_interval = {1, 0}},
+                     off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &watchdog, NULL);
+    expect_rejected(path, "not a regular file (a FIFO)");
+    int count = -1;
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(nb_safetensors_read_metadata(path, &count));
+    NBT_ASSERT_ERROR("not a regular file (a FIFO)");
+    setitimer(ITIMER_REAL, &off, NULL);
+    sigaction(SIGALRM, &old_action, NULL);
+    unlink(path);
+}
+
 /* ---- checksum and metadata ---- */
 /* One data byte changed (in a way the header cannot see): the CRC-32 catches it. */
 static void test_checksum_catches_changed_data(void) {
@@ -673,6 +704,7 @@ int main(void) {
         {"metadata round trip", test_metadata_round_trip},
         {"bad metadata arguments", test_bad_metadata_arguments},
         {"bad load arguments", test_bad_load_arguments},
+        {"a FIFO is refused without blocking", test_fifo_refused_without_blocking},
         {"bad save arguments", test_bad_save_arguments},
         {"failed save keeps the previous file", test_failed_save_keeps_previous},
     };

@@ -11,8 +11,8 @@
 
 /* Every HOLD_OUT-th block of BLOCK bytes goes to the validation text: spread over the whole
  * corpus (every fortune file contributes), yet each block is long, contiguous text. */
-#define BLOCK 4096
-#define HOLD_OUT 20
+#define BLOCK HOLD_OUT_BLOCK
+#define HOLD_OUT HOLD_OUT_EVERY
 
 /* Moves text into c as its train and validation splits (takes ownership of text). */
 static bool split(corpus *c, char *text, size_t len) {
@@ -212,4 +212,25 @@ void vocab_encode(const vocab *v, const char *text, size_t len, int64_t *ids, si
     *n = 0;
     for (size_t i = 0; i < len; i++)
         if (v->id[(unsigned char)text[i]] >= 0) ids[(*n)++] = v->id[(unsigned char)text[i]];
+}
+
+size_t vocab_unknown(const vocab *v, const char *text, size_t len, char *shown, size_t cap) {
+    enum { SHOWN = 8 };
+    bool seen[256] = {false};
+    size_t count = 0, distinct = 0, used = 0;
+    if (cap) shown[0] = '\0';
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)text[i];
+        if (v->id[ch] >= 0) continue;
+        count++;
+        if (seen[ch]) continue;
+        seen[ch] = true;
+        if (distinct++ >= SHOWN || used >= cap) continue;
+        int w = ch >= 0x21 && ch < 0x7f
+                    ? snprintf(shown + used, cap - used, "%s'%c'", used ? " " : "", ch)
+                    : snprintf(shown + used, cap - used, "%s\\x%02x", used ? " " : "", ch);
+        used += w > 0 ? (size_t)w : 0;
+    }
+    if (distinct > SHOWN && used < cap) snprintf(shown + used, cap - used, " ...");
+    return count;
 }

@@ -7,6 +7,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The held-out split: every HOLD_OUT_EVERY-th block of HOLD_OUT_BLOCK bytes. */
+#define HOLD_OUT_BLOCK 4096
+#define HOLD_OUT_EVERY 20
+
 /* Where the fortunes package puts its English files. */
 #define FORTUNES_DIR "/usr/share/games/fortunes"
 
@@ -42,5 +46,8 @@ void vocab_to_hex(const vocab *v, char *out);
 bool vocab_from_hex(vocab *v, const char *hex);
 /* Replaces text by its bytes that are in v, mapped to ids (in place into ids, *n of them). */
 void vocab_encode(const vocab *v, const char *text, size_t len, int64_t *ids, size_t *n);
+/* How many bytes of text are not in v; shown (room for cap bytes) receives the first few
+ * distinct ones, printable as themselves and others as \xNN, for a warning. */
+size_t vocab_unknown(const vocab *v, const char *text, size_t len, char *shown, size_t cap);
 
 #endif

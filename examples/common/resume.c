@@ -60,18 +60,33 @@ static bool write_json_atomically(const char *prog, const char *dir, const char 
 }
 
 /* Removes every resume-*.safetensors in dir but keep (left by older steps or by a run killed
- * between its two writes). */
+ * between its two writes), the temporaries of killed checkpoint saves (those no running save
+ * holds: nb_safetensors_remove_stale_temporaries) and resume.json temporaries of processes
+ * that are gone. */
 static void remove_other_checkpoints(const char *dir, const char *keep) {
     DIR *d = opendir(dir);
     if (!d) return;
+    const size_t suffix = strlen(".safetensors");
     for (struct dirent *e; (e = readdir(d));) {
-        size_t len = strlen(e->d_name), suffix = strlen(".safetensors");
-        if (strncmp(e->d_name, "resume-", 7) != 0 || len <= suffix ||
-            strcmp(e->d_name + len - suffix, ".safetensors") != 0 || strcmp(e->d_name, keep) == 0)
-            continue;
+        const char *name = e->d_name, *tmp = strstr(name, ".safetensors.tmp-");
+        size_t len = strlen(name);
         char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
+        long pid;
+        int used;
+        if (strncmp(name, "resume-", 7) == 0 && tmp) {
+            /* the checkpoint the temporary was for: its name up to ".tmp-" */
+            snprintf(path, sizeof path, "%s/%.*s", dir, (int)(tmp + suffix - name), name);
+            nb_safetensors_remove_stale_temporaries(path);
+        } else if (sscanf(name, "." STATE_FILE ".%ld.tmp%n", &pid, &used) == 1 &&
+                   (size_t)used == len && pid > 0 && pid != (long)getpid() &&
+                   kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            unlink(path);
+        } else if (strncmp(name, "resume-", 7) == 0 && len > suffix &&
+                   strcmp(name + len - suffix, ".safetensors") == 0 && strcmp(name, keep) != 0) {
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            unlink(path);
+        }
     }
     closedir(d);
 }

@@ -35,14 +35,25 @@ typedef struct {
 #define NB_SAFETENSORS_CRC_KEY "nabla.data_crc32"
 
 /* Writes the n tensors (any layout, f32/f64/i64/bool) to path. The file is written to a new
- * temporary file of a unique name in path's directory (path + ".tmp-" + random characters,
- * created exclusively, so a file or symlink already there is never opened or followed),
- * flushed to disk, renamed over path, and the directory is flushed. So a crash or failure
- * mid-save leaves any previous file at path intact, a failed save removes its temporary, a
- * temporary left by a killed process is ignored by later saves and loads, and concurrent
- * saves to one path leave one of them whole. Names must be non-empty, unique UTF-8 and not
+ * temporary file of a unique name in path's directory (path + ".tmp-" + 10 random characters
+ * of [a-z0-9], created exclusively, so a file or symlink already there is never opened or
+ * followed), flushed to disk, renamed over path, and the directory is flushed. So a crash or
+ * failure mid-save leaves any previous file at path intact, a failed save removes its
+ * temporary, and concurrent saves to one path leave one of them whole. A successful save then
+ * removes the stale temporaries of path (see nb_safetensors_remove_stale_temporaries), so
+ * saves killed midway do not pile up. Names must be non-empty, unique UTF-8 and not
  * "__metadata__". Returns false with an error naming the file on failure. */
 bool nb_safetensors_save(const char *path, int n, const nb_named_tensor *tensors);
+
+/* Removes the temporaries that saves to path killed midway left behind, and returns how many
+ * (-1 with an error if path's directory cannot be read). The rule: a save holds an exclusive
+ * flock(2) on its temporary from its creation until it is renamed over path, so a temporary
+ * that can be locked belongs to no running save (on this host, or over NFS where locks reach
+ * the server). Only regular files named exactly path + ".tmp-" + 10 characters of [a-z0-9]
+ * are considered, symlinks are not followed, and each is unlinked only while locked and
+ * still the file that was locked, so a running save never loses its file. On a file system
+ * without flock nothing can be locked and nothing is removed. Loads never read temporaries. */
+int nb_safetensors_remove_stale_temporaries(const char *path);
 
 /* nb_safetensors_save, also writing n_meta string entries into __metadata__ (for example a
  * model's configuration). Keys must be non-NULL, unique, valid UTF-8 and not
@@ -52,8 +63,9 @@ bool nb_safetensors_save_with_metadata(const char *path, int n, const nb_named_t
 
 /* Copies the tensors of path into the n existing tensors of `into`, all or nothing. The file
  * must hold exactly these names (no missing or extra ones), each with the destination's dtype
- * and shape. Everything is validated before any destination is written: on any problem
- * (unreadable file, bad header length, invalid JSON, unknown dtype, offsets out of range,
+ * and shape. A path that is not a regular file (a directory, FIFO or device) is refused
+ * without being opened, so it never blocks. Everything is validated before any destination is
+ * written: on any problem (unreadable file, bad header length, invalid JSON, unknown dtype, offsets out of range,
  * overlapping or uncovered data, bool bytes other than 0/1, mismatches) it returns false with
  * an error naming the file, the tensor and what was wrong, and no destination changes.
  * Autograd does not see the copy (like PyTorch's load_state_dict). */

@@ -218,8 +218,12 @@ nb_tensor *nb_transformer_lm_forward_opts(nb_transformer_lm *m, const nb_tensor 
  * character vocabulary). */
 bool nb_transformer_lm_save(const nb_transformer_lm *lm, nb_optimizer *opt, const char *path,
                             int n_extra, const nb_metadata_entry *extra);
-/* Reads the configuration from path's __metadata__. False with an error naming the file and
- * the missing or malformed key (for instance a checkpoint saved without one). */
+/* Reads the configuration from path's __metadata__, reading only the header, and checks it
+ * before any model is built: every number in range (decimal digits; layers 1 to 16, heads
+ * dividing d_model, tie_weights 0 or 1) and the file's tensors exactly those of a TransformerLM
+ * of this configuration (names, shapes, one of F32/F64; optimizer state under "optim." aside).
+ * So a model built from it is no larger than the file's own data. False with an error naming
+ * the file and the missing or malformed key or the disagreeing tensor. */
 bool nb_lm_config_read(const char *path, nb_lm_config *cfg);
 /* Loads path into lm (and opt if not NULL), first checking that the configuration it carries
  * is lm's: a mismatch is an error naming each differing field with both values ("d_model:
