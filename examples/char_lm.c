@@ -172,7 +172,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: char_lm [--text FILE | --grammar] [--steps N] [--seed S] [--threads N] "
             "[--out DIR] [--eval CHECKPOINT] [--sample N] [--prompt TEXT] [--temperature T] "
-            "[--top-k K] [--top-p P] [--lr X] [--checkpoint-every N] [--resume]\n"
+            "[--top-k K] [--top-p P] [--lr X] [--accum K] [--checkpoint-every N] [--resume]\n"
             "  default text: the fortunes in " FORTUNES_DIR " (apt-get install fortunes)\n"
             "  every %dth block of %d bytes of the text is held out for validation\n"
             "  --eval: validation loss on the held-out text (an error if it is too short "
@@ -334,8 +334,12 @@ static int run_training(nb_transformer_lm *lm, const dataset *d, const options *
     if (dist_train_micro_batches(&dt) > 1)
         snprintf(run + len, sizeof run - (size_t)len, " micro-batches %d",
                  dist_train_micro_batches(&dt));
-    resume_target target = {
-        .prog = "char_lm", .dir = o->run.out, .run = run, .model = model, .opt = opt};
+    resume_target target = {.prog = "char_lm",
+                            .dir = o->run.out,
+                            .run = run,
+                            .steps = o->run.steps,
+                            .model = model,
+                            .opt = opt};
     resume_state st = {.step = 0, .data_rng = *rng};
     /* Every rank reads the checkpoint; all go on only if all could. */
     if (o->run.resume && !nb_dist_all_ok(resume_load(&target, &st))) goto done;

@@ -55,11 +55,10 @@ done
 
 # The trainer flags (common/args.h), each with a good value: a program whose usage lists one
 # must accept it (--help after it exits 0); one whose usage does not must refuse it as unknown,
-# not accept it and ignore it. (char_lm is left out: it honours --accum, which its usage line
-# does not list yet.)
+# not accept it and ignore it.
 trainer_flags=("--steps 3" "--seed 7" "--threads 1" "--lr 0.01" "--out $dir/run" \
     "--eval $dir/none.safetensors" "--checkpoint-every 2" "--resume" "--accum 2")
-for prog in "$toy --task shift" "$heads --task shift"; do
+for prog in "$toy --task shift" "$heads --task shift" "$lm --grammar"; do
     # shellcheck disable=SC2086
     listed=$($prog --help)
     for flag in "${trainer_flags[@]}"; do

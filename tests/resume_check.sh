@@ -110,4 +110,14 @@ for past in 41 1000000000000000 9223372036854775807; do
     echo "ok: toy: refuses a checkpoint at step $past of 40"
 done
 check_program char_lm "char_lm.safetensors" 24 5 13 "$lm" --grammar --sample 30
+# The same refusal in char_lm (it too used to train nothing and exit 0).
+rm -rf "$dir/lm-past"
+cp -r "$dir/char_lm-ref" "$dir/lm-past"
+sed -i "s/^\( *\"step\": \)[0-9]*,\$/\11000000000000000,/" "$dir/lm-past/resume.json"
+grep -q '"step": 1000000000000000,' "$dir/lm-past/resume.json" || { echo "FAIL: no step to edit"; exit 1; }
+expect_exit 1 "$lm" --grammar --sample 30 --steps 24 --checkpoint-every 5 --out "$dir/lm-past" \
+    --resume
+grep -q "resume.json is at step 1000000000000000, past this run's 24 steps" "$dir/log" ||
+    { echo "FAIL: char_lm: no clear message for a step past --steps"; cat "$dir/log"; exit 1; }
+echo "ok: char_lm: refuses a checkpoint at step 10^15 of 24"
 echo "ok: resume and training health"
