@@ -143,6 +143,15 @@ static void lm_step(workload *w) {
     nb_scope_end();
 }
 
+/* The generation workloads' prompt: 16 tokens drawn from seed 0; results per generated token
+ * (240 a step). */
+static void random_prompt(workload *w) {
+    nb_rng rng;
+    nb_rng_seed(&rng, 0);
+    for (int i = 0; i < 16; i++) w->prompt[i] = (int64_t)(nb_rng_next(&rng) % (uint64_t)w->V);
+    w->per_step = 240;
+}
+
 /* ---- Greedy generation with a KV cache (torch_bench.py gen_cached): a 16-token prompt,
  * then 240 new tokens, batch 1; reported per generated token. The prompt goes in as one
  * chunk (PyTorch feeds it token by token), and the 240th token is chosen without being fed. */
@@ -150,10 +159,7 @@ static void gen_setup(workload *w) {
     w->model = nb_model_new(NB_F32, 0);
     w->lm = nb_transformer_lm_new(w->model, "", w->V, w->T, w->D, w->H, (int)w->L, 0.0);
     w->cache = nb_kv_cache_for_lm(w->lm, 1);
-    nb_rng rng;
-    nb_rng_seed(&rng, 0);
-    for (int i = 0; i < 16; i++) w->prompt[i] = (int64_t)(nb_rng_next(&rng) % (uint64_t)w->V);
-    w->per_step = 240;
+    random_prompt(w);
     double D = (double)w->D, ctx = 16 + 240 / 2.0; /* mean keys attended per token */
     double per_layer = 2 * 12 * D * D + 2 * 2 * ctx * D;
     w->flops = (double)w->L * per_layer + 2 * D * (double)w->V; /* per token */
@@ -210,10 +216,7 @@ static void llamagen_setup(workload *w) {
                             .rope_base = 10000};
     w->llama = blk_llama_lm_new(w->model, "", w->V, (int)w->L, &cfg);
     w->cache = blk_llama_lm_cache_new(w->llama, 1, w->T);
-    nb_rng rng;
-    nb_rng_seed(&rng, 0);
-    for (int i = 0; i < 16; i++) w->prompt[i] = (int64_t)(nb_rng_next(&rng) % (uint64_t)w->V);
-    w->per_step = 240;
+    random_prompt(w);
     double D = (double)w->D, ctx = 16 + 240 / 2.0; /* mean keys attended per token */
     double kv_dim = D * (double)w->KV / (double)w->H, hidden = (double)w->hidden;
     double per_layer = 2 * (2 * D * D + 2 * D * kv_dim + 3 * D * hidden) + 2 * 2 * ctx * D;

@@ -302,50 +302,49 @@ typedef struct {
 DEFINE_APPEND(float, f32)
 DEFINE_APPEND(double, f64)
 
+/* One float64 query row against keys 0..n-1: what the float32 attention-row kernel computes,
+ * through the GEMM's row kernel (scores along the keys, then the context along the value
+ * dims). */
+static void attend_row_f64(int64_t n, int64_t kd, int64_t vd, int64_t ld_k, double scale,
+                           const double *q, const double *Kt, const double *V, double *sc,
+                           double *ctx) {
+    nbt_dgemm_rows(false, 1, n, kd, scale, q, kd, 1, Kt, ld_k, 0, sc, n);
+    double max = sc[0];
+    for (int64_t j = 1; j < n; j++) max = sc[j] > max ? sc[j] : max;
+    for (int64_t j = 0; j < n; j++) sc[j] -= max;
+    nbt_vexp_f64(sc, sc, n);
+    double sum = 0;
+    for (int64_t j = 0; j < n; j++) sum += sc[j];
+    nbt_dgemm_rows(false, 1, vd, n, 1.0 / sum, sc, n, 1, V, vd, 0, ctx, vd);
+}
+
 /* For pairs [p0, p1) of (sequence b, head h) and each new query i (position len + i):
  * s = scale * q K[0..len+i]^T, e = exp(s - max s), ctx = (e V[0..len+i]) / sum(e). Query head
  * h reads key/value head h / (heads / kv_heads). float32 rows go through the attention-row
- * kernel, float64 rows through the GEMM's row kernel. */
-static void pairs_f32(int64_t p0, int64_t p1, void *va) {
+ * kernel of the instruction set in use, float64 rows through attend_row_f64. */
+static void pairs(int64_t p0, int64_t p1, void *va) {
     const cached_attention *a = va;
     const cache_layer *l = a->layer;
     const int64_t kd = l->k_dim, vd = l->v_dim, L = a->max_len, group = a->heads / l->kv_heads;
-    const float *K = nb_data(l->k), *V = nb_data(l->v), *q = a->q;
-    float *ctx = a->ctx;
+    const bool f32 = l->k->dtype == NB_F32;
+    const size_t es = f32 ? sizeof(float) : sizeof(double);
+    const char *K = nb_data(l->k), *V = nb_data(l->v), *q = a->q;
+    char *ctx = a->ctx, *scores = a->scores;
     for (int64_t pair = p0; pair < p1; pair++) {
         const int64_t b = pair / a->heads, h = pair % a->heads, kvh = b * l->kv_heads + h / group;
-        float *sc = (float *)a->scores + pair * L;
+        const char *Kt = K + es * (size_t)(kvh * kd * L), *Vh = V + es * (size_t)(kvh * L * vd);
+        char *sc = scores + es * (size_t)(pair * L);
         for (int64_t i = 0; i < a->t_new; i++) {
-            const int64_t row = b * a->t_new + i;
-            nbt_kernels()->attend_row_f32(a->len + i + 1, kd, vd, L, (float)a->scale,
-                                          q + (size_t)((row * a->heads + h) * kd),
-                                          K + (size_t)(kvh * kd * L), V + (size_t)(kvh * L * vd),
-                                          sc, ctx + (size_t)((row * a->heads + h) * vd));
-        }
-    }
-}
-
-static void pairs_f64(int64_t p0, int64_t p1, void *va) {
-    const cached_attention *a = va;
-    const cache_layer *l = a->layer;
-    const int64_t kd = l->k_dim, vd = l->v_dim, L = a->max_len, group = a->heads / l->kv_heads;
-    const double *K = nb_data(l->k), *V = nb_data(l->v), *q = a->q;
-    double *ctx = a->ctx;
-    for (int64_t pair = p0; pair < p1; pair++) {
-        const int64_t b = pair / a->heads, h = pair % a->heads, kvh = b * l->kv_heads + h / group;
-        double *sc = (double *)a->scores + pair * L;
-        for (int64_t i = 0; i < a->t_new; i++) {
-            const int64_t n = a->len + i + 1, row = b * a->t_new + i; /* keys 0..len+i */
-            nbt_dgemm_rows(false, 1, n, kd, a->scale, q + (size_t)((row * a->heads + h) * kd), kd,
-                           1, K + (size_t)(kvh * kd * L), L, 0, sc, n);
-            double max = sc[0];
-            for (int64_t j = 1; j < n; j++) max = sc[j] > max ? sc[j] : max;
-            for (int64_t j = 0; j < n; j++) sc[j] -= max;
-            nbt_vexp_f64(sc, sc, n);
-            double sum = 0;
-            for (int64_t j = 0; j < n; j++) sum += sc[j];
-            nbt_dgemm_rows(false, 1, vd, n, 1.0 / sum, sc, n, 1, V + (size_t)(kvh * L * vd), vd, 0,
-                           ctx + (size_t)((row * a->heads + h) * vd), vd);
+            const int64_t n = a->len + i + 1, row = (b * a->t_new + i) * a->heads + h;
+            const char *qr = q + es * (size_t)(row * kd);
+            char *out = ctx + es * (size_t)(row * vd);
+            if (f32)
+                nbt_kernels()->attend_row_f32(n, kd, vd, L, (float)a->scale, (const float *)qr,
+                                              (const float *)Kt, (const float *)Vh, (float *)sc,
+                                              (float *)out);
+            else
+                attend_row_f64(n, kd, vd, L, a->scale, (const double *)qr, (const double *)Kt,
+                               (const double *)Vh, (double *)sc, (double *)out);
         }
     }
 }
@@ -422,13 +421,11 @@ nb_tensor *nb_kv_cache_attend(nb_kv_cache *c, int layer, const nb_tensor *q, con
                           .scores = nb_data(scores)};
     const int64_t macs = (c->len + Tn) * (l->k_dim + l->v_dim) * Tn;
     const int64_t grain = macs >= PAIRS_GRAIN_MACS ? 1 : PAIRS_GRAIN_MACS / (macs ? macs : 1);
-    if (c->dtype == NB_F32) {
+    if (c->dtype == NB_F32)
         append_f32(&a);
-        nbt_parallel_ranges(B * heads, grain, pairs_f32, &a);
-    } else {
+    else
         append_f64(&a);
-        nbt_parallel_ranges(B * heads, grain, pairs_f64, &a);
-    }
+    nbt_parallel_ranges(B * heads, grain, pairs, &a);
     l->written = c->len + Tn;
     return ctx;
 }

@@ -47,14 +47,20 @@ static void remove_tmp_dir(void) {
     tmp_dir[0] = '\0';
 }
 
-static int suite_init(void) { return 0; }
-static int suite_clean(void) { return 0; }
+static int suite_init(void) {
+    return 0;
+}
+static int suite_clean(void) {
+    return 0;
+}
 /* Every test runs in its own scope, so whatever it creates is released after it. */
 static void test_setup(void) {
     nb_clear_error();
     nb_scope_begin();
 }
-static void test_teardown(void) { nb_scope_end(); }
+static void test_teardown(void) {
+    nb_scope_end();
+}
 
 int nbtest_run(const char *suite_name, const nbtest_case *cases, int ncases) {
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
@@ -87,9 +93,8 @@ bool nbtest_close(const nb_tensor *a, const nb_tensor *b, double atol, double rt
     for (int64_t k = 0; ok && k < n; k++) {
         /* NaN equals nothing, NaN included; an infinity only the same infinity (the
          * tolerance would let any value pass next to one). */
-        bool ok_k = isfinite(x[k]) && isfinite(y[k])
-                        ? fabs(x[k] - y[k]) <= atol + rtol * fabs(y[k])
-                        : isinf(x[k]) && x[k] == y[k];
+        bool ok_k = isfinite(x[k]) && isfinite(y[k]) ? fabs(x[k] - y[k]) <= atol + rtol * fabs(y[k])
+                                                     : isinf(x[k]) && x[k] == y[k];
         if (!ok_k) {
             fprintf(stderr, "nbtest_close: element %lld: %.17g vs %.17g\n", (long long)k, x[k],
                     y[k]);
@@ -142,8 +147,8 @@ bool nbtest_values(const nb_tensor *t, const double *expected, int64_t n, double
                         : (isnan(buf[k]) && nbtest_is_expected_nan(expected[k])) ||
                               (isinf(buf[k]) && buf[k] == expected[k]);
         if (!ok_k) {
-            fprintf(stderr, "nbtest_values: element %lld is %.17g, expected %.17g\n",
-                    (long long)k, buf[k], expected[k]);
+            fprintf(stderr, "nbtest_values: element %lld is %.17g, expected %.17g\n", (long long)k,
+                    buf[k], expected[k]);
             return false;
         }
     }
@@ -155,4 +160,22 @@ bool nbtest_has_shape(const nb_tensor *t, int ndim, const int64_t *shape) {
     for (int i = 0; i < ndim; i++)
         if (t->shape[i] != shape[i]) return false;
     return true;
+}
+
+void nbtest_greedy_reference(const nb_causal_lm *lm, int64_t max_len, const int64_t *prompt,
+                             int64_t plen, int64_t n, int64_t *out) {
+    int64_t *seq = malloc(sizeof *seq * (size_t)(plen + n));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(seq);
+    memcpy(seq, prompt, sizeof *seq * (size_t)plen);
+    int64_t total = plen, start = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (total - start > max_len) start = total - max_len / 2;
+        nb_scope_begin();
+        nb_tensor *logits = lm->forward(
+            lm->model, nb_from_array(NB_I64, NB_SHAPE(1, total - start), seq + start), NULL);
+        nb_tensor *last = logits ? nb_select(nb_select(logits, 0, 0), 0, total - start - 1) : NULL;
+        out[i] = seq[total++] = last ? (int64_t)nb_item(nb_argmax(last, 0, false)) : -1;
+        nb_scope_end();
+    }
+    free(seq);
 }

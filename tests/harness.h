@@ -36,7 +36,7 @@ bool nbtest_close(const nb_tensor *a, const nb_tensor *b, double atol, double rt
 bool nbtest_values(const nb_tensor *t, const double *expected, int64_t n, double tol);
 #define NBT_ASSERT_VALUES(t, tol, ...)                                                             \
     CU_ASSERT(nbtest_values((t), (const double[]){__VA_ARGS__},                                    \
-                            (int64_t)(sizeof((const double[]){__VA_ARGS__}) / sizeof(double)),    \
+                            (int64_t)(sizeof((const double[]){__VA_ARGS__}) / sizeof(double)),     \
                             (tol)))
 /* The expected value that asks for NaN at its position (nbtest_values, NBT_ASSERT_VALUES). */
 #define NBT_NAN (nbtest_expected_nan())
@@ -48,5 +48,27 @@ bool nbtest_has_shape(const nb_tensor *t, int ndim, const int64_t *shape);
 #define NBT_ASSERT_SHAPE(t, ...) CU_ASSERT_TRUE(nbtest_has_shape((t), NB_SHAPE(__VA_ARGS__)))
 /* Asserts the last error contains the substring. */
 #define NBT_ASSERT_ERROR(substr) CU_ASSERT_PTR_NOT_NULL(strstr(nb_last_error(), (substr)))
+
+/* Runs expr after clearing the last error, and asserts it failed with every substring. */
+#define EXPECT_NULL(expr, ...)                                                                     \
+    do {                                                                                           \
+        nb_clear_error();                                                                          \
+        CU_ASSERT_PTR_NULL(expr);                                                                  \
+        const char *subs_[] = {__VA_ARGS__};                                                       \
+        for (size_t k_ = 0; k_ < sizeof subs_ / sizeof subs_[0]; k_++) {                           \
+            bool found_ = strstr(nb_last_error(), subs_[k_]) != NULL;                              \
+            if (!found_)                                                                           \
+                fprintf(stderr, "line %d: error \"%s\" lacks \"%s\"\n", __LINE__, nb_last_error(), \
+                        subs_[k_]);                                                                \
+            CU_ASSERT(found_);                                                                     \
+        }                                                                                          \
+    } while (0)
+
+/* Greedy continuation of prompt by n tokens through lm's full forward (no cache) over the
+ * window nb_generate reads: the sequence so far, restarted from its last max_len / 2 tokens
+ * whenever it would not fit max_len (the smaller of lm's and the cache's). The reference the
+ * cached generation is checked against. */
+void nbtest_greedy_reference(const nb_causal_lm *lm, int64_t max_len, const int64_t *prompt,
+                             int64_t plen, int64_t n, int64_t *out);
 
 #endif

@@ -506,28 +506,6 @@ static void test_llama_cached_threads(void) {
     nb_module_free(model);
 }
 
-/* Greedy continuation by full recompute (no cache, positions from 0) over the window
- * generate() reads: the sequence so far, restarted from its last max_len / 2 tokens whenever
- * it would not fit. */
-static void llama_greedy_reference(blk_llama_lm *lm, int64_t max_len, const int64_t *prompt,
-                                   int64_t plen, int64_t n, int64_t *out) {
-    int64_t *seq = malloc(sizeof *seq * (size_t)(plen + n));
-    memcpy(seq, prompt, sizeof *seq * (size_t)plen);
-    int64_t total = plen, start = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (total - start > max_len) start = total - max_len / 2;
-        nb_scope_begin();
-        nb_tensor *logits =
-            blk_llama_lm_forward(lm, nb_from_array(NB_I64, NB_SHAPE(1, total - start), seq + start),
-                                 &(blk_attn_opts){.causal = true});
-        nb_tensor *idx;
-        nb_max_dim(nb_select(nb_select(logits, 0, 0), 0, total - start - 1), 0, false, &idx);
-        out[i] = seq[total++] = (int64_t)nb_item(idx);
-        nb_scope_end();
-    }
-    free(seq);
-}
-
 static void test_llama_generate_greedy_is_argmax(void) {
     for (int d = 0; d < 2; d++) {
         nb_module *model;
@@ -535,8 +513,8 @@ static void test_llama_generate_greedy_is_argmax(void) {
         const int64_t prompt[] = {1, 5, 2, 7};
         int64_t want[30], got[30];
         nb_module_train(model, true); /* generate runs in eval mode and restores this */
-        llama_greedy_reference(lm, 12, prompt, 4, 30, want); /* 34 > 12: slides */
         const nb_causal_lm clm = blk_llama_lm_causal(lm, 12);
+        nbtest_greedy_reference(&clm, 12, prompt, 4, 30, want); /* 34 > 12: slides */
         CU_ASSERT_EQUAL(clm.vocab, 11);
         CU_ASSERT_EQUAL(clm.max_len, 12);
         nb_generate_opts o = nb_generate_defaults(30);

@@ -273,26 +273,6 @@ static void test_trains_through_the_same_forward(void) {
     nb_module_free(root);
 }
 
-/* Greedy continuation by full recompute over the window nb_generate reads: the sequence so
- * far, restarted from its last max_len / 2 tokens whenever it would not fit. */
-static void greedy_reference(mla_model *m, const int64_t *prompt, int64_t plen, int64_t n,
-                             int64_t *out) {
-    int64_t *seq = malloc(sizeof *seq * (size_t)(plen + n));
-    memcpy(seq, prompt, sizeof *seq * (size_t)plen);
-    int64_t total = plen, start = 0, keep = m->max_len / 2;
-    for (int64_t i = 0; i < n; i++) {
-        if (total - start > m->max_len) start = total - keep;
-        nb_scope_begin();
-        nb_tensor *logits =
-            mla_forward(m, nb_from_array(NB_I64, NB_SHAPE(1, total - start), seq + start), NULL);
-        const int64_t next = (int64_t)nb_item(
-            nb_argmax(nb_select(nb_select(logits, 0, 0), 0, total - start - 1), 0, false));
-        out[i] = seq[total++] = next;
-        nb_scope_end();
-    }
-    free(seq);
-}
-
 typedef struct {
     int64_t seen[40];
     int n;
@@ -313,9 +293,9 @@ static void test_generate_greedy(void) {
     nb_module_train(root, false);
     const int64_t prompt[] = {1, 5, 2, 9};
     int64_t want[NEW], got[NEW];
-    greedy_reference(m, prompt, 4, NEW, want);
-    nb_module_train(root, true);
     const nb_causal_lm lm = mla_causal(m);
+    nbtest_greedy_reference(&lm, m->max_len, prompt, 4, NEW, want);
+    nb_module_train(root, true);
     streamed s = {.n = 0};
     nb_generate_opts o = nb_generate_defaults(NEW);
     o.on_token = on_token;
@@ -337,7 +317,7 @@ static void test_generate_greedy(void) {
     int64_t long_prompt[14], want_long[8];
     for (int i = 0; i < 14; i++) long_prompt[i] = (i * 5 + 1) % small.vocab;
     nb_module_train(root, false);
-    greedy_reference(m, long_prompt, 14, 8, want_long);
+    nbtest_greedy_reference(&lm, m->max_len, long_prompt, 14, 8, want_long);
     o = nb_generate_defaults(8);
     o.prompt_chunk = 3;
     CU_ASSERT_EQUAL(nb_generate(&lm, long_prompt, 14, &o, got, c), 8);

@@ -5,21 +5,6 @@
 
 #include <stdio.h>
 
-/* Runs expr after clearing the last error, and asserts it failed with every substring. */
-#define EXPECT_NULL(expr, ...)                                                                     \
-    do {                                                                                           \
-        nb_clear_error();                                                                          \
-        CU_ASSERT_PTR_NULL(expr);                                                                  \
-        const char *subs_[] = {__VA_ARGS__};                                                       \
-        for (size_t k_ = 0; k_ < sizeof subs_ / sizeof subs_[0]; k_++) {                           \
-            bool found_ = strstr(nb_last_error(), subs_[k_]) != NULL;                              \
-            if (!found_)                                                                           \
-                fprintf(stderr, "line %d: error \"%s\" lacks \"%s\"\n", __LINE__, nb_last_error(), \
-                        subs_[k_]);                                                                \
-            CU_ASSERT(found_);                                                                     \
-        }                                                                                          \
-    } while (0)
-
 static void test_size_overflow(void) {
     const int64_t huge = 1LL << 40;
     EXPECT_NULL(nb_empty(NB_F32, NB_SHAPE(huge, huge)), "empty: ", "overflows",

@@ -288,35 +288,15 @@ static void test_no_malloc_per_token(void) {
     nb_module_free(model);
 }
 
-/* Greedy continuation by full recompute over the window the generate() rule reads: the
- * sequence so far, restarted from its last max_len / 2 tokens whenever it would not fit. */
-static void greedy_reference(nb_transformer_lm *lm, const int64_t *prompt, int64_t plen, int64_t n,
-                             int64_t *out) {
-    int64_t *seq = malloc(sizeof *seq * (size_t)(plen + n));
-    memcpy(seq, prompt, sizeof *seq * (size_t)plen);
-    int64_t total = plen, start = 0, keep = lm->max_len / 2;
-    for (int64_t i = 0; i < n; i++) {
-        if (total - start > lm->max_len) start = total - keep;
-        nb_scope_begin();
-        nb_tensor *logits = nb_transformer_lm_forward(
-            lm, nb_from_array(NB_I64, NB_SHAPE(1, total - start), seq + start), true, NULL, NULL);
-        nb_tensor *idx;
-        nb_max_dim(nb_select(nb_select(logits, 0, 0), 0, total - start - 1), 0, false, &idx);
-        out[i] = seq[total++] = (int64_t)nb_item(idx);
-        nb_scope_end();
-    }
-    free(seq);
-}
-
 static void test_generate_greedy_is_argmax(void) {
     nb_module *model;
     nb_transformer_lm *lm = small_lm(&model, NB_F32, 11, 12, 6);
     nb_module_train(model, false);
     const int64_t prompt[] = {1, 5, 2};
     int64_t want[30], got[30];
-    greedy_reference(lm, prompt, 3, 30, want); /* 30 > 12: slides twice */
-    nb_module_train(model, true);
     const nb_causal_lm clm = nb_transformer_lm_causal(lm);
+    nbtest_greedy_reference(&clm, 12, prompt, 3, 30, want); /* 30 > 12: slides twice */
+    nb_module_train(model, true);
     nb_generate_opts o = nb_generate_defaults(30);
     CU_ASSERT_EQUAL(nb_generate(&clm, prompt, 3, &o, got, NULL), 30);
     CU_ASSERT_EQUAL(memcmp(got, want, sizeof got), 0);
@@ -379,7 +359,8 @@ static void test_generate_rechecks_after_on_token(void) {
     nb_module_train(model, false);
     const int64_t prompt[] = {1, 5, 2};
     int64_t want[8], got[8];
-    greedy_reference(lm, prompt, 3, 8, want);
+    const nb_causal_lm clm = nb_transformer_lm_causal(lm);
+    nbtest_greedy_reference(&clm, 12, prompt, 3, 8, want);
     nb_linear *wq = lm->blocks[0]->attn->W_query;
     nb_tensor *original = wq->weight;
     nb_scope_begin();
@@ -388,7 +369,6 @@ static void test_generate_rechecks_after_on_token(void) {
     nb_generate_opts o = nb_generate_defaults(8);
     o.on_token = swap_weight;
     o.ctx = &w;
-    const nb_causal_lm clm = nb_transformer_lm_causal(lm);
     CU_ASSERT_EQUAL(nb_generate(&clm, prompt, 3, &o, got, NULL), 8);
     CU_ASSERT_EQUAL(memcmp(got, want, sizeof got), 0);
     if (wq->weight != original) swap_weight(0, &w); /* the model's own weight back */

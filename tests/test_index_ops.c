@@ -9,21 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Runs expr after clearing the last error, and asserts it failed with every substring. */
-#define EXPECT_NULL(expr, ...)                                                                     \
-    do {                                                                                           \
-        nb_clear_error();                                                                          \
-        CU_ASSERT_PTR_NULL(expr);                                                                  \
-        const char *subs_[] = {__VA_ARGS__};                                                       \
-        for (size_t k_ = 0; k_ < sizeof subs_ / sizeof subs_[0]; k_++) {                           \
-            bool found_ = strstr(nb_last_error(), subs_[k_]) != NULL;                              \
-            if (!found_)                                                                           \
-                fprintf(stderr, "line %d: error \"%s\" lacks \"%s\"\n", __LINE__, nb_last_error(), \
-                        subs_[k_]);                                                                \
-            CU_ASSERT(found_);                                                                     \
-        }                                                                                          \
-    } while (0)
-
 #define I64(...) ((const int64_t[]){__VA_ARGS__})
 
 static void test_where_errors(void) {
