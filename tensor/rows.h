@@ -1,5 +1,5 @@
 /* Loops over one contiguous row, for the row-wise ops (softmax, losses, layer_norm) and the
- * kernels of one-token decoding (tensor/kernels/decode_rows.c).
+ * attention row of cached decoding (tensor/kernels/attend_row.c).
  *
  * Without -ffast-math a compiler may not reorder a floating-point sum, so a plain loop
  * `s += x[j]` runs at one add per add-latency. The reductions here keep NBT_ROW_LANES

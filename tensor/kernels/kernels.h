@@ -79,19 +79,11 @@ typedef struct {
      * Needs R >= 8. */
     void (*add_rows_f32)(double *acc, int64_t ldacc, const float *x, int64_t ldx, int64_t R,
                          int64_t n);
-    /* Decoding's float32 rows (decode_rows.c): y[i] = W[i, 0:K] . x + bias[i] for n
-     * rows of W (row stride ldw; bias may be NULL); one query's attention over n cached keys
-     * (keys of kd, transposed, row stride ld_k; values [n, vd]), scores room for n. */
-    void (*matvec_rows_f32)(int64_t n, int64_t K, const float *W, int64_t ldw, const float *x,
-                            const float *bias, float *y);
+    /* One query's attention over n cached keys (attend_row.c): keys of kd stored transposed
+     * (row stride ld_k), values [n, vd]; scores has room for n. */
     void (*attend_row_f32)(int64_t n, int64_t kd, int64_t vd, int64_t ld_k, float scale,
                            const float *q, const float *Kt, const float *V, float *scores,
                            float *ctx);
-    /* A prompt's rows at once: y[t * ldy + i] = W[i, 0:K] . x_t (+ bias[i]) for n rows of W
-     * and T <= 16 inputs given transposed, xt[k][t] ([K][16], lanes past T ignored); each
-     * output one multiply-add chain in order of k. */
-    void (*matmul_rows_f32)(int64_t n, int64_t K, const float *W, int64_t ldw, const float *xt,
-                            int64_t T, const float *bias, float *y, int64_t ldy);
     /* Adam's update of n contiguous elements (adam_rows.c): p, m and v in place. */
     void (*adam_f32)(int64_t n, float *p, const float *g, float *m, float *v,
                      const nbk_adam_consts *c);
@@ -127,13 +119,9 @@ void NBK_FN(nbk_layer_norm_backward_rows_f32)(int64_t rows, int64_t D, const flo
 void NBK_FN(nbk_add_row_f32)(double *acc, const float *x, int64_t n);
 void NBK_FN(nbk_add_rows_f32)(double *acc, int64_t ldacc, const float *x, int64_t ldx, int64_t R,
                               int64_t n);
-void NBK_FN(nbk_matvec_rows_f32)(int64_t n, int64_t K, const float *W, int64_t ldw, const float *x,
-                                 const float *bias, float *y);
 void NBK_FN(nbk_attend_row_f32)(int64_t n, int64_t kd, int64_t vd, int64_t ld_k, float scale,
                                 const float *q, const float *Kt, const float *V, float *scores,
                                 float *ctx);
-void NBK_FN(nbk_matmul_rows_f32)(int64_t n, int64_t K, const float *W, int64_t ldw, const float *xt,
-                                 int64_t T, const float *bias, float *y, int64_t ldy);
 void NBK_FN(nba_small_head_forward)(const nba_small_head *h);
 void NBK_FN(nba_small_head_backward)(const nba_small_head *h);
 void NBK_FN(nbk_adam_f32)(int64_t n, float *p, const float *g, float *m, float *v,

@@ -17,8 +17,6 @@ void NBK_FN(nbt_kernels)(nbt_kernel_table *k) {
         .layer_norm_backward_rows_f32 = NBK_FN(nbk_layer_norm_backward_rows_f32),
         .add_row_f32 = NBK_FN(nbk_add_row_f32),
         .add_rows_f32 = NBK_FN(nbk_add_rows_f32),
-        .matvec_rows_f32 = NBK_FN(nbk_matvec_rows_f32),
-        .matmul_rows_f32 = NBK_FN(nbk_matmul_rows_f32),
         .attend_row_f32 = NBK_FN(nbk_attend_row_f32),
         .adam_f32 = NBK_FN(nbk_adam_f32),
         .adam_f64 = NBK_FN(nbk_adam_f64),
