@@ -174,7 +174,8 @@ static void gen_step(workload *w) {
 }
 
 /* ---- The same step with the Llama-style LM of examples/blocks ---- */
-static void llama_setup(workload *w) {
+/* The llama and llamagen workloads' model: w's sizes, RMSNorm eps 1e-5, RoPE base 10000. */
+static void llama_model(workload *w) {
     w->model = nb_model_new(NB_F32, 0);
     blk_llama_config cfg = {.dim = w->D,
                             .n_heads = w->H,
@@ -183,6 +184,10 @@ static void llama_setup(workload *w) {
                             .norm_eps = 1e-5,
                             .rope_base = 10000};
     w->llama = blk_llama_lm_new(w->model, "", w->V, (int)w->L, &cfg);
+}
+
+static void llama_setup(workload *w) {
+    llama_model(w);
     training_setup(w);
     double tokens = (double)(w->B * w->T), D = (double)w->D, T = (double)w->T;
     double kv_dim = D * (double)w->KV / (double)w->H, hidden = (double)w->hidden;
@@ -207,14 +212,7 @@ static void llama_step(workload *w) {
  * same 16-token prompt rule, 240 new tokens, a KV cache of 2 kv heads per layer, through
  * nb_generate and blk_llama_lm_causal with a context of T; reported per generated token. */
 static void llamagen_setup(workload *w) {
-    w->model = nb_model_new(NB_F32, 0);
-    blk_llama_config cfg = {.dim = w->D,
-                            .n_heads = w->H,
-                            .n_kv_heads = w->KV,
-                            .hidden = w->hidden,
-                            .norm_eps = 1e-5,
-                            .rope_base = 10000};
-    w->llama = blk_llama_lm_new(w->model, "", w->V, (int)w->L, &cfg);
+    llama_model(w);
     w->cache = blk_llama_lm_cache_new(w->llama, 1, w->T);
     random_prompt(w);
     double D = (double)w->D, ctx = 16 + 240 / 2.0; /* mean keys attended per token */

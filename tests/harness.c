@@ -179,3 +179,24 @@ void nbtest_greedy_reference(const nb_causal_lm *lm, int64_t max_len, const int6
     }
     free(seq);
 }
+
+void nbtest_check_cached_chunks(const nb_causal_lm *lm, nb_kv_cache *c, const nb_tensor *tokens,
+                                const nb_tensor *full, const int64_t *chunks, int nchunks,
+                                double tol) {
+    const int64_t B = tokens->shape[0], start = nb_kv_cache_len(c);
+    const bool grad = nb_is_grad_enabled();
+    int64_t at = 0;
+    for (int i = 0; i < nchunks; i++) {
+        nb_scope_begin();
+        nb_tensor *logits = lm->forward(lm->model, nb_narrow(tokens, 1, at, chunks[i]), c);
+        CU_ASSERT_FALSE(logits && logits->requires_grad);
+        CU_ASSERT_EQUAL(nb_is_grad_enabled(), grad);
+        NBT_ASSERT_SHAPE(logits, B, chunks[i], lm->vocab);
+        NBT_ASSERT_CLOSE(logits, nb_narrow(full, 1, at, chunks[i]), tol, tol);
+        CU_ASSERT_EQUAL(nb_kv_cache_len(c), start + at); /* only a commit advances it */
+        CU_ASSERT_TRUE(nb_kv_cache_commit(c, chunks[i]));
+        nb_scope_end();
+        at += chunks[i];
+    }
+    CU_ASSERT_EQUAL(nb_kv_cache_len(c), start + at);
+}

@@ -64,6 +64,14 @@ bool nbtest_has_shape(const nb_tensor *t, int ndim, const int64_t *shape);
         }                                                                                          \
     } while (0)
 
+/* Feeds tokens [B, T] to cache c through lm's forward in the chunks listed (summing to T,
+ * from c's current length), and checks each chunk: logits [B, chunk, vocab] equal to full's
+ * (the full forward's) at the same positions within tol, no autograd history, grad mode as it
+ * was, and c's length moved only by the commit that follows. */
+void nbtest_check_cached_chunks(const nb_causal_lm *lm, nb_kv_cache *c, const nb_tensor *tokens,
+                                const nb_tensor *full, const int64_t *chunks, int nchunks,
+                                double tol);
+
 /* Greedy continuation of prompt by n tokens through lm's full forward (no cache) over the
  * window nb_generate reads: the sequence so far, restarted from its last max_len / 2 tokens
  * whenever it would not fit max_len (the smaller of lm's and the cache's). The reference the

@@ -392,19 +392,8 @@ static void check_llama_chunks(nb_dtype dt, double tol, const int64_t *chunks, i
     nb_kv_cache *c = blk_llama_lm_cache_new(lm, B, T);
     CU_ASSERT_PTR_NOT_NULL_FATAL(c);
     const blk_attn_opts cached = {.causal = true, .cache = c};
-    int64_t at = 0;
-    for (int i = 0; i < nchunks; i++) {
-        CU_ASSERT_EQUAL(nb_kv_cache_len(c), at);
-        nb_tensor *logits = blk_llama_lm_forward(lm, nb_narrow(tokens, 1, at, chunks[i]), &cached);
-        CU_ASSERT_FALSE(logits && logits->requires_grad);
-        CU_ASSERT_TRUE(nb_is_grad_enabled()); /* restored */
-        NBT_ASSERT_SHAPE(logits, B, chunks[i], 11);
-        NBT_ASSERT_CLOSE(logits, nb_narrow(full, 1, at, chunks[i]), tol, tol);
-        CU_ASSERT_EQUAL(nb_kv_cache_len(c), at); /* only a commit advances it */
-        CU_ASSERT_TRUE(nb_kv_cache_commit(c, chunks[i]));
-        at += chunks[i];
-    }
-    CU_ASSERT_EQUAL(nb_kv_cache_len(c), T);
+    const nb_causal_lm clm = blk_llama_lm_causal(lm, T);
+    nbtest_check_cached_chunks(&clm, c, tokens, full, chunks, nchunks, tol);
     /* Truncated back to 3 positions, the rest fed again gives the same logits. */
     CU_ASSERT_TRUE(nb_kv_cache_truncate(c, 3));
     NBT_ASSERT_CLOSE(blk_llama_lm_forward(lm, nb_narrow(tokens, 1, 3, T - 3), &cached),

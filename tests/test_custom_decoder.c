@@ -198,18 +198,8 @@ static void check_chunks(mla_model *m, const nb_tensor *tokens, const nb_tensor 
                          const int64_t *chunks, int nchunks, double tol) {
     nb_kv_cache *c = mla_new_cache(m, tokens->shape[0], m->max_len);
     CU_ASSERT_PTR_NOT_NULL_FATAL(c);
-    int64_t at = 0;
-    for (int i = 0; i < nchunks; i++) {
-        nb_scope_begin();
-        nb_tensor *logits = mla_forward(m, nb_narrow(tokens, 1, at, chunks[i]), c);
-        NBT_ASSERT_SHAPE(logits, tokens->shape[0], chunks[i], m->vocab);
-        CU_ASSERT_FALSE(logits && logits->requires_grad);
-        NBT_ASSERT_CLOSE(logits, nb_narrow(full, 1, at, chunks[i]), tol, tol);
-        CU_ASSERT_EQUAL(nb_kv_cache_len(c), at); /* the forward does not commit */
-        CU_ASSERT_TRUE(nb_kv_cache_commit(c, chunks[i]));
-        nb_scope_end();
-        at += chunks[i];
-    }
+    const nb_causal_lm lm = mla_causal(m);
+    nbtest_check_cached_chunks(&lm, c, tokens, full, chunks, nchunks, tol);
     nb_kv_cache_free(c);
 }
 

@@ -28,19 +28,8 @@ static void check_lm_chunks(nb_dtype dt, double tol, const int64_t *chunks, int 
     nb_tensor *full = nb_transformer_lm_forward(lm, tokens, true, NULL, NULL);
     nb_kv_cache *c = nb_kv_cache_for_lm(lm, B);
     CU_ASSERT_PTR_NOT_NULL_FATAL(c);
-    int64_t at = 0;
-    for (int i = 0; i < nchunks; i++) {
-        CU_ASSERT_EQUAL(nb_kv_cache_len(c), at);
-        nb_tensor *part = nb_narrow(tokens, 1, at, chunks[i]);
-        nb_tensor *logits = nb_transformer_lm_forward_cached(lm, part, c);
-        CU_ASSERT_FALSE(logits && logits->requires_grad);
-        NBT_ASSERT_SHAPE(logits, B, chunks[i], 11);
-        NBT_ASSERT_CLOSE(logits, nb_narrow(full, 1, at, chunks[i]), tol, tol);
-        CU_ASSERT_EQUAL(nb_kv_cache_len(c), at); /* only a commit advances it */
-        CU_ASSERT_TRUE(nb_kv_cache_commit(c, chunks[i]));
-        at += chunks[i];
-    }
-    CU_ASSERT_EQUAL(nb_kv_cache_len(c), T);
+    const nb_causal_lm clm = nb_transformer_lm_causal(lm);
+    nbtest_check_cached_chunks(&clm, c, tokens, full, chunks, nchunks, tol);
     /* After a reset the cache starts over and gives the same logits again. */
     nb_kv_cache_reset(c);
     NBT_ASSERT_CLOSE(nb_transformer_lm_forward_cached(lm, tokens, c), full, tol, tol);
