@@ -173,6 +173,11 @@ nb_tensor *nb_mha_forward_cross(nb_mha *m, const nb_tensor *q_in, const nb_tenso
     return nbn_result(&m->base, nb_linear_forward(m->out_proj, apply_head_mask(m, ctx, head_mask)));
 }
 
+nb_kv_cache *nb_kv_cache_for_mha(const nb_mha *m, int64_t batch, int64_t max_len) {
+    if (!m) return nbt_error("kv_cache", "NULL module");
+    return nb_kv_cache_new(1, batch, max_len, m->num_heads, m->head_dim, m->base.root->dtype);
+}
+
 nb_tensor *nb_mha_forward(nb_mha *m, const nb_tensor *x, const nb_mha_opts *opts) {
     return nb_mha_forward_cross(m, x, x, opts);
 }

@@ -149,17 +149,6 @@ nb_kv_cache *nb_kv_cache_new(int layers, int64_t batch, int64_t max_len, int64_t
     return c;
 }
 
-nb_kv_cache *nb_kv_cache_for_mha(const nb_mha *m, int64_t batch, int64_t max_len) {
-    if (!m) return nbt_error("kv_cache", "NULL module");
-    return nb_kv_cache_new(1, batch, max_len, m->num_heads, m->head_dim, m->base.root->dtype);
-}
-
-nb_kv_cache *nb_kv_cache_for_lm(const nb_transformer_lm *lm, int64_t batch) {
-    if (!lm) return nbt_error("kv_cache", "NULL module");
-    return nb_kv_cache_new(lm->num_layers, batch, lm->max_len, lm->num_heads,
-                           lm->dim / lm->num_heads, lm->base.root->dtype);
-}
-
 bool nb_kv_cache_commit(nb_kv_cache *c, int64_t n) {
     if (!c) return nbt_error("kv_cache_commit", "NULL cache"), false;
     if (n < 0 || n > c->max_len - c->len)

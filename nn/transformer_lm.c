@@ -160,11 +160,16 @@ static nb_tensor *causal_forward(void *lm, const nb_tensor *tokens, nb_kv_cache 
     return nb_transformer_lm_forward_cached(lm, tokens, c);
 }
 
+/* A layer per block, each with the heads of the block's attention. */
 static nb_kv_cache *causal_cache(void *model, int64_t batch, int64_t max_len) {
-    nb_transformer_lm *lm = model;
+    const nb_transformer_lm *lm = model;
     if (!lm) return nbt_error("kv_cache", "NULL module");
     return nb_kv_cache_new(lm->num_layers, batch, max_len, lm->num_heads, lm->dim / lm->num_heads,
                            lm->base.root->dtype);
+}
+
+nb_kv_cache *nb_kv_cache_for_lm(const nb_transformer_lm *lm, int64_t batch) {
+    return causal_cache((void *)lm, batch, lm ? lm->max_len : 1);
 }
 
 nb_causal_lm nb_transformer_lm_causal(nb_transformer_lm *lm) {
