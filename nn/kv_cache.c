@@ -11,6 +11,7 @@
 #include "tensor/vecmath.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,19 +69,23 @@ static cache_layer *layer_of(nb_kv_cache *c, int layer, const char *who) {
     return &c->layers[layer];
 }
 
-/* A zeroed tensor in the cache's scope, or NULL with an error if its size overflows. */
-static nb_tensor *cache_tensor(nb_kv_cache *c, const char *who, int64_t d0, int64_t d1, int64_t d2,
-                               int64_t d3) {
-    const int64_t dims[4] = {d0, d1, d2, d3};
+/* A zeroed tensor of the given shape in the cache's own scope (whatever scope is current, so
+ * it lives as long as the cache), or NULL with an error if its size overflows. */
+static nb_tensor *cache_tensor(nb_kv_cache *c, const char *who, int ndim, const int64_t *shape) {
     int64_t n = 1;
-    for (int i = 0; i < 4; i++) {
-        if (dims[i] > INT64_MAX / 16 / n)
-            return nbt_error(who, "%lld x %lld x %lld x %lld numbers overflow", (long long)d0,
-                             (long long)d1, (long long)d2, (long long)d3);
-        n *= dims[i];
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] > INT64_MAX / 16 / n) {
+            char dims[128];
+            int at = 0;
+            for (int j = 0; j < ndim && at < (int)sizeof dims; j++)
+                at += snprintf(dims + at, sizeof dims - (size_t)at, j ? " x %lld" : "%lld",
+                               (long long)shape[j]);
+            return nbt_error(who, "%s numbers overflow", dims);
+        }
+        n *= shape[i];
     }
     nb_scope_push(c->scope);
-    nb_tensor *t = nb_zeros(c->dtype, NB_SHAPE(d0, d1, d2, d3));
+    nb_tensor *t = nb_zeros(c->dtype, ndim, shape);
     nb_scope_pop();
     return t;
 }
@@ -96,9 +101,11 @@ bool nb_kv_cache_add_heads(nb_kv_cache *c, int layer, int64_t kv_heads, int64_t 
                          "kv_heads, k_dim and v_dim must be >= 1, got %lld, %lld and %lld",
                          (long long)kv_heads, (long long)k_dim, (long long)v_dim),
                false;
-    nb_tensor *k = cache_tensor(c, "kv_cache_add_heads", c->batch, kv_heads, k_dim, c->max_len);
+    nb_tensor *k =
+        cache_tensor(c, "kv_cache_add_heads", NB_SHAPE(c->batch, kv_heads, k_dim, c->max_len));
     nb_tensor *v =
-        k ? cache_tensor(c, "kv_cache_add_heads", c->batch, kv_heads, c->max_len, v_dim) : NULL;
+        k ? cache_tensor(c, "kv_cache_add_heads", NB_SHAPE(c->batch, kv_heads, c->max_len, v_dim))
+          : NULL;
     if (!v) return false; /* k stays in the cache's scope until it is freed */
     l->kv_heads = kv_heads;
     l->k_dim = k_dim;
@@ -130,8 +137,8 @@ bool nb_kv_cache_add_rows(nb_kv_cache *c, int layer, const char *name, int64_t w
         return nbt_error("kv_cache_add_rows", "'%s': width must be >= 1, got %lld", name,
                          (long long)width),
                false;
-    nb_tensor *t = cache_tensor(c, "kv_cache_add_rows", 1, c->batch, c->max_len, width);
-    if (!t || !(t = nb_view(t, NB_SHAPE(c->batch, c->max_len, width)))) return false;
+    nb_tensor *t = cache_tensor(c, "kv_cache_add_rows", NB_SHAPE(c->batch, c->max_len, width));
+    if (!t) return false;
     rows_entry *e = &l->rows[l->nrows++];
     *e = (rows_entry){.width = width, .t = t};
     strcpy(e->name, name);

@@ -545,6 +545,38 @@ static void test_empty_forward(void) {
     nb_kv_cache_free(c);
 }
 
+/* A cache made inside a scope that has ended keeps working: its tensors live in the cache's
+ * own scope, whatever scope was current when a layer was given them. */
+static void test_made_in_an_ended_scope(void) {
+    nb_scope_begin();
+    nb_kv_cache *c = nb_kv_cache_empty(1, 1, 4, NB_F64);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    CU_ASSERT_TRUE(nb_kv_cache_add_rows(c, 0, "latent", 2));
+    CU_ASSERT_TRUE(nb_kv_cache_add_heads(c, 0, 1, 2, 2));
+    nb_scope_end();
+    for (int t = 0; t < 3; t++) {
+        nb_scope_begin();
+        nb_tensor *x = nb_full(NB_F64, NB_SHAPE(1, 1, 2), t + 1);
+        nb_tensor *rows = nb_kv_cache_append(c, 0, "latent", x);
+        CU_ASSERT_PTR_NOT_NULL(rows);
+        NBT_ASSERT_SHAPE(rows, 1, t + 1, 2);
+        if (rows) CU_ASSERT_EQUAL(nb_get(rows, NB_IDX(0, t, 1)), t + 1);
+        /* keys and values j + 1 in both dims, query t + 1: scores sqrt(2) (t + 1)(j + 1) over
+         * j <= t (scale 1/sqrt(2)), the context their softmax-weighted mean of j + 1 */
+        nb_tensor *ctx = nb_kv_cache_attend(c, 0, x, x, x, 1);
+        double num = 0, den = 0;
+        for (int j = 0; j <= t; j++) {
+            const double w = exp(sqrt(2.0) * (t + 1) * (j - t));
+            num += w * (j + 1);
+            den += w;
+        }
+        NBT_ASSERT_CLOSE(ctx, nb_full(NB_F64, NB_SHAPE(1, 1, 2), num / den), 1e-12, 1e-12);
+        CU_ASSERT_TRUE(nb_kv_cache_commit(c, 1));
+        nb_scope_end();
+    }
+    nb_kv_cache_free(c);
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"attend equals op-by-op attention (f64, k_dim != v_dim, grouped)",
@@ -559,6 +591,7 @@ int main(void) {
         {"layout errors", test_layout_errors},
         {"call errors leave the cache unchanged", test_call_errors},
         {"a forward of no new positions writes nothing", test_empty_forward},
+        {"a cache made in a scope that has ended", test_made_in_an_ended_scope},
     };
     return nbtest_run("kv_cache", cases, (int)(sizeof cases / sizeof cases[0]));
 }
