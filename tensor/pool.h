@@ -8,7 +8,7 @@
  * woken only for jobs long enough to pay for it (pool.c). GNU OpenMP's default spin-waiting
  * made two threads 100x slower than one on a machine where other processes kept a core busy;
  * with this pool 2 threads measured from 0.41x to 1.15x one thread's time there on a loaded
- * machine (README, "Performance").
+ * machine when it was written (the busy-neighbour rounds in docs/performance.md are today's).
  *
  * Which thread runs a task never changes what the task computes, so results do not depend on
  * the thread count as long as each task writes its own outputs. */
