@@ -27,11 +27,11 @@
  * softmax and the GELU take (forward + backward, timed alone at the step's shapes). The gen
  * and llamagen workloads are timed per generated token ("step" = one token there).
  *
- * llama is lm's training step with the Llama-style LM of examples/blocks at lm's size and
+ * llama is lm's training step with the Llama-style LM of nn/blocks at lm's size and
  * parameter count (see llama_setup), and llamagen its greedy generation as gen's (torch_bench.py
  * has both, as llama_train_step and llamagen_kvcache_per_token). */
 #define _POSIX_C_SOURCE 200809L
-#include "blocks.h"
+#include <nabla/blocks.h>
 
 #include <nabla/nabla.h>
 
@@ -173,7 +173,7 @@ static void gen_step(workload *w) {
         fprintf(stderr, "gen: %s\n", nb_last_error());
 }
 
-/* ---- The same step with the Llama-style LM of examples/blocks ---- */
+/* ---- The same step with the Llama-style LM of nn/blocks ---- */
 /* The llama and llamagen workloads' model: w's sizes, RMSNorm eps 1e-5, RoPE base 10000. */
 static void llama_model(workload *w) {
     w->model = nb_model_new(NB_F32, 0);

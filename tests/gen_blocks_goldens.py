@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes the PyTorch goldens of the Llama-style blocks (examples/blocks/):
+"""Writes the PyTorch goldens of the Llama-style blocks (nn/blocks/):
 tests/goldens/blocks.json.
 
 Run it with Debian's PyTorch (apt-get install python3-torch), from anywhere:
@@ -16,7 +16,7 @@ The references are written here from the formulas, not taken from a library:
     angle p * inv_freq_i: out = x * cos + rotate_half(x) * sin with rotate_half(x) =
     cat(-x[hd/2:], x[:hd/2]) and cos, sin tables repeated over both halves. Positions start at
     a given offset (a KV-cache user rotates position t > 0). The tables are computed in
-    float64 and rounded to the case's dtype, as examples/blocks/rope.c does.
+    float64 and rounded to the case's dtype, as nn/blocks/rope.c does.
   * SwiGLU: w2(silu(w1(x)) * w3(x)), no biases.
   * Grouped-query attention: wq, wk, wv, wo without biases, n_kv_heads dividing n_heads,
     RoPE on q and k, k and v heads repeated with repeat_interleave (query head h reads kv

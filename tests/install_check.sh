@@ -8,10 +8,12 @@
 # tests/out_of_tree/custom_generate.c, the README's example of a model of the user's own
 # generating through nb_generate with a cache of its own design, built with the command its
 # comment gives (plus warnings as errors).
-# Usage: install_check.sh MESON BUILD_DIR VERSION USER_EXTENSION_C CUSTOM_GENERATE_C CC...
+# And tests/out_of_tree/blocks_lm.c, which trains and generates with the installed
+# Llama-style blocks (<nabla/blocks.h>).
+# Usage: install_check.sh MESON BUILD_DIR VERSION USER_EXTENSION_C CUSTOM_GENERATE_C BLOCKS_LM_C CC...
 set -eu
-meson=$1 build=$2 version=$3 user_extension=$4 custom_generate=$5
-shift 5 # the rest is the C compiler command
+meson=$1 build=$2 version=$3 user_extension=$4 custom_generate=$5 blocks_lm=$6
+shift 6 # the rest is the C compiler command
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -39,7 +41,7 @@ case "$cflags" in *"$tmp/root"*) ;; *) fail "cflags '$cflags' do not point into 
 libdir=$(pkgconf --variable=libdir nabla)
 [ -f "$libdir/libnabla.so" ] || fail "no libnabla.so in $libdir"
 [ -f "$libdir/libnabla.a" ] || fail "no libnabla.a in $libdir"
-for h in nabla.h tensor.h autograd.h ops.h module.h function.h parallel.h nn.h; do
+for h in nabla.h tensor.h autograd.h ops.h module.h function.h parallel.h nn.h blocks.h; do
     [ -f "$tmp/root$prefix/include/nabla/$h" ] || fail "header nabla/$h was not installed"
 done
 
@@ -87,15 +89,23 @@ cp "$user_extension" "$tmp/ext/user_extension.c"
 grep -q "user extension: ok" "$tmp/ext_run.log" || fail "the extension did not finish"
 sed 's/^/  /' "$tmp/ext_run.log"
 
-mkdir "$tmp/gen"
-cp "$custom_generate" "$tmp/gen/custom_generate.c"
-# shellcheck disable=SC2046
-(cd "$tmp/gen" && "$@" -std=c11 -Wall -Wextra -Werror custom_generate.c -o custom_generate \
-    $(pkgconf --cflags --libs nabla)) >"$tmp/gen.log" 2>&1 ||
-    { cat "$tmp/gen.log" >&2; fail "tests/out_of_tree/custom_generate.c does not build"; }
-(cd "$tmp/gen" && env -u LD_LIBRARY_PATH ./custom_generate) >"$tmp/gen_run.log" 2>&1 ||
-    { cat "$tmp/gen_run.log" >&2; fail "tests/out_of_tree/custom_generate.c failed"; }
-grep -q "custom_generate: ok" "$tmp/gen_run.log" || fail "custom_generate did not finish"
-sed 's/^/  /' "$tmp/gen_run.log"
+# A program of tests/out_of_tree/, built in a directory of its own with the command its
+# comment gives (plus warnings as errors) and run as a user would; it prints "NAME: ...ok".
+build_and_run() {
+    src=$1 name=$(basename "$1" .c)
+    shift # the rest is the C compiler command
+    mkdir "$tmp/$name"
+    cp "$src" "$tmp/$name/$name.c"
+    # shellcheck disable=SC2046
+    (cd "$tmp/$name" && "$@" -std=c11 -Wall -Wextra -Werror "$name.c" -o "$name" \
+        $(pkgconf --cflags --libs nabla)) >"$tmp/$name.log" 2>&1 ||
+        { cat "$tmp/$name.log" >&2; fail "tests/out_of_tree/$name.c does not build"; }
+    (cd "$tmp/$name" && env -u LD_LIBRARY_PATH "./$name") >"$tmp/${name}_run.log" 2>&1 ||
+        { cat "$tmp/${name}_run.log" >&2; fail "tests/out_of_tree/$name.c failed"; }
+    grep -q "^$name: .*ok" "$tmp/${name}_run.log" || fail "$name did not finish"
+    sed 's/^/  /' "$tmp/${name}_run.log"
+}
+build_and_run "$custom_generate" "$@"
+build_and_run "$blocks_lm" "$@"
 
-echo "install_check: nabla $version installs, pkg-config finds it, shared and static links work, a user extension builds, checks, runs a parallel loop and trains, a user model generates"
+echo "install_check: nabla $version installs, pkg-config finds it, shared and static links work, a user extension builds, checks, runs a parallel loop and trains, a user model generates, the installed blocks train and generate"

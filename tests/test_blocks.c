@@ -1,10 +1,9 @@
-/* The Llama-style blocks of examples/blocks/: values computed by hand, equivalences with
+/* The Llama-style blocks of nn/blocks/: values computed by hand, equivalences with
  * nabla's built-in attention and with explicitly repeated kv heads, float64 gradchecks of every
  * function and module (input and every parameter), checkpoints and errors. PyTorch goldens
  * are in tests/test_blocks_goldens.c. */
-#include "blocks.h"
+#include <nabla/blocks.h>
 #include "harness.h"
-#include "rope_tables.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,11 +1,11 @@
-/* The Llama-style blocks (examples/blocks/) against PyTorch: tests/goldens/blocks.json, written
+/* The Llama-style blocks (nn/blocks/) against PyTorch: tests/goldens/blocks.json, written
  * by tests/gen_blocks_goldens.py from references written there from the formulas (RMSNorm,
  * rotate-half RoPE, SwiGLU, grouped-query attention with repeat_interleave, the block and the
  * LM). Each case builds the nabla module from the case's config, copies PyTorch's parameters
  * in under their names (every module parameter must be matched by name and shape), runs
  * forward, backpropagates the case's output gradient and compares the output, every parameter
  * gradient and the input gradient. */
-#include "blocks.h"
+#include <nabla/blocks.h>
 #include "golden.h"
 #include "harness.h"
 

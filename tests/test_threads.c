@@ -1,10 +1,10 @@
 /* Results do not depend on the thread count: a few AdamW steps of a small transformer LM,
  * large enough that GEMM, GELU, softmax and layer_norm split their work, give bitwise
  * identical losses and parameters with 1 and 2 threads. So does the Llama-style LM of
- * examples/blocks, whose user functions (RMSNorm, the SwiGLU gate, RoPE) loop through
+ * nn/blocks, whose user functions (RMSNorm, the SwiGLU gate, RoPE) loop through
  * nb_parallel_for: at its sizes every one of those loops splits, RMSNorm's weight gradient by
  * columns. */
-#include "blocks.h"
+#include <nabla/blocks.h>
 #include "harness.h"
 
 #include <math.h>
@@ -167,7 +167,7 @@ static void test_adamw_split_across_threads_agrees_bitwise(void) {
 int main(void) {
     const nbtest_case cases[] = {
         {"1 and 2 threads give bitwise identical training", test_one_and_two_threads_agree_bitwise},
-        {"llama (examples/blocks): 1 and 2 threads train bitwise the same",
+        {"llama (nn/blocks): 1 and 2 threads train bitwise the same",
          test_llama_one_and_two_threads_agree_bitwise},
         {"an AdamW update split across threads is bitwise identical",
          test_adamw_split_across_threads_agrees_bitwise},

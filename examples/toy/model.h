@@ -1,9 +1,9 @@
 /* The model toy_tasks trains: nabla's built-in GPT-style TransformerLM (--block gpt) or the
- * Llama-style LM of examples/blocks (--block llama), sized from the task. */
+ * Llama-style LM of nn/blocks (--block llama), sized from the task. */
 #ifndef NABLA_TOY_MODEL_H
 #define NABLA_TOY_MODEL_H
 
-#include "blocks.h"
+#include <nabla/blocks.h>
 #include "tasks.h"
 
 typedef enum { TOY_BLOCK_GPT, TOY_BLOCK_LLAMA } toy_block;

@@ -14,5 +14,6 @@
 #include "nabla/optim.h"
 #include "nabla/generate.h"
 #include "nabla/dist.h"
+#include "nabla/blocks.h"
 
 #endif

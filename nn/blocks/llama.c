@@ -1,6 +1,6 @@
 /* The Llama-style block (pre-RMSNorm, RoPE, grouped-query attention, SwiGLU, residuals) and
  * a small language model of such blocks. */
-#include "blocks.h"
+#include <nabla/blocks.h>
 #include "errors.h"
 
 #include <stdio.h>

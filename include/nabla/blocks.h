@@ -1,6 +1,7 @@
-/* Llama-style transformer pieces built on nabla's public API alone (this folder includes
- * nothing but <nabla/...>): RMSNorm, rotary position embeddings, a SwiGLU feed-forward,
- * grouped-query attention, the block that combines them and a small language model.
+/* Llama-style transformer pieces, part of libnabla but built on its public API alone (their
+ * sources, nn/blocks/, include nothing of nabla but <nabla/...>): RMSNorm, rotary position
+ * embeddings, a SwiGLU feed-forward, grouped-query attention, the block that combines them and a
+ * small language model.
  *
  * Each piece is a function of tensors (differentiable, any float dtype) and a module that
  * holds its parameters in a nabla model tree, under Meta's Llama parameter names
@@ -25,6 +26,21 @@ nb_tensor *blk_rms_norm(const nb_tensor *x, const nb_tensor *weight, double eps)
  * offset, offset + 1, ... along dim seq_dim (not the last). Pair i < hd/2, made of elements i
  * and i + hd/2, is rotated by angle position * base^(-2i/hd). */
 nb_tensor *blk_rope(const nb_tensor *x, int seq_dim, int64_t offset, double base);
+
+/* RoPE's cos and sin tables, made once and applied to several tensors at the same positions
+ * (q and k of one attention): cos and sin of each position's angles, [T, hd / 2] each. */
+typedef struct {
+    nb_tensor *cos, *sin;
+} blk_rope_tables;
+
+/* Tables of dtype dt for positions offset .. offset + T - 1 and an even head dim hd, in the
+ * current scope; false with an error when out of memory. */
+bool blk_rope_tables_make(nb_dtype dt, int64_t T, int64_t hd, int64_t offset, double base,
+                          blk_rope_tables *out);
+
+/* blk_rope with tables made for x's dtype, head dim and length along seq_dim (checked as
+ * blk_rope checks its arguments). A new tensor in the current scope, or NULL with an error. */
+nb_tensor *blk_rope_apply(const nb_tensor *x, int seq_dim, const blk_rope_tables *tables);
 
 /* SwiGLU feed-forward: (silu(x w1^T) * (x w3^T)) w2^T with w1, w3 [hidden, D], w2 [D, hidden],
  * no biases. */

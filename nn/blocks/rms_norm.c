@@ -1,5 +1,5 @@
 /* RMSNorm (Llama's normalisation): x * rsqrt(mean(x^2) + eps) * weight over the last dim. */
-#include "blocks.h"
+#include <nabla/blocks.h>
 #include "errors.h"
 
 #include <math.h>

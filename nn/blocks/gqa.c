@@ -2,7 +2,7 @@
  * key/value head. The query heads are viewed as [B, KV, G, T_q, hd] and the kv heads as
  * [B, KV, 1, T_k, hd], so the batched products broadcast each kv head over its group in
  * place (a stride-0 batch dim) instead of copying it G times as repeat_interleave would. */
-#include "blocks.h"
+#include <nabla/blocks.h>
 #include "errors.h"
 
 /* The mask (broadcast to [B, H, T_q, T_k]) as a tensor broadcasting to [B, KV, G, T_q, T_k];

@@ -1,7 +1,6 @@
 /* The Llama-style attention module: projections, RoPE on q and k, grouped-query attention. */
-#include "blocks.h"
+#include <nabla/blocks.h>
 #include "errors.h"
-#include "rope_tables.h"
 
 #include <math.h>
 

@@ -1,7 +1,6 @@
 /* Rotary position embeddings, rotate-half convention (Hugging Face's Llama layout). */
-#include "blocks.h"
+#include <nabla/blocks.h>
 #include "errors.h"
-#include "rope_tables.h"
 
 #include <math.h>
 

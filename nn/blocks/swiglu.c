@@ -1,5 +1,5 @@
 /* SwiGLU feed-forward (Llama's MLP): w2(silu(w1 x) * w3 x), no biases. */
-#include "blocks.h"
+#include <nabla/blocks.h>
 #include "errors.h"
 
 /* silu(a) * b as one node (nabla's function API): op by op it took four nodes (sigmoid, two
