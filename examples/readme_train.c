@@ -40,8 +40,8 @@ static bool accuracy(void *user, int64_t steps_done, double *acc) {
 
 int main(int argc, char **argv) {
     nb_module *model = nb_model_new(NB_F32, 1);
-    classifier c = {nb_linear_new(model, "fc1", 2, 32, true),
-                    nb_linear_new(model, "fc2", 32, 2, true)};
+    classifier c = {.fc1 = nb_linear_new(model, "fc1", 2, 32, true),
+                    .fc2 = nb_linear_new(model, "fc2", 32, 2, true)};
     nb_rng_seed(&c.data, 7);
     int n;
     nb_tensor **params = nb_module_parameters(model, &n);
