@@ -337,6 +337,7 @@ static int run_training(const toy_model *lm, const options *o) {
     t.step = toy_step;
     t.user = &tr;
     t.accum = accum;
+    t.dist = nb_dist_train();
     t.clip_norm = 1.0;
     t.lr = toy_lr;
     t.n_metrics = 1;

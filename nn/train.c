@@ -1,8 +1,8 @@
 /* nb_train: the loop around a user's step (nabla/train.h). One step: micro-batches (scope,
- * callback, backward, into the gradient reducer), the average over micro-batches and ranks, the
+ * callback, backward, opts.dist's hook), the average over micro-batches and ranks, the
  * health check, clipping, the learning rate, the optimizer step; then the CSV row, evaluation,
  * best checkpoint, early stopping, resume checkpoint and the progress line. */
-#include "nabla/dist.h"
+#include "nabla/dist.h" /* nb_dist_rank, nb_dist_world_size: in libnabla */
 #include "tensor/nbt.h"
 #include "train_impl.h"
 
@@ -21,9 +21,10 @@ typedef struct {
     nb_module *model;
     nb_optimizer *opt;
     nb_param *params;      /* model's parameters that require grad, with names */
-    nb_tensor **trainable; /* the same tensors, for clipping and the reducer */
+    nb_tensor **trainable; /* the same tensors, for clipping and averaging */
     int n_trainable;
-    nb_grad_reducer *reducer; /* NULL with one micro-batch on one rank */
+    const nb_train_dist *dist; /* NULL: one process */
+    void *dist_state;
     int rank, ranks, count;
     bool main_rank; /* prints and writes */
     FILE *logs[NBTR_LOGS];
@@ -94,7 +95,7 @@ static bool list_trainable(trainer *t) {
 /* Every rank goes on only if every rank resumed (a rank that failed keeps its own error). */
 static bool resume_everywhere(trainer *t) {
     bool ok = nbtr_checkpoint_load(t->o.name, t->model, t->opt, &t->o, &t->st);
-    if (nb_dist_all_ok(ok)) return true;
+    if (!t->dist ? ok : t->dist->all_ok(t->dist_state, ok)) return true;
     return ok && (nbt_error(t->o.name, "another rank could not resume"), false);
 }
 
@@ -116,7 +117,7 @@ static bool healthy(const trainer *t, int64_t step) {
            false;
 }
 
-/* One micro-batch: the callback in a scope of its own, backward, into the reducer. */
+/* One micro-batch: the callback in a scope of its own, backward, opts.dist's hook. */
 static bool micro_batch(trainer *t, int64_t step, int k, double *sums) {
     const nb_train_opts *o = &t->o;
     nb_train_micro m = {
@@ -130,10 +131,24 @@ static bool micro_batch(trainer *t, int64_t step, int k, double *sums) {
         nbt_error(OP, "the step callback's loss has %lld elements, not 1",
                   (long long)nb_numel(loss));
     if (ok) sums[0] += nb_item(loss);
-    ok = ok && nb_backward(loss, NULL) && (!t->reducer || nb_grad_reducer_add(t->reducer));
+    ok = ok && nb_backward(loss, NULL) && (!t->dist || t->dist->micro_done(t->dist_state));
     nb_scope_end();
     for (int i = 0; i < o->n_metrics; i++) sums[1 + i] += metrics[i];
     return ok || step_failed(t, step, "the step callback returned no loss");
+}
+
+/* One process: backward added the micro-batches' gradients; their mean is the step's. */
+static bool mean_of_accumulated(const trainer *t) {
+    if (t->o.accum == 1) return true;
+    bool ok = true;
+    for (int i = 0; ok && i < t->n_trainable; i++) {
+        nb_tensor *grad = (nb_tensor *)nb_grad(t->trainable[i]);
+        if (!grad) continue;
+        nb_scope_begin();
+        ok = nb_copy_(grad, nb_mul_scalar(grad, 1.0 / t->o.accum));
+        nb_scope_end();
+    }
+    return ok;
 }
 
 static bool optimizer_step(trainer *t, int64_t step) {
@@ -142,8 +157,9 @@ static bool optimizer_step(trainer *t, int64_t step) {
     nb_module_zero_grad(t->model);
     for (int k = 0; k < o->accum; k++)
         if (!micro_batch(t, step, k, sums)) return false;
-    if ((t->reducer && !nb_grad_reducer_finish(t->reducer)) ||
-        !nb_dist_sum_doubles(sums, 1 + o->n_metrics))
+    if (!(t->dist ? t->dist->step_done(t->dist_state) &&
+                        t->dist->sum(t->dist_state, sums, 1 + o->n_metrics)
+                  : mean_of_accumulated(t)))
         return step_failed(t, step, "averaging the gradients");
     t->loss = sums[0] / t->count;
     for (int i = 0; i < o->n_metrics; i++) t->metrics[i] = sums[1 + i] / t->count;
@@ -182,7 +198,8 @@ static bool evaluate(trainer *t, int64_t done) {
     nb_set_grad_enabled(grad);
     if (!ok) return step_failed(t, done - 1, "the eval callback failed");
     double shared = t->rank == 0 ? metric : 0;
-    if (!nb_dist_sum_doubles(&shared, 1)) return step_failed(t, done - 1, "sharing the metric");
+    if (t->dist && !t->dist->sum(t->dist_state, &shared, 1))
+        return step_failed(t, done - 1, "sharing the metric");
     metric = shared;
     nbtr_state *st = &t->st;
     bool improved = !isnan(metric) &&
@@ -255,8 +272,11 @@ static bool open_logs(trainer *t) {
 static bool setup(trainer *t) {
     const nb_train_opts *o = &t->o;
     if (!list_trainable(t)) return false;
-    if (t->ranks > 1 && !nb_dist_broadcast_module(t->model)) return false;
-    if (t->count > 1 && !(t->reducer = nb_grad_reducer_new(t->trainable, t->n_trainable, 0)))
+    if (t->ranks > 1 && !t->dist)
+        return nbt_error(OP, "%d ranks: set opts.dist to nb_dist_train() (nabla/dist.h)", t->ranks),
+               false;
+    if (t->dist &&
+        !(t->dist_state = t->dist->start(t->model, t->trainable, t->n_trainable, t->o.accum)))
         return false;
     if (t->main_rank && o->out_dir && !nbtr_make_dirs(o->name, o->out_dir)) return false;
     if (o->resume && !resume_everywhere(t)) return false;
@@ -271,6 +291,7 @@ bool nb_train(nb_module *model, nb_optimizer *opt, const nb_train_opts *opts,
     if (!t.o.name) t.o.name = "train";
     if (!t.o.eval_name) t.o.eval_name = "val_loss";
     if (t.o.accum == 0) t.o.accum = 1;
+    t.dist = t.o.dist;
     t.rank = nb_dist_rank();
     t.ranks = nb_dist_world_size() > 0 ? nb_dist_world_size() : 1;
     t.count = t.ranks * t.o.accum;
@@ -296,7 +317,7 @@ bool nb_train(nb_module *model, nb_optimizer *opt, const nb_train_opts *opts,
                                     .best_step = t.st.best_step,
                                     .stopped_early = t.st.stopped,
                                     .curve_written = curve};
-    nb_grad_reducer_free(t.reducer);
+    if (t.dist && t.dist_state) t.dist->end(t.dist_state);
     free(t.params);
     free(t.trainable);
     return ok;

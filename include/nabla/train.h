@@ -17,7 +17,8 @@
  *     position and generator (data_state bytes), the logs' lengths and the best-metric and
  *     patience counters. A run killed at any moment and resumed continues bit for bit as the
  *     uninterrupted run would have.
- * Under MPI (nabla/dist.h) every rank runs nb_train; rank 0 alone prints and writes files, every
+ * Under MPI every rank runs nb_train with opts.dist = nb_dist_train() (nabla/dist.h, in
+ * libnabla_dist: libnabla itself never loads MPI); rank 0 alone prints and writes files, every
  * rank reads a checkpoint to resume.
  *
  * Checkpoint files in out_dir: resume-<step>.safetensors (model and optimizer,
@@ -61,6 +62,21 @@ typedef bool (*nb_train_eval_fn)(void *user, int64_t steps_done, double *metric)
  * total / 20, total, lr, lr / 20). Negative or NaN stops training with an error. */
 typedef double (*nb_train_lr_fn)(void *user, int64_t step, int64_t total);
 
+/* How nb_train averages over micro-batches and processes: nb_dist_train() (nabla/dist.h) gives
+ * the MPI one. Every function returns false (NULL for start) with nabla's error. */
+typedef struct {
+    /* Before the first step: checks that every rank built the same model, copies rank 0's
+     * parameters to all and prepares to average the n params' gradients over `count`
+     * micro-batches (accum on each rank). Returns the state passed to the others. */
+    void *(*start)(nb_module *model, nb_tensor *const *params, int n, int accum);
+    bool (*micro_done)(void *state); /* after each micro-batch's backward */
+    bool (*step_done)(
+        void *state); /* the gradients become their mean over the step's micro-batches */
+    bool (*sum)(void *state, double *v, int n); /* v summed over ranks, in rank order */
+    bool (*all_ok)(void *state, bool ok);       /* true on every rank when ok on every rank */
+    void (*end)(void *state);                   /* frees the state */
+} nb_train_dist;
+
 /* Called after each step with the steps done so far (after its evaluation and checkpoint);
  * false with nabla's error stops training. For the caller's own logging or tests. */
 typedef bool (*nb_train_after_step_fn)(void *user, int64_t steps_done);
@@ -69,8 +85,11 @@ typedef struct {
     const char *name; /* prefix of messages and errors; "train" by default */
     int64_t steps;    /* optimizer steps in all, > 0 */
     nb_train_step_fn step;
-    void *user;        /* passed to every callback */
-    int accum;         /* micro-batches per step on each rank; default 1 */
+    void *user; /* passed to every callback */
+    int accum;  /* micro-batches per step on each rank; default 1 */
+    /* Averaging over micro-batches and ranks. NULL: one process; the micro-batches' gradients
+     * add up in backward and are then divided by accum. Required when nb_dist_world_size() > 1. */
+    const nb_train_dist *dist;
     double clip_norm;  /* > 0: clip the gradients' global norm to it; 0: no clipping */
     nb_train_lr_fn lr; /* NULL: the optimizer's learning rate is left as it is */
     /* Extra per-step metrics reported by the step callback: column names for train.csv and
