@@ -2,15 +2,16 @@
  * itself written atomically by nb_safetensors_save) and then out_dir/resume.json, which names
  * it and holds the rest of the state: the step, the model's generator, the caller's data state,
  * the logs' lengths, the best metric and patience count. resume.json is replaced atomically
- * (temporary, fsync, rename, fsync of the directory) and older checkpoint files are removed only
- * after it names the new one, so some complete checkpoint survives a crash at any moment. */
+ * (nn/atomic_file.h: temporary, fsync, rename, fsync of the directory) and older checkpoint files
+ * are removed only after it names the new one, so some complete checkpoint survives a crash at any
+ * moment. */
 #define _POSIX_C_SOURCE 200809L
+#include "atomic_file.h"
 #include "tensor/nbt.h"
 #include "train_impl.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <signal.h>
@@ -46,33 +47,24 @@ static bool from_hex(const json_t *s, void *bytes, size_t n) {
     return true;
 }
 
-static void sync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return;
-    fsync(fd);
-    close(fd);
+static bool write_text(int fd, void *text) {
+    return nbn_write_all(fd, text, strlen(text));
 }
 
-/* Writes json to dir/name through a temporary file, flushed and renamed over the old one. */
+/* Replaces dir/name with json, atomically (nn/atomic_file.h). */
 static bool write_json_atomically(const char *op, const char *dir, const char *name,
                                   const json_t *json) {
-    char path[4096], tmp[4096];
+    char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s/.%s.%ld.tmp", dir, name, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    bool ok =
-        f && json_dumpf(json, f, JSON_INDENT(2)) == 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (f && fclose(f) != 0) ok = false;
-    if (ok && rename(tmp, path) != 0) ok = false;
-    if (!ok) {
-        nbt_error(op, "cannot write %s: %s", path, strerror(errno));
-        unlink(tmp);
-    }
-    sync_dir(dir);
+    char *text = json_dumps(json, JSON_INDENT(2));
+    if (!text) return nbt_error(op, "%s: cannot encode the state", path), false;
+    bool ok = nbn_replace_file(op, path, write_text, text);
+    free(text);
     return ok;
 }
 
-/* A resume.json temporary of a process that is gone: ".resume.json.<pid>.tmp". */
+/* A resume.json temporary of the examples' older resume code, of a process that is gone:
+ * ".resume.json.<pid>.tmp". */
 static bool stale_state_temporary(const char *name) {
     long pid;
     int used = 0;
