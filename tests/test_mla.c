@@ -84,8 +84,9 @@ static nb_tensor *run_mla(nb_tensor *const *in, int n, void *vctx) {
     return blk_mla_forward(c->m, in[0], &c->opts);
 }
 
+/* x [B, T, dim] random; transposed from [T, B, dim] (not contiguous) if strided. */
 static void gradcheck_mla(const char *what, const blk_mla_config *cfg, blk_attn_opts opts,
-                          int64_t B, int64_t T) {
+                          int64_t B, int64_t T, bool strided) {
     nb_module *root = nb_model_new(NB_F64, 3);
     blk_mla *m = blk_mla_new(root, "mla", cfg);
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
@@ -96,7 +97,10 @@ static void gradcheck_mla(const char *what, const blk_mla_config *cfg, blk_attn_
     nb_param params[15];
     int np = nb_module_params(&m->base, params, 15);
     CU_ASSERT_TRUE_FATAL(np >= 5);
-    inputs[0] = nb_requires_grad_(randn64(&rng, NB_SHAPE(B, T, cfg->dim)), true);
+    inputs[0] = strided ? nb_transpose(randn64(&rng, NB_SHAPE(T, B, cfg->dim)), 0, 1)
+                        : randn64(&rng, NB_SHAPE(B, T, cfg->dim));
+    CU_ASSERT_EQUAL(nb_is_contiguous(inputs[0]), !strided);
+    nb_requires_grad_(inputs[0], true);
     for (int i = 0; i < np; i++) inputs[i + 1] = params[i].tensor;
     nb_gradcheck_result res;
     mla_ctx ctx = {m, opts};
@@ -110,21 +114,21 @@ static void test_gradcheck(void) {
     nb_tensor *pad = nb_zeros(NB_BOOL, NB_SHAPE(2, 4));
     nb_set(pad, NB_IDX(1, 3), 1);
     nb_set(pad, NB_IDX(0, 1), 1);
-    gradcheck_mla("no q low-rank, v_dim 3 != 4, causal, key padding", &plain,
-                  (blk_attn_opts){.causal = true, .key_padding_mask = pad}, 2, 4);
+    gradcheck_mla("no q low-rank, v_dim 3 != 4, causal, key padding, x strided", &plain,
+                  (blk_attn_opts){.causal = true, .key_padding_mask = pad}, 2, 4, true);
     /* attn_mask [T, T] blocking key 0 for query 2 and key 2 for query 0, at offset 3 */
     nb_tensor *am = nb_zeros(NB_BOOL, NB_SHAPE(3, 3));
     nb_set(am, NB_IDX(2, 0), 1);
     nb_set(am, NB_IDX(0, 2), 1);
     gradcheck_mla("q low-rank, v_dim = 4 (nb_sdpa), attn_mask, offset 3", &low_rank,
-                  (blk_attn_opts){.attn_mask = am, .offset = 3}, 2, 3);
+                  (blk_attn_opts){.attn_mask = am, .offset = 3}, 2, 3, false);
     gradcheck_mla("q low-rank, v_dim = 4 (nb_sdpa), causal, key padding", &low_rank,
-                  (blk_attn_opts){.causal = true, .key_padding_mask = pad}, 2, 4);
+                  (blk_attn_opts){.causal = true, .key_padding_mask = pad}, 2, 4, false);
     blk_mla_config wide_v = low_rank;
     wide_v.v_dim = 5;
     nb_tensor *weights = NULL;
     gradcheck_mla("q low-rank, v_dim 5 > 4, causal, weights asked for", &wide_v,
-                  (blk_attn_opts){.causal = true, .attn_weights = &weights}, 1, 4);
+                  (blk_attn_opts){.causal = true, .attn_weights = &weights}, 1, 4, false);
     NBT_ASSERT_SHAPE(weights, 1, 2, 4, 4);
 }
 
