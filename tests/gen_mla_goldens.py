@@ -18,14 +18,13 @@ the parameter names of DeepSeek's reference model.py, all Linear layers without 
   * per head [k_nope (nope_dim), v (v_dim)] = wkv_b(kv_norm(c_kv)); key = [k_nope, k_pe];
   * scores q k^T / sqrt(nope_dim + rope_dim), nabla's masks (true = blocked, key padding
     [B, T], causal; a row with every key blocked gets zero weights), softmax, weighted sum of
-    v, heads side by side, wo.
+    v, heads side by side, wo (the masked softmax is gen_blocks_goldens.attend).
 RMSNorm and RoPE are tests/gen_blocks_goldens.py's (rotate-half RoPE, tables in float64
 rounded to the dtype; DeepSeek's code rotates interleaved pairs, the same model up to a fixed
 permutation of the rotary weight rows). Cases are made as there (gen_blocks_goldens.case):
 PyTorch's default initialisation in float32 after torch.manual_seed(seed), RMSNorm weights
 redrawn as 1 + 0.3 N(0, 1), the f64 case the same parameters widened, and the same format.
 """
-import math
 import os
 
 import torch
@@ -68,16 +67,8 @@ class MLA(nn.Module):
         k_nope, v = kv[..., :self.nope], kv[..., self.nope:]
         q = torch.cat([q_nope, q_pe], dim=-1)
         k = torch.cat([k_nope, k_pe.expand(b, h, t, self.rope)], dim=-1)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(qk)
-        blocked = torch.zeros(b, 1, t, t, dtype=torch.bool)
-        if causal:
-            blocked = blocked | torch.ones(t, t, dtype=torch.bool).triu(1)
-        if key_padding_mask is not None:
-            blocked = blocked | key_padding_mask[:, None, None, :]
-        dead = blocked.all(dim=-1, keepdim=True)
-        scores = scores.masked_fill(blocked & ~dead, -math.inf)
-        attn = torch.softmax(scores, dim=-1) * (~dead).to(scores.dtype)
-        ctx = (attn @ v).transpose(1, 2).reshape(b, t, h * self.v)
+        ctx = blocks.attend(q, k, v, causal, key_padding_mask)  # over sqrt(qk)
+        ctx = ctx.transpose(1, 2).reshape(b, t, h * self.v)
         return self.wo(ctx)
 
 

@@ -460,22 +460,9 @@ static void test_errors(void) {
 static void test_no_malloc_per_token(void) {
     nb_module *root;
     mla_lm *m = small_lm(&root, NB_F32, 9);
-    nb_module_train(root, false);
     nb_kv_cache *c = lm_cache(m, 1, 64);
-    int64_t tok = 3;
-    uint64_t before = 0;
-    for (int t = 0; t < 40; t++) {
-        if (t == 4) before = nb_alloc_count();
-        nb_scope_begin();
-        nb_tensor *logits = lm_forward(m, nb_from_array(NB_I64, NB_SHAPE(1, 1), &tok), c);
-        CU_ASSERT_PTR_NOT_NULL(logits);
-        CU_ASSERT_TRUE(nb_kv_cache_commit(c, 1));
-        tok = (int64_t)nb_item(nb_argmax(nb_select(nb_select(logits, 0, 0), 0, 0), 0, false));
-        nb_scope_end();
-    }
-    const uint64_t mallocs = nb_alloc_count() - before;
-    if (mallocs) fprintf(stderr, "%llu mallocs in 36 tokens\n", (unsigned long long)mallocs);
-    CU_ASSERT_EQUAL(mallocs, 0);
+    const nb_causal_lm lm = lm_causal(m, 64);
+    CU_ASSERT_EQUAL(nbtest_decode_mallocs(&lm, c, 3, 4, 36), 0);
     nb_kv_cache_free(c);
     nb_module_free(root);
 }
