@@ -15,6 +15,7 @@
 #include "nabla/generate.h"
 #include "nabla/dist.h"
 #include "nabla/train.h"
+#include "nabla/gguf.h"
 #include "nabla/blocks.h"
 
 #endif
