@@ -2,7 +2,10 @@
  * N/2, bit for bit, with and without gradient accumulation), early stopping and the best
  * checkpoint on a scripted metric, gradient accumulation against one bigger batch, the CSV log
  * and the progress lines, the plot with and without gnuplot, and errors. */
+#define _XOPEN_SOURCE 700 /* posix_openpt */
 #include "harness.h"
+
+#include <fcntl.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -366,6 +369,43 @@ static void test_progress_lines(void) {
     fixture_free(&f);
 }
 
+/* A terminal (a pseudo-terminal here): the line is redrawn in place ("\r\033[K" before each
+ * draw, no newline after it) and ended by a newline before the closing line; the last step is
+ * always drawn. */
+static void test_progress_terminal(void) {
+    int master = posix_openpt(O_RDWR | O_NOCTTY);
+    CU_ASSERT_TRUE_FATAL(master >= 0 && grantpt(master) == 0 && unlockpt(master) == 0);
+    int slave = open(ptsname(master), O_RDWR | O_NOCTTY);
+    CU_ASSERT_TRUE_FATAL(slave >= 0);
+    fixture f;
+    fixture_init(&f, 5, NB_F64, false);
+    nb_train_opts o = base_opts(&f, 5, NULL);
+    o.data_state = NULL;
+    o.data_state_bytes = 0;
+    o.quiet = false;
+    o.progress = fdopen(slave, "w");
+    CU_ASSERT_TRUE(nb_train(f.model, f.opt, &o, NULL));
+    fclose(o.progress);
+    char text[4096];
+    size_t n = 0;
+    fcntl(master, F_SETFL, O_NONBLOCK); /* everything was written: read until none is left */
+    for (ssize_t got;
+         n < sizeof text - 1 && (got = read(master, text + n, sizeof text - 1 - n)) > 0;)
+        n += (size_t)got;
+    close(master);
+    CU_ASSERT_TRUE_FATAL(n > 0);
+    text[n] = '\0';
+    /* The terminal turns "\n" into "\r\n". */
+    const char *first = "\r\033[Ktest_train: step ";
+    CU_ASSERT_EQUAL(strncmp(text, first, strlen(first)), 0);
+    const char *last = strstr(text, "\r\033[Ktest_train: step 5/5  loss ");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(last);
+    const char *end = strstr(last, "\r\ntest_train: trained after 5 steps");
+    CU_ASSERT_PTR_NOT_NULL(end);
+    CU_ASSERT_TRUE(end && memchr(last, '\n', (size_t)(end - last)) == NULL);
+    fixture_free(&f);
+}
+
 /* curve.png through gnuplot; without gnuplot on PATH a note and no failure. */
 static void test_plot(void) {
     char dir[512], path[600];
@@ -403,6 +443,17 @@ static nb_tensor *exploding_step(void *user, const nb_train_micro *m, double *me
     (void)metrics;
     nb_tensor *x = nb_full(f->model->dtype, NB_SHAPE(1, IN), m->step == 2 ? INFINITY : 1.0);
     return nb_sum(nb_linear_forward(f->fc, x));
+}
+
+static double nan_lr(void *user, int64_t step, int64_t total) {
+    (void)user, (void)step, (void)total;
+    return NAN;
+}
+
+static nb_tensor *vector_loss(void *user, const nb_train_micro *m, double *metrics) {
+    fixture *f = user;
+    (void)m, (void)metrics;
+    return nb_linear_forward(f->fc, nb_ones(f->model->dtype, NB_SHAPE(2, IN)));
 }
 
 static bool failing_eval(void *user, int64_t done, double *metric) {
@@ -460,6 +511,16 @@ static void test_errors(void) {
     /* The steps before it updated; the third did not. */
     params_of(&f, after);
     CU_ASSERT_NOT_EQUAL(memcmp(before, after, sizeof before), 0);
+    /* A learning rate that is not a rate, and a loss that is not a scalar. */
+    o = base_opts(&f, 5, NULL);
+    o.lr = nan_lr;
+    CU_ASSERT_FALSE(nb_train(f.model, f.opt, &o, NULL));
+    NBT_ASSERT_ERROR("test_train: step 1: the learning rate callback gave nan");
+    o = base_opts(&f, 5, NULL);
+    o.step = vector_loss;
+    CU_ASSERT_FALSE(nb_train(f.model, f.opt, &o, NULL));
+    NBT_ASSERT_ERROR(
+        "test_train: step 1: nb_train: the step callback's loss has 2 elements, not 1");
     /* An evaluation's error names the step. */
     o = base_opts(&f, 5, NULL);
     o.eval = failing_eval;
@@ -478,6 +539,7 @@ int main(void) {
         {"accumulation equals a bigger batch", test_accumulation},
         {"csv log", test_csv_log},
         {"progress lines", test_progress_lines},
+        {"progress on a terminal", test_progress_terminal},
         {"plot", test_plot},
         {"errors", test_errors},
     };
