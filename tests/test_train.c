@@ -1,7 +1,8 @@
 /* nb_train (nabla/train.h): exact resume (N steps straight equal N/2, a crash, and a resumed
  * N/2, bit for bit, with and without gradient accumulation), early stopping and the best
  * checkpoint on a scripted metric, gradient accumulation against one bigger batch, the CSV log
- * and the progress lines, the plot with and without gnuplot, and errors. */
+ * and the progress lines (to a file and to a terminal), a frozen parameter, the plot with and
+ * without gnuplot, and errors. */
 #define _XOPEN_SOURCE 700 /* posix_openpt */
 #include "harness.h"
 
@@ -298,6 +299,31 @@ static void test_accumulation(void) {
     }
 }
 
+/* A frozen parameter (requires_grad off, not in the optimizer) is left alone: no gradient is
+ * averaged, checked or clipped for it, and it keeps its value. */
+static void test_frozen_parameter(void) {
+    fixture f;
+    fixture_init(&f, 5, NB_F64, false);
+    nb_optimizer_free(f.opt);
+    nb_requires_grad_(f.fc->bias, false);
+    f.opt = nb_adamw_new(&f.fc->weight, 1, nb_adamw_defaults(0.05));
+    double before[IN + 1], after[IN + 1];
+    params_of(&f, before);
+    nb_train_opts o = base_opts(&f, 4, NULL);
+    o.accum = 2;
+    o.clip_norm = 0.1;
+    CU_ASSERT_TRUE(nb_train(f.model, f.opt, &o, NULL));
+    params_of(&f, after);
+    CU_ASSERT_EQUAL(after[IN], before[IN]);
+    CU_ASSERT_NOT_EQUAL(memcmp(after, before, sizeof(double) * IN), 0);
+    CU_ASSERT_PTR_NULL(nb_grad(f.fc->bias));
+    /* Nothing to train at all is an error. */
+    nb_requires_grad_(f.fc->weight, false);
+    CU_ASSERT_FALSE(nb_train(f.model, f.opt, &o, NULL));
+    NBT_ASSERT_ERROR("nb_train: no parameter of the model requires grad");
+    fixture_free(&f);
+}
+
 static double ramp_lr(void *user, int64_t step, int64_t total) {
     (void)user;
     (void)total;
@@ -537,6 +563,7 @@ int main(void) {
         {"early stopping and the best checkpoint", test_early_stopping},
         {"maximize", test_maximize},
         {"accumulation equals a bigger batch", test_accumulation},
+        {"frozen parameter", test_frozen_parameter},
         {"csv log", test_csv_log},
         {"progress lines", test_progress_lines},
         {"progress on a terminal", test_progress_terminal},
