@@ -155,12 +155,19 @@ static void test_file_layout(void) {
     unsigned char data[51];
     memcpy(data, expected, 48);
     memcpy(data + 48, "\0\1\1", 3);
-    char want[300];
+    /* Beside it, what it covers: the CRC-32 of the tensor index (checkpoint.h: in offset order,
+     * name, dtype, dims, begin and end, each ended by a NUL, the last by a newline) and the
+     * data length. */
+    static const char index[] = "m\0F64\0003,2\0000\00048\n"
+                                "flags\0BOOL\0003\00048\00051\n";
+    char want[400];
     snprintf(want, sizeof want,
-             "{\"__metadata__\":{\"nabla.data_crc32\":\"%08lx\"},"
+             "{\"__metadata__\":{\"nabla.data_crc32\":\"%08lx\","
+             "\"nabla.data_crc32_covers\":\"%08lx 51\"},"
              "\"flags\":{\"dtype\":\"BOOL\",\"shape\":[3],\"data_offsets\":[48,51]},"
              "\"m\":{\"dtype\":\"F64\",\"shape\":[3,2],\"data_offsets\":[0,48]}}",
-             crc32(crc32(0, Z_NULL, 0), data, sizeof data));
+             crc32(crc32(0, Z_NULL, 0), data, sizeof data),
+             crc32(crc32(0, Z_NULL, 0), (const unsigned char *)index, sizeof index - 1));
     CU_ASSERT_TRUE(hl >= strlen(want) && memcmp(b + 8, want, strlen(want)) == 0);
     for (size_t k = strlen(want); k < hl; k++) CU_ASSERT_EQUAL(b[8 + k], ' ');
     free(b);
