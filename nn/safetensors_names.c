@@ -141,6 +141,7 @@ nbst_source *nbst_map_sources(const nbst_file *f, const nb_name_map *map, int *c
     int k = 0;
     for (int i = 0; ok && i < f->count; i++) {
         const nb_name_rule *rule = find_rule(map, f->entries[i].name, &star, &star_len);
+        if (rule && rule->parts == 0) continue; /* dropped */
         ok = add_parts(&f->entries[i], rule, star, star_len, s + k);
         k += rule ? rule->parts : 1;
     }
