@@ -76,10 +76,12 @@ bool nb_safetensors_save_with_metadata(const char *path, int n, const nb_named_t
  * must hold exactly these names (no missing or extra ones), each with the destination's dtype
  * and shape. A path that is not a regular file (a directory, FIFO or device) is refused
  * without being opened, so it never blocks. Everything is validated before any destination is
- * written: on any problem (unreadable file, bad header length, invalid JSON, unknown dtype, offsets
- * out of range, overlapping or uncovered data, bool bytes other than 0/1, mismatches) it returns
- * false with an error naming the file, the tensor and what was wrong, and no destination changes.
- * Autograd does not see the copy (like PyTorch's load_state_dict). */
+ * written: on any problem (unreadable file, bad header length, invalid JSON, unknown dtype,
+ * offsets out of range, overlapping or uncovered data, bool bytes other than 0/1, mismatches)
+ * it returns false with an error naming the file and what was wrong (for names, dtypes and
+ * shapes: every missing, extra and mismatched tensor), and no destination changes. Autograd
+ * does not see the copy (like PyTorch's load_state_dict). nb_safetensors_load_opts below
+ * loads partially, converts dtypes, renames and reports. */
 bool nb_safetensors_load(const char *path, int n, const nb_named_tensor *into);
 
 /* ---- Loading with options: name maps, partial loads, dtype conversion, a report --------- */
