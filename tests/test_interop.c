@@ -64,6 +64,17 @@ static void expect_complete(const nb_load_report *r, int n, bool converted) {
     if (r->n_missing + r->n_unexpected + r->n_mismatched) nb_load_report_fprint(stdout, r);
 }
 
+/* Loads golden file `file` into m through map (converting dtypes if asked) and expects a
+ * complete load; the report is left in *r for more checks (the caller frees it). */
+static void load_mapped(nb_module *m, const char *file, const nb_name_map *map, bool convert,
+                        nb_load_report *r) {
+    const nb_load_opts opts = {.name_map = map, .convert_dtype = convert};
+    bool ok = nb_module_load_opts(m, NULL, golden_path(file), &opts, r);
+    if (!ok) printf("\n    %s: %s\n", file, nb_last_error());
+    CU_ASSERT_TRUE(ok);
+    expect_complete(r, nb_module_param_count(m), convert);
+}
+
 /* ---- nn.TransformerEncoderLayer blocks into TransformerLM ---- */
 static nb_lm_config encoder_config(const json_t *c) {
     return (nb_lm_config){.vocab = config_int(c, "vocab"),
@@ -80,7 +91,6 @@ static void test_pytorch_encoder_lm(void) {
     const json_t *c = interop_case(root, "encoder");
     CU_ASSERT_PTR_NOT_NULL_FATAL(c);
     const nb_lm_config cfg = encoder_config(c);
-    const char *path = golden_path("interop_encoder.safetensors");
     const nb_dtype dts[] = {NB_F64, NB_F32};
     for (int d = 0; d < 2; d++) {
         /* The LM is the root's child "lm" and loads through the root in float64 (the file's
@@ -89,11 +99,7 @@ static void test_pytorch_encoder_lm(void) {
         nb_transformer_lm *lm = nb_transformer_lm_new_config(model, d ? "" : "lm", &cfg, 0.0);
         CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
         nb_load_report report;
-        const nb_load_opts opts = {.name_map = nb_name_map_pytorch(), .convert_dtype = d == 0};
-        bool ok = nb_module_load_opts(model, NULL, path, &opts, &report);
-        if (!ok) printf("\n    %s\n", nb_last_error());
-        CU_ASSERT_TRUE(ok);
-        expect_complete(&report, nb_module_param_count(model), d == 0);
+        load_mapped(model, "interop_encoder.safetensors", nb_name_map_pytorch(), d == 0, &report);
         CU_ASSERT_STRING_EQUAL(report.model_prefix, d ? "" : "lm.");
         CU_ASSERT_STRING_EQUAL(report.file_prefix, "");
         nb_load_report_free(&report);
@@ -146,12 +152,8 @@ static void test_pytorch_mha(void) {
     nb_mha *mha = nb_mha_new_config(model, "", &cfg);
     CU_ASSERT_PTR_NOT_NULL_FATAL(mha);
     nb_load_report report;
-    const nb_load_opts opts = {.name_map = nb_name_map_pytorch(), .convert_dtype = true};
-    bool ok =
-        nb_module_load_opts(model, NULL, golden_path("interop_mha.safetensors"), &opts, &report);
-    if (!ok) printf("\n    %s\n", nb_last_error());
-    CU_ASSERT_TRUE(ok);
-    expect_complete(&report, 8, true);
+    load_mapped(model, "interop_mha.safetensors", nb_name_map_pytorch(), true, &report);
+    CU_ASSERT_EQUAL(report.n_loaded, 8); /* 3 weights and 3 biases split, out_proj's 2 */
     nb_load_report_free(&report);
     nb_tensor *x = golden_tensor(json_object_get(c, "input"), GOLDEN_CONTIGUOUS);
     const nb_mha_opts causal = {.causal = true};
@@ -178,14 +180,10 @@ static void test_hf_llama(void) {
         blk_llama_lm *lm = blk_llama_lm_new(model, "llama", config_int(c, "vocab"),
                                             (int)config_int(c, "n_layers"), &cfg);
         CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+        /* Every parameter loads; the rotary_emb.inv_freq buffers are dropped, not reported. */
         nb_load_report report;
-        const nb_load_opts opts = {.name_map = nb_name_map_hf_llama(), .convert_dtype = d == 0};
-        bool ok = nb_module_load_opts(&lm->base, NULL, golden_path("interop_hf_llama.safetensors"),
-                                      &opts, &report);
-        if (!ok) printf("\n    %s\n", nb_last_error());
-        CU_ASSERT_TRUE(ok);
-        /* Every parameter loaded; the rotary_emb.inv_freq buffers were dropped, not reported. */
-        expect_complete(&report, nb_module_param_count(&lm->base), d == 0);
+        load_mapped(&lm->base, "interop_hf_llama.safetensors", nb_name_map_hf_llama(), d == 0,
+                    &report);
         nb_load_report_free(&report);
         const blk_attn_opts causal = {.causal = true};
         expect_output(blk_llama_lm_forward(lm, case_tokens(c), &causal),
