@@ -39,16 +39,17 @@ int main(int argc, char **argv) {
     }
     uint64_t hash = 0;
     const bool same = nb_dist_state_agrees(model, &hash);
+    const int rank = nb_dist_rank();
     nb_dist_finalize();
 
     const double w = nb_item(nb_module_param(model, "fit.weight"));
     const double b = nb_item(nb_module_param(model, "fit.bias"));
     const bool ok = same && fabs(w - 2) < 0.05 && fabs(b - 1) < 0.05;
-    if (nb_dist_rank() == 0)
+    if (rank == 0)
         printf("w %.3f b %.3f, parameters' hash %016llx\n", w, b, (unsigned long long)hash);
     if (!ok)
         fprintf(stderr, "readme_dist: failed: %s\n", nb_last_error());
-    else if (nb_dist_rank() == 0)
+    else if (rank == 0)
         printf("readme_dist: ok\n");
     nb_grad_reducer_free(r);
     free(params);
