@@ -28,7 +28,8 @@ token's k-th and (k+1)-th probabilities differ by more than 1e-3 in float64, so 
 picks the same experts and nabla's rounding cannot tip a choice.
 
 Format: as tests/gen_blocks_goldens.py (module cases, tests/golden_json.py), plus "aux_loss";
-the gradients are those of sum(output * grad_output) + aux_loss. tile_rows in the config is
+the gradients are those of sum(output * grad_output) + aux_loss. tests/test_blocks_goldens.c
+reads both files. tile_rows in the config is
 nabla's tiling only (it changes no value).
 """
 import copy
@@ -37,23 +38,12 @@ import zlib
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
+from gen_blocks_goldens import SwiGLU as Expert  # w2(silu(w1 x) * w3 x), no biases
 from golden_json import module_case_entry, tensor_json, write_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "goldens", "moe.json")
-
-
-class Expert(nn.Module):
-    def __init__(self, dim, hidden):
-        super().__init__()
-        self.w1 = nn.Linear(dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, dim, bias=False)
-        self.w3 = nn.Linear(dim, hidden, bias=False)
-
-    def forward(self, x):
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
 class Gate(nn.Module):

@@ -2,10 +2,10 @@
  * hand (outputs, routing, the load-balancing loss) at several tile sizes, the same against
  * every expert run on every token, float64 gradchecks of the output and the loss with respect
  * to the input and every parameter, float32 against float64, names, errors, no allocation per
- * step once warm although the experts' batch sizes change, 1 and 2 threads bitwise equal,
- * and PyTorch's goldens (tests/gen_moe_goldens.py writes tests/goldens/moe.json). */
+ * step once warm although the experts' batch sizes change, and 1 and 2 threads bitwise
+ * equal. PyTorch's goldens (tests/goldens/moe.json, from tests/gen_moe_goldens.py) are checked
+ * by tests/test_blocks_goldens.c with the other blocks'. */
 #include <nabla/blocks.h>
-#include "golden.h"
 #include "harness.h"
 
 #include <stdio.h>
@@ -408,84 +408,6 @@ static void test_threads_bitwise(void) {
     CU_ASSERT_TRUE(nb_numel(one) > 64 * 256);
 }
 
-/* ---- PyTorch goldens ---------------------------------------------------------------------- */
-static int64_t config_int(const json_t *c, const char *key) {
-    return json_integer_value(json_object_get(json_object_get(c, "config"), key));
-}
-
-static void note(double *max_ratio, bool *ok, golden_cmp r, const char *what) {
-    if (r.worst_ratio > *max_ratio) *max_ratio = r.worst_ratio;
-    if (!r.ok) printf("    %s: %s\n", what, r.message), *ok = false;
-}
-
-/* Builds the case's MoE, copies PyTorch's parameters in by name (all of them, one to one),
- * runs forward, backpropagates sum(output * grad_output) + aux_loss and compares the output,
- * the loss and every gradient. */
-static bool check_golden_case(const json_t *c) {
-    const char *name = json_string_value(json_object_get(c, "name"));
-    const char *dtype = json_string_value(json_object_get(c, "dtype"));
-    golden_named params[64], inputs[1];
-    double ratio = 0;
-    nb_scope_begin();
-    int np = golden_named_tensors(c, "parameters", params, 64);
-    bool ok = np > 0 && golden_named_tensors(c, "inputs", inputs, 1) == 1;
-    nb_module *root = nb_model_new(strcmp(dtype, "f64") == 0 ? NB_F64 : NB_F32, 1);
-    blk_moe_config cfg = {
-        .dim = config_int(c, "dim"),
-        .hidden = config_int(c, "hidden"),
-        .n_experts = config_int(c, "n_experts"),
-        .top_k = config_int(c, "top_k"),
-        .n_shared = config_int(c, "n_shared"),
-        .aux_alpha = json_number_value(json_object_get(json_object_get(c, "config"), "aux_alpha")),
-        .tile_rows = config_int(c, "tile_rows")};
-    blk_moe *m = ok ? blk_moe_new(root, "m", &cfg) : NULL;
-    ok = ok && m && np == nb_module_param_count(root);
-    for (int k = 0; ok && k < np; k++) {
-        char pname[160];
-        snprintf(pname, sizeof pname, "m.%.100s", params[k].name);
-        nb_tensor *p = nb_module_param(root, pname);
-        if (!p || !nb_copy_(p, params[k].tensor))
-            printf("    parameter %s: %s\n", pname, nb_last_error()), ok = false;
-    }
-    blk_moe_routing r;
-    nb_tensor *x = ok ? inputs[0].tensor : NULL;
-    nb_tensor *out = ok ? blk_moe_forward(m, x, &r) : NULL;
-    if (ok && !out) printf("    forward: %s\n", nb_last_error()), ok = false;
-    note(&ratio, &ok, golden_compare(out, json_object_get(c, "output")), "output");
-    if (ok) note(&ratio, &ok, golden_compare(r.aux_loss, json_object_get(c, "aux_loss")), "aux");
-    nb_tensor *g = golden_tensor(json_object_get(c, "grad_output"), GOLDEN_CONTIGUOUS);
-    if (ok && !nb_backward(nb_add(nb_sum(nb_mul(out, g)), r.aux_loss), NULL))
-        printf("    backward: %s\n", nb_last_error()), ok = false;
-    for (int k = 0; ok && k < np; k++) {
-        char pname[160];
-        snprintf(pname, sizeof pname, "m.%.100s", params[k].name);
-        note(&ratio, &ok,
-             golden_compare(nb_grad(nb_module_param(root, pname)),
-                            golden_named_spec(c, "parameter_grads", params[k].name)),
-             params[k].name);
-    }
-    if (ok)
-        note(&ratio, &ok, golden_compare(nb_grad(x), golden_named_spec(c, "input_grads", "x")),
-             "input gradient");
-    nb_module_free(root);
-    nb_scope_end();
-    printf("  %-4s %-40s %.2g of tolerance\n", ok ? "ok" : "FAIL", name ? name : "(unnamed)",
-           ratio);
-    return ok;
-}
-
-static void test_goldens(void) {
-    json_t *root = golden_load("moe.json");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(root);
-    const json_t *cases = json_object_get(root, "cases");
-    int failures = 0;
-    for (size_t k = 0; k < json_array_size(cases); k++)
-        failures += !check_golden_case(json_array_get(cases, k));
-    CU_ASSERT_EQUAL(json_array_size(cases), 6); /* three MoEs in f32 and f64 */
-    CU_ASSERT_EQUAL(failures, 0);
-    json_decref(root);
-}
-
 int main(void) {
     const nbtest_case cases[] = {
         {"top-2 by hand: routing, output, aux loss, at three tile sizes", test_hand_top2},
@@ -499,7 +421,6 @@ int main(void) {
         {"errors name the module path and the shapes", test_errors},
         {"no allocation per step once warm, batch sizes changing", test_no_mallocs_per_step},
         {"1 and 2 threads: the same bits", test_threads_bitwise},
-        {"PyTorch goldens: output, aux loss, every gradient", test_goldens},
     };
     return nbtest_run("mixture of experts", cases, sizeof cases / sizeof cases[0]);
 }

@@ -1,7 +1,7 @@
 /* Llama-style transformer pieces, part of libnabla but built on its public API alone (their
  * sources, nn/blocks/, include nothing of nabla but <nabla/...>): RMSNorm, rotary position
  * embeddings, a SwiGLU feed-forward, grouped-query attention, the block that combines them and a
- * small language model.
+ * small language model; and DeepSeek's mixture-of-experts feed-forward.
  *
  * Each piece is a function of tensors (differentiable, any float dtype) and a module that
  * holds its parameters in a nabla model tree, under Meta's Llama parameter names
@@ -89,8 +89,9 @@ nb_tensor *blk_swiglu_forward(blk_swiglu_ff *m, const nb_tensor *x);
  * expert-level balance loss):
  *   aux = aux_alpha * E * sum_i f_i * P_i,  f_i = (token-slots routed to expert i) / (N k),
  *                                           P_i = (1 / N) sum_t p_t[i],
- * aux_alpha at a perfectly even routing. f is a count (no gradient); the gradient reaches the
- * router through P. The caller adds aux to its loss.
+ * which is aux_alpha when the routing is perfectly even and grows as it concentrates. f is a
+ * count (no gradient); the gradient reaches the router through P. The caller adds aux to its
+ * loss.
  *
  * Tokens go to their experts and back through nabla's index ops: a stable counting sort
  * groups the N k (token, expert) slots by expert, nb_index_select gathers their rows, each
