@@ -176,6 +176,7 @@ static void test_no_tokens(void) {
     NBT_ASSERT_SHAPE(y, 2, 0, 4);
     NBT_ASSERT_SHAPE(r.experts, 2, 0, 2);
     NBT_ASSERT_VALUES(r.load, 0, 0, 0, 0);
+    NBT_ASSERT_VALUES(r.aux_loss, 0, 0);
     nb_module_free(model);
 }
 

@@ -124,7 +124,7 @@ typedef struct {
     nb_module *experts_container;
     blk_swiglu_ff *shared_experts; /* NULL without shared experts */
     blk_moe_config cfg;
-    blk_swiglu_ff *experts[]; /* n_experts of them */
+    blk_swiglu_ff **experts; /* n_experts of them (stored after the struct) */
 } blk_moe;
 /* NULL with an error naming "MoE" and the bad setting. */
 blk_moe *blk_moe_new(nb_module *parent, const char *name, const blk_moe_config *cfg);

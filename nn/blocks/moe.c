@@ -24,6 +24,7 @@ blk_moe *blk_moe_new(nb_module *parent, const char *name, const blk_moe_config *
     blk_moe *m = nb_module_new(parent, name, "MoE", size);
     if (!m) return NULL;
     m->cfg = *cfg;
+    m->experts = (blk_swiglu_ff **)(m + 1);
     if (!(m->gate = nb_linear_new(&m->base, "gate", cfg->dim, cfg->n_experts, false)) ||
         !(m->experts_container = nb_module_container(&m->base, "experts")))
         return nb_module_discard(&m->base);

@@ -13,6 +13,7 @@ bool moe_route(const nb_tensor *x, const nb_tensor *gate, int64_t k, moe_routes 
 
 nb_tensor *moe_aux_loss(const nb_tensor *probs, const nb_tensor *load, int64_t k, double alpha) {
     const int64_t N = probs->shape[0], E = probs->shape[1];
+    if (N == 0) return nb_zeros(probs->dtype, 0, NULL);        /* no tokens, no imbalance */
     nb_tensor *fraction = nb_empty(probs->dtype, NB_SHAPE(E)); /* f_i: a count, no gradient */
     if (!fraction) return NULL;
     const int64_t *n = nb_data(load);
