@@ -1,5 +1,5 @@
 #!/bin/sh
-# A model exported by nabla runs in a real llama.cpp: tests/llama_cpp_export.c trains a small
+# A model exported by nabla runs in a real llama.cpp: examples/gguf_export.c trains a small
 # Llama-style LM and exports it to GGUF (float32 and float16); tests/llama_cpp_check.mjs loads
 # each file into llama.cpp through the npm package node-llama-cpp (its prebuilt Linux x64
 # binaries, CPU only), decodes 64 tokens greedily from the same prompt and compares each step

@@ -1,8 +1,8 @@
-/* The model side of tests/llama_cpp_check.sh: trains a small byte-level Llama-style LM on a
- * text, exports it to GGUF (float32 and float16) with blk_llama_lm_save_gguf, and writes what
- * nabla says the model does: greedy tokens from a prompt through nb_generate, and the
- * next-token probabilities (softmax of the full forward) at every step of that path.
- * Usage: llama_cpp_export OUT_DIR NEW_TOKENS */
+/* Export a model for llama.cpp (and the model side of tests/llama_cpp_check.sh): trains a small
+ * byte-level Llama-style LM on a text, exports it to GGUF (float32 and float16) with
+ * blk_llama_lm_save_gguf, and writes what nabla says the model does: greedy tokens from a prompt
+ * through nb_generate, and the next-token probabilities (softmax of the full forward) at every step
+ * of that path. Usage: gguf_export OUT_DIR NEW_TOKENS */
 #include <nabla/nabla.h>
 
 #include <stdio.h>
@@ -17,7 +17,7 @@ static const char text[] =
     "the lazy dog sleeps while the quick brown fox runs over the hill and far away. ";
 
 static int fail(const char *what) {
-    fprintf(stderr, "llama_cpp_export: %s: %s\n", what, nb_last_error());
+    fprintf(stderr, "gguf_export: %s: %s\n", what, nb_last_error());
     return 1;
 }
 
@@ -78,7 +78,7 @@ static bool write_probs(FILE *f, blk_llama_lm *lm, const int64_t *seq, int64_t p
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) return fprintf(stderr, "usage: llama_cpp_export OUT_DIR NEW_TOKENS\n"), 2;
+    if (argc != 3) return fprintf(stderr, "usage: gguf_export OUT_DIR NEW_TOKENS\n"), 2;
     const char *dir = argv[1];
     const int64_t n_new = atoll(argv[2]);
     nb_module *root = nb_model_new(NB_F32, 11);
