@@ -15,5 +15,6 @@
 #include "nabla/generate.h"
 #include "nabla/dist.h"
 #include "nabla/blocks.h"
+#include "nabla/text.h"
 
 #endif
