@@ -197,7 +197,7 @@ nb_tokenizer *nb_tokenizer_bpe_from_merges(int64_t n_merges, const int64_t *merg
 
 /* ---- what a tokenizer holds ---- */
 nb_tokenizer_kind nb_tokenizer_kind_of(const nb_tokenizer *t) {
-    return t->kind;
+    return t && t->kind == NB_TOKENIZER_BPE ? NB_TOKENIZER_BPE : NB_TOKENIZER_CHARS;
 }
 
 const char *nb_tokenizer_kind_name(const nb_tokenizer *t) {
