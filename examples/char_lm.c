@@ -139,6 +139,25 @@ static bool save_checkpoint(const nb_transformer_lm *lm, const nb_tokenizer *t, 
     return nb_transformer_lm_save(lm, NULL, path, nb_tokenizer_metadata(t, meta), meta);
 }
 
+/* The tokenizer a checkpoint carries; for a checkpoint of char_lm from before the library had
+ * tokenizers, its character vocabulary (the same hex as the library's "chars"). NULL with an
+ * error. */
+static nb_tokenizer *checkpoint_tokenizer(const char *path) {
+    nb_tokenizer *t = nb_tokenizer_read(path);
+    if (t) return t;
+    nb_scope_begin();
+    int n = 0;
+    const nb_metadata_entry *meta = nb_safetensors_read_metadata(path, &n);
+    for (int i = 0; meta && i < n; i++)
+        if (strcmp(meta[i].key, "char_lm.vocabulary") == 0) {
+            const nb_metadata_entry chars[2] = {{NB_TOKENIZER_KEY, "chars"},
+                                                {NB_TOKENIZER_KEY ".chars", meta[i].value}};
+            t = nb_tokenizer_from_metadata(2, chars);
+        }
+    nb_scope_end();
+    return t ? t : nb_tokenizer_read(path); /* the error of the file's own tokenizer */
+}
+
 typedef struct {
     trainer_flags run;
     const char *text_path;
@@ -389,7 +408,7 @@ done:
 static int run_eval(const options *o, corpus *c) {
     nb_lm_config cfg;
     if (!nb_lm_config_read(o->run.eval, &cfg)) return fail("reading the checkpoint");
-    nb_tokenizer *tok = nb_tokenizer_read(o->run.eval);
+    nb_tokenizer *tok = checkpoint_tokenizer(o->run.eval);
     if (!tok) return fail("reading the tokenizer");
     dataset d = {.tok = tok, .c = &c->text, .name = c->name};
     int rc = 1;
