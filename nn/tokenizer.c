@@ -129,28 +129,32 @@ static char *merges_json(const int32_t *merges, int64_t n) {
     return s;
 }
 
-nb_tokenizer *nbtok_bpe_from_merges(const char *op, int32_t *merges, int64_t n_merges) {
+nb_tokenizer *nbtok_bpe_from_merges(const char *op, const int64_t *merges, int64_t n_merges) {
     nb_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return free(merges), nbt_error(op, "out of memory");
+    if (!t) return nbt_error(op, "out of memory");
     t->kind = NB_TOKENIZER_BPE;
-    t->merges = merges;
     t->n_merges = n_merges;
     t->size = 256 + n_merges;
+    t->merges = malloc(sizeof *t->merges * (size_t)(2 * n_merges + 1));
     t->offset = malloc(sizeof *t->offset * (size_t)(t->size + 1));
-    if (!t->offset || !nbtok_pair_map_init(&t->rank, (size_t)n_merges))
+    if (!t->merges || !t->offset || !nbtok_pair_map_init(&t->rank, (size_t)n_merges))
         return nb_tokenizer_free(t), nbt_error(op, "out of memory");
     /* Every merge is checked before its token's length is summed: a merge refers only to
      * earlier tokens, so the lengths stay below 2^(merge index + 1) and each is known. */
     t->offset[0] = 0;
     for (int b = 0; b < 256; b++) t->id_of[b] = b, t->offset[b + 1] = (size_t)b + 1;
     for (int64_t i = 0; i < n_merges; i++) {
-        int32_t l = merges[2 * i], r = merges[2 * i + 1];
-        if (l < 0 || r < 0 || l >= 256 + i || r >= 256 + i)
+        if (merges[2 * i] < 0 || merges[2 * i + 1] < 0 || merges[2 * i] >= 256 + i ||
+            merges[2 * i + 1] >= 256 + i)
             return nb_tokenizer_free(t),
                    nbt_error(op,
-                             "merge %lld joins tokens %d and %d, but only tokens 0..%lld exist "
-                             "before it",
-                             (long long)i, (int)l, (int)r, (long long)(255 + i));
+                             "merge %lld joins tokens %lld and %lld, but only tokens 0..%lld "
+                             "exist before it",
+                             (long long)i, (long long)merges[2 * i], (long long)merges[2 * i + 1],
+                             (long long)(255 + i));
+        const int32_t l = (int32_t)merges[2 * i], r = (int32_t)merges[2 * i + 1];
+        t->merges[2 * i] = l;
+        t->merges[2 * i + 1] = r;
         int64_t *rank = nbtok_pair_map_get(&t->rank, l, r);
         if (!rank) return nb_tokenizer_free(t), nbt_error(op, "out of memory");
         if (t->rank.used != (size_t)i + 1) {
@@ -168,11 +172,11 @@ nb_tokenizer *nbtok_bpe_from_merges(const char *op, int32_t *merges, int64_t n_m
                              (long long)i, MAX_TOKEN_BYTES);
     }
     t->bytes = malloc(t->offset[t->size] ? t->offset[t->size] : 1);
-    t->meta_value = merges_json(merges, n_merges);
+    t->meta_value = merges_json(t->merges, n_merges);
     if (!t->bytes || !t->meta_value) return nb_tokenizer_free(t), nbt_error(op, "out of memory");
     for (int b = 0; b < 256; b++) t->bytes[b] = (char)b;
     for (int64_t i = 0; i < n_merges; i++) {
-        int32_t l = merges[2 * i], r = merges[2 * i + 1];
+        int32_t l = t->merges[2 * i], r = t->merges[2 * i + 1];
         size_t ll = t->offset[l + 1] - t->offset[l];
         memcpy(t->bytes + t->offset[256 + i], t->bytes + t->offset[l], ll);
         memcpy(t->bytes + t->offset[256 + i] + ll, t->bytes + t->offset[r],
@@ -186,13 +190,7 @@ nb_tokenizer *nb_tokenizer_bpe_from_merges(int64_t n_merges, const int64_t *merg
     if (n_merges < 0 || n_merges > (1 << 20) - 256 || (n_merges && !merges))
         return nbt_error(op, "%lld merges (from 0 to %d, non-NULL)", (long long)n_merges,
                          (1 << 20) - 256);
-    int32_t *copy = malloc(sizeof *copy * (size_t)(2 * n_merges + 1));
-    if (!copy) return nbt_error(op, "out of memory");
-    for (int64_t i = 0; i < 2 * n_merges; i++) {
-        int64_t id = merges[i];
-        copy[i] = id < 0 || id >= (1 << 20) ? -1 : (int32_t)id; /* -1: refused as out of range */
-    }
-    return nbtok_bpe_from_merges(op, copy, n_merges);
+    return nbtok_bpe_from_merges(op, merges, n_merges);
 }
 
 /* ---- what a tokenizer holds ---- */

@@ -216,7 +216,7 @@ nb_tokenizer *nb_tokenizer_bpe_train(const char *text, size_t len, int64_t vocab
         return nbt_error(op, "vocabulary size %lld (from 256 to %d)", (long long)vocab_size,
                          1 << 20);
     const int64_t wanted = vocab_size - 256;
-    int32_t *merges = malloc(sizeof *merges * (size_t)(2 * wanted + 1));
+    int64_t *merges = malloc(sizeof *merges * (size_t)(2 * wanted + 1));
     words w = {0};
     if (!merges || !words_of(&w, (const unsigned char *)text, len)) {
         free(merges);
@@ -234,5 +234,7 @@ nb_tokenizer *nb_tokenizer_bpe_train(const char *text, size_t len, int64_t vocab
         }
     }
     words_free(&w);
-    return nbtok_bpe_from_merges(op, merges, n);
+    nb_tokenizer *t = nbtok_bpe_from_merges(op, merges, n);
+    free(merges);
+    return t;
 }

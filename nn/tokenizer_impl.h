@@ -40,10 +40,11 @@ struct nb_tokenizer {
     char *meta_value;
 };
 
-/* The tokenizer of the given parts (taking ownership of merges, which may be NULL for chars),
- * with its token bytes and metadata made. NULL with an error naming op. */
+/* A characters tokenizer of the bytes present, or a BPE of n_merges merges (pairs of ids,
+ * flattened; checked, then copied), with its token bytes and metadata made. NULL with an error
+ * naming op. */
 nb_tokenizer *nbtok_chars_from_set(const char *op, const bool present[256]);
-nb_tokenizer *nbtok_bpe_from_merges(const char *op, int32_t *merges, int64_t n_merges);
+nb_tokenizer *nbtok_bpe_from_merges(const char *op, const int64_t *merges, int64_t n_merges);
 
 /* Cuts text into BPE pieces (text.h's rule): the length of the piece at the start of text. */
 size_t nbtok_piece_len(const unsigned char *text, size_t len);

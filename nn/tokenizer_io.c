@@ -59,7 +59,7 @@ static nb_tokenizer *bpe_of(const char *op, const char *text) {
                          MERGES_KEY, (1 << 20) - 256, arr ? "" : ": ", arr ? "" : err.text);
     }
     size_t n = json_array_size(arr);
-    int32_t *merges = malloc(sizeof *merges * (2 * n + 1));
+    int64_t *merges = malloc(sizeof *merges * (2 * n + 1));
     if (!merges) return json_decref(arr), nbt_error(op, "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t *pair = json_array_get(arr, i);
@@ -71,12 +71,13 @@ static nb_tokenizer *bpe_of(const char *op, const char *text) {
                 return nbt_error(op, "metadata %s: merge %zu is not a pair of integer ids",
                                  MERGES_KEY, i);
             }
-            json_int_t v = json_integer_value(id);
-            merges[2 * i + k] = v < 0 || v >= (1 << 20) ? -1 : (int32_t)v;
+            merges[2 * i + k] = json_integer_value(id);
         }
     }
     json_decref(arr);
-    return nbtok_bpe_from_merges(op, merges, (int64_t)n);
+    nb_tokenizer *t = nbtok_bpe_from_merges(op, merges, (int64_t)n);
+    free(merges);
+    return t;
 }
 
 nb_tokenizer *nb_tokenizer_from_metadata(int n, const nb_metadata_entry *meta) {

@@ -257,6 +257,8 @@ static void test_errors(void) {
     EXPECT_NULL(nb_tokenizer_bpe_from_merges(1, (const int64_t[]){97, 256}),
                 "nb_tokenizer_bpe_from_merges", "merge 0 joins tokens 97 and 256",
                 "only tokens 0..255");
+    EXPECT_NULL(nb_tokenizer_bpe_from_merges(1, (const int64_t[]){5000000000, -3}),
+                "merge 0 joins tokens 5000000000 and -3");
     EXPECT_NULL(nb_tokenizer_bpe_from_merges(2, (const int64_t[]){97, 98, 97, 98}),
                 "merge 1 joins tokens 97 and 98, as merge 0 already does");
     nb_tokenizer_free(t);
