@@ -75,7 +75,27 @@ void nb_tokenizer_free(nb_tokenizer *t) {
     free(t->merges);
     nbtok_pair_map_free(&t->rank);
     free(t->meta_value);
+    free(t->token_ptrs);
+    free(t->token_lens);
+    free(t->merge_pairs);
     free(t);
+}
+
+/* The arrays nb_tokenizer_gguf_vocab points at, once t's tokens are made; NULL if out of memory
+ * (t freed). */
+static nb_tokenizer *finish(const char *op, nb_tokenizer *t) {
+    t->token_ptrs = malloc(sizeof *t->token_ptrs * (size_t)t->size);
+    t->token_lens = malloc(sizeof *t->token_lens * (size_t)t->size);
+    t->merge_pairs = malloc(sizeof *t->merge_pairs * (size_t)(t->n_merges + 1));
+    if (!t->token_ptrs || !t->token_lens || !t->merge_pairs)
+        return nb_tokenizer_free(t), nbt_error(op, "out of memory");
+    for (int64_t id = 0; id < t->size; id++) {
+        t->token_ptrs[id] = t->bytes + t->offset[id];
+        t->token_lens[id] = (int64_t)(t->offset[id + 1] - t->offset[id]);
+    }
+    for (int64_t i = 0; i < t->n_merges; i++)
+        t->merge_pairs[i][0] = t->merges[2 * i], t->merge_pairs[i][1] = t->merges[2 * i + 1];
+    return t;
 }
 
 nb_tokenizer *nbtok_chars_from_set(const char *op, const bool present[256]) {
@@ -99,7 +119,7 @@ nb_tokenizer *nbtok_chars_from_set(const char *op, const bool present[256]) {
     }
     t->meta_value[2 * t->size] = '\0';
     if (t->size == 0) return nb_tokenizer_free(t), nbt_error(op, "the text has no bytes");
-    return t;
+    return finish(op, t);
 }
 
 nb_tokenizer *nb_tokenizer_chars(const char *text, size_t len) {
@@ -182,7 +202,7 @@ nb_tokenizer *nbtok_bpe_from_merges(const char *op, const int64_t *merges, int64
         memcpy(t->bytes + t->offset[256 + i] + ll, t->bytes + t->offset[r],
                t->offset[r + 1] - t->offset[r]);
     }
-    return t;
+    return finish(op, t);
 }
 
 nb_tokenizer *nb_tokenizer_bpe_from_merges(int64_t n_merges, const int64_t *merges) {
@@ -217,6 +237,17 @@ const char *nb_tokenizer_token(const nb_tokenizer *t, int64_t id, size_t *len) {
                          (long long)id, (long long)t->size);
     *len = t->offset[id + 1] - t->offset[id];
     return t->bytes + t->offset[id];
+}
+
+nb_gguf_vocab nb_tokenizer_gguf_vocab(const nb_tokenizer *t) {
+    if (!t) return (nb_gguf_vocab){.bos = -1, .eos = -1};
+    return (nb_gguf_vocab){.n_tokens = t->size,
+                           .tokens = t->token_ptrs,
+                           .lens = t->token_lens,
+                           .n_merges = t->n_merges,
+                           .merges = (const int64_t(*)[2])t->merge_pairs,
+                           .bos = -1,
+                           .eos = -1};
 }
 
 int64_t nb_tokenizer_merge_count(const nb_tokenizer *t) {

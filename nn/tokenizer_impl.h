@@ -38,6 +38,10 @@ struct nb_tokenizer {
     nbtok_pair_map rank;
     /* The metadata values, made once (the tokenizer never changes). */
     char *meta_value;
+    /* The tokens and merges as an nb_gguf_vocab points at them. */
+    const char **token_ptrs;
+    int64_t *token_lens;
+    int64_t (*merge_pairs)[2];
 };
 
 /* A characters tokenizer of the bytes present, or a BPE of n_merges merges (pairs of ids,

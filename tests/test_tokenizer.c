@@ -234,6 +234,31 @@ static void test_checkpoint_round_trip(void) {
     for (int k = 0; k < 2; k++) nb_tokenizer_free(toks[k]);
 }
 
+/* A GGUF export takes the tokenizer's tokens and merges as they are. */
+static void test_gguf_vocab(void) {
+    nb_tokenizer *toks[2] = {nb_tokenizer_bpe_train("abab abc ab", 11, 300),
+                             nb_tokenizer_chars("ba\n", 3)};
+    for (int k = 0; k < 2; k++) {
+        const nb_gguf_vocab v = nb_tokenizer_gguf_vocab(toks[k]);
+        CU_ASSERT_EQUAL(v.n_tokens, k ? 3 : 260);
+        CU_ASSERT_EQUAL(v.n_merges, k ? 0 : 4);
+        CU_ASSERT(v.bos == -1 && v.eos == -1);
+        for (int64_t id = 0; id < v.n_tokens; id++) {
+            size_t len;
+            const char *bytes = nb_tokenizer_token(toks[k], id, &len);
+            CU_ASSERT(v.lens[id] == (int64_t)len && memcmp(v.tokens[id], bytes, len) == 0);
+        }
+        nb_gguf *g = nb_gguf_new();
+        CU_ASSERT_TRUE(nb_gguf_set_vocab(g, &v));
+        nb_gguf_free(g);
+    }
+    const nb_gguf_vocab v = nb_tokenizer_gguf_vocab(toks[0]);
+    CU_ASSERT(v.merges[1][0] == ' ' && v.merges[1][1] == 256);
+    CU_ASSERT(v.merges[3][0] == 257 && v.merges[3][1] == 'c');
+    CU_ASSERT(v.lens[258] == 4 && memcmp(v.tokens[258], "abab", 4) == 0);
+    for (int k = 0; k < 2; k++) nb_tokenizer_free(toks[k]);
+}
+
 /* A file with the given metadata (and one small tensor). */
 static const char *file_with(const char *name, int n, const nb_metadata_entry *meta) {
     const char *path = nbtest_tmp_path(name);
@@ -311,6 +336,7 @@ int main(void) {
         {"BPE training is deterministic", test_bpe_deterministic},
         {"characters", test_chars},
         {"through a checkpoint and back", test_checkpoint_round_trip},
+        {"as a GGUF vocabulary", test_gguf_vocab},
         {"errors", test_errors},
     };
     return nbtest_run("tokenizer", cases, sizeof cases / sizeof cases[0]);

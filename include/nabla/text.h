@@ -34,6 +34,7 @@
 #define NABLA_TEXT_H
 
 #include "nabla/checkpoint.h"
+#include "nabla/gguf.h"
 #include "nabla/tensor.h"
 
 #include <stddef.h>
@@ -81,6 +82,10 @@ const char *nb_tokenizer_token(const nb_tokenizer *t, int64_t id, size_t *len);
 int64_t nb_tokenizer_merge_count(const nb_tokenizer *t);
 /* Merge i's pair (it made token 256 + i). False with an error if i is out of range. */
 bool nb_tokenizer_merge(const nb_tokenizer *t, int64_t i, int64_t *left, int64_t *right);
+/* t's tokens and merges as a GGUF export takes them (nb_gguf_set_vocab, blk_llama_lm_save_gguf),
+ * with no BOS or EOS token (set .bos/.eos on the copy if the model has them). The arrays are
+ * owned by t and live as long as it. An all-empty vocabulary for a NULL t. */
+nb_gguf_vocab nb_tokenizer_gguf_vocab(const nb_tokenizer *t);
 
 /* Encodes len bytes of text into ids, which has room for len ids (a token covers at least one
  * byte), and returns how many ids it wrote. Bytes without a token (characters tokenizers only)
