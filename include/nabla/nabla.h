@@ -17,5 +17,6 @@
 #include "nabla/train.h"
 #include "nabla/gguf.h"
 #include "nabla/blocks.h"
+#include "nabla/text.h"
 
 #endif
