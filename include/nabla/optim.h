@@ -147,8 +147,10 @@ double nb_clip_grad_norm(nb_tensor *const *params, int n, double max_norm);
  *   NB_LR_COSINE:    min_factor + (1 - min_factor) * (1 + cos(pi * p)) / 2
  *   NB_LR_STEP:      gamma ^ floor(s / step_size)           (torch's StepLR)
  * so linear and cosine fall from 1 at warmup_steps to min_factor at total_steps and stay
- * there (torch's LinearLR and CosineAnnealingLR with eta_min = min_factor * lr). A plain
- * struct: make one with the functions below, keep it anywhere, evaluate it at any step. */
+ * there. Without warm-up they are torch's LinearLR(1, min_factor, total_steps) and, up to
+ * total_steps, CosineAnnealingLR(total_steps, eta_min = min_factor * lr) (which rises again
+ * after it). A plain struct: make one with the functions below, keep it anywhere (it holds no
+ * state), evaluate it at any step, e.g. nb_lr_schedule_apply(s, opt, step) before each step. */
 typedef enum { NB_LR_CONSTANT, NB_LR_LINEAR, NB_LR_COSINE, NB_LR_STEP } nb_lr_decay;
 typedef struct {
     nb_lr_decay decay;
