@@ -810,12 +810,17 @@ static int state_count(nb_optimizer *opt) {
     return nb_optimizer_state(opt, "optim.", &st);
 }
 
-static void test_frozen_checkpoint_round_trip(void) {
-    char dir[] = "/tmp/nabla_optim_XXXXXX";
+/* Makes the temporary directory dir (a mkdtemp template) and two file paths in it (128 bytes). */
+static void temp_files(char *dir, char *first, const char *first_name, char *second,
+                       const char *second_name) {
     CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
-    char path[128], bad[128];
-    snprintf(path, sizeof path, "%s/frozen.safetensors", dir);
-    snprintf(bad, sizeof bad, "%s/bad.safetensors", dir);
+    snprintf(first, 128, "%s/%s", dir, first_name);
+    snprintf(second, 128, "%s/%s", dir, second_name);
+}
+
+static void test_frozen_checkpoint_round_trip(void) {
+    char dir[] = "/tmp/nabla_optim_XXXXXX", path[128], bad[128];
+    temp_files(dir, path, "frozen.safetensors", bad, "bad.safetensors");
     frozen_run a = frozen_run_new(), b = frozen_run_new();
     for (int k = 0; k < 2; k++) frozen_run_step(&a, k);
     CU_ASSERT_EQUAL(state_count(a.opt), 6); /* a.weight and a.bias; b.weight has none */
@@ -914,11 +919,8 @@ static int64_t snapshot(nb_module *model, nb_optimizer *opt, double *out) {
 /* A checkpoint with one state value replaced is refused whole, naming the tensor; the same
  * value written behind the optimizer's back makes nb_optimizer_step refuse to run. */
 static void test_bad_optimizer_state_refused(void) {
-    char dir[] = "/tmp/nabla_optim_XXXXXX";
-    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
-    char good[128], bad[128];
-    snprintf(good, sizeof good, "%s/good.safetensors", dir);
-    snprintf(bad, sizeof bad, "%s/bad.safetensors", dir);
+    char dir[] = "/tmp/nabla_optim_XXXXXX", good[128], bad[128];
+    temp_files(dir, good, "good.safetensors", bad, "bad.safetensors");
     nb_module *model;
     nb_optimizer *opt = trained_linear(&model);
     CU_ASSERT_TRUE_FATAL(nb_module_save_with(model, opt, good));
