@@ -45,9 +45,10 @@ static bool check_metadata_inputs(const char *path, int n_meta, const nb_metadat
             return nbt_error(OP, "%s: metadata entry %d has a NULL %s", path, i,
                              meta[i].key ? "value" : "key"),
                    false;
-        if (strcmp(meta[i].key, NB_SAFETENSORS_CRC_KEY) == 0)
+        if (strcmp(meta[i].key, NB_SAFETENSORS_CRC_KEY) == 0 ||
+            strcmp(meta[i].key, NB_SAFETENSORS_CRC_COVERS_KEY) == 0)
             return nbt_error(OP, "%s: metadata entry %d: the key %s is reserved", path, i,
-                             NB_SAFETENSORS_CRC_KEY),
+                             meta[i].key),
                    false;
     }
     return true;
@@ -61,6 +62,35 @@ static void data_order(int n, const nb_named_tensor *tensors, int *order) {
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
         for (int i = 0; i < n; i++)
             if (nb_dtype_size(tensors[i].tensor->dtype) == sizes[s]) order[k++] = i;
+}
+
+/* Sets the metadata's NB_SAFETENSORS_CRC_COVERS_KEY: the index the tensors make at these
+ * offsets, and the data length. */
+static bool set_covers(const char *path, int n, const nb_named_tensor *tensors,
+                       const uint64_t *begin, uint64_t data_len, json_t *meta_obj) {
+    nbst_entry *entries = nbt_malloc(sizeof *entries * (size_t)(n ? n : 1));
+    const nbst_entry **sorted = nbt_malloc(sizeof *sorted * (size_t)(n ? n : 1));
+    bool ok = entries && sorted;
+    for (int i = 0; ok && i < n; i++) {
+        const nb_tensor *t = tensors[i].tensor;
+        entries[i] = (nbst_entry){.name = tensors[i].name,
+                                  .dtype = t->dtype,
+                                  .ndim = t->ndim,
+                                  .begin = begin[i],
+                                  .end = begin[i] + nbst_nbytes(t)};
+        memcpy(entries[i].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+        sorted[i] = &entries[i];
+    }
+    if (ok) {
+        qsort(sorted, (size_t)n, sizeof *sorted, nbst_by_offsets);
+        char covers[NBST_COVERS_LEN];
+        nbst_covers_text(covers, nbst_index_crc(n, sorted), data_len);
+        ok = json_object_set_new(meta_obj, NB_SAFETENSORS_CRC_COVERS_KEY, json_string(covers)) == 0;
+    }
+    if (!ok) nbt_error(OP, "%s: out of memory building the header", path);
+    nbt_free(entries);
+    nbt_free(sorted);
+    return ok;
 }
 
 /* {"__metadata__": {...}, "name": {"dtype", "shape", "data_offsets"}, ...}, tensors in the
@@ -99,6 +129,7 @@ static json_t *build_header(const char *path, int n, const nb_named_tensor *tens
             goto fail;
         }
     }
+    if (!set_covers(path, n, tensors, begin, offset, meta_obj)) goto fail;
     for (int i = 0; i < n; i++) {
         const nb_tensor *t = tensors[i].tensor;
         if (json_object_get(root, tensors[i].name)) {

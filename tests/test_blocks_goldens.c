@@ -1,10 +1,11 @@
-/* The Llama-style blocks (nn/blocks/) against PyTorch: tests/goldens/blocks.json, written
- * by tests/gen_blocks_goldens.py from references written there from the formulas (RMSNorm,
+/* The blocks (nn/blocks/) against PyTorch: tests/goldens/blocks.json, written by
+ * tests/gen_blocks_goldens.py from references written there from the formulas (RMSNorm,
  * rotate-half RoPE, SwiGLU, grouped-query attention with repeat_interleave, the block and the
- * LM). Each case builds the nabla module from the case's config, copies PyTorch's parameters
- * in under their names (every module parameter must be matched by name and shape), runs
- * forward, backpropagates the case's output gradient and compares the output, every parameter
- * gradient and the input gradient. */
+ * LM), and tests/goldens/mla.json, by tests/gen_mla_goldens.py (DeepSeek-V2's multi-head
+ * latent attention). Each case builds the nabla module from the case's config, copies
+ * PyTorch's parameters in under their names (every module parameter must be matched by name
+ * and shape), runs forward, backpropagates the case's output gradient and compares the
+ * output, every parameter gradient and the input gradient. */
 #include <nabla/blocks.h>
 #include "golden.h"
 #include "harness.h"
@@ -35,6 +36,18 @@ static blk_llama_config llama_config(const json_t *c) {
                               .rope_base = config_double(c, "rope_base")};
 }
 
+static blk_mla_config mla_config(const json_t *c) {
+    return (blk_mla_config){.dim = config_int(c, "dim"),
+                            .n_heads = config_int(c, "n_heads"),
+                            .q_rank = config_int(c, "q_rank"),
+                            .kv_rank = config_int(c, "kv_rank"),
+                            .nope_dim = config_int(c, "nope_dim"),
+                            .rope_dim = config_int(c, "rope_dim"),
+                            .v_dim = config_int(c, "v_dim"),
+                            .norm_eps = config_double(c, "eps"),
+                            .rope_base = config_double(c, "rope_base")};
+}
+
 /* Builds the case's module as child "m" of root; NULL for RoPE, which has no parameters. */
 static void *build(const json_t *c, nb_module *root) {
     const char *module = json_string_value(json_object_get(c, "module"));
@@ -47,6 +60,10 @@ static void *build(const json_t *c, nb_module *root) {
         return blk_attention_new(root, "m", config_int(c, "dim"), config_int(c, "n_heads"),
                                  config_int(c, "n_kv_heads"), config_double(c, "rope_base"));
     if (strcmp(module, "Block") == 0) return blk_llama_block_new(root, "m", &cfg);
+    if (strcmp(module, "MLA") == 0) {
+        blk_mla_config mla = mla_config(c);
+        return blk_mla_new(root, "m", &mla);
+    }
     if (strcmp(module, "LlamaLM") == 0)
         return blk_llama_lm_new(root, "m", config_int(c, "vocab"), (int)config_int(c, "n_layers"),
                                 &cfg);
@@ -65,6 +82,7 @@ static nb_tensor *forward(const json_t *c, void *m, nb_tensor *x, const nb_tenso
     if (strcmp(module, "SwiGLU") == 0) return blk_swiglu_forward(m, x);
     if (strcmp(module, "Attention") == 0) return blk_attention_forward(m, x, &opts);
     if (strcmp(module, "Block") == 0) return blk_llama_block_forward(m, x, &opts);
+    if (strcmp(module, "MLA") == 0) return blk_mla_forward(m, x, &opts);
     if (strcmp(module, "LlamaLM") == 0) return blk_llama_lm_forward(m, x, &opts);
     return NULL;
 }
@@ -132,22 +150,33 @@ static bool check_case(const json_t *c) {
     return ok;
 }
 
-static void test_goldens(void) {
-    json_t *root = golden_load("blocks.json");
+/* Checks every case of a golden file, which must hold n_cases. */
+static void check_file(const char *file, size_t n_cases) {
+    json_t *root = golden_load(file);
     CU_ASSERT_PTR_NOT_NULL_FATAL(root);
     const json_t *cases = json_object_get(root, "cases");
     int failures = 0;
     for (size_t k = 0; k < json_array_size(cases); k++)
         failures += !check_case(json_array_get(cases, k));
-    /* RMSNorm x2, RoPE x2, SwiGLU, Attention x5, Block, LlamaLM; in f32 and f64. */
-    CU_ASSERT_EQUAL(json_array_size(cases), 24);
+    CU_ASSERT_EQUAL(json_array_size(cases), n_cases);
     CU_ASSERT_EQUAL(failures, 0);
     json_decref(root);
+}
+
+/* RMSNorm x2, RoPE x2, SwiGLU, Attention x5, Block, LlamaLM; in f32 and f64. */
+static void test_goldens(void) {
+    check_file("blocks.json", 24);
+}
+
+/* MLA without and with the query low-rank path (tests/gen_mla_goldens.py); f32 and f64. */
+static void test_mla_goldens(void) {
+    check_file("mla.json", 6);
 }
 
 int main(void) {
     const nbtest_case cases[] = {
         {"the blocks match PyTorch's outputs and gradients", test_goldens},
+        {"MLA matches PyTorch's outputs and gradients", test_mla_goldens},
     };
     return nbtest_run("blocks goldens", cases, sizeof cases / sizeof cases[0]);
 }

@@ -14,6 +14,7 @@
 #include "nabla/optim.h"
 #include "nabla/generate.h"
 #include "nabla/dist.h"
+#include "nabla/gguf.h"
 #include "nabla/blocks.h"
 
 #endif
