@@ -88,12 +88,15 @@ int nb_optimizer_group_count(const nb_optimizer *opt);
 
 /* One update of every parameter that requires grad and has a gradient; others are skipped
  * (their step counts do not advance). A parameter that requires grad but has no gradient
- * (nothing reached it in backward) is skipped as torch skips a None grad; one that does not
+ * (no backward has reached it) is skipped as torch skips a None grad; one that does not
  * require grad is skipped even if it still holds a gradient from before it was frozen (torch
- * would update it: freezing here means frozen). Allocates only the state of parameters
- * stepped for the first time; the contiguous parameters are updated together as one job on
- * nabla's threads, with the same bits for any thread count. Returns false with an error,
- * changing nothing, if a gradient's dtype or shape does not match its parameter. */
+ * would update it: freezing here means frozen). nb_optimizer_zero_grad keeps gradient buffers
+ * (torch's zero_grad(set_to_none=False)), so a parameter that a later backward does not reach
+ * is stepped with a zero gradient (decay and momentum still move it); freeze it to skip it.
+ * Allocates only the state of parameters stepped for the first time; the contiguous
+ * parameters are updated together as one job on nabla's threads, with the same bits for any
+ * thread count. Returns false with an error, changing nothing, if a gradient's dtype or shape
+ * does not match its parameter. */
 bool nb_optimizer_step(nb_optimizer *opt);
 /* Sets every parameter's gradient to zero in place (keeps the buffers, as torch's
  * zero_grad(set_to_none=False)). */
