@@ -37,24 +37,25 @@ static bool check_params(const nb_optimizer *o, const char *op, nb_tensor *const
     if (!nbn_check_param_list(op, params, n, 0, false, o->n)) return false;
     for (int i = 0; i < n; i++) {
         const nb_tensor *p = params[i];
-        const char *label = nbn_param_label(p, o->n + i);
+        const int at = o->n + i;
         for (int d = 0; d < p->ndim; d++)
             if (p->shape[d] > 1 && p->strides[d] == 0)
                 return nbt_error(op,
                                  "parameter %s is an expanded view; updating it in place would "
                                  "hit shared elements",
-                                 label),
+                                 nbn_param_label(p, at)),
                        false;
         if (o->n > 0 && p->dtype != o->params[0]->dtype)
             return nbt_error(op,
                              "parameter %s is %s but the optimizer's parameters are %s: all "
                              "parameters must share one dtype",
-                             label, nb_dtype_name(p->dtype), nb_dtype_name(o->params[0]->dtype)),
+                             nbn_param_label(p, at), nb_dtype_name(p->dtype),
+                             nb_dtype_name(o->params[0]->dtype)),
                    false;
         for (int j = 0; j < o->n; j++)
             if (o->params[j] == p)
-                return nbt_error(op, "parameter %s is already in group %d, as parameter %d", label,
-                                 o->group_of[j], j),
+                return nbt_error(op, "parameter %s is already in group %d, as parameter %d",
+                                 nbn_param_label(p, at), o->group_of[j], j),
                        false;
     }
     return true;
