@@ -256,7 +256,8 @@ bool nb_gguf_add_tensor(nb_gguf *g, const char *name, const nb_tensor *t, nb_ggu
     if (len == 0 || len > MAX_NAME)
         return nbt_error(op, "tensor name '%.80s' must be 1 to %d bytes", name, MAX_NAME), false;
     if (t->dtype != NB_F32 && t->dtype != NB_F64)
-        return nbt_error(op, "tensor '%s': %s must be float32 or float64", name, nbt_shape(t)),
+        return nbt_error(op, "tensor '%s': %s %s must be float32 or float64", name,
+                         nb_dtype_name(t->dtype), nbt_shape(t)),
                false;
     if (t->ndim < 1 || t->ndim > MAX_DIMS)
         return nbt_error(op, "tensor '%s': %s must have 1 to %d dims", name, nbt_shape(t),

@@ -237,6 +237,18 @@ nb_kv_cache *blk_llama_lm_cache_new(const blk_llama_lm *m, int64_t batch, int64_
  * past it generation slides (nb_generate). Borrows m. */
 nb_causal_lm blk_llama_lm_causal(blk_llama_lm *m, int64_t max_len);
 
+/* ---- Export (nabla/gguf.h) ------------------------------------------------------------- */
+/* Writes m as a GGUF file that llama.cpp runs as its "llama" architecture: llama.* metadata
+ * (context_length = max_len), the tensors under llama.cpp's names (token_embd, blk.N.attn_q,
+ * ..., output) in type (norms always float32), and the vocabulary (its n_tokens must be
+ * m->vocab). RoPE: nabla rotates halves (element i with i + hd/2); llama.cpp's "llama"
+ * rotates adjacent pairs, so each head's rows of wq and wk are reordered (row 2i + j takes row
+ * i + j * hd/2), as llama.cpp's own converter does for Hugging Face checkpoints: the exported
+ * model computes the same logits. Replaces path atomically; false with an error naming the
+ * file, the tensor or the vocabulary. */
+bool blk_llama_lm_save_gguf(const blk_llama_lm *m, const char *path, int64_t max_len,
+                            const nb_gguf_vocab *vocab, nb_gguf_type type);
+
 #ifdef __cplusplus
 }
 #endif
