@@ -1,8 +1,8 @@
 /* Llama-style transformer pieces, part of libnabla but built on its public API alone (their
  * sources, nn/blocks/, include nothing of nabla but <nabla/...>): RMSNorm, rotary position
  * embeddings, a SwiGLU feed-forward, grouped-query attention, the block that combines them and a
- * small language model; and DeepSeek-V2's multi-head latent attention (MLA), whose cache keeps
- * a compressed latent per position.
+ * small language model; DeepSeek-V2's multi-head latent attention (MLA), whose cache keeps
+ * a compressed latent per position; and DeepSeek's mixture-of-experts feed-forward.
  *
  * Each piece is a function of tensors (differentiable, any float dtype) and a module that
  * holds its parameters in a nabla model tree, under Meta's Llama parameter names
@@ -78,6 +78,72 @@ typedef struct {
 } blk_swiglu_ff;
 blk_swiglu_ff *blk_swiglu_new(nb_module *parent, const char *name, int64_t dim, int64_t hidden);
 nb_tensor *blk_swiglu_forward(blk_swiglu_ff *m, const nb_tensor *x);
+
+/* ---- Mixture of experts (DeepSeek-style) ------------------------------------------------ */
+/* A feed-forward of n_experts routed SwiGLU experts, of which each token uses top_k, plus
+ * optional shared experts that every token uses (DeepSeek's MoE). For a token x (a row of
+ * the input):
+ *   p      = softmax(gate.weight x)                      router probabilities over E experts
+ *   e_1..k = the top_k largest of p (nb_topk; ties as PyTorch's topk)
+ *   w_j    = p[e_j] / (p[e_1] + ... + p[e_k])            the chosen weights, renormalised
+ *   y      = shared_experts(x) + sum_j w_j experts.e_j(x)
+ * and over the N tokens of a forward, the load-balancing loss (Switch Transformer, DeepSeek's
+ * expert-level balance loss):
+ *   aux = aux_alpha * E * sum_i f_i * P_i,  f_i = (token-slots routed to expert i) / (N k),
+ *                                           P_i = (1 / N) sum_t p_t[i],
+ * which is aux_alpha when the routing is perfectly even and grows as it concentrates. f is a
+ * count (no gradient); the gradient reaches the router through P. The caller adds aux to its
+ * loss.
+ *
+ * Tokens go to their experts and back through nabla's index ops: a stable counting sort
+ * groups the N k (token, expert) slots by expert, nb_index_select gathers their rows, each
+ * expert runs on its own rows only, and nb_index_add adds the weighted results back to their
+ * tokens. Every tensor a forward makes has a shape that depends on N, not on the routing: each
+ * expert's rows are cut into tiles of tile_rows, and the N k slots always fit in
+ * T = floor((N k + E (tile_rows - 1)) / tile_rows) tiles, so T tiles are run every step, the
+ * unused ones on zero rows (at most E (tile_rows - 1) rows a step, under a quarter of N k
+ * with the default tile_rows). So a training loop at a fixed token count allocates nothing
+ * after its first step although the experts' batch sizes change (docs/design.md, "Mixture of
+ * experts"). Each op runs on nabla's threads and the results are the same bits for any
+ * thread count. */
+typedef struct {
+    int64_t dim;       /* model width D */
+    int64_t hidden;    /* hidden width of each routed expert (DeepSeek's moe_inter_dim) */
+    int64_t n_experts; /* routed experts E >= 1 */
+    int64_t top_k;     /* experts per token, 1..E */
+    int64_t n_shared;  /* shared experts: one SwiGLU of hidden n_shared * hidden; 0 for none */
+    double aux_alpha;  /* weight of the load-balancing loss, >= 0 */
+    /* rows per expert tile; 0 chooses ceil(N k / (4 E)) for N tokens */
+    int64_t tile_rows;
+} blk_moe_config;
+
+/* Children under DeepSeek's names: gate (Linear [E, D], no bias: gate.weight), experts.0 ..
+ * experts.{E-1} (SwiGLU D -> hidden -> D: experts.N.w1.weight, ...), shared_experts (SwiGLU
+ * D -> n_shared * hidden -> D) unless n_shared is 0. Owned by the model's root. */
+typedef struct {
+    nb_module base;
+    nb_linear *gate;
+    nb_module *experts_container;
+    blk_swiglu_ff *shared_experts; /* NULL without shared experts */
+    blk_moe_config cfg;
+    blk_swiglu_ff **experts; /* n_experts of them (stored after the struct) */
+} blk_moe;
+/* NULL with an error naming "MoE" and the bad setting. */
+blk_moe *blk_moe_new(nb_module *parent, const char *name, const blk_moe_config *cfg);
+
+/* What a forward routed, for the loss and for monitoring; every field new in the current
+ * scope. */
+typedef struct {
+    nb_tensor *aux_loss; /* 0-d, the load-balancing loss above (differentiable) */
+    nb_tensor *experts;  /* int64 [..., top_k]: each token's experts, most probable first */
+    nb_tensor *weights;  /* [..., top_k]: their renormalised weights (differentiable) */
+    nb_tensor *load;     /* int64 [E]: token-slots routed to each expert */
+} blk_moe_routing;
+
+/* x [..., dim] of the model's dtype -> [..., dim], a new tensor in the current scope. routing,
+ * if not NULL, receives the routing of this forward. NULL with an error naming the module's
+ * path and the shapes. */
+nb_tensor *blk_moe_forward(blk_moe *m, const nb_tensor *x, blk_moe_routing *routing);
 
 /* Options of an attention forward. Masks are NB_BOOL with true = blocked, as nb_mha takes.
  *
