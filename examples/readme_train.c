@@ -49,6 +49,8 @@ int main(int argc, char **argv) {
 
     nb_train_opts o = nb_train_defaults(1000);
     o.step = step, o.user = &c;
+    nb_lr_schedule cosine = nb_lr_cosine(50, 1000, 0.1); /* warm-up, then down to lr / 10 */
+    o.schedule = &cosine;
     o.eval = accuracy, o.eval_every = 50, o.eval_name = "accuracy", o.maximize = true;
     o.patience = 5; /* stop after 5 evaluations without a better accuracy */
     o.out_dir = argc > 1 ? argv[1] : "out/readme_train";

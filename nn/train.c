@@ -68,6 +68,7 @@ static bool check_options(const nb_train_opts *o, const nb_module *model, const 
     if ((o->eval_every > 0) != (o->eval != NULL))
         return nbt_error(OP, "an eval callback needs eval_every > 0 and eval_every needs one"),
                false;
+    if (o->schedule && o->lr) return nbt_error(OP, "both a schedule and an lr callback"), false;
     if (o->patience > 0 && !o->eval) return nbt_error(OP, "patience needs an eval callback"), false;
     if ((o->checkpoint_every || o->resume) && !o->out_dir)
         return nbt_error(OP, "checkpoints and resume need out_dir"), false;
@@ -166,6 +167,8 @@ static bool optimizer_step(trainer *t, int64_t step) {
     if (!healthy(t, step)) return false;
     if (o->clip_norm > 0 && isnan(nb_clip_grad_norm(t->trainable, t->n_trainable, o->clip_norm)))
         return step_failed(t, step, "clipping");
+    if (o->schedule && !nb_lr_schedule_apply(*o->schedule, t->opt, step))
+        return step_failed(t, step, "the schedule");
     if (o->lr) {
         double lr = o->lr(o->user, step, o->steps);
         if (!(lr >= 0))

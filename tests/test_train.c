@@ -362,6 +362,36 @@ static void test_csv_log(void) {
     fixture_free(&f);
 }
 
+/* A schedule: step decay by half every 2 steps after 2 warm-up steps, on AdamW's 0.05: the
+ * rates 0, 0.025 (warm-up), 0.05, 0.05, 0.025, 0.025 in train.csv. */
+static void test_schedule(void) {
+    static const double want[] = {0, 0.025, 0.05, 0.05, 0.025, 0.025};
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/schedule", nbtest_tmp_dir());
+    fixture f;
+    fixture_init(&f, 5, NB_F64, false);
+    nb_lr_schedule decay = nb_lr_step_decay(2, 2, 0.5);
+    nb_train_opts o = base_opts(&f, 6, dir);
+    o.schedule = &decay;
+    CU_ASSERT_TRUE_FATAL(nb_train(f.model, f.opt, &o, NULL));
+    snprintf(path, sizeof path, "%s/train.csv", dir);
+    FILE *fp = fopen(path, "r");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fp);
+    char line[256];
+    CU_ASSERT_TRUE(fgets(line, sizeof line, fp) != NULL);
+    long long step;
+    double loss, micro, lr;
+    int rows = 0;
+    while (fscanf(fp, "%lld,%lf,%lf,%lf\n", &step, &loss, &micro, &lr) == 4 && rows < 6)
+        CU_ASSERT_DOUBLE_EQUAL(lr, want[rows++], 1e-12);
+    CU_ASSERT_EQUAL(rows, 6);
+    fclose(fp);
+    o.lr = ramp_lr;
+    CU_ASSERT_FALSE(nb_train(f.model, f.opt, &o, NULL));
+    NBT_ASSERT_ERROR("nb_train: both a schedule and an lr callback");
+    fixture_free(&f);
+}
+
 /* Not a terminal: one line per report (every 5 steps of 20) with the mean loss of the steps
  * since the last one, then the closing line. */
 static void test_progress_lines(void) {
@@ -565,6 +595,7 @@ int main(void) {
         {"accumulation equals a bigger batch", test_accumulation},
         {"frozen parameter", test_frozen_parameter},
         {"csv log", test_csv_log},
+        {"schedule", test_schedule},
         {"progress lines", test_progress_lines},
         {"progress on a terminal", test_progress_terminal},
         {"plot", test_plot},

@@ -5,7 +5,7 @@
  *   - zeroes the gradients, backpropagates, accumulates `accum` micro-batches per step (and,
  *     under MPI, averages over ranks: nabla/dist.h), stops with an error naming the step and
  *     the parameter when a loss or gradient is not finite, clips the gradient norm, sets the
- *     learning rate of the step (a callback, e.g. a schedule) and steps the optimizer;
+ *     learning rate of the step (an nb_lr_schedule or a callback) and steps the optimizer;
  *   - a live progress line (step, loss, metrics, steps/s, ETA) redrawn on a terminal, one
  *     plain line per report otherwise;
  *   - evaluation every N steps (a callback returning a validation metric), keep-the-best
@@ -90,8 +90,12 @@ typedef struct {
     /* Averaging over micro-batches and ranks. NULL: one process; the micro-batches' gradients
      * add up in backward and are then divided by accum. Required when nb_dist_world_size() > 1. */
     const nb_train_dist *dist;
-    double clip_norm;  /* > 0: clip the gradients' global norm to it; 0: no clipping */
-    nb_train_lr_fn lr; /* NULL: the optimizer's learning rate is left as it is */
+    double clip_norm; /* > 0: clip the gradients' global norm to it; 0: no clipping */
+    /* The learning rate of each step: a schedule (nabla/optim.h: each group's rate times its
+     * factor, nb_lr_schedule_apply), or a callback giving the rate (nb_optimizer_set_lr, so
+     * groups of one rate only). At most one; neither: the optimizer's rates are left alone. */
+    const nb_lr_schedule *schedule;
+    nb_train_lr_fn lr;
     /* Extra per-step metrics reported by the step callback: column names for train.csv and
      * the progress line. At most NB_TRAIN_MAX_METRICS. */
     int n_metrics;
