@@ -1,6 +1,6 @@
 /* Trains a small transformer on a toy task and shows what its attention heads learned.
  *
- *   toy_tasks --task shift|reverse|sort|recall [--block gpt|llama] [--steps N] [--seed S]
+ *   toy_tasks --task shift|reverse|sort|recall [--block gpt|llama|deepseek] [--steps N] [--seed S]
  *             [--threads N] [--lr X] [--out DIR] [--eval CHECKPOINT] [--checkpoint-every N]
  *             [--resume]
  *
@@ -40,7 +40,7 @@ typedef struct {
 } options;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: toy_tasks --task NAME [--block gpt|llama] " ARGS_TRAINER_USAGE
+    fprintf(f, "usage: toy_tasks --task NAME [--block gpt|llama|deepseek] " ARGS_TRAINER_USAGE
                " [--quiet]\ntasks:\n");
     for (int i = 0; toy_tasks[i]; i++)
         fprintf(f, "  %-8s %s; %lld steps by default\n", toy_tasks[i]->name, toy_tasks[i]->what,
@@ -51,7 +51,7 @@ static bool parse_block(args *a, toy_block *block) {
     const char *name = args_string(a);
     if (!name) return false;
     if (toy_block_parse(name, block)) return true;
-    fprintf(stderr, "toy_tasks: unknown block '%s' (gpt or llama)\n", name);
+    fprintf(stderr, "toy_tasks: unknown block '%s' (gpt, llama or deepseek)\n", name);
     return false;
 }
 
@@ -372,10 +372,9 @@ static int run_training(const toy_model *lm, const options *o) {
     if (!quiet)
         printf("%s: %s\nmodel: %s block, %lld parameters, %d layer(s), %lld heads, d %lld; %lld "
                "steps of batch %lld%s\n",
-               task->name, task->what, o->block == TOY_BLOCK_LLAMA ? "llama" : "gpt",
-               (long long)nb_module_numel(model), lm->layers, (long long)task->heads,
-               (long long)task->dim, (long long)o->run.steps, (long long)task->batch,
-               o->run.resume ? " (resumed)" : "");
+               task->name, task->what, toy_block_name(o->block), (long long)nb_module_numel(model),
+               lm->layers, (long long)task->heads, (long long)task->dim, (long long)o->run.steps,
+               (long long)task->batch, o->run.resume ? " (resumed)" : "");
     if (!quiet && micro_batches > 1)
         printf("data parallel: %d rank(s) x %d micro-batch(es) of %lld per step\n", tr.dist.ranks,
                tr.dist.accum, (long long)task->batch);
