@@ -2,7 +2,8 @@
  * sources, nn/blocks/, include nothing of nabla but <nabla/...>): RMSNorm, rotary position
  * embeddings, a SwiGLU feed-forward, grouped-query attention, the block that combines them and a
  * small language model; DeepSeek-V2's multi-head latent attention (MLA), whose cache keeps
- * a compressed latent per position; and DeepSeek's mixture-of-experts feed-forward.
+ * a compressed latent per position; DeepSeek's mixture-of-experts feed-forward; and a
+ * DeepSeek-style LM of the two (blk_deepseek_lm, under DeepSeek's own parameter names).
  *
  * Each piece is a function of tensors (differentiable, any float dtype) and a module that
  * holds its parameters in a nabla model tree, under Meta's Llama parameter names

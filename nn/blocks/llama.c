@@ -98,10 +98,6 @@ static nb_kv_cache *causal_cache(void *model, int64_t batch, int64_t max_len) {
 }
 
 nb_causal_lm blk_llama_lm_causal(blk_llama_lm *m, int64_t max_len) {
-    return (nb_causal_lm){.model = m,
-                          .module = m ? &m->base : NULL,
-                          .vocab = m ? m->vocab : 0,
-                          .max_len = max_len,
-                          .forward = causal_forward,
-                          .new_cache = causal_cache};
+    return blk_lm_causal(m, m ? &m->base : NULL, m ? m->vocab : 0, max_len, causal_forward,
+                         causal_cache);
 }

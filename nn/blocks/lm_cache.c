@@ -23,3 +23,14 @@ bool blk_lm_cache_fits(const nb_module *lm, int n_layers, const nb_tensor *token
     }
     return true;
 }
+
+nb_causal_lm blk_lm_causal(void *model, nb_module *module, int64_t vocab, int64_t max_len,
+                           nb_tensor *(*forward)(void *, const nb_tensor *, nb_kv_cache *),
+                           nb_kv_cache *(*new_cache)(void *, int64_t, int64_t)) {
+    return (nb_causal_lm){.model = model,
+                          .module = model ? module : NULL,
+                          .vocab = model ? vocab : 0,
+                          .max_len = max_len,
+                          .forward = forward,
+                          .new_cache = new_cache};
+}
