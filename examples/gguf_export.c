@@ -1,15 +1,16 @@
-/* Export a model for llama.cpp (and the model side of tests/llama_cpp_check.sh): trains a small
- * byte-level Llama-style LM on a text, exports it to GGUF (float32 and float16) with
- * blk_llama_lm_save_gguf, and writes what nabla says the model does: greedy tokens from a prompt
- * through nb_generate, and the next-token probabilities (softmax of the full forward) at every step
- * of that path. Usage: gguf_export OUT_DIR NEW_TOKENS */
+/* A model for llama.cpp: trains a small Llama-style LM with a byte-level BPE tokenizer on a
+ * text, exports it to GGUF (float32 and float16) with its vocabulary, and writes what nabla
+ * says the model does (for tests/llama_cpp_check.sh): greedy tokens from a prompt through
+ * nb_generate, their text, and the next-token probabilities (softmax of the full forward) at
+ * every step of that path.
+ * Usage: gguf_export OUT_DIR NEW_TOKENS */
 #include <nabla/nabla.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { V = 256, T = 32, B = 8 };
+enum { VOCAB = 320, T = 24, B = 8 };
 
 static const char text[] =
     "the quick brown fox jumps over the lazy dog. a small model reads every byte of it, "
@@ -21,30 +22,27 @@ static int fail(const char *what) {
     return 1;
 }
 
-/* Trains lm on windows of text (next byte prediction) for a fixed number of AdamW steps. */
-static bool train(blk_llama_lm *lm, nb_module *root) {
+/* Trains lm on windows of the encoded text (next token prediction), AdamW. */
+static bool train(blk_llama_lm *lm, nb_module *root, const int64_t *ids, int64_t n_ids) {
     int n = 0;
     nb_tensor **params = nb_module_parameters(root, &n);
     nb_optimizer *opt = params ? nb_adamw_new(params, n, nb_adamw_defaults(3e-3)) : NULL;
     free(params);
     nb_rng rng;
     nb_rng_seed(&rng, 5);
-    const int64_t len = (int64_t)strlen(text);
     bool ok = opt != NULL;
     for (int step = 0; ok && step < 400; step++) {
         nb_scope_begin();
         int64_t in[B * T], target[B * T];
         for (int b = 0; b < B; b++) {
-            int64_t start = (int64_t)(nb_rng_next(&rng) % (uint64_t)(len - T - 1));
-            for (int t = 0; t < T; t++) {
-                in[b * T + t] = (unsigned char)text[start + t];
-                target[b * T + t] = (unsigned char)text[start + t + 1];
-            }
+            int64_t start = (int64_t)(nb_rng_next(&rng) % (uint64_t)(n_ids - T - 1));
+            memcpy(in + b * T, ids + start, sizeof *in * T);
+            memcpy(target + b * T, ids + start + 1, sizeof *target * T);
         }
         nb_tensor *logits = blk_llama_lm_forward(lm, nb_from_array(NB_I64, NB_SHAPE(B, T), in),
                                                  &(blk_attn_opts){.causal = true});
         nb_tensor *loss =
-            nb_cross_entropy(nb_view(logits, NB_SHAPE(B * T, V)),
+            nb_cross_entropy(nb_view(logits, NB_SHAPE(B * T, lm->vocab)),
                              nb_from_array(NB_I64, NB_SHAPE(B * T), target), -1, NB_REDUCE_MEAN);
         nb_optimizer_zero_grad(opt);
         ok = loss && nb_backward(loss, NULL) && nb_optimizer_step(opt);
@@ -60,15 +58,14 @@ static bool write_probs(FILE *f, blk_llama_lm *lm, const int64_t *seq, int64_t p
     nb_scope_begin();
     nb_set_grad_enabled(false);
     nb_tensor *tokens = nb_from_array(NB_I64, NB_SHAPE(1, plen + n), seq);
-    nb_tensor *p = nb_softmax(
-        nb_to_dtype(blk_llama_lm_forward(lm, tokens, &(blk_attn_opts){.causal = true}), NB_F64),
-        -1);
+    nb_tensor *logits = blk_llama_lm_forward(lm, tokens, &(blk_attn_opts){.causal = true});
+    nb_tensor *p = nb_softmax(nb_to_dtype(logits, NB_F64), -1);
     double *v = p ? malloc(sizeof *v * (size_t)nb_numel(p)) : NULL;
     bool ok = v && nb_to_doubles(p, v);
     for (int64_t i = 0; ok && i < n; i++) {
         fprintf(f, "%s[", i ? ",\n" : "");
-        for (int64_t j = 0; j < V; j++)
-            fprintf(f, "%s%.9g", j ? "," : "", v[(plen - 1 + i) * V + j]);
+        for (int64_t j = 0; j < lm->vocab; j++)
+            fprintf(f, "%s%.9g", j ? "," : "", v[(plen - 1 + i) * lm->vocab + j]);
         fprintf(f, "]");
     }
     free(v);
@@ -77,10 +74,20 @@ static bool write_probs(FILE *f, blk_llama_lm *lm, const int64_t *seq, int64_t p
     return ok;
 }
 
+static void write_ids(FILE *f, const char *key, const int64_t *ids, int64_t n) {
+    fprintf(f, "\"%s\": [", key);
+    for (int64_t i = 0; i < n; i++) fprintf(f, "%s%lld", i ? "," : "", (long long)ids[i]);
+    fprintf(f, "],\n");
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) return fprintf(stderr, "usage: gguf_export OUT_DIR NEW_TOKENS\n"), 2;
     const char *dir = argv[1];
     const int64_t n_new = atoll(argv[2]);
+    nb_tokenizer *tok = nb_tokenizer_bpe_train(text, strlen(text), VOCAB);
+    int64_t *ids = malloc(sizeof *ids * strlen(text));
+    const int64_t n_ids = tok && ids ? nb_tokenizer_encode(tok, text, strlen(text), ids, NULL) : -1;
+    if (n_ids < 0) return fail("tokenizer");
     nb_module *root = nb_model_new(NB_F32, 11);
     const blk_llama_config cfg = {.dim = 64,
                                   .n_heads = 4,
@@ -88,15 +95,12 @@ int main(int argc, char **argv) {
                                   .hidden = 128,
                                   .norm_eps = 1e-5,
                                   .rope_base = 10000};
-    blk_llama_lm *lm = blk_llama_lm_new(root, "tiny_llama", V, 2, &cfg);
-    if (!lm || !train(lm, root)) return fail("training");
+    blk_llama_lm *lm = blk_llama_lm_new(root, "tiny_llama", nb_tokenizer_vocab_size(tok), 2, &cfg);
+    if (!lm || !train(lm, root, ids, n_ids)) return fail("training");
 
-    /* The vocabulary: token i is byte i; token 0 (NUL, absent from the text) ends sequences. */
-    char bytes[V];
-    const char *tokens[V];
-    int64_t lens[V];
-    for (int i = 0; i < V; i++) bytes[i] = (char)i, tokens[i] = &bytes[i], lens[i] = 1;
-    const nb_gguf_vocab vocab = {.n_tokens = V, .tokens = tokens, .lens = lens, .bos = 0, .eos = 0};
+    /* The model's tokenizer goes into the file: llama.cpp reads it as a byte-level BPE. */
+    nb_gguf_vocab vocab = nb_tokenizer_gguf_vocab(tok);
+    vocab.eos = 0; /* byte 0, never in the text: a token llama.cpp may stop at */
     char path[4096];
     snprintf(path, sizeof path, "%s/tiny_llama_f32.gguf", dir);
     if (!blk_llama_lm_save_gguf(lm, path, 256, &vocab, NB_GGUF_F32)) return fail("export f32");
@@ -104,30 +108,33 @@ int main(int argc, char **argv) {
     if (!blk_llama_lm_save_gguf(lm, path, 256, &vocab, NB_GGUF_F16)) return fail("export f16");
 
     const char *prompt = "the quick";
-    const int64_t plen = (int64_t)strlen(prompt);
-    int64_t *seq = malloc(sizeof *seq * (size_t)(plen + n_new));
-    for (int64_t i = 0; i < plen; i++) seq[i] = (unsigned char)prompt[i];
+    int64_t *seq = malloc(sizeof *seq * (strlen(prompt) + (size_t)n_new));
+    const int64_t plen = nb_tokenizer_encode(tok, prompt, strlen(prompt), seq, NULL);
     const nb_causal_lm causal = blk_llama_lm_causal(lm, 256);
     const nb_generate_opts opts = nb_generate_defaults(n_new);
     if (nb_generate(&causal, seq, plen, &opts, seq + plen, NULL) != n_new)
         return fail("nb_generate");
+    char out[4096];
+    const int64_t out_len = nb_tokenizer_decode(tok, seq, plen + n_new, out, sizeof out);
+    if (out_len < 0 || out_len >= (int64_t)sizeof out) return fail("decode");
 
     snprintf(path, sizeof path, "%s/expected.json", dir);
     FILE *f = fopen(path, "w");
     if (!f) return perror(path), 1;
-    fprintf(f, "{\"prompt\": [");
-    for (int64_t i = 0; i < plen; i++) fprintf(f, "%s%lld", i ? "," : "", (long long)seq[i]);
-    fprintf(f, "],\n\"tokens\": [");
-    for (int64_t i = 0; i < n_new; i++)
-        fprintf(f, "%s%lld", i ? "," : "", (long long)seq[plen + i]);
-    fprintf(f, "],\n\"probs\": [");
+    fprintf(f, "{");
+    write_ids(f, "prompt", seq, plen);
+    write_ids(f, "tokens", seq + plen, n_new);
+    int64_t text_bytes[4096];
+    for (int64_t i = 0; i < out_len; i++) text_bytes[i] = (unsigned char)out[i];
+    write_ids(f, "text", text_bytes, out_len);
+    fprintf(f, "\"probs\": [");
     bool ok = write_probs(f, lm, seq, plen, n_new);
     fprintf(f, "]}\n");
     if (fclose(f) != 0 || !ok) return fail("writing expected.json");
-    printf("nabla greedy: \"%s", prompt);
-    for (int64_t i = 0; i < n_new; i++) putchar((int)seq[plen + i]);
-    printf("\"\n");
+    printf("nabla greedy: \"%.*s\"\n", (int)out_len, out);
     free(seq);
+    free(ids);
+    nb_tokenizer_free(tok);
     nb_module_free(root);
     nb_shutdown();
     return 0;

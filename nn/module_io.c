@@ -38,16 +38,33 @@ bool nb_module_save_with(const nb_module *m, nb_optimizer *opt, const char *path
     return nb_module_save_with_metadata(m, opt, path, 0, NULL);
 }
 
+/* Gives state to the parameters of opt that the file at path has it for, and takes it from
+ * the others (nbo_load_begin), so that the entries to load are what the file must hold. */
+static bool begin_optimizer_load(nb_optimizer *opt, const char *path) {
+    nbst_file f;
+    if (!nbst_open(&f, "nb_module_load", path)) return false;
+    const char **names = malloc(sizeof *names * (size_t)(f.count + 1));
+    bool ok = names != NULL;
+    for (int i = 0; ok && i < f.count; i++) names[i] = f.entries[i].name;
+    ok = ok ? nbo_load_begin(opt, "optim.", f.count, names)
+            : nbt_error("module_load", "out of memory") != NULL;
+    free(names);
+    nbst_close(&f);
+    return ok;
+}
+
 bool nb_module_load_opts(nb_module *m, nb_optimizer *opt, const char *path,
                          const nb_load_opts *opts, nb_load_report *report) {
     if (report) *report = (nb_load_report){0};
     if (!m || !path) return nbt_error("module_load", "NULL argument"), false;
+    if (opt && !begin_optimizer_load(opt, path)) return false;
     int n;
     nb_param *p = checkpoint_entries(m, opt, &n);
     /* The optimizer's state is range-checked before anything is written. */
     bool ok = p && nbst_load("nb_module_load", path, n, p, opts, true,
                              opt ? nbo_check_loaded_state : NULL, opt, report);
     free(p);
+    if (opt) nbo_load_end(opt, ok);
     return ok;
 }
 

@@ -41,8 +41,10 @@ for (let i = 0; i < expected.tokens.length && !result.done; i++) {
     result = await steps.next(expected.tokens[i]);
 }
 await steps.return();
-const text = (ids) => Buffer.from(ids).toString("latin1");
-console.log(`llama.cpp greedy: "${text(expected.prompt)}${text(got)}"`);
+// llama.cpp's own vocabulary must turn the tokens back into nabla's text.
+const text = Buffer.from(model.detokenize([...expected.prompt, ...got]), "utf8");
+console.log(`llama.cpp greedy: "${text.toString("latin1")}"`);
+const textOk = text.equals(Buffer.from(expected.text));
 console.log(`${got.length} steps; largest probability difference ${worst.toExponential(2)} (${worstAt}), tolerance ${tol}`);
 await context.dispose();
 await model.dispose();
@@ -52,6 +54,10 @@ if (got.length !== expected.tokens.length) {
 }
 if (mismatch >= 0) {
     console.error(`greedy tokens differ first at step ${mismatch}: llama.cpp ${got[mismatch]}, nabla ${expected.tokens[mismatch]}`);
+    process.exit(1);
+}
+if (!textOk) {
+    console.error(`llama.cpp decodes the tokens to other text than nabla's tokenizer`);
     process.exit(1);
 }
 if (!(worst <= tol)) {

@@ -16,5 +16,6 @@
 #include "nabla/dist.h"
 #include "nabla/gguf.h"
 #include "nabla/blocks.h"
+#include "nabla/text.h"
 
 #endif
