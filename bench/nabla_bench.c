@@ -32,7 +32,10 @@
  *
  * llama is lm's training step with the Llama-style LM of nn/blocks at lm's size and
  * parameter count (see llama_setup), and llamagen its greedy generation as gen's (torch_bench.py
- * has both, as llama_train_step and llamagen_kvcache_per_token). */
+ * has both, as llama_train_step and llamagen_kvcache_per_token). deepseek is lm's step with the
+ * DeepSeek-style LM (MLA, mixture of experts; the loss plus its load-balancing loss) at lm's
+ * parameter count (see deepseek_setup; it prints its active parameters per token); it has no
+ * PyTorch counterpart: `--alternate lm deepseek` times it against lm. */
 #define _POSIX_C_SOURCE 200809L
 #include <nabla/blocks.h>
 
@@ -67,7 +70,8 @@ struct workload {
     nb_mha *mha;
     nb_transformer_lm *lm;
     blk_llama_lm *llama;
-    int64_t KV, hidden; /* llama: kv heads and SwiGLU hidden size */
+    int64_t KV, hidden; /* llama: kv heads and SwiGLU hidden size; deepseek: an expert's */
+    blk_deepseek_lm *deepseek;
     nb_optimizer *opt;
     nb_tensor *x, *idx, *tgt;
     nb_tensor *params[256];
@@ -211,6 +215,61 @@ static void llama_step(workload *w) {
     nb_scope_end();
 }
 
+/* ---- The same step with the DeepSeek-style LM of nn/blocks ---- */
+/* MLA with heads of 16 + 16 query/key numbers (no rotation, rotated) and 32 value ones, a
+ * latent of D / 2; per block four routed experts of hidden w->hidden, two per token, and one
+ * shared. */
+static blk_deepseek_config deepseek_config(const workload *w) {
+    return (blk_deepseek_config){.attn = {.dim = w->D,
+                                          .n_heads = w->H,
+                                          .kv_rank = w->D / 2,
+                                          .nope_dim = 16,
+                                          .rope_dim = 16,
+                                          .v_dim = 32,
+                                          .norm_eps = 1e-5,
+                                          .rope_base = 10000},
+                                 .moe = {.dim = w->D,
+                                         .hidden = w->hidden,
+                                         .n_experts = 4,
+                                         .top_k = 2,
+                                         .n_shared = 1,
+                                         .aux_alpha = 0.01},
+                                 .norm_eps = 1e-5};
+}
+
+static void deepseek_setup(workload *w) {
+    w->model = nb_model_new(NB_F32, 0);
+    const blk_deepseek_config cfg = deepseek_config(w);
+    w->deepseek = blk_deepseek_lm_new(w->model, "", w->V, (int)w->L, &cfg);
+    training_setup(w);
+    int64_t total = 0, active = blk_deepseek_lm_active_params(w->deepseek, &total);
+    fprintf(stderr, "deepseek: %lld parameters, %lld active per token\n", (long long)total,
+            (long long)active);
+    /* per token and layer: wq, wkv_a, wkv_b, wo; the router; three experts (two routed, the
+     * shared one) of 3 D hidden; scores and weighted sums over T keys */
+    const blk_mla_config *a = &cfg.attn;
+    double tokens = (double)(w->B * w->T), D = (double)w->D, T = (double)w->T;
+    double H = (double)a->n_heads, qk = (double)(a->nope_dim + a->rope_dim), R = (double)a->kv_rank;
+    double mla = D * H * qk + D * (R + (double)a->rope_dim) +
+                 R * H * (double)(a->nope_dim + a->v_dim) + H * (double)a->v_dim * D;
+    double moe = D * (double)cfg.moe.n_experts + 3 * 3 * D * (double)w->hidden;
+    double per_layer = 2 * tokens * (mla + moe) + 2 * tokens * T * H * (qk + (double)a->v_dim);
+    w->flops = 3 * ((double)w->L * per_layer + 2 * tokens * D * (double)w->V);
+}
+
+static void deepseek_step(workload *w) {
+    nb_scope_begin();
+    nb_optimizer_zero_grad(w->opt);
+    nb_tensor *aux;
+    nb_tensor *logits =
+        blk_deepseek_lm_forward(w->deepseek, w->idx, &(blk_attn_opts){.causal = true}, &aux);
+    nb_tensor *loss =
+        nb_cross_entropy(nb_view(logits, NB_SHAPE(-1, w->V)), w->tgt, -100, NB_REDUCE_MEAN);
+    nb_backward(nb_add(loss, aux), NULL);
+    nb_optimizer_step(w->opt);
+    nb_scope_end();
+}
+
 /* ---- gen's greedy generation with the Llama-style LM (torch_bench.py llama_gen_cached): the
  * same 16-token prompt rule, 240 new tokens, a KV cache of 2 kv heads per layer, through
  * nb_generate and blk_llama_lm_causal with a context of T; reported per generated token. */
@@ -238,7 +297,10 @@ static void llamagen_step(workload *w) {
  * token and position embeddings and a head with bias. llama has no position embedding or
  * biases, 2 kv heads of 4 (wk, wv are D x D/2), RMSNorm weights only, so its SwiGLU hidden
  * size takes the rest: 65 D + 2 (2 D^2 + 2 D^2/2 + 3 D h + 2 D) + D + 65 D = 420,929 gives
- * h = 397.6, rounded to 398 (421,248 parameters). */
+ * h = 397.6, rounded to 398 (421,248 parameters). deepseek: per layer MLA (wq D x 128,
+ * wkv_a D x 80, wkv_b 64 x 192, wo 128 x D, kv_norm 64), the router 4 D, five SwiGLUs of
+ * 3 D h and two RMSNorms, plus embed, head and norm: h = 76 gives 420,864 parameters (it
+ * prints them), 304,128 of them active per token. */
 /* clang-format off */
 static workload workloads[] = {
     {.name = "seed", .shape = "B1 T3 D6 H2", .B = 1, .T = 3, .D = 6, .H = 2, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
@@ -249,6 +311,7 @@ static workload workloads[] = {
     {.name = "long", .shape = "B1 T2048 D256 H8", .B = 1, .T = 2048, .D = 256, .H = 8, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
     {.name = "gen", .shape = "V65 T256 D128 H4 L2 (token)", .B = 1, .T = 256, .D = 128, .H = 4, .V = 65, .L = 2, .setup = gen_setup, .step = gen_step},
     {.name = "llama", .shape = "V65 B16 T64 D128 H4/2 L2", .B = 16, .T = 64, .D = 128, .H = 4, .V = 65, .L = 2, .KV = 2, .hidden = 398, .setup = llama_setup, .step = llama_step},
+    {.name = "deepseek", .shape = "V65 B16 T64 D128 H4 L2 E4/2+1", .B = 16, .T = 64, .D = 128, .H = 4, .V = 65, .L = 2, .hidden = 76, .setup = deepseek_setup, .step = deepseek_step},
     {.name = "llamagen", .shape = "V65 T256 D128 H4/2 L2 (token)", .B = 1, .T = 256, .D = 128, .H = 4, .V = 65, .L = 2, .KV = 2, .hidden = 398, .setup = llamagen_setup, .step = llamagen_step},
 };
 /* clang-format on */
@@ -285,7 +348,7 @@ static void op_shares(const workload *w, double step, double *softmax, double *g
         nb_requires_grad_(nb_randn(&rng, NB_F32, NB_SHAPE(w->B, w->H, w->T, w->T)), true);
     *softmax = time_op(causal_softmax, scores, layers) / step;
     *gelu = 0;
-    if (w->L && !w->llama) { /* the llama block has no GELU */
+    if (w->L && !w->llama && !w->deepseek) { /* the llama and deepseek blocks have no GELU */
         nb_tensor *h =
             nb_requires_grad_(nb_randn(&rng, NB_F32, NB_SHAPE(w->B, w->T, 4 * w->D)), true);
         *gelu = time_op(nb_gelu, h, layers) / step;

@@ -1,6 +1,6 @@
 /* Trains a small transformer on a toy task and shows what its attention heads learned.
  *
- *   toy_tasks --task shift|reverse|sort|recall [--block gpt|llama] [--steps N] [--seed S]
+ *   toy_tasks --task shift|reverse|sort|recall [--block gpt|llama|deepseek] [--steps N] [--seed S]
  *             [--threads N] [--lr X] [--out DIR] [--eval CHECKPOINT] [--checkpoint-every N]
  *             [--resume]
  *
@@ -37,7 +37,7 @@ typedef struct {
 } options;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: toy_tasks --task NAME [--block gpt|llama] " ARGS_TRAINER_USAGE
+    fprintf(f, "usage: toy_tasks --task NAME [--block gpt|llama|deepseek] " ARGS_TRAINER_USAGE
                " [--quiet]\ntasks:\n");
     for (int i = 0; toy_tasks[i]; i++)
         fprintf(f, "  %-8s %s; %lld steps by default\n", toy_tasks[i]->name, toy_tasks[i]->what,
@@ -46,7 +46,7 @@ static void usage(FILE *f) {
 
 static bool parse_block(const char *name, toy_block *block) {
     if (toy_block_parse(name, block)) return true;
-    fprintf(stderr, "toy_tasks: unknown block '%s' (gpt or llama)\n", name);
+    fprintf(stderr, "toy_tasks: unknown block '%s' (gpt, llama or deepseek)\n", name);
     return false;
 }
 
@@ -325,10 +325,9 @@ static int run_training(const toy_model *lm, const options *o) {
     if (!quiet)
         printf("%s: %s\nmodel: %s block, %lld parameters, %d layer(s), %lld heads, d %lld; %lld "
                "steps of batch %lld%s\n",
-               task->name, task->what, o->block == TOY_BLOCK_LLAMA ? "llama" : "gpt",
-               (long long)nb_module_numel(model), lm->layers, (long long)task->heads,
-               (long long)task->dim, (long long)o->run.steps, (long long)task->batch,
-               o->run.resume ? " (resumed)" : "");
+               task->name, task->what, toy_block_name(o->block), (long long)nb_module_numel(model),
+               lm->layers, (long long)task->heads, (long long)task->dim, (long long)o->run.steps,
+               (long long)task->batch, o->run.resume ? " (resumed)" : "");
     if (!quiet && ranks * accum > 1)
         printf("data parallel: %d rank(s) x %d micro-batch(es) of %lld per step\n", ranks, accum,
                (long long)task->batch);

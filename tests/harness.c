@@ -219,3 +219,33 @@ uint64_t nbtest_decode_mallocs(const nb_causal_lm *lm, nb_kv_cache *c, int64_t f
     if (mallocs) fprintf(stderr, "%llu mallocs in %d tokens\n", (unsigned long long)mallocs, count);
     return mallocs;
 }
+
+void nbtest_check_every_chunking(const nb_causal_lm *lm, nb_kv_cache *c, const nb_tensor *tokens,
+                                 const nb_tensor *full, double tol) {
+    const int64_t T = tokens->shape[1], mixed[] = {5, 1, 3, 1, 2};
+    CU_ASSERT_TRUE_FATAL(T <= 64);
+    int64_t chunks[64];
+    for (int64_t size = 1; size <= T + 1; size++) { /* T + 1: the mixed chunks */
+        int nchunks = 0;
+        for (int64_t at = 0; at < T; at += chunks[nchunks++]) {
+            const int64_t want = size <= T ? size : mixed[nchunks % 5];
+            chunks[nchunks] = at + want <= T ? want : T - at;
+        }
+        nb_kv_cache_reset(c);
+        nbtest_check_cached_chunks(lm, c, tokens, full, chunks, nchunks, tol);
+    }
+}
+
+void nbtest_check_greedy_generation(const nb_causal_lm *lm, int64_t max_len, const int64_t *prompt,
+                                    int64_t plen, int64_t n) {
+    CU_ASSERT_TRUE_FATAL(n <= 64);
+    int64_t want[64], got[64];
+    nbtest_greedy_reference(lm, max_len, prompt, plen, n, want);
+    for (int64_t chunk = 0; chunk <= 3; chunk++) {
+        nb_generate_opts o = nb_generate_defaults(n);
+        o.prompt_chunk = chunk;
+        memset(got, 0xff, sizeof got);
+        CU_ASSERT_EQUAL(nb_generate(lm, prompt, plen, &o, got, NULL), n);
+        CU_ASSERT_EQUAL(memcmp(got, want, sizeof *got * (size_t)n), 0);
+    }
+}

@@ -72,6 +72,18 @@ void nbtest_check_cached_chunks(const nb_causal_lm *lm, nb_kv_cache *c, const nb
                                 const nb_tensor *full, const int64_t *chunks, int nchunks,
                                 double tol);
 
+/* nbtest_check_cached_chunks over every chunking of tokens [B, T] (T <= 64) from an empty
+ * cache (reset first): chunks of each size 1..T (the last one shorter), then mixed chunks
+ * 5, 1, 3, 1, 2, ... (repeating until T). */
+void nbtest_check_every_chunking(const nb_causal_lm *lm, nb_kv_cache *c, const nb_tensor *tokens,
+                                 const nb_tensor *full, double tol);
+
+/* nb_generate greedy through lm (with a cache of its own, of max_len) continues prompt by n
+ * (<= 64) tokens exactly as nbtest_greedy_reference does, with the prompt fed whole and in
+ * chunks of 1, 2 and 3 tokens. */
+void nbtest_check_greedy_generation(const nb_causal_lm *lm, int64_t max_len, const int64_t *prompt,
+                                    int64_t plen, int64_t n);
+
 /* Decodes greedily through lm and its cache c (batch 1) from token first: `warm` one-token
  * forwards, then `count` more, each with its commit in a scope of its own, checking each
  * forward's result. Returns the mallocs the last `count` made (0 for a cache and scope

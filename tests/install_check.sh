@@ -9,7 +9,7 @@
 # generating through nb_generate with a cache of its own design, built with the command its
 # comment gives (plus warnings as errors).
 # And tests/out_of_tree/blocks_lm.c, which trains and generates with the installed
-# Llama-style blocks (<nabla/blocks.h>).
+# Llama-style and DeepSeek-style blocks (<nabla/blocks.h>).
 # Usage: install_check.sh MESON BUILD_DIR VERSION USER_EXTENSION_C CUSTOM_GENERATE_C BLOCKS_LM_C CC...
 set -eu
 meson=$1 build=$2 version=$3 user_extension=$4 custom_generate=$5 blocks_lm=$6

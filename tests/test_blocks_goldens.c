@@ -2,8 +2,9 @@
  * tests/gen_blocks_goldens.py from references written there from the formulas (RMSNorm,
  * rotate-half RoPE, SwiGLU, grouped-query attention with repeat_interleave, the block and the
  * LM), tests/goldens/mla.json, by tests/gen_mla_goldens.py (DeepSeek-V2's multi-head latent
- * attention), and tests/goldens/moe.json, by tests/gen_moe_goldens.py (the mixture of
- * experts). Each case builds the nabla module from the case's config, copies PyTorch's
+ * attention), tests/goldens/moe.json, by tests/gen_moe_goldens.py (the mixture of
+ * experts), and tests/goldens/deepseek.json, by tests/gen_deepseek_goldens.py (the
+ * DeepSeek-style LM). Each case builds the nabla module from the case's config, copies PyTorch's
  * parameters in under their names (every module parameter must be matched by name and shape),
  * runs forward, backpropagates the case's output gradient (plus the load-balancing loss of a
  * case that has one) and compares the output, that loss, every parameter gradient and the
@@ -14,7 +15,7 @@
 
 #include <stdio.h>
 
-#define MAX_NAMED 48
+#define MAX_NAMED 64
 
 static int64_t config_int(const json_t *c, const char *key) {
     return json_integer_value(json_object_get(json_object_get(c, "config"), key));
@@ -50,6 +51,16 @@ static blk_mla_config mla_config(const json_t *c) {
                             .rope_base = config_double(c, "rope_base")};
 }
 
+static blk_moe_config moe_config(const json_t *c) {
+    return (blk_moe_config){.dim = config_int(c, "dim"),
+                            .hidden = config_int(c, "hidden"),
+                            .n_experts = config_int(c, "n_experts"),
+                            .top_k = config_int(c, "top_k"),
+                            .n_shared = config_int(c, "n_shared"),
+                            .aux_alpha = config_double(c, "aux_alpha"),
+                            .tile_rows = config_int(c, "tile_rows")};
+}
+
 /* Builds the case's module as child "m" of root; NULL for RoPE, which has no parameters. */
 static void *build(const json_t *c, nb_module *root) {
     const char *module = json_string_value(json_object_get(c, "module"));
@@ -69,20 +80,24 @@ static void *build(const json_t *c, nb_module *root) {
     if (strcmp(module, "LlamaLM") == 0)
         return blk_llama_lm_new(root, "m", config_int(c, "vocab"), (int)config_int(c, "n_layers"),
                                 &cfg);
-    if (strcmp(module, "MoE") == 0)
-        return blk_moe_new(root, "m",
-                           &(blk_moe_config){.dim = config_int(c, "dim"),
-                                             .hidden = config_int(c, "hidden"),
-                                             .n_experts = config_int(c, "n_experts"),
-                                             .top_k = config_int(c, "top_k"),
-                                             .n_shared = config_int(c, "n_shared"),
-                                             .aux_alpha = config_double(c, "aux_alpha"),
-                                             .tile_rows = config_int(c, "tile_rows")});
+    if (strcmp(module, "MoE") == 0) {
+        blk_moe_config moe = moe_config(c);
+        return blk_moe_new(root, "m", &moe);
+    }
+    if (strcmp(module, "DeepSeekLM") == 0) {
+        blk_deepseek_config ds = {.attn = mla_config(c),
+                                  .moe = moe_config(c),
+                                  .n_dense_layers = (int)config_int(c, "n_dense_layers"),
+                                  .dense_hidden = config_int(c, "dense_hidden"),
+                                  .norm_eps = config_double(c, "eps")};
+        return blk_deepseek_lm_new(root, "m", config_int(c, "vocab"),
+                                   (int)config_int(c, "n_layers"), &ds);
+    }
     return NULL;
 }
 
 /* The output of the case's module m (built by build) for input x (or tokens); *aux receives
- * the MoE's load-balancing loss (NULL for the others). */
+ * the MoE's (or the DeepSeek LM's summed) load-balancing loss (NULL for the others). */
 static nb_tensor *forward(const json_t *c, void *m, nb_tensor *x, const nb_tensor *kpm,
                           nb_tensor **aux) {
     const char *module = json_string_value(json_object_get(c, "module"));
@@ -103,6 +118,7 @@ static nb_tensor *forward(const json_t *c, void *m, nb_tensor *x, const nb_tenso
         *aux = routing.aux_loss;
         return y;
     }
+    if (strcmp(module, "DeepSeekLM") == 0) return blk_deepseek_lm_forward(m, x, &opts, aux);
     return NULL;
 }
 
@@ -202,11 +218,19 @@ static void test_moe_goldens(void) {
     check_file("moe.json", 6);
 }
 
+/* A two-layer DeepSeek-style LM, all MoE or its first block dense (tests/gen_deepseek_goldens.py):
+ * logits, the summed aux loss and every gradient; f32 and f64. */
+static void test_deepseek_goldens(void) {
+    check_file("deepseek.json", 4);
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"the blocks match PyTorch's outputs and gradients", test_goldens},
         {"MLA matches PyTorch's outputs and gradients", test_mla_goldens},
         {"the mixture of experts matches PyTorch's output, loss and gradients", test_moe_goldens},
+        {"the DeepSeek-style LM matches PyTorch's logits, aux loss and gradients",
+         test_deepseek_goldens},
     };
     return nbtest_run("blocks goldens", cases, sizeof cases / sizeof cases[0]);
 }

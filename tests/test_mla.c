@@ -281,17 +281,7 @@ static void check_cached(nb_dtype dt, double tol) {
         NBT_ASSERT_SHAPE(full, batch, N, 11);
         nb_kv_cache *c = lm_cache(m, batch, N);
         CU_ASSERT_PTR_NOT_NULL_FATAL(c);
-        for (int64_t size = 1; size <= N; size++) {
-            int64_t chunks[N];
-            int nchunks = 0;
-            for (int64_t at = 0; at < N; at += size)
-                chunks[nchunks++] = at + size <= N ? size : N - at;
-            nb_kv_cache_reset(c);
-            nbtest_check_cached_chunks(&lm, c, tokens, full, chunks, nchunks, tol);
-        }
-        const int64_t mixed[] = {5, 1, 3, 1, 2};
-        nb_kv_cache_reset(c);
-        nbtest_check_cached_chunks(&lm, c, tokens, full, mixed, 5, tol);
+        nbtest_check_every_chunking(&lm, c, tokens, full, tol);
         nb_kv_cache_free(c);
     }
     nb_module_free(root);
@@ -334,15 +324,7 @@ static void test_generate_greedy(void) {
     mla_lm *m = small_lm(&root, NB_F64, 7);
     const nb_causal_lm lm = lm_causal(m, 10);
     const int64_t prompt[] = {1, 5, 2, 9};
-    int64_t want[NEW], got[NEW];
-    nbtest_greedy_reference(&lm, 10, prompt, 4, NEW, want);
-    for (int64_t chunk = 0; chunk <= 3; chunk++) {
-        nb_generate_opts o = nb_generate_defaults(NEW);
-        o.prompt_chunk = chunk;
-        memset(got, 0xff, sizeof got);
-        CU_ASSERT_EQUAL(nb_generate(&lm, prompt, 4, &o, got, NULL), NEW);
-        CU_ASSERT_EQUAL(memcmp(got, want, sizeof got), 0);
-    }
+    nbtest_check_greedy_generation(&lm, 10, prompt, 4, NEW);
     nb_module_free(root);
 }
 

@@ -8,9 +8,15 @@ bool toy_block_parse(const char *name, toy_block *out) {
         *out = TOY_BLOCK_GPT;
     else if (strcmp(name, "llama") == 0)
         *out = TOY_BLOCK_LLAMA;
+    else if (strcmp(name, "deepseek") == 0)
+        *out = TOY_BLOCK_DEEPSEEK;
     else
         return false;
     return true;
+}
+
+const char *toy_block_name(toy_block block) {
+    return block == TOY_BLOCK_LLAMA ? "llama" : block == TOY_BLOCK_DEEPSEEK ? "deepseek" : "gpt";
 }
 
 /* The Llama-style model of a task: the task's width and heads; half as many kv heads as
@@ -29,6 +35,29 @@ static blk_llama_config llama_config(const toy_task *task) {
                               .rope_base = 100};
 }
 
+/* The DeepSeek-style model of a task, sized like the Llama one: MLA with the task's heads of
+ * 16 (queries and keys 8 numbers without rotation and 8 rotated, values 16), RoPE base 100 as
+ * above, and a latent as wide as the model (at dim / 2, shift needed about twice the steps); every block's feed-forward four routed SwiGLU experts, two per token, and
+ * one shared, each of a third of the Llama hidden size (rounded up to 8), so a token uses about
+ * the Llama block's feed-forward parameters. No load-balancing loss (aux_alpha 0): toy_tasks
+ * trains on the cross-entropy alone, and the shared expert and top-2 routing learn the tasks
+ * without it. */
+static blk_deepseek_config deepseek_config(const toy_task *task) {
+    const int64_t hd = task->dim / task->heads;
+    const int64_t hidden = (llama_config(task).hidden / 3 + 7) / 8 * 8;
+    return (blk_deepseek_config){
+        .attn = {.dim = task->dim,
+                 .n_heads = task->heads,
+                 .kv_rank = task->dim,
+                 .nope_dim = hd / 2,
+                 .rope_dim = hd / 2,
+                 .v_dim = hd,
+                 .norm_eps = 1e-5,
+                 .rope_base = 100},
+        .moe = {.dim = task->dim, .hidden = hidden, .n_experts = 4, .top_k = 2, .n_shared = 1},
+        .norm_eps = 1e-5};
+}
+
 bool toy_model_init(toy_model *m, nb_module *root, toy_block block, const toy_task *task) {
     *m = (toy_model){.block = block, .heads = task->heads};
     if (block == TOY_BLOCK_GPT) {
@@ -37,20 +66,33 @@ bool toy_model_init(toy_model *m, nb_module *root, toy_block block, const toy_ta
         m->module = m->gpt ? &m->gpt->base : NULL;
         m->layers = task->layers;
     } else {
-        blk_llama_config cfg = llama_config(task);
         /* With positions only relative (RoPE), a bidirectional layer's query cannot know where
          * it stands: reverse needs a first layer that reads its distance to the BOS token and
-         * a second that looks up the mirrored position, so the llama model has 2 or more. */
+         * a second that looks up the mirrored position, so these models have 2 or more. */
         m->layers = task->causal || task->layers > 1 ? task->layers : 2;
-        m->llama = blk_llama_lm_new(root, "", task->vocab + 1, m->layers, &cfg);
         m->bos = task->vocab;
-        m->module = m->llama ? &m->llama->base : NULL;
+        if (block == TOY_BLOCK_LLAMA) {
+            blk_llama_config cfg = llama_config(task);
+            m->llama = blk_llama_lm_new(root, "", task->vocab + 1, m->layers, &cfg);
+            m->module = m->llama ? &m->llama->base : NULL;
+        } else {
+            blk_deepseek_config cfg = deepseek_config(task);
+            m->deepseek = blk_deepseek_lm_new(root, "", task->vocab + 1, m->layers, &cfg);
+            m->module = m->deepseek ? &m->deepseek->base : NULL;
+        }
     }
     return m->module != NULL;
 }
 
-/* The llama model reads a beginning-of-sequence token before the task's tokens, as Llama's
- * tokenizer prepends <s>. With RoPE alone, scores depend only on the distance between query
+/* The llama or deepseek model's forward. */
+static nb_tensor *blocks_forward(const toy_model *m, const nb_tensor *tokens,
+                                 const blk_attn_opts *opts) {
+    return m->llama ? blk_llama_lm_forward(m->llama, tokens, opts)
+                    : blk_deepseek_lm_forward(m->deepseek, tokens, opts, NULL);
+}
+
+/* The llama and deepseek models read a beginning-of-sequence token before the task's tokens, as
+ * Llama's tokenizer prepends <s>. With RoPE alone, scores depend only on the distance between query
  * and key, so a bidirectional layer cannot tell where in the sequence a token sits; the BOS
  * token is the fixed point a layer can measure its distance to. Its logits row and the BOS
  * column are dropped from the result, so the caller sees the task's [B, T, vocab]. */
@@ -61,9 +103,8 @@ static nb_tensor *run(const toy_model *m, const nb_tensor *tokens, bool causal,
     if (!tokens) return NULL;
     int64_t B = tokens->shape[0], T = tokens->shape[1];
     nb_tensor *seq[2] = {nb_full(NB_I64, NB_SHAPE(B, 1), (double)m->bos), (nb_tensor *)tokens};
-    nb_tensor *logits =
-        blk_llama_lm_forward(m->llama, nb_concat(2, seq, 1),
-                             &(blk_attn_opts){.causal = causal, .attn_weights = attn_weights});
+    nb_tensor *logits = blocks_forward(
+        m, nb_concat(2, seq, 1), &(blk_attn_opts){.causal = causal, .attn_weights = attn_weights});
     for (int l = 0; attn_weights && l < m->layers; l++) /* the task's tokens only */
         attn_weights[l] = nb_narrow(nb_narrow(attn_weights[l], 2, 1, T), 3, 1, T);
     return nb_contiguous(nb_narrow(nb_narrow(logits, 1, 1, T), 2, 0, m->bos));
@@ -78,11 +119,11 @@ bool toy_model_attention(const toy_model *m, const nb_tensor *tokens, bool causa
     return run(m, tokens, causal, attn_weights) != NULL;
 }
 
-/* The llama model's cached forward for nb_generate: its logits with the BOS column at -inf. */
-static nb_tensor *llama_causal_forward(void *model, const nb_tensor *tokens, nb_kv_cache *c) {
+/* The llama or deepseek model's cached forward for nb_generate: its logits with the BOS
+ * column at -inf. */
+static nb_tensor *blocks_causal_forward(void *model, const nb_tensor *tokens, nb_kv_cache *c) {
     const toy_model *m = model;
-    nb_tensor *logits =
-        blk_llama_lm_forward(m->llama, tokens, &(blk_attn_opts){.causal = true, .cache = c});
+    nb_tensor *logits = blocks_forward(m, tokens, &(blk_attn_opts){.causal = true, .cache = c});
     if (!logits) return NULL;
     nb_tensor *parts[2] = {
         nb_narrow(logits, 2, 0, m->bos),
@@ -90,8 +131,10 @@ static nb_tensor *llama_causal_forward(void *model, const nb_tensor *tokens, nb_
     return nb_concat(2, parts, 2);
 }
 
-static nb_kv_cache *llama_causal_cache(void *model, int64_t batch, int64_t max_len) {
-    return blk_llama_lm_cache_new(((const toy_model *)model)->llama, batch, max_len);
+static nb_kv_cache *blocks_causal_cache(void *model, int64_t batch, int64_t max_len) {
+    const toy_model *m = model;
+    return m->llama ? blk_llama_lm_cache_new(m->llama, batch, max_len)
+                    : blk_deepseek_lm_cache_new(m->deepseek, batch, max_len);
 }
 
 nb_causal_lm toy_model_causal(const toy_model *m, const toy_task *task) {
@@ -101,13 +144,13 @@ nb_causal_lm toy_model_causal(const toy_model *m, const toy_task *task) {
                           .module = m->module,
                           .vocab = task->vocab + 1,
                           .max_len = task->seq_len + 1, /* the BOS token and the task's */
-                          .forward = llama_causal_forward,
-                          .new_cache = llama_causal_cache};
+                          .forward = blocks_causal_forward,
+                          .new_cache = blocks_causal_cache};
 }
 
 int64_t toy_model_prompt(const toy_model *m, const int64_t *tokens, int64_t n, int64_t *prompt) {
     int64_t at = 0;
-    if (m->llama) prompt[at++] = m->bos;
+    if (!m->gpt) prompt[at++] = m->bos;
     memcpy(prompt + at, tokens, sizeof *prompt * (size_t)n);
     return at + n;
 }

@@ -2,7 +2,8 @@
  * sources, nn/blocks/, include nothing of nabla but <nabla/...>): RMSNorm, rotary position
  * embeddings, a SwiGLU feed-forward, grouped-query attention, the block that combines them and a
  * small language model; DeepSeek-V2's multi-head latent attention (MLA), whose cache keeps
- * a compressed latent per position; and DeepSeek's mixture-of-experts feed-forward.
+ * a compressed latent per position; DeepSeek's mixture-of-experts feed-forward; and a
+ * DeepSeek-style LM of the two (blk_deepseek_lm, under DeepSeek's own parameter names).
  *
  * Each piece is a function of tensors (differentiable, any float dtype) and a module that
  * holds its parameters in a nabla model tree, under Meta's Llama parameter names
@@ -302,6 +303,79 @@ nb_kv_cache *blk_llama_lm_cache_new(const blk_llama_lm *m, int64_t batch, int64_
  * RoPE gives the model no fixed context, so max_len (>= 1) is the one to generate with:
  * past it generation slides (nb_generate). Borrows m. */
 nb_causal_lm blk_llama_lm_causal(blk_llama_lm *m, int64_t max_len);
+
+/* ---- A DeepSeek-style LM ------------------------------------------------------------- */
+/* The shape of a DeepSeek-style LM: every block's attention is MLA (attn), its feed-forward
+ * the mixture of experts moe, except the first n_dense_layers blocks, whose feed-forward is
+ * one dense SwiGLU of dense_hidden (DeepSeek-V2 keeps its first layer dense). moe.dim must be
+ * attn.dim. */
+typedef struct {
+    blk_mla_config attn;
+    blk_moe_config moe;
+    int n_dense_layers;   /* 0 .. n_layers */
+    int64_t dense_hidden; /* > 0 when n_dense_layers > 0 */
+    double norm_eps;      /* of attn_norm, ffn_norm and the final norm */
+} blk_deepseek_config;
+
+/* Pre-RMSNorm block, DeepSeek's model.py Block: h = x + attn(attn_norm(x)),
+ * out = h + ffn(ffn_norm(h)), ffn a blk_moe or (a dense block) a blk_swiglu_ff. */
+typedef struct {
+    nb_module base;
+    blk_rmsnorm *attn_norm, *ffn_norm;
+    blk_mla *attn;
+    blk_moe *moe;         /* "ffn" of an MoE block, else NULL */
+    blk_swiglu_ff *dense; /* "ffn" of a dense block, else NULL */
+} blk_deepseek_block;
+/* A block under parent (owned by its root); dense chooses the SwiGLU feed-forward. NULL with
+ * an error naming the bad setting. */
+blk_deepseek_block *blk_deepseek_block_new(nb_module *parent, const char *name,
+                                           const blk_deepseek_config *cfg, bool dense);
+/* x [B, T, dim] -> [B, T, dim] (opts as blk_mla_forward's, may be NULL). aux_loss, if not
+ * NULL, receives the MoE's load-balancing loss (0-d, differentiable; a zero for a dense
+ * block), new in the current scope. */
+nb_tensor *blk_deepseek_block_forward(blk_deepseek_block *m, const nb_tensor *x,
+                                      const blk_attn_opts *opts, nb_tensor **aux_loss);
+
+/* A DeepSeek-style language model under the names of DeepSeek-V2/V3's reference model.py:
+ * embed (token embedding, N(0, 1)), layers.0 .. layers.{n_layers-1} (blocks above: attn_norm,
+ * attn, ffn_norm, ffn), norm (RMSNorm) and head (vocabulary logits, no bias). No position
+ * embedding: MLA's decoupled RoPE gives positions. */
+typedef struct {
+    nb_module base;
+    nb_embedding_layer *embed;
+    nb_module *layers_container;
+    blk_deepseek_block *layers[BLK_MAX_LAYERS];
+    blk_rmsnorm *norm;
+    nb_linear *head;
+    int64_t vocab;
+    int n_layers;
+    blk_deepseek_config cfg;
+} blk_deepseek_lm;
+/* n_layers in 1..BLK_MAX_LAYERS, vocab > 0. A new module "DeepSeekLM" owned by parent's root;
+ * NULL with an error naming the bad setting. */
+blk_deepseek_lm *blk_deepseek_lm_new(nb_module *parent, const char *name, int64_t vocab,
+                                     int n_layers, const blk_deepseek_config *cfg);
+/* tokens NB_I64 [B, T] -> logits [B, T, vocab], a new tensor in the current scope. aux_loss,
+ * if not NULL, receives the sum of the MoE blocks' load-balancing losses (0-d,
+ * differentiable, in the current scope) for the caller to add to its loss; NULL skips
+ * computing them. opts as blk_llama_lm_forward's: attn_weights (room for n_layers tensors),
+ * or a cache from blk_deepseek_lm_cache_new, through which block i attends absorbed (layer i,
+ * tokens at positions [len, len + T)); the caller commits. NULL with an error naming the
+ * module path. */
+nb_tensor *blk_deepseek_lm_forward(blk_deepseek_lm *m, const nb_tensor *tokens,
+                                   const blk_attn_opts *opts, nb_tensor **aux_loss);
+/* The latent cache for m (blk_mla_cache_new of its blocks' attentions): kv_rank + rope_dim
+ * numbers per layer and position, for batch sequences of up to max_len positions. Caller
+ * owns (nb_kv_cache_free). NULL with an error. */
+nb_kv_cache *blk_deepseek_lm_cache_new(const blk_deepseek_lm *m, int64_t batch, int64_t max_len);
+/* m as an nb_causal_lm for nb_generate: its forward is blk_deepseek_lm_forward with
+ * {.causal = true, .cache = cache} and no aux loss, its cache blk_deepseek_lm_cache_new, its
+ * vocab m->vocab, max_len (>= 1) the context to generate with. Borrows m. */
+nb_causal_lm blk_deepseek_lm_causal(blk_deepseek_lm *m, int64_t max_len);
+/* Parameters a token uses: all of m's less, in each MoE block, the n_experts - top_k routed
+ * experts it is not sent to. In *total (if not NULL) all parameters. -1 with an error for
+ * NULL. */
+int64_t blk_deepseek_lm_active_params(const blk_deepseek_lm *m, int64_t *total);
 
 /* ---- Export (nabla/gguf.h) ------------------------------------------------------------- */
 /* Writes m as a GGUF file that llama.cpp runs as its "llama" architecture: llama.* metadata

@@ -2,6 +2,7 @@
  * a small language model of such blocks. */
 #include <nabla/blocks.h>
 #include "errors.h"
+#include "lm_cache.h"
 
 #include <stdio.h>
 
@@ -58,31 +59,6 @@ blk_llama_lm *blk_llama_lm_new(nb_module *parent, const char *name, int64_t voca
     return m;
 }
 
-/* Does c fit m (a layer per block, the model's dtype, the tokens' batch) with room for the
- * tokens? Each attention checks its layer's heads (kv heads, head size) and names itself. */
-static bool check_cache(const blk_llama_lm *m, const nb_tensor *tokens, const nb_kv_cache *c) {
-    const nb_dtype dt = nb_module_dtype(&m->base);
-    const int64_t B = tokens->shape[0], T = tokens->shape[1], len = nb_kv_cache_len(c);
-    if (nb_kv_cache_layers(c) != m->n_layers || nb_kv_cache_dtype(c) != dt ||
-        nb_kv_cache_batch(c) != B) {
-        nb_error("LlamaLM",
-                 "'%s': a model of %d blocks in %s, given tokens of batch %lld, cannot use a "
-                 "cache of %d layers in %s for batch %lld",
-                 nb_module_path(&m->base), m->n_layers, nb_dtype_name(dt), (long long)B,
-                 nb_kv_cache_layers(c), nb_dtype_name(nb_kv_cache_dtype(c)),
-                 (long long)nb_kv_cache_batch(c));
-        return false;
-    }
-    if (T > nb_kv_cache_max_len(c) - len) {
-        nb_error("LlamaLM",
-                 "'%s': %lld new tokens after %lld cached positions exceed the cache's %lld",
-                 nb_module_path(&m->base), (long long)T, (long long)len,
-                 (long long)nb_kv_cache_max_len(c));
-        return false;
-    }
-    return true;
-}
-
 nb_tensor *blk_llama_lm_forward(blk_llama_lm *m, const nb_tensor *tokens,
                                 const blk_attn_opts *opts) {
     if (!m || !tokens) return blk_null_argument("LlamaLM");
@@ -91,7 +67,7 @@ nb_tensor *blk_llama_lm_forward(blk_llama_lm *m, const nb_tensor *tokens,
                         nb_module_path(&m->base), nb_dtype_name(tokens->dtype),
                         nb_shape_text(tokens));
     nb_kv_cache *c = opts ? opts->cache : NULL;
-    if (c && !check_cache(m, tokens, c)) return NULL;
+    if (c && !blk_lm_cache_fits(&m->base, m->n_layers, tokens, c)) return NULL;
     const bool grad = c ? nb_set_grad_enabled(false) : nb_is_grad_enabled(); /* inference */
     nb_tensor *x = nb_embedding_forward(m->tok_embeddings, tokens);
     for (int i = 0; i < m->n_layers && x; i++) {
@@ -122,10 +98,6 @@ static nb_kv_cache *causal_cache(void *model, int64_t batch, int64_t max_len) {
 }
 
 nb_causal_lm blk_llama_lm_causal(blk_llama_lm *m, int64_t max_len) {
-    return (nb_causal_lm){.model = m,
-                          .module = m ? &m->base : NULL,
-                          .vocab = m ? m->vocab : 0,
-                          .max_len = max_len,
-                          .forward = causal_forward,
-                          .new_cache = causal_cache};
+    return blk_lm_causal(m, m ? &m->base : NULL, m ? m->vocab : 0, max_len, causal_forward,
+                         causal_cache);
 }
