@@ -68,6 +68,29 @@ expected='tensor([[0., 3.],
 out=$(env -u LD_LIBRARY_PATH "$tmp/user_shared") || fail "the shared-linked program failed"
 [ "$out" = "$expected" ] || fail "the shared-linked program printed: $out"
 
+# A program that does not train on several processes loads no Open MPI, and nabla's flags
+# carry none of its paths: MPI lives in libnabla_dist (pkg-config nabla-dist).
+case "$cflags $(pkgconf --libs nabla)" in *mpi*) fail "pkg-config nabla mentions MPI: $cflags" ;; esac
+if command -v ldd >/dev/null 2>&1; then
+    ldd "$tmp/user_shared" | grep -q 'libmpi' &&
+        fail "a program that does not use MPI loads it: $(ldd "$tmp/user_shared" | grep libmpi)"
+fi
+cat >"$tmp/dist_user.c" <<'EOF2'
+#include <nabla/nabla.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    if (!nb_dist_init(&argc, &argv)) return 1;
+    printf("rank %d of %d\n", nb_dist_rank(), nb_dist_world_size());
+    nb_dist_finalize();
+    return 0;
+}
+EOF2
+# shellcheck disable=SC2046
+"$@" -std=c11 "$tmp/dist_user.c" -o "$tmp/dist_user" $(pkgconf --cflags --libs nabla-dist) ||
+    fail "a program using nabla/dist.h does not build with pkg-config nabla-dist's flags"
+out=$(env -u LD_LIBRARY_PATH "$tmp/dist_user") || fail "the nabla-dist program failed"
+[ "$out" = "rank 0 of 1" ] || fail "the nabla-dist program printed: $out"
+
 # Static: the archive plus the private dependencies from pkg-config --static (sleef, -lm).
 # shellcheck disable=SC2046
 "$@" -std=c11 "$tmp/user.c" -o "$tmp/user_static" $(pkgconf --cflags nabla) \

@@ -15,7 +15,11 @@
  * Faults: MPI errors are returned as nabla errors (MPI_ERRORS_RETURN), never aborts inside
  * MPI; every collective waits at most the timeout (nb_dist_set_timeout) for the other ranks,
  * so a rank that died or hangs makes the others fail with a message instead of hanging.
- * Programs stop the whole job with nb_dist_abort. */
+ * Programs stop the whole job with nb_dist_abort.
+ *
+ * Linking: these functions are in libnabla_dist (`pkg-config --cflags --libs nabla-dist`), the
+ * only part of nabla that loads Open MPI; nb_dist_rank and nb_dist_world_size are in libnabla
+ * itself (0 and 1 in a program that never calls nb_dist_init). */
 #ifndef NABLA_DIST_H
 #define NABLA_DIST_H
 
@@ -33,7 +37,8 @@ bool nb_dist_built_with_mpi(void);
 bool nb_dist_init(int *argc, char ***argv);
 /* Shuts MPI down after the last collective; a no-op without MPI or before nb_dist_init. */
 void nb_dist_finalize(void);
-/* This process's rank in [0, world size) and the number of ranks (0 and 1 before init). */
+/* This process's rank in [0, world size) and the number of ranks (0 and 1 before init);
+ * in libnabla, so any code may ask without linking libnabla_dist. */
 int nb_dist_rank(void);
 int nb_dist_world_size(void);
 /* How long a collective waits for the other ranks before failing (default 300 s, or the

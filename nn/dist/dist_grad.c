@@ -7,7 +7,7 @@
  * exactly one rank, in rank order, so every rank ends with the same bits whatever MPI's
  * algorithms do; the traffic is that of a ring all-reduce, 2 (N - 1) / N of the bucket. */
 #include "dist_impl.h"
-#include "param_list.h"
+#include "nn/param_list.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,6 +2,7 @@
  * Without MPI (or without mpirun) the world is one rank and every collective is the identity. */
 #define _POSIX_C_SOURCE 200809L
 #include "dist_impl.h"
+#include "nn/dist_world.h"
 
 #include <limits.h>
 #include <sched.h>
@@ -10,7 +11,6 @@
 #include <string.h>
 #include <time.h>
 
-static int world_rank = 0, world_size = 1;
 static double timeout_s = 300;
 #ifdef NABLA_HAVE_MPI
 static bool mpi_started; /* by nb_dist_init, so nb_dist_finalize ends it */
@@ -59,8 +59,10 @@ bool nb_dist_init(int *argc, char ***argv) {
     }
     /* Errors come back as codes (turned into nabla errors), never as aborts inside MPI. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    nbn_set_dist_world(rank, size);
     mpi_active = true;
 #else
     (void)argc, (void)argv;
@@ -72,16 +74,8 @@ void nb_dist_finalize(void) {
 #ifdef NABLA_HAVE_MPI
     if (mpi_started) MPI_Finalize();
     mpi_started = mpi_active = false;
-    world_rank = 0;
-    world_size = 1;
+    nbn_set_dist_world(0, 1);
 #endif
-}
-
-int nb_dist_rank(void) {
-    return world_rank;
-}
-int nb_dist_world_size(void) {
-    return world_size;
 }
 
 bool nb_dist_set_timeout(double seconds) {
@@ -93,14 +87,14 @@ bool nb_dist_set_timeout(double seconds) {
 }
 
 _Noreturn void nb_dist_abort(int code, const char *msg) {
-    fprintf(stderr, "rank %d: %s\n", world_rank, msg ? msg : "aborted");
+    fprintf(stderr, "rank %d: %s\n", nb_dist_rank(), msg ? msg : "aborted");
     fflush(stderr);
 #ifdef NABLA_HAVE_MPI
     if (mpi_active) {
         /* When every rank fails at once (a model mismatch, a missing checkpoint), simultaneous
          * MPI_Abort calls sometimes crashed Open MPI 4.1's mpirun (exit 139): the other ranks
          * give rank 0 a second to end the job first, then end it themselves. */
-        if (world_rank > 0) nanosleep(&(struct timespec){1, 0}, NULL);
+        if (nb_dist_rank() > 0) nanosleep(&(struct timespec){1, 0}, NULL);
         MPI_Abort(MPI_COMM_WORLD, code);
     }
 #endif
@@ -112,7 +106,7 @@ bool nbd_mpi_error(const char *what, int rc) {
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", rc);
-    nbt_error("dist", "rank %d: %s failed: %s", world_rank, what, text);
+    nbt_error("dist", "rank %d: %s failed: %s", nb_dist_rank(), what, text);
     return false;
 }
 
@@ -135,7 +129,7 @@ bool nbd_wait(int n, MPI_Request *reqs, const char *what) {
             nbt_error("dist",
                       "rank %d: %s timed out after %g s waiting for the other ranks (a rank "
                       "died, failed or hangs)",
-                      world_rank, what, timeout_s);
+                      nb_dist_rank(), what, timeout_s);
             return false;
         }
         if (t - start < 0.02)
@@ -164,12 +158,13 @@ bool nb_dist_sum_doubles(double *v, int n) {
     if (n < 0) return nbt_error("nb_dist_sum_doubles", "n is %d, expected >= 0", n) != NULL;
     if (n > 0 && !v) return nbt_error("nb_dist_sum_doubles", "v is NULL (n = %d)", n) != NULL;
 #ifdef NABLA_HAVE_MPI
-    if (mpi_active && world_size > 1 && n > 0) {
+    if (mpi_active && nb_dist_world_size() > 1 && n > 0) {
         /* Gathered, then added in rank order on every rank: MPI's own sum may add in any order,
          * which would make ranks disagree in the last bit. */
-        double local[256], *all = (int64_t)n * world_size <= 256
-                                      ? local
-                                      : malloc(sizeof *all * (size_t)n * (size_t)world_size);
+        double local[256],
+            *all = (int64_t)n * nb_dist_world_size() <= 256
+                       ? local
+                       : malloc(sizeof *all * (size_t)n * (size_t)nb_dist_world_size());
         if (!all) return nbt_error("dist", "out of memory gathering %d doubles", n);
         MPI_Request req;
         int rc = MPI_Iallgather(v, n, MPI_DOUBLE, all, n, MPI_DOUBLE, MPI_COMM_WORLD, &req);
@@ -178,7 +173,8 @@ bool nb_dist_sum_doubles(double *v, int n) {
         if (ok)
             for (int i = 0; i < n; i++) {
                 double s = 0;
-                for (int r = 0; r < world_size; r++) s += all[(size_t)r * (size_t)n + (size_t)i];
+                for (int r = 0; r < nb_dist_world_size(); r++)
+                    s += all[(size_t)r * (size_t)n + (size_t)i];
                 v[i] = s;
             }
         if (all != local) free(all);
@@ -213,7 +209,7 @@ static bool first_difference(int n, const uint64_t *hashes, int *index, int *ran
         return rc == MPI_SUCCESS ? false : nbd_mpi_error("comparing models", rc);
     uint64_t *root = malloc(sizeof *root * (size_t)(root_count + 1));
     if (!root) return nbt_error("dist", "out of memory comparing models") != NULL;
-    if (world_rank == 0) memcpy(root, hashes, sizeof *root * (size_t)n);
+    if (nb_dist_rank() == 0) memcpy(root, hashes, sizeof *root * (size_t)n);
     rc = MPI_Ibcast(root, (int)root_count, MPI_UINT64_T, 0, MPI_COMM_WORLD, &req);
     bool ok = rc == MPI_SUCCESS ? nbd_wait(1, &req, "comparing models")
                                 : nbd_mpi_error("comparing models", rc);
@@ -228,7 +224,7 @@ static bool first_difference(int n, const uint64_t *hashes, int *index, int *ran
     if (!ok) return false;
     struct {
         int index, rank;
-    } in = {mine, world_rank}, out;
+    } in = {mine, nb_dist_rank()}, out;
     rc = MPI_Iallreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, MPI_COMM_WORLD, &req);
     if (rc != MPI_SUCCESS) return nbd_mpi_error("comparing models", rc);
     if (!nbd_wait(1, &req, "comparing models")) return false;
@@ -281,7 +277,8 @@ bool nb_dist_check_module(const nb_module *m) {
 #ifdef NABLA_HAVE_MPI
     ok = nb_dist_all_ok(ok);
     int index = -1, rank = 0;
-    if (ok && mpi_active && world_size > 1) ok = first_difference(n, hashes, &index, &rank);
+    if (ok && mpi_active && nb_dist_world_size() > 1)
+        ok = first_difference(n, hashes, &index, &rank);
     if (ok && index >= 0) {
         char theirs[512] = "", root[512] = "";
         describe_param(params, n, index, theirs, sizeof theirs);
@@ -312,7 +309,7 @@ bool nb_dist_broadcast(int n, nb_tensor *const *tensors) {
                              nbt_shape(tensors[i])) != NULL;
     }
 #ifdef NABLA_HAVE_MPI
-    if (!mpi_active || world_size == 1) return nb_dist_all_ok(true);
+    if (!mpi_active || nb_dist_world_size() == 1) return nb_dist_all_ok(true);
     uint64_t *hashes = malloc(sizeof *hashes * (size_t)(n + 1));
     if (!nb_dist_all_ok(hashes != NULL)) {
         free(hashes);
@@ -384,7 +381,8 @@ bool nb_dist_state_agrees(const nb_module *m, uint64_t *hash) {
     *hash = h;
     bool same = true;
 #ifdef NABLA_HAVE_MPI
-    if (mpi_active && world_size > 1) { /* min of h and of ~h: the lowest and highest hash */
+    if (mpi_active &&
+        nb_dist_world_size() > 1) { /* min of h and of ~h: the lowest and highest hash */
         uint64_t in[2] = {h, ~h}, out[2];
         MPI_Request req;
         int rc = MPI_Iallreduce(in, out, 2, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD, &req);
@@ -395,6 +393,6 @@ bool nb_dist_state_agrees(const nb_module *m, uint64_t *hash) {
 #endif
     if (!nb_dist_all_ok(same))
         return nbt_error("dist", "the ranks' parameters differ (rank %d's hash %016llx)",
-                         world_rank, (unsigned long long)h) != NULL;
+                         nb_dist_rank(), (unsigned long long)h) != NULL;
     return true;
 }
