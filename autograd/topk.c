@@ -243,9 +243,14 @@ typedef struct {
     atomic_bool failed; /* a worker could not allocate its row buffer */
 } topk_job;
 
+/* Rows of up to this many entries are sorted in a buffer on the stack (4 KB): a router's
+ * top-k over its experts then costs no malloc per step. */
+#define TOPK_STACK_ROW 256
+
 static void topk_rows(int64_t begin, int64_t end, void *vctx) {
     topk_job *j = vctx;
-    tk_elem *q = malloc(sizeof *q * (size_t)j->n);
+    tk_elem on_stack[TOPK_STACK_ROW];
+    tk_elem *q = j->n <= TOPK_STACK_ROW ? on_stack : malloc(sizeof *q * (size_t)j->n);
     if (!q) {
         atomic_store(&j->failed, true);
         return;
@@ -268,7 +273,7 @@ static void topk_rows(int64_t begin, int64_t end, void *vctx) {
             j->indices[at] = q[e].i;
         }
     }
-    free(q);
+    if (q != on_stack) free(q);
 }
 
 /* i[0] dim, i[1] set for a 0-d input; saved[0] the indices. Each row's indices are distinct,

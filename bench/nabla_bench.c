@@ -27,6 +27,9 @@
  * softmax and the GELU take (forward + backward, timed alone at the step's shapes). The gen
  * and llamagen workloads are timed per generated token ("step" = one token there).
  *
+ * lmbig is lm's step at 26 times its size and twice its tokens (torch_bench.py's
+ * lmbig_train_step): almost all GEMM, so its share of the FMA peak approaches the GEMM's own.
+ *
  * llama is lm's training step with the Llama-style LM of nn/blocks at lm's size and
  * parameter count (see llama_setup), and llamagen its greedy generation as gen's (torch_bench.py
  * has both, as llama_train_step and llamagen_kvcache_per_token). */
@@ -242,6 +245,7 @@ static workload workloads[] = {
     {.name = "toy", .shape = "B32 T16 D64 H4", .B = 32, .T = 16, .D = 64, .H = 4, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
     {.name = "mid", .shape = "B8 T128 D256 H8", .B = 8, .T = 128, .D = 256, .H = 8, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
     {.name = "lm", .shape = "V65 B16 T64 D128 H4 L2", .B = 16, .T = 64, .D = 128, .H = 4, .V = 65, .L = 2, .setup = lm_setup, .step = lm_step},
+    {.name = "lmbig", .shape = "V256 B8 T256 D384 H6 L6", .B = 8, .T = 256, .D = 384, .H = 6, .V = 256, .L = 6, .setup = lm_setup, .step = lm_step},
     {.name = "long", .shape = "B1 T2048 D256 H8", .B = 1, .T = 2048, .D = 256, .H = 8, .V = 0, .L = 0, .setup = mha_setup, .step = mha_step},
     {.name = "gen", .shape = "V65 T256 D128 H4 L2 (token)", .B = 1, .T = 256, .D = 128, .H = 4, .V = 65, .L = 2, .setup = gen_setup, .step = gen_step},
     {.name = "llama", .shape = "V65 B16 T64 D128 H4/2 L2", .B = 16, .T = 64, .D = 128, .H = 4, .V = 65, .L = 2, .KV = 2, .hidden = 398, .setup = llama_setup, .step = llama_step},

@@ -1,4 +1,4 @@
-/* The README's ten-line autograd example, compiled and run by the test suite. */
+/* The README's autograd example: a gradient and its gradcheck, run by the test suite. */
 #include <nabla/nabla.h>
 #include <stdio.h>
 

@@ -182,16 +182,30 @@ nb_tensor *nb_mha_forward(nb_mha *m, const nb_tensor *x, const nb_mha_opts *opts
     return nb_mha_forward_cross(m, x, x, opts);
 }
 
-nb_transformer_block *nb_transformer_block_new(nb_module *parent, const char *name, int64_t dim,
-                                               int64_t num_heads, double dropout) {
+nb_transformer_block *nb_transformer_block_new_config(nb_module *parent, const char *name,
+                                                      const nb_block_config *cfg) {
+    if (!cfg) return nbt_error("TransformerBlock", "NULL config");
+    const int64_t dim = cfg->dim;
+    int64_t hidden; /* a dim <= 0 is refused by norm1, as before */
+    if (__builtin_mul_overflow(dim, 4, &hidden))
+        return nbt_error("TransformerBlock", "dim %lld is too large (4 * dim overflows)",
+                         (long long)dim);
     nb_transformer_block *m = nb_module_new(parent, name, "TransformerBlock", sizeof *m);
     if (!m) return NULL;
     if (!(m->norm1 = nb_layernorm_new(&m->base, "norm1", dim)) ||
-        !(m->attn = nb_mha_new(&m->base, "attn", dim, dim, num_heads, false, dropout)) ||
+        !(m->attn = nb_mha_new(&m->base, "attn", dim, dim, cfg->num_heads, cfg->qkv_bias,
+                               cfg->dropout)) ||
         !(m->norm2 = nb_layernorm_new(&m->base, "norm2", dim)) ||
-        !(m->ff = nb_feedforward_new(&m->base, "ff", dim, 4 * dim)))
+        !(m->ff = nb_feedforward_new(&m->base, "ff", dim, hidden)))
         return nbn_discard(&m->base);
+    m->ff->gelu_tanh = cfg->gelu_tanh;
     return m;
+}
+
+nb_transformer_block *nb_transformer_block_new(nb_module *parent, const char *name, int64_t dim,
+                                               int64_t num_heads, double dropout) {
+    const nb_block_config cfg = {.dim = dim, .num_heads = num_heads, .dropout = dropout};
+    return nb_transformer_block_new_config(parent, name, &cfg);
 }
 
 nb_tensor *nb_transformer_block_forward(nb_transformer_block *m, const nb_tensor *x,

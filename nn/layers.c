@@ -62,5 +62,7 @@ nb_feedforward *nb_feedforward_new(nb_module *parent, const char *name, int64_t 
 
 nb_tensor *nb_feedforward_forward(nb_feedforward *m, const nb_tensor *x) {
     if (!m || !x) return nbn_null_argument("FeedForward", m ? &m->base : NULL, "input");
-    return nbn_result(&m->base, nb_linear_forward(m->fc2, nb_gelu(nb_linear_forward(m->fc1, x))));
+    nb_tensor *h = nb_linear_forward(m->fc1, x);
+    return nbn_result(&m->base,
+                      nb_linear_forward(m->fc2, m->gelu_tanh ? nb_gelu_tanh(h) : nb_gelu(h)));
 }

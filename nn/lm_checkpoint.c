@@ -10,16 +10,20 @@
 #include <string.h>
 
 /* The integer fields of nb_lm_config and their metadata keys. */
-#define NUM_FIELDS 7
+#define NUM_FIELDS 9
 static const char *const field_keys[NUM_FIELDS] = {
-    "nabla.vocab",   "nabla.d_model",      "nabla.heads",      "nabla.layers",
-    "nabla.context", "nabla.out_features", "nabla.tie_weights"};
-static const char *const field_names[NUM_FIELDS] = {
-    "vocab", "d_model", "heads", "layers", "context", "out_features", "tie_weights"};
+    "nabla.vocab",        "nabla.d_model",     "nabla.heads",    "nabla.layers",   "nabla.context",
+    "nabla.out_features", "nabla.tie_weights", "nabla.qkv_bias", "nabla.gelu_tanh"};
+static const char *const field_names[NUM_FIELDS] = {"vocab",       "d_model",  "heads",
+                                                    "layers",      "context",  "out_features",
+                                                    "tie_weights", "qkv_bias", "gelu_tanh"};
+/* Fields files from before they existed lack: read as 0. */
+static const bool field_optional[NUM_FIELDS] = {[7] = true, [8] = true};
 
 static void config_fields(const nb_lm_config *c, int64_t v[NUM_FIELDS]) {
     v[0] = c->vocab, v[1] = c->dim, v[2] = c->num_heads, v[3] = c->layers, v[4] = c->max_len;
     v[5] = c->out_features ? c->out_features : c->vocab, v[6] = c->tie_weights;
+    v[7] = c->qkv_bias, v[8] = c->gelu_tanh;
 }
 
 #define MODEL_KEY "nabla.model"
@@ -49,9 +53,9 @@ bool nb_transformer_lm_save(const nb_transformer_lm *lm, nb_optimizer *opt, cons
 }
 
 /* The range of each field (layers: the blocks nb_transformer_lm has room for). */
-static const int64_t field_min[NUM_FIELDS] = {1, 1, 1, 1, 1, 1, 0};
-static const int64_t field_max[NUM_FIELDS] = {INT64_MAX, INT64_MAX, INT64_MAX, 16,
-                                              INT64_MAX, INT64_MAX, 1};
+static const int64_t field_min[NUM_FIELDS] = {1, 1, 1, 1, 1, 1, 0, 0, 0};
+static const int64_t field_max[NUM_FIELDS] = {INT64_MAX, INT64_MAX, INT64_MAX, 16, INT64_MAX,
+                                              INT64_MAX, 1,         1,         1};
 
 /* A count as save writes it: decimal digits, no sign, space or leading zero, in [lo, hi].
  * (strtoll takes " +7", and a value past int's range used to be truncated, 2^32 + 1 to 1.) */
@@ -85,6 +89,10 @@ static bool parse_config(const nbst_file *f, nb_lm_config *cfg) {
     int64_t v[NUM_FIELDS];
     for (int i = 0; i < NUM_FIELDS; i++) {
         const char *s = meta_value(f, field_keys[i]);
+        if (!s && field_optional[i]) {
+            v[i] = 0;
+            continue;
+        }
         if (!s)
             return nbt_error("TransformerLM", "%s: metadata %s is missing", path, field_keys[i]),
                    false;
@@ -106,7 +114,9 @@ static bool parse_config(const nbst_file *f, nb_lm_config *cfg) {
                           .layers = (int)v[3], /* 1..16 */
                           .max_len = v[4],
                           .out_features = v[5],
-                          .tie_weights = v[6] != 0};
+                          .tie_weights = v[6] != 0,
+                          .qkv_bias = v[7] != 0,
+                          .gelu_tanh = v[8] != 0};
     if (cfg->dim % cfg->num_heads != 0)
         return nbt_error("TransformerLM", "%s: d_model %lld is not divisible by heads %lld", path,
                          (long long)cfg->dim, (long long)cfg->num_heads),
@@ -120,7 +130,7 @@ static bool parse_config(const nbst_file *f, nb_lm_config *cfg) {
 }
 
 /* ---- the tensors a configuration implies ---- */
-enum { MAX_EXPECTED = 4 + 13 * 16 + 4, NAME_LEN = 48 };
+enum { MAX_EXPECTED = 4 + 16 * 16 + 4, NAME_LEN = 48 };
 
 typedef struct {
     char name[NAME_LEN]; /* after the model's prefix */
@@ -137,11 +147,11 @@ static void expect(expected_tensor *e, int *n, const char *name, int ndim, int64
 }
 
 /* The parameters nb_transformer_lm_new_config makes for cfg (pre-LN blocks: norm1, attention
- * without q/k/v biases, norm2, a feed-forward of 4 x d_model), in its order; test_lm_config.c
- * checks the list against built models. False if 4 x d_model overflows. */
+ * with q/k/v biases if cfg says so, norm2, a feed-forward of 4 x d_model), in its order;
+ * test_lm_config.c checks the list against built models. False if 4 x d_model overflows. */
 static bool expected_tensors(const nb_lm_config *cfg, expected_tensor *e, int *n) {
-    static const char *const square[] = {"attn.W_query.weight", "attn.W_key.weight",
-                                         "attn.W_value.weight", "attn.out_proj.weight"};
+    static const char *const square[] = {"attn.W_query", "attn.W_key", "attn.W_value",
+                                         "attn.out_proj"};
     const int64_t d = cfg->dim;
     int64_t hidden;
     if (__builtin_mul_overflow(d, 4, &hidden)) return false;
@@ -154,8 +164,13 @@ static bool expected_tensors(const nb_lm_config *cfg, expected_tensor *e, int *n
     (snprintf(name, sizeof name, "blocks.%d.%s", l, suffix), expect(e, n, name, ndim, d0, d1))
         BLOCK_PARAM("norm1.weight", 1, d, 0);
         BLOCK_PARAM("norm1.bias", 1, d, 0);
-        for (int k = 0; k < 4; k++) BLOCK_PARAM(square[k], 2, d, d);
-        BLOCK_PARAM("attn.out_proj.bias", 1, d, 0);
+        for (int k = 0; k < 4; k++) {
+            char weight[24], bias[24]; /* "attn.out_proj.weight" and shorter */
+            snprintf(weight, sizeof weight, "%s.weight", square[k]);
+            snprintf(bias, sizeof bias, "%s.bias", square[k]);
+            BLOCK_PARAM(weight, 2, d, d);
+            if (k == 3 || cfg->qkv_bias) BLOCK_PARAM(bias, 1, d, 0);
+        }
         BLOCK_PARAM("norm2.weight", 1, d, 0);
         BLOCK_PARAM("norm2.bias", 1, d, 0);
         BLOCK_PARAM("ff.fc1.weight", 2, hidden, d);

@@ -82,7 +82,7 @@ nb_module *nb_model_new(nb_dtype dt, uint64_t seed) {
     m->scope = nb_scope_create();
     m->dtype = dt;
     nb_rng_seed(&m->rng, seed);
-    if (!m->type || !m->path || !m->scope) {
+    if (!m->type || !m->path || !m->scope || !nbn_register_root(m)) {
         nb_module_free(m);
         return nbt_error("model_new", "out of memory");
     }
@@ -116,6 +116,7 @@ void nb_module_free(nb_module *root) {
         nbt_error("module_free", "'%s' is not a root module; free its model instead", root->path);
         return;
     }
+    nbn_unregister_root(root);
     nb_scope_destroy(root->scope);
     free_tree(root, false);
 }

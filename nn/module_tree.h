@@ -19,6 +19,10 @@ bool nbn_check_new_name(const nb_module *m, const char *op, const char *what, co
 int nbn_saved_buffers(const nb_module *m, nb_param *out, int max);
 /* Records that m is about to draw from the root's generator (nb_module_discard's rule). */
 void nbn_note_draw(nb_module *m);
+/* Adds a new root to the live models nbn_param_name searches (false when out of memory), and
+ * removes it (a root never added is ignored). */
+bool nbn_register_root(nb_module *root);
+void nbn_unregister_root(const nb_module *root);
 /* Makes room for one more entry in a parameter or buffer list of n entries. */
 bool nbn_grow_list(nb_param **list, int *cap, int n);
 

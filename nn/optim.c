@@ -1,5 +1,5 @@
-/* What every optimizer shares: parameter validation, state tensors in a private scope, the
- * checked step loop, zero_grad, the learning rate and the named view of the state. */
+/* What every optimizer shares: parameter validation and groups, state tensors made lazily in
+ * a private scope, the checked step loop, zero_grad, and the step's one pool job. */
 #include "optim_impl.h"
 #include "param_list.h"
 
@@ -19,71 +19,129 @@ bool nbo_check_beta(const char *op, const char *what, double x) {
     return false;
 }
 
-/* The shared list check, then what only an optimizer needs: it updates parameters in place. */
-static bool check_params(const char *op, nb_tensor *const *params, int n) {
-    if (!nbn_check_param_list(op, params, n)) return false;
+/* A copy of the n_old items of *array (item bytes each) in room for n_new, replacing it. */
+static bool regrow(void *array, size_t item, int n_old, int n_new) {
+    void **p = array;
+    void *grown = nbt_malloc(item * (size_t)(n_new > 0 ? n_new : 1));
+    if (!grown) return false;
+    if (n_old > 0) memcpy(grown, *p, item * (size_t)n_old);
+    memset((char *)grown + item * (size_t)n_old, 0, item * (size_t)(n_new - n_old));
+    nbt_free(*p);
+    *p = grown;
+    return true;
+}
+
+/* The shared list check, then what only an optimizer needs: one dtype over every group, each
+ * parameter in one group only, and no expanded views (it updates parameters in place). */
+static bool check_params(const nb_optimizer *o, const char *op, nb_tensor *const *params, int n) {
+    if (!nbn_check_param_list(op, params, n, 0, false, o->n)) return false;
     for (int i = 0; i < n; i++) {
         const nb_tensor *p = params[i];
+        const int at = o->n + i;
         for (int d = 0; d < p->ndim; d++)
             if (p->shape[d] > 1 && p->strides[d] == 0)
                 return nbt_error(op,
-                                 "parameter %d (shape %s) is an expanded view; updating it in "
-                                 "place would hit shared elements",
-                                 i, nbt_shape(p)),
+                                 "parameter %s is an expanded view; updating it in place would "
+                                 "hit shared elements",
+                                 nbn_param_label(p, at)),
+                       false;
+        if (o->n > 0 && p->dtype != o->params[0]->dtype)
+            return nbt_error(op,
+                             "parameter %s is %s but the optimizer's parameters are %s: all "
+                             "parameters must share one dtype",
+                             nbn_param_label(p, at), nb_dtype_name(p->dtype),
+                             nb_dtype_name(o->params[0]->dtype)),
+                   false;
+        for (int j = 0; j < o->n; j++)
+            if (o->params[j] == p)
+                return nbt_error(op, "parameter %s is already in group %d, as parameter %d",
+                                 nbn_param_label(p, at), o->group_of[j], j),
                        false;
     }
     return true;
 }
 
-nb_optimizer *nbo_create(const char *op, nb_tensor *const *params, int n, double lr, int nstate,
-                         const nbo_state_kind *kinds, nbo_update_fn update) {
-    if (!check_params(op, params, n) || !nbo_check_nonneg(op, "lr", lr)) return NULL;
+int nbo_add_group(nb_optimizer *o, const char *op, nb_tensor *const *params, int n, double lr,
+                  double weight_decay) {
+    if (!check_params(o, op, params, n) || !nbo_check_nonneg(op, "lr", lr) ||
+        !nbo_check_nonneg(op, "weight_decay", weight_decay))
+        return -1;
+    const int old = o->n, total = o->n + n, ns = o->nstate;
+    if (!regrow(&o->params, sizeof *o->params, old, total) ||
+        !regrow(&o->group_of, sizeof *o->group_of, old, total) ||
+        !regrow(&o->state, sizeof *o->state, old * ns, total * ns) ||
+        !regrow(&o->has_state, sizeof *o->has_state, old, total) ||
+        !regrow(&o->had_state, sizeof *o->had_state, old, total) ||
+        !regrow(&o->segments, sizeof *o->segments, old, total) ||
+        !regrow(&o->groups, sizeof *o->groups, o->ngroups, o->ngroups + 1))
+        return nbt_error(op, "out of memory for %d parameters", total), -1;
+    const int g = o->ngroups++;
+    o->groups[g] = (nbo_group){.lr = lr, .initial_lr = lr, .weight_decay = weight_decay};
+    for (int i = 0; i < n; i++) {
+        o->params[old + i] = params[i];
+        o->group_of[old + i] = g;
+        for (int j = 0; j < old + i; j++)
+            if (params[i]->storage == o->params[j]->storage) o->shared_storage = true;
+    }
+    o->n = total;
+    return g;
+}
+
+nb_optimizer *nbo_create(const char *op, nb_tensor *const *params, int n, double lr,
+                         double weight_decay, int nstate, const nbo_state_kind *kinds,
+                         nbo_update_fn update) {
     nb_optimizer *o = nbt_malloc(sizeof *o);
     if (!o) return nbt_error(op, "out of memory");
     memset(o, 0, sizeof *o);
     o->op = op;
     o->update = update;
-    o->lr = lr;
-    o->n = n;
     o->nstate = nstate;
     memcpy(o->kinds, kinds, sizeof *kinds * (size_t)nstate);
-    o->params = nbt_malloc(sizeof *o->params * (size_t)n);
-    o->state = nbt_malloc(sizeof *o->state * (size_t)(n * nstate + 1));
-    o->segments = nbt_malloc(sizeof *o->segments * (size_t)n);
     o->scope = nb_scope_create();
-    if (!o->params || !o->state || !o->segments || !o->scope) {
+    if (!o->scope) {
         nb_optimizer_free(o);
         return nbt_error(op, "out of memory");
     }
-    memcpy(o->params, params, sizeof *params * (size_t)n);
-    for (int i = 0; i < n && !o->shared_storage; i++)
-        for (int j = 0; j < i; j++)
-            if (params[i]->storage == params[j]->storage) o->shared_storage = true;
-    bool ok = true;
-    nb_scope_push(o->scope);
-    for (int i = 0; ok && i < n; i++)
-        for (int k = 0; ok && k < nstate; k++) {
-            const nb_tensor *p = params[i];
-            /* A non-NULL shape even for 0 dims: nbt_new memcpy's from it. */
-            static const int64_t no_dims[1] = {0};
-            nb_tensor *s = kinds[k].is_step ? nb_zeros(NB_I64, 0, no_dims)
-                                            : nb_zeros(p->dtype, p->ndim, p->shape);
-            o->state[i * nstate + k] = s;
-            ok = s != NULL;
-        }
-    nb_scope_pop();
-    if (!ok) {
+    if (nbo_add_group(o, op, params, n, lr, weight_decay) < 0) {
         nb_optimizer_free(o);
         return NULL;
     }
     return o;
 }
 
+bool nbo_make_state(nb_optimizer *o, const char *op, int i) {
+    const nb_tensor *p = o->params[i];
+    bool ok = true;
+    nb_scope_push(o->scope);
+    for (int k = 0; ok && k < o->nstate; k++) {
+        nb_tensor **s = &o->state[i * o->nstate + k];
+        if (*s) {
+            ok = nb_fill_(*s, 0.0);
+            continue;
+        }
+        /* A non-NULL shape even for 0 dims: nbt_new memcpy's from it. */
+        static const int64_t no_dims[1] = {0};
+        *s = o->kinds[k].is_step ? nb_zeros(NB_I64, 0, no_dims)
+                                 : nb_zeros(p->dtype, p->ndim, p->shape);
+        ok = *s != NULL;
+    }
+    nb_scope_pop();
+    if (!ok)
+        return nbt_error(op, "out of memory for the state of parameter %s", nbn_param_label(p, i)),
+               false;
+    o->has_state[i] = true;
+    return true;
+}
+
 void nb_optimizer_free(nb_optimizer *o) {
     if (!o) return;
     if (o->scope) nb_scope_destroy(o->scope);
     nbt_free(o->params);
+    nbt_free(o->group_of);
+    nbt_free(o->groups);
     nbt_free(o->state);
+    nbt_free(o->has_state);
+    nbt_free(o->had_state);
     nbt_free(o->segments);
     nbt_free(o->named);
     nbt_free(o);
@@ -91,32 +149,47 @@ void nb_optimizer_free(nb_optimizer *o) {
 
 static void run_segments(nb_optimizer *o);
 
+/* A parameter takes part in a step if it requires grad and has a gradient (torch steps every
+ * parameter with a gradient; a frozen one here keeps any gradient it had, and is left alone). */
+static bool steps(const nb_tensor *p) {
+    return p->requires_grad && p->grad;
+}
+
 bool nb_optimizer_step(nb_optimizer *o) {
-    if (!o) return nbt_error("nb_optimizer_step", "optimizer is NULL"), false;
+    const char *op = "nb_optimizer_step";
+    if (!o) return nbt_error(op, "optimizer is NULL"), false;
     /* Check every gradient first so a bad one leaves all parameters untouched. */
     for (int i = 0; i < o->n; i++) {
         const nb_tensor *p = o->params[i], *g = p->grad;
-        if (g && (g->dtype != p->dtype || !nb_same_shape(g, p)))
-            return nbt_error("nb_optimizer_step",
-                             "parameter %d has shape %s (%s) but its gradient has shape %s (%s)", i,
-                             nbt_shape(p), nb_dtype_name(p->dtype), nbt_shape(g),
+        if (!steps(p)) continue;
+        if (g->dtype != p->dtype || !nb_same_shape(g, p))
+            return nbt_error(op, "parameter %s is %s but its gradient has shape %s (%s)",
+                             nbn_param_label(p, i), nb_dtype_name(p->dtype), nbt_shape(g),
                              nb_dtype_name(g->dtype)),
                    false;
         /* State written behind the optimizer's back (a checkpoint loaded without its check)
          * must not turn into NaN weights or an overflowing count. */
-        for (int k = 0; g && k < o->nstate; k++) {
+        for (int k = 0; o->has_state[i] && k < o->nstate; k++) {
             int64_t step = o->kinds[k].is_step ? *(const int64_t *)nbt_ptr(nbo_state(o, i, k)) : 0;
             if (step < 0 || step >= NBO_MAX_STEP)
-                return nbt_error("nb_optimizer_step",
-                                 "parameter %d (shape %s) has step count %lld, out of range [0, "
-                                 "2^53)",
-                                 i, nbt_shape(p), (long long)step),
+                return nbt_error(op, "parameter %s has step count %lld, out of range [0, 2^53)",
+                                 nbn_param_label(p, i), (long long)step),
                        false;
+        }
+    }
+    /* State for the parameters stepped for the first time (torch makes it lazily too); if
+     * memory runs out, those given state here lose it again. */
+    for (int i = 0; i < o->n; i++) {
+        o->had_state[i] = o->has_state[i];
+        if (o->nstate == 0 || !steps(o->params[i]) || o->has_state[i]) continue;
+        if (!nbo_make_state(o, op, i)) {
+            for (int j = 0; j < i; j++) o->has_state[j] = o->had_state[j];
+            return false;
         }
     }
     o->nsegments = 0;
     for (int i = 0; i < o->n; i++)
-        if (o->params[i]->grad) o->update(o, i);
+        if (steps(o->params[i])) o->update(o, i);
     run_segments(o);
     return true;
 }
@@ -124,18 +197,6 @@ bool nb_optimizer_step(nb_optimizer *o) {
 void nb_optimizer_zero_grad(nb_optimizer *o) {
     if (!o) return;
     for (int i = 0; i < o->n; i++) nb_zero_grad(o->params[i]);
-}
-
-double nb_optimizer_lr(const nb_optimizer *o) {
-    if (!o) return nbt_error("nb_optimizer_lr", "optimizer is NULL"), NAN;
-    return o->lr;
-}
-
-bool nb_optimizer_set_lr(nb_optimizer *o, double lr) {
-    if (!o) return nbt_error("nb_optimizer_set_lr", "optimizer is NULL"), false;
-    if (!nbo_check_nonneg("nb_optimizer_set_lr", "lr", lr)) return false;
-    o->lr = lr;
-    return true;
 }
 
 /* The queued updates as one job: every queued parameter's elements in a row, cut into slices
@@ -198,60 +259,4 @@ void nbo_run(nb_optimizer *o, nb_tensor *param, const nb_tensor *grad, int nstat
         memcpy(ops.strides[k], all[k]->strides, sizeof(int64_t) * (size_t)param->ndim);
     }
     nbt_iterate(param->ndim, param->shape, &ops, fn, (void *)ctx);
-}
-
-int nb_optimizer_state(nb_optimizer *o, const char *prefix, const nb_named_tensor **out) {
-    if (!o || !out)
-        return nbt_error("nb_optimizer_state", "%s is NULL", o ? "out" : "optimizer"), -1;
-    if (!prefix) prefix = "";
-    int count = o->n * o->nstate;
-    /* Longest name: prefix, the kind, '.', up to 11 digits and the terminator. */
-    size_t longest = 0;
-    for (int k = 0; k < o->nstate; k++)
-        if (strlen(o->kinds[k].name) > longest) longest = strlen(o->kinds[k].name);
-    size_t name_cap = strlen(prefix) + longest + 13;
-    nb_named_tensor *named =
-        nbt_malloc(sizeof *named * (size_t)(count + 1) + name_cap * (size_t)count);
-    if (!named) return nbt_error("nb_optimizer_state", "out of memory"), -1;
-    char *names = (char *)(named + count + 1);
-    for (int i = 0; i < o->n; i++)
-        for (int k = 0; k < o->nstate; k++) {
-            char *name = names + name_cap * (size_t)(i * o->nstate + k);
-            snprintf(name, name_cap, "%s%s.%d", prefix, o->kinds[k].name, i);
-            named[i * o->nstate + k] = (nb_named_tensor){name, nbo_state(o, i, k)};
-        }
-    nbt_free(o->named);
-    o->named = named;
-    *out = named;
-    return count;
-}
-
-/* ---- values loaded from a checkpoint ---- */
-static const char *check_floats(const nb_tensor *dest, const void *bytes, bool nonneg) {
-    static _Thread_local char why[160];
-    int64_t n = nbt_numel(dest);
-    for (int64_t k = 0; k < n; k++) {
-        double v = dest->dtype == NB_F32 ? ((const float *)bytes)[k] : ((const double *)bytes)[k];
-        if (isfinite(v) && (!nonneg || v >= 0)) continue;
-        snprintf(why, sizeof why, "element %lld is %g, expected a finite value%s", (long long)k, v,
-                 nonneg ? " >= 0" : "");
-        return why;
-    }
-    return NULL;
-}
-
-const char *nbo_check_loaded_state(const nb_tensor *dest, const void *bytes, void *ctx) {
-    const nb_optimizer *o = ctx;
-    for (int i = 0; i < o->n; i++)
-        for (int k = 0; k < o->nstate; k++) {
-            if (nbo_state(o, i, k) != dest) continue;
-            if (!o->kinds[k].is_step)
-                return check_floats(dest, bytes, strcmp(o->kinds[k].name, "exp_avg_sq") == 0);
-            int64_t step = *(const int64_t *)bytes;
-            if (step >= 0 && step < NBO_MAX_STEP) return NULL;
-            static _Thread_local char why[96];
-            snprintf(why, sizeof why, "step count %lld is out of range [0, 2^53)", (long long)step);
-            return why;
-        }
-    return NULL;
 }

@@ -1,6 +1,7 @@
 /* Adam (L2 weight decay added to the gradient) and AdamW (decoupled weight decay), step for
  * step as torch.optim.Adam / AdamW (single-tensor path, amsgrad off). */
 #include "optim_impl.h"
+#include "param_list.h"
 
 #include "tensor/isa.h"
 
@@ -41,14 +42,15 @@ static void adam_update(nb_optimizer *o, int i) {
     int64_t *step = (int64_t *)nbt_ptr(nbo_state(o, i, STEP));
     ++*step;
     const nb_adam_opts *a = &o->adam;
+    const nbo_group *g = nbo_group_of(o, i);
     double t = (double)*step;
     nbk_adam_consts c = {
         .beta1 = a->beta1,
         .beta2 = a->beta2,
         .eps = a->eps,
-        .l2 = o->decoupled ? 0 : a->weight_decay,
-        .decay = o->decoupled ? 1 - o->lr * a->weight_decay : 1,
-        .step_size = o->lr / (1 - pow(a->beta1, t)),
+        .l2 = o->decoupled ? 0 : g->weight_decay,
+        .decay = o->decoupled ? 1 - g->lr * g->weight_decay : 1,
+        .step_size = g->lr / (1 - pow(a->beta1, t)),
         .bc2_sqrt = sqrt(1 - pow(a->beta2, t)),
     };
     nb_tensor *states[2] = {nbo_state(o, i, EXP_AVG), nbo_state(o, i, EXP_AVG_SQ)};
@@ -65,15 +67,15 @@ nb_adam_opts nb_adamw_defaults(double lr) {
     return o;
 }
 
-static nb_optimizer *create(const char *op, nb_tensor *const *params, int n, nb_adam_opts opts,
-                            bool decoupled) {
+nb_optimizer *nbo_adam_create(const char *op, nb_tensor *const *params, int n, nb_adam_opts opts,
+                              bool decoupled) {
     if (!nbo_check_beta(op, "beta1", opts.beta1) || !nbo_check_beta(op, "beta2", opts.beta2) ||
         !nbo_check_nonneg(op, "eps", opts.eps) ||
         !nbo_check_nonneg(op, "weight_decay", opts.weight_decay))
         return NULL;
     static const nbo_state_kind kinds[] = {
         {"exp_avg", false}, {"exp_avg_sq", false}, {"step", true}};
-    nb_optimizer *o = nbo_create(op, params, n, opts.lr, 3, kinds, adam_update);
+    nb_optimizer *o = nbo_create(op, params, n, opts.lr, opts.weight_decay, 3, kinds, adam_update);
     if (o) {
         o->adam = opts;
         o->decoupled = decoupled;
@@ -82,9 +84,11 @@ static nb_optimizer *create(const char *op, nb_tensor *const *params, int n, nb_
 }
 
 nb_optimizer *nb_adam_new(nb_tensor *const *params, int n, nb_adam_opts opts) {
-    return create("nb_adam_new", params, n, opts, false);
+    if (!nbn_check_param_list("nb_adam_new", params, n, 1, false, 0)) return NULL;
+    return nbo_adam_create("nb_adam_new", params, n, opts, false);
 }
 
 nb_optimizer *nb_adamw_new(nb_tensor *const *params, int n, nb_adam_opts opts) {
-    return create("nb_adamw_new", params, n, opts, true);
+    if (!nbn_check_param_list("nb_adamw_new", params, n, 1, false, 0)) return NULL;
+    return nbo_adam_create("nb_adamw_new", params, n, opts, true);
 }

@@ -2,6 +2,7 @@
  * torch.optim.SGD (single-tensor path): d = g + wd p; buf = d on the first step, else
  * buf = momentum buf + (1 - dampening) d; d = nesterov ? d + momentum buf : buf; p += -lr d. */
 #include "optim_impl.h"
+#include "param_list.h"
 
 enum { BUF = 0, STEP = 1 };
 
@@ -48,8 +49,9 @@ SGD_KERNEL(sgd_f64, double)
 
 static void sgd_update(nb_optimizer *o, int i) {
     nb_tensor *p = o->params[i];
-    sgd_consts c = {o->lr, o->sgd.momentum, o->sgd.dampening, o->sgd.weight_decay, o->sgd.nesterov,
-                    false};
+    const nbo_group *g = nbo_group_of(o, i);
+    sgd_consts c = {g->lr,           o->sgd.momentum, o->sgd.dampening,
+                    g->weight_decay, o->sgd.nesterov, false};
     int nstate = 0;
     nb_tensor *buf = NULL;
     if (o->nstate > 0) {
@@ -69,6 +71,7 @@ nb_sgd_opts nb_sgd_defaults(double lr) {
 
 nb_optimizer *nb_sgd_new(nb_tensor *const *params, int n, nb_sgd_opts opts) {
     const char *op = "nb_sgd_new";
+    if (!nbn_check_param_list(op, params, n, 1, false, 0)) return NULL;
     if (!nbo_check_nonneg(op, "momentum", opts.momentum) ||
         !nbo_check_nonneg(op, "weight_decay", opts.weight_decay))
         return NULL;
@@ -81,7 +84,8 @@ nb_optimizer *nb_sgd_new(nb_tensor *const *params, int n, nb_sgd_opts opts) {
                          opts.momentum, opts.dampening);
     static const nbo_state_kind kinds[] = {{"momentum_buffer", false}, {"step", true}};
     int nstate = opts.momentum != 0 ? 2 : 0;
-    nb_optimizer *o = nbo_create(op, params, n, opts.lr, nstate, kinds, sgd_update);
+    nb_optimizer *o =
+        nbo_create(op, params, n, opts.lr, opts.weight_decay, nstate, kinds, sgd_update);
     if (o) o->sgd = opts;
     return o;
 }

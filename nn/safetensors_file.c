@@ -141,6 +141,15 @@ static bool get_count(const json_t *v, uint64_t *out) {
     return true;
 }
 
+/* 8 lowercase hex digits, exactly. */
+static bool parse_hex32(const char *text, uint32_t *out) {
+    bool valid = strlen(text) == 8;
+    for (int i = 0; valid && i < 8; i++)
+        valid = (text[i] >= '0' && text[i] <= '9') || (text[i] >= 'a' && text[i] <= 'f');
+    if (valid) *out = (uint32_t)strtoul(text, NULL, 16);
+    return valid;
+}
+
 static bool check_metadata(nbst_file *f, const json_t *meta) {
     if (!json_is_object(meta)) {
         FILE_ERROR(f, "%s", "__metadata__ is not a JSON object");
@@ -158,16 +167,68 @@ static bool check_metadata(nbst_file *f, const json_t *meta) {
     const json_t *crc = json_object_get(meta, NB_SAFETENSORS_CRC_KEY);
     if (!crc) return true;
     const char *text = json_string_value(crc);
-    bool valid = strlen(text) == 8;
-    for (int i = 0; valid && i < 8; i++)
-        valid = (text[i] >= '0' && text[i] <= '9') || (text[i] >= 'a' && text[i] <= 'f');
-    if (!valid) {
+    if (!parse_hex32(text, &f->crc)) {
         FILE_ERROR(f, "__metadata__ entry %s is \"%.20s\", not 8 lowercase hex digits",
                    NB_SAFETENSORS_CRC_KEY, text);
         return false;
     }
     f->has_crc = true;
-    f->crc = (uint32_t)strtoul(text, NULL, 16);
+    return true;
+}
+
+/* ---- what the checksum covers ---- */
+int nbst_by_offsets(const void *a, const void *b) {
+    const nbst_entry *x = *(const nbst_entry *const *)a, *y = *(const nbst_entry *const *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+uint32_t nbst_index_crc(int n, const nbst_entry *const *sorted) {
+    uLong c = crc32_z(0, Z_NULL, 0);
+    for (int i = 0; i < n; i++) {
+        const nbst_entry *e = sorted[i];
+        c = crc32_z(c, (const unsigned char *)e->name, strlen(e->name) + 1);
+        const char *dtype = nbst_dtype_name(e->dtype);
+        c = crc32_z(c, (const unsigned char *)dtype, strlen(dtype) + 1);
+        char num[32];
+        for (int d = 0; d < e->ndim; d++) {
+            int len = snprintf(num, sizeof num, d ? ",%lld" : "%lld", (long long)e->shape[d]);
+            c = crc32_z(c, (const unsigned char *)num, (size_t)len);
+        }
+        int len = snprintf(num, sizeof num, "%c%llu%c%llu%c", 0, (unsigned long long)e->begin, 0,
+                           (unsigned long long)e->end, '\n');
+        c = crc32_z(c, (const unsigned char *)num, (size_t)len);
+    }
+    return (uint32_t)c;
+}
+
+void nbst_covers_text(char out[NBST_COVERS_LEN], uint32_t index_crc, uint64_t data_len) {
+    snprintf(out, NBST_COVERS_LEN, "%08x %llu", (unsigned)index_crc, (unsigned long long)data_len);
+}
+
+/* Decides whether the checksum is this file's: the covers entry, if any, must be well formed
+ * and name this file's index and data length (sorted: the entries in offset order). */
+static bool check_covers(nbst_file *f, const nbst_entry *const *sorted) {
+    f->crc_applies = f->has_crc;
+    const json_t *covers =
+        f->metadata ? json_object_get(f->metadata, NB_SAFETENSORS_CRC_COVERS_KEY) : NULL;
+    if (!covers) return true;
+    const char *text = json_string_value(covers);
+    uint32_t index_crc = 0;
+    char *end = NULL;
+    bool valid = strlen(text) > 9 && text[8] == ' ' && text[9] >= '0' && text[9] <= '9';
+    char hex[9] = "";
+    if (valid) memcpy(hex, text, 8);
+    valid = valid && parse_hex32(hex, &index_crc);
+    unsigned long long len = valid ? strtoull(text + 9, &end, 10) : 0;
+    if (!valid || *end || (text[9] == '0' && text[10])) {
+        FILE_ERROR(f, "__metadata__ entry %s is \"%.40s\", not \"<8 hex digits> <length>\"",
+                   NB_SAFETENSORS_CRC_COVERS_KEY, text);
+        return false;
+    }
+    f->crc_applies =
+        f->has_crc && len == f->data_len && index_crc == nbst_index_crc(f->count, sorted);
     return true;
 }
 
@@ -257,13 +318,6 @@ static bool parse_entry(nbst_file *f, const char *name, const json_t *desc, nbst
     return true;
 }
 
-static int by_offsets(const void *a, const void *b) {
-    const nbst_entry *x = *(const nbst_entry *const *)a, *y = *(const nbst_entry *const *)b;
-    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
-    if (x->end != y->end) return x->end < y->end ? -1 : 1;
-    return 0;
-}
-
 /* The ranges, in offset order, must tile [0, data_len): no gap, no overlap, nothing left. */
 static bool check_coverage(nbst_file *f) {
     const nbst_entry **sorted = nbt_malloc(sizeof *sorted * (size_t)(f->count ? f->count : 1));
@@ -272,7 +326,7 @@ static bool check_coverage(nbst_file *f) {
         return false;
     }
     for (int i = 0; i < f->count; i++) sorted[i] = &f->entries[i];
-    qsort(sorted, (size_t)f->count, sizeof *sorted, by_offsets);
+    qsort(sorted, (size_t)f->count, sizeof *sorted, nbst_by_offsets);
     uint64_t pos = 0;
     const nbst_entry *prev = NULL;
     bool ok = true;
@@ -296,6 +350,7 @@ static bool check_coverage(nbst_file *f) {
                    (unsigned long long)f->data_len, (unsigned long long)pos);
         ok = false;
     }
+    ok = ok && check_covers(f, sorted);
     nbt_free(sorted);
     return ok;
 }
@@ -427,13 +482,16 @@ bool nbst_read_data(nbst_file *f) {
         return false;
     }
     if (!read_at(f, f->data, f->data_len, 8 + f->header_len)) return false;
-    if (f->has_crc) {
+    if (f->crc_applies) {
         uint32_t crc = (uint32_t)crc32_z(crc32_z(0, Z_NULL, 0), f->data, (size_t)f->data_len);
         if (crc != f->crc) {
             FILE_ERROR(f,
                        "the data does not match its checksum (CRC-32 %08x in the header, %08x "
-                       "computed): the file is corrupt",
-                       (unsigned)f->crc, (unsigned)crc);
+                       "computed): the file is corrupt%s",
+                       (unsigned)f->crc, (unsigned)crc,
+                       json_object_get(f->metadata, NB_SAFETENSORS_CRC_COVERS_KEY)
+                           ? ""
+                           : ", or its metadata was copied from another file");
             return false;
         }
     }
@@ -462,4 +520,5 @@ void nbst_close(nbst_file *f) {
     f->data = NULL;
     f->metadata = NULL;
     f->has_crc = false;
+    f->crc_applies = false;
 }

@@ -1,18 +1,13 @@
 /* Saving named tensors as safetensors: header built with jansson (with the data's CRC-32 in
- * __metadata__), data written row-major, and the file replaced atomically (write a temporary
- * of a unique name, fsync, rename, fsync the directory). */
+ * __metadata__), data written row-major, and the file replaced atomically (atomic_file.h). */
 #include "safetensors_file.h"
 
+#include "atomic_file.h"
+
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
-#include <sys/file.h>
-#include <sys/random.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -50,9 +45,10 @@ static bool check_metadata_inputs(const char *path, int n_meta, const nb_metadat
             return nbt_error(OP, "%s: metadata entry %d has a NULL %s", path, i,
                              meta[i].key ? "value" : "key"),
                    false;
-        if (strcmp(meta[i].key, NB_SAFETENSORS_CRC_KEY) == 0)
+        if (strcmp(meta[i].key, NB_SAFETENSORS_CRC_KEY) == 0 ||
+            strcmp(meta[i].key, NB_SAFETENSORS_CRC_COVERS_KEY) == 0)
             return nbt_error(OP, "%s: metadata entry %d: the key %s is reserved", path, i,
-                             NB_SAFETENSORS_CRC_KEY),
+                             meta[i].key),
                    false;
     }
     return true;
@@ -66,6 +62,35 @@ static void data_order(int n, const nb_named_tensor *tensors, int *order) {
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
         for (int i = 0; i < n; i++)
             if (nb_dtype_size(tensors[i].tensor->dtype) == sizes[s]) order[k++] = i;
+}
+
+/* Sets the metadata's NB_SAFETENSORS_CRC_COVERS_KEY: the index the tensors make at these
+ * offsets, and the data length. */
+static bool set_covers(const char *path, int n, const nb_named_tensor *tensors,
+                       const uint64_t *begin, uint64_t data_len, json_t *meta_obj) {
+    nbst_entry *entries = nbt_malloc(sizeof *entries * (size_t)(n ? n : 1));
+    const nbst_entry **sorted = nbt_malloc(sizeof *sorted * (size_t)(n ? n : 1));
+    bool ok = entries && sorted;
+    for (int i = 0; ok && i < n; i++) {
+        const nb_tensor *t = tensors[i].tensor;
+        entries[i] = (nbst_entry){.name = tensors[i].name,
+                                  .dtype = t->dtype,
+                                  .ndim = t->ndim,
+                                  .begin = begin[i],
+                                  .end = begin[i] + nbst_nbytes(t)};
+        memcpy(entries[i].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+        sorted[i] = &entries[i];
+    }
+    if (ok) {
+        qsort(sorted, (size_t)n, sizeof *sorted, nbst_by_offsets);
+        char covers[NBST_COVERS_LEN];
+        nbst_covers_text(covers, nbst_index_crc(n, sorted), data_len);
+        ok = json_object_set_new(meta_obj, NB_SAFETENSORS_CRC_COVERS_KEY, json_string(covers)) == 0;
+    }
+    if (!ok) nbt_error(OP, "%s: out of memory building the header", path);
+    nbt_free(entries);
+    nbt_free(sorted);
+    return ok;
 }
 
 /* {"__metadata__": {...}, "name": {"dtype", "shape", "data_offsets"}, ...}, tensors in the
@@ -104,6 +129,7 @@ static json_t *build_header(const char *path, int n, const nb_named_tensor *tens
             goto fail;
         }
     }
+    if (!set_covers(path, n, tensors, begin, offset, meta_obj)) goto fail;
     for (int i = 0; i < n; i++) {
         const nb_tensor *t = tensors[i].tensor;
         if (json_object_get(root, tensors[i].name)) {
@@ -135,21 +161,6 @@ fail:
     return NULL;
 }
 
-static bool write_all(int fd, const void *buf, size_t len) {
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len > ((size_t)1 << 30) ? (size_t)1 << 30 : len);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            if (w == 0) errno = EIO;
-            return false;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    return true;
-}
-
 /* t's data row-major: t's own memory when contiguous, else packed into *packed (which the
  * caller frees). Bools are always packed, as 0/1 whatever bytes were written through nb_data
  * (the loader accepts nothing else). NULL with errno ENOMEM when packing fails. */
@@ -171,7 +182,7 @@ static bool write_tensor(int fd, const nb_tensor *t) {
     if (nbytes == 0) return true;
     void *packed;
     const void *bytes = row_major_bytes(t, &packed);
-    bool ok = bytes && write_all(fd, bytes, nbytes);
+    bool ok = bytes && nbn_write_all(fd, bytes, nbytes);
     int saved = errno;
     nbt_free(packed);
     errno = saved;
@@ -207,155 +218,33 @@ static bool write_file(int fd, const char *text, int n, const nb_named_tensor *t
     unsigned char len_bytes[8];
     for (int i = 0; i < 8; i++) len_bytes[i] = (unsigned char)((uint64_t)header_len >> (8 * i));
     static const char spaces[8] = "        ";
-    if (!write_all(fd, len_bytes, 8) || !write_all(fd, text, text_len) ||
-        !write_all(fd, spaces, header_len - text_len))
+    if (!nbn_write_all(fd, len_bytes, 8) || !nbn_write_all(fd, text, text_len) ||
+        !nbn_write_all(fd, spaces, header_len - text_len))
         return false;
     for (int k = 0; k < n; k++)
         if (!write_tensor(fd, tensors[order[k]].tensor)) return false;
     return true;
 }
 
-/* Makes the rename durable. Some file systems refuse fsync on a directory; the file itself is
- * already complete on disk then, so that is not treated as a failure. */
-static void sync_parent_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    if (!dir) return;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
+/* What nbn_replace_file writes: the header text, then the tensors' data in order. */
+typedef struct {
+    const char *text;
+    int n;
+    const nb_named_tensor *tensors;
+    const int *order;
+} file_contents;
 
-/* Random characters for a temporary name; from getrandom, or the clock and a counter if
- * that fails (exclusive creation, not the name, is what makes the temporary safe). */
-static void random_suffix(char *out, size_t len) {
-    static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
-    unsigned char bytes[16];
-    if (len > sizeof bytes) len = sizeof bytes;
-    if (getrandom(bytes, len, GRND_NONBLOCK) != (ssize_t)len) {
-        static _Atomic unsigned counter;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t x = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)getpid() << 20 ^
-                     (uint64_t)counter++ * 0x9e3779b97f4a7c15u;
-        for (size_t i = 0; i < len; i++, x = x * 6364136223846793005u + 1442695040888963407u)
-            bytes[i] = (unsigned char)(x >> 56);
-    }
-    for (size_t i = 0; i < len; i++) out[i] = alphabet[bytes[i] % (sizeof alphabet - 1)];
-    out[len] = '\0';
-}
-
-/* Temporaries are named path + ".tmp-" + SUFFIX characters of [a-z0-9], with path's file name
- * cut short when the whole would be longer than NAME_LIMIT. */
-enum { SUFFIX = 10, ADDED = 5 + SUFFIX, NAME_LIMIT = 255 };
-
-/* path's directory part (up to and including the last '/') and how much of its file name its
- * temporaries keep. */
-static void temporary_stem(const char *path, size_t *dir_len, size_t *base_len) {
-    const char *slash = strrchr(path, '/');
-    *dir_len = slash ? (size_t)(slash + 1 - path) : 0;
-    *base_len = strlen(path) - *dir_len;
-    if (*base_len > NAME_LIMIT - ADDED) *base_len = NAME_LIMIT - ADDED;
-}
-
-/* Whether fd is still the file named name (not unlinked or replaced since it was opened). */
-static bool still_named(int fd, const char *name) {
-    struct stat by_fd, by_name;
-    return fstat(fd, &by_fd) == 0 && lstat(name, &by_name) == 0 && by_fd.st_dev == by_name.st_dev &&
-           by_fd.st_ino == by_name.st_ino;
-}
-
-/* Creates a new temporary file path + ".tmp-XXXXXXXXXX" exclusively (O_EXCL: nothing that
- * already exists there, file or symlink, is opened) and takes an exclusive flock on it, held
- * until the file is renamed: that lock is what tells a cleaner (remove_stale) the save is
- * running. A file name too long for that is cut short first, so any name that can be saved to
- * has a temporary. Returns the fd and the name in *tmp (the caller frees it), or -1 with errno
- * set. */
-static int create_temporary(const char *path, char **tmp) {
-    size_t dir_len, base_len;
-    temporary_stem(path, &dir_len, &base_len);
-    *tmp = nbt_malloc(dir_len + base_len + ADDED + 1);
-    if (!*tmp) return errno = ENOMEM, -1;
-    char *p = *tmp;
-    memcpy(p, path, dir_len + base_len);
-    memcpy(p + dir_len + base_len, ".tmp-", 5);
-    for (int attempt = 0; attempt < 100; attempt++) {
-        random_suffix(p + dir_len + base_len + 5, SUFFIX);
-        int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd < 0 && errno != EEXIST) return -1;
-        if (fd < 0) continue;
-        /* Between creation and the lock, a cleaner may have taken the file for a dead save's:
-         * then it is gone or going, and another name is tried. A file system without flock
-         * saves unlocked (a cleaner cannot lock the file either, so it never removes it). */
-        if (flock(fd, LOCK_EX | LOCK_NB) == 0 ? still_named(fd, p) : errno != EWOULDBLOCK)
-            return fd;
-        close(fd);
-    }
-    errno = EEXIST;
-    return -1;
-}
-
-/* Removes the temporaries of path that no running save holds: names of exactly the form
- * create_temporary makes, regular files (symlinks are not followed), that can be locked. The
- * lock is taken on the file opened by name and the name checked to still be that file before
- * it is unlinked, so a save that renamed its temporary in between loses nothing. Returns how
- * many were removed, or -1 with errno set when the directory cannot be read. */
-static int remove_stale(const char *path) {
-    size_t dir_len, base_len;
-    temporary_stem(path, &dir_len, &base_len);
-    char *name = nbt_malloc(dir_len + NAME_LIMIT + 2);
-    char *dir = dir_len ? strndup(path, dir_len) : strdup(".");
-    DIR *d = name && dir ? opendir(dir) : NULL;
-    if (!d) {
-        int saved = name && dir ? errno : ENOMEM;
-        nbt_free(name);
-        free(dir);
-        return errno = saved, -1;
-    }
-    const char *base = path + dir_len;
-    int removed = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        const char *n = e->d_name;
-        if (strlen(n) != base_len + ADDED || memcmp(n, base, base_len) != 0 ||
-            memcmp(n + base_len, ".tmp-", 5) != 0)
-            continue;
-        bool form = true;
-        for (const char *c = n + base_len + 5; *c; c++)
-            form &= (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9');
-        if (!form) continue;
-        memcpy(name, path, dir_len);
-        strcpy(name + dir_len, n);
-        int fd = open(name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-        if (fd < 0) continue;
-        struct stat st;
-        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0 &&
-            still_named(fd, name) && unlink(name) == 0)
-            removed++;
-        close(fd);
-    }
-    closedir(d);
-    nbt_free(name);
-    free(dir);
-    return removed;
+static bool write_contents(int fd, void *ctx) {
+    const file_contents *f = ctx;
+    return write_file(fd, f->text, f->n, f->tensors, f->order);
 }
 
 int nb_safetensors_remove_stale_temporaries(const char *path) {
     const char *op = "nb_safetensors_remove_stale_temporaries";
     if (!path) return nbt_error(op, "path is NULL"), -1;
-    int removed = remove_stale(path);
+    int removed = nbn_remove_stale_temporaries(path);
     if (removed < 0) nbt_error(op, "%s: cannot read its directory: %s", path, strerror(errno));
     return removed;
-}
-
-/* Writes the whole file into the open temporary and flushes it; names the failed step. */
-static bool write_and_sync(int fd, const char *text, int n, const nb_named_tensor *tensors,
-                           const int *order, const char **failed) {
-    if (!write_file(fd, text, n, tensors, order)) return *failed = "write", false;
-    if (fsync(fd) != 0) return *failed = "fsync", false;
-    return true;
 }
 
 bool nb_safetensors_save(const char *path, int n, const nb_named_tensor *tensors) {
@@ -380,34 +269,9 @@ bool nb_safetensors_save_with_metadata(const char *path, int n, const nb_named_t
         return false;
     }
 
-    char *tmp = NULL;
-    bool ok = false;
-    const char *failed = "creation";
-    int fd = create_temporary(path, &tmp), lock_fd = -1;
-    if (fd >= 0) {
-        ok = write_and_sync(fd, text, n, tensors, order, &failed);
-        /* The lock belongs to the open file, not the descriptor: a duplicate holds it through
-         * the rename while close(fd) still reports a failed write-back. */
-        if (ok && (lock_fd = dup(fd)) < 0) ok = false, failed = "dup";
-        int saved = errno;
-        if (close(fd) != 0 && ok)
-            ok = false, failed = "close";
-        else
-            errno = saved;
-        if (ok && rename(tmp, path) != 0) ok = false, failed = "rename";
-        saved = errno;
-        if (!ok) unlink(tmp);
-        if (lock_fd >= 0) close(lock_fd);
-        errno = saved;
-    }
-    if (ok) {
-        sync_parent_dir(path);
-        remove_stale(path); /* what killed saves left; a failure here fails nothing */
-    } else
-        nbt_error(OP, "%s: %s of the temporary file %s failed: %s; any previous file is unchanged",
-                  path, failed, tmp ? tmp : "(none)", strerror(errno));
+    file_contents contents = {text, n, tensors, order};
+    bool ok = nbn_replace_file(OP, path, write_contents, &contents);
     nbt_free(order);
-    nbt_free(tmp);
     free(text);
     return ok;
 }

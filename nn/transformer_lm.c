@@ -59,11 +59,15 @@ nb_transformer_lm *nb_transformer_lm_new_config(nb_module *parent, const char *n
         !(m->pos_emb = nb_embedding_new(&m->base, "pos_emb", m->max_len, m->dim)) ||
         !(m->blocks_container = nb_module_container(&m->base, "blocks")))
         return nbn_discard(&m->base);
+    const nb_block_config block = {.dim = m->dim,
+                                   .num_heads = m->num_heads,
+                                   .qkv_bias = cfg->qkv_bias,
+                                   .gelu_tanh = cfg->gelu_tanh,
+                                   .dropout = dropout};
     for (int i = 0; i < layers; i++) {
         char idx[16];
         snprintf(idx, sizeof idx, "%d", i);
-        if (!(m->blocks[i] = nb_transformer_block_new(m->blocks_container, idx, m->dim,
-                                                      m->num_heads, dropout)))
+        if (!(m->blocks[i] = nb_transformer_block_new_config(m->blocks_container, idx, &block)))
             return nbn_discard(&m->base);
     }
     if (!(m->norm_f = nb_layernorm_new(&m->base, "norm_f", m->dim)) || !make_head(m))
@@ -79,7 +83,9 @@ nb_lm_config nb_transformer_lm_config(const nb_transformer_lm *lm) {
                           .num_heads = lm->num_heads,
                           .layers = lm->num_layers,
                           .out_features = lm->out_features,
-                          .tie_weights = lm->tie_weights};
+                          .tie_weights = lm->tie_weights,
+                          .qkv_bias = lm->blocks[0]->attn->W_query->bias != NULL,
+                          .gelu_tanh = lm->blocks[0]->ff->gelu_tanh};
 }
 
 nb_tensor *nb_transformer_lm_forward(nb_transformer_lm *m, const nb_tensor *tokens, bool causal,

@@ -25,6 +25,14 @@ awk -v b="$bpc" 'BEGIN { exit !(b > 0 && b < 6) }' || { echo "FAIL: validation a
 cat "$dir/eval"
 grep -q "d_model 96, 4 heads, 2 layers, context 64" "$dir/eval" || { echo "FAIL: --eval did not read the configuration"; exit 1; }
 grep -q "validation loss" "$dir/eval" || { echo "FAIL: --eval reported no validation loss"; exit 1; }
+# A checkpoint of char_lm from before the library's tokenizers (its vocabulary under
+# "char_lm.vocabulary"; the replacement keeps the header's length) still evaluates.
+sed 's/"nabla.tokenizer":"chars","nabla.tokenizer.chars"/"char_lm.old_format":"chars","char_lm.vocabulary"/' \
+    "$dir/char_lm.safetensors" >"$dir/old.safetensors"
+! grep -q '"nabla.tokenizer"' "$dir/old.safetensors" || { echo "FAIL: the old-style checkpoint was not made"; exit 1; }
+"$bin" --eval "$dir/old.safetensors" --sample 10 >"$dir/old.log" ||
+    { cat "$dir/old.log"; echo "FAIL: --eval refused an old-style checkpoint"; exit 1; }
+grep -q "tokens (chars)" "$dir/old.log" || { echo "FAIL: the old vocabulary was not read"; exit 1; }
 # --eval on a text too short for a held-out window: an error saying so, not silence.
 printf 'hello world\n' >"$dir/short.txt"
 if "$bin" --eval "$dir/char_lm.safetensors" --text "$dir/short.txt" --sample 5 >"$dir/short.log" 2>&1; then
@@ -53,4 +61,19 @@ grep -q "from the built-in grammar" "$dir/glog" || { echo "FAIL: --grammar"; exi
 for _ in $(seq 400); do printf '0123456789'; done >"$dir/digits.txt"
 "$bin" --text "$dir/digits.txt" --steps 2 --sample 10 --out "$dir/digits" >"$dir/digits.log" 2>&1 ||
     { cat "$dir/digits.log"; echo "FAIL: a text without the prompt's characters"; exit 1; }
+# A BPE of 300 tokens: trained, saved in the checkpoint, read back by --eval alone.
+"$bin" --tokenizer bpe --vocab 300 --steps 40 --sample 20 --out "$dir/bpe" >"$dir/bpe.log"
+grep -q "vocabulary: a BPE of 300 tokens" "$dir/bpe.log" || { cat "$dir/bpe.log"; echo "FAIL: no BPE"; exit 1; }
+grep -q '"nabla.tokenizer":"bpe"' "$dir/bpe/char_lm.safetensors" || { echo "FAIL: no BPE in the checkpoint"; exit 1; }
+bpe_bpc=$(awk -F, 'END { print $3 }' "$dir/bpe/val.csv")
+awk -v b="$bpe_bpc" 'BEGIN { exit !(b > 0 && b < 8) }' || { echo "FAIL: BPE validation at $bpe_bpc bits per character"; exit 1; }
+"$bin" --eval "$dir/bpe/char_lm.safetensors" --sample 20 >"$dir/bpe_eval"
+grep -q "context 64, 300 tokens (bpe)" "$dir/bpe_eval" || { cat "$dir/bpe_eval"; echo "FAIL: --eval did not read the BPE"; exit 1; }
+# A checkpoint whose tokenizer metadata is damaged: refused, naming the call.
+sed 's/"nabla.tokenizer":"bpe"/"nabla.tokenizer":"xyz"/' "$dir/bpe/char_lm.safetensors" >"$dir/bad.safetensors"
+if "$bin" --eval "$dir/bad.safetensors" --sample 5 >"$dir/bad.log" 2>&1; then
+    echo "FAIL: a damaged tokenizer was accepted"; exit 1
+fi
+grep -q "nb_tokenizer_read: .*'xyz', not 'chars' or 'bpe'" "$dir/bad.log" || { cat "$dir/bad.log"; echo "FAIL: no reason for the damaged tokenizer"; exit 1; }
+echo "ok: BPE validation $bpe_bpc bits per character"
 echo "ok: loss $first -> $last, validation $bpc bits per character; a text without the prompt's characters samples"

@@ -51,6 +51,9 @@ done
     refuse "--task is required" $toy_run --steps 10
     for n in -5 abc 1e9; do refuse "--sample" $lm_run --sample "$n"; done
     for t in -1 nan inf abc 1e400; do refuse "--temperature" $lm_run --temperature "$t"; done
+    refuse "--tokenizer is 'char' or 'bpe', not 'words'" $lm_run --tokenizer words
+    refuse "--vocab is the size of a BPE" $lm_run --vocab 300
+    for v in 255 65537 abc; do refuse "--vocab" $lm_run --tokenizer bpe --vocab "$v"; done
 }
 
 # The trainer flags (common/args.h), each with a good value: a program whose usage lists one

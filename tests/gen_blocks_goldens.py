@@ -102,6 +102,23 @@ class SwiGLU(nn.Module):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
+def attend(q, k, v, causal, key_padding_mask):
+    """Heads q [B, H, T, hd], k [B, H, T, hd], v [B, H, T, vd] -> [B, H, T, vd]: softmax of the
+    scores over sqrt(hd) with nabla's masks (true = blocked)."""
+    b, t = q.shape[0], q.shape[2]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    blocked = torch.zeros(b, 1, t, t, dtype=torch.bool)
+    if causal:
+        blocked = blocked | torch.ones(t, t, dtype=torch.bool).triu(1)
+    if key_padding_mask is not None:
+        blocked = blocked | key_padding_mask[:, None, None, :]
+    # nabla: a row with every key blocked attends to nothing (PyTorch would give NaN).
+    dead = blocked.all(dim=-1, keepdim=True)
+    scores = scores.masked_fill(blocked & ~dead, -math.inf)
+    attn = torch.softmax(scores, dim=-1) * (~dead).to(scores.dtype)
+    return attn @ v
+
+
 class Attention(nn.Module):
     def __init__(self, dim, n_heads, n_kv_heads, rope_base):
         super().__init__()
@@ -123,17 +140,8 @@ class Attention(nn.Module):
         group = self.h // self.kv
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.hd)
-        blocked = torch.zeros(b, 1, t, t, dtype=torch.bool)
-        if causal:
-            blocked = blocked | torch.ones(t, t, dtype=torch.bool).triu(1)
-        if key_padding_mask is not None:
-            blocked = blocked | key_padding_mask[:, None, None, :]
-        # nabla: a row with every key blocked attends to nothing (PyTorch would give NaN).
-        dead = blocked.all(dim=-1, keepdim=True)
-        scores = scores.masked_fill(blocked & ~dead, -math.inf)
-        attn = torch.softmax(scores, dim=-1) * (~dead).to(scores.dtype)
-        ctx = (attn @ v).transpose(1, 2).contiguous().view(b, t, self.h * self.hd)
+        ctx = attend(q, k, v, causal, key_padding_mask)
+        ctx = ctx.transpose(1, 2).contiguous().view(b, t, self.h * self.hd)
         return self.wo(ctx)
 
 

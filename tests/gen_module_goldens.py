@@ -285,13 +285,13 @@ def perturb_layer_norms(module, g):
                 m.bias.copy_(0.3 * torch.randn(m.bias.shape, generator=g))
 
 
-def write_safetensors(path, tensors):
+def write_safetensors(path, tensors, generator="tests/gen_module_goldens.py"):
     """tensors (name -> tensor) as a safetensors file, laid out as the reference implementation
     lays it out (see tests/gen_safetensors_golden.py): 8-byte little-endian header length,
     compact JSON header with "__metadata__" first, padded with spaces to a multiple of 8, then
     the row-major little-endian data ordered by decreasing element size, then name."""
     order = sorted(tensors, key=lambda k: (-tensors[k].element_size(), k))
-    header = {"__metadata__": {"format": "pt", "generator": "tests/gen_module_goldens.py"}}
+    header = {"__metadata__": {"format": "pt", "generator": generator}}
     data = b""
     for name in order:
         b = raw_bytes(tensors[name].detach())

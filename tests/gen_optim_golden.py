@@ -7,6 +7,14 @@ it is skipped there and its step count lags p0's (torch keeps per-parameter step
 The learning rate is changed between steps (factors LR_FACTORS), as a schedule would.
 Each configuration runs in float64 and float32.
 
+A second set (optf_*) covers what torch users rely on beyond that: parameters that do not
+require grad (one frozen at creation and unfrozen later, one frozen for two steps in the
+middle; torch then has grad None for them) and parameter groups with their own lr and
+weight_decay, the lr of every group scaled by the same factor each step (LambdaLR).
+
+A third (optl_*) is torch.optim.lr_scheduler's learning rates, divided by the initial one,
+for the decays nb_lr_schedule makes without warm-up: LinearLR, CosineAnnealingLR, StepLR.
+
 Regenerate (from the repository root) with:
     /usr/bin/python3 tests/gen_optim_golden.py > tests/goldens/optim_golden.h
 """
@@ -57,6 +65,55 @@ def run(cls, kwargs, dtype, p0_init, p1_init, g0, g1):
         p1.grad = None if k == 0 else g1[k].to(dtype).clone()
         opt.step()
     return p0.detach(), p1.detach(), opt.state
+
+
+# ---- frozen parameters and parameter groups ----
+F_STEPS = 6
+F_LR_FACTORS = [1.0, 0.5, 0.75, 1.0, 0.25, 0.5]
+F_SHAPES = [(2, 3), (4,), (3, 2)]
+# Which parameters require grad at each step (and get a gradient then): q1 is frozen when the
+# optimizer is made and unfrozen at step 3; q2 is frozen at steps 2 and 3.
+F_TRAINABLE = [[True, False, True], [True, False, True], [True, False, False],
+               [True, True, False], [True, True, True], [True, True, True]]
+ALL_TRAINABLE = [[True] * 3] * F_STEPS
+
+# name, class, shared hyperparameters, groups [(param indices, lr, weight_decay)], schedule
+F_CASES = [
+    ("adamw_frozen", "AdamW", {}, [([0, 1, 2], 0.01, 0.1)], F_TRAINABLE),
+    ("adam_frozen", "Adam", {"betas": (0.8, 0.99), "eps": 1e-6}, [([0, 1, 2], 0.02, 0.05)],
+     F_TRAINABLE),
+    ("sgd_frozen", "SGD", {"momentum": 0.9}, [([0, 1, 2], 0.1, 0.01)], F_TRAINABLE),
+    ("adamw_groups", "AdamW", {}, [([0, 2], 0.01, 0.1), ([1], 0.03, 0.0)], ALL_TRAINABLE),
+    ("adam_groups", "Adam", {}, [([0, 2], 0.02, 0.05), ([1], 0.005, 0.0)], ALL_TRAINABLE),
+    ("sgd_groups", "SGD", {"momentum": 0.9}, [([0, 2], 0.1, 0.01), ([1], 0.05, 0.2)],
+     ALL_TRAINABLE),
+    # nb_adamw_new_decay_split's groups (rank >= 2 decayed, rank < 2 not), with the freezing
+    ("adamw_decay_split_frozen", "AdamW", {}, [([0, 2], 0.01, 0.1), ([1], 0.01, 0.0)],
+     F_TRAINABLE),
+]
+
+
+def f_inputs():
+    g = torch.Generator().manual_seed(20261127)
+    init = [torch.randn(*s, generator=g, dtype=torch.float64).float().double() for s in F_SHAPES]
+    grads = [[(torch.randn(*s, generator=g, dtype=torch.float64) * (0.5 + k)).float().double()
+              for s in F_SHAPES] for k in range(F_STEPS)]
+    return init, grads
+
+
+def f_run(cls, shared, groups, trainable, dtype, init, grads):
+    q = [t.clone().to(dtype).requires_grad_(trainable[0][j]) for j, t in enumerate(init)]
+    opt = getattr(torch.optim, cls)(
+        [{"params": [q[j] for j in idx], "lr": lr, "weight_decay": wd} for idx, lr, wd in groups],
+        **shared)
+    for k in range(F_STEPS):
+        for group, (_, lr, _) in zip(opt.param_groups, groups):
+            group["lr"] = lr * F_LR_FACTORS[k]
+        for j in range(3):
+            q[j].requires_grad_(trainable[k][j])
+            q[j].grad = grads[k][j].to(dtype).clone() if trainable[k][j] else None
+        opt.step()
+    return [t.detach() for t in q], opt.state, q
 
 
 def c_array(values):
@@ -124,6 +181,103 @@ def main():
         out.write("     %d, %d},\n" % (steps(s0), steps(s1)))
     out.write("};\n")
     out.write("#define OPTG_NCASES ((int)(sizeof optg_cases / sizeof optg_cases[0]))\n")
+    write_f_cases(out)
+    write_schedules(out)
+
+
+L_STEPS = 14
+L_LR = 0.5
+# name, scheduler, its arguments; nabla's schedule (see test_optim.c) as a comment
+L_CASES = [
+    ("linear", "LinearLR", {"start_factor": 1.0, "end_factor": 0.2, "total_iters": 10}),
+    ("cosine", "CosineAnnealingLR", {"T_max": 10, "eta_min": 0.1 * L_LR}),
+    ("cosine_to_zero", "CosineAnnealingLR", {"T_max": 7, "eta_min": 0.0}),
+    ("step", "StepLR", {"step_size": 3, "gamma": 0.5}),
+]
+
+
+def write_schedules(out):
+    out.write("\n/* ---- torch.optim.lr_scheduler: lr / initial lr at steps 0..%d ---- */\n"
+              % (L_STEPS - 1))
+    out.write("#define OPTL_STEPS %d\n" % L_STEPS)
+    for name, cls, kw in L_CASES:
+        p = torch.zeros(1, requires_grad=True)
+        opt = torch.optim.SGD([p], lr=L_LR)
+        sched = getattr(torch.optim.lr_scheduler, cls)(opt, **kw)
+        factors = []
+        for _ in range(L_STEPS):
+            factors.append(opt.param_groups[0]["lr"] / L_LR)
+            opt.step()
+            sched.step()
+        out.write("static const double optl_%s[OPTL_STEPS] = %s; /* %s(%s) */\n"
+                  % (name, c_array(factors), cls,
+                     ", ".join("%s=%r" % kv for kv in kw.items())))
+
+
+def padded(t):
+    v = [float(x) for x in t.flatten()]
+    return v + [0.0] * (6 - len(v))
+
+
+def write_f_cases(out):
+    init, grads = f_inputs()
+    out.write("\n/* ---- frozen parameters and groups: q0 [2, 3], q1 [4], q2 [3, 2] (q1 uses 4 of "
+              "6) ---- */\n")
+    out.write("#define OPTF_STEPS %d\n" % F_STEPS)
+    out.write("static const double optf_lr_factors[OPTF_STEPS] = %s;\n" % c_array(F_LR_FACTORS))
+    out.write("static const double optf_init[3][6] = {%s};\n"
+              % ", ".join(c_array(padded(t)) for t in init))
+    out.write("static const double optf_grads[OPTF_STEPS][3][6] = {\n")
+    for k in range(F_STEPS):
+        out.write("    {%s},\n" % ", ".join(c_array(padded(t)) for t in grads[k]))
+    out.write("};\n")
+    out.write("typedef struct {\n"
+              "    const char *name;\n"
+              "    optg_kind kind;\n"
+              "    double momentum, beta1, beta2, eps;\n"
+              "    int ngroups, group_of[3];\n"
+              "    double group_lr[2], group_wd[2];\n"
+              "    bool trainable[OPTF_STEPS][3]; /* requires grad and gets a gradient */\n"
+              "    double q_f64[3][6], q_f32[3][6];\n"
+              "    /* float64 state after the steps (momentum_buffer or exp_avg, exp_avg_sq) and\n"
+              "     * step counts: torch's for Adam, the number of steps taken for SGD; -1 for a\n"
+              "     * parameter without state (never stepped). */\n"
+              "    double state[3][2][6];\n"
+              "    long long steps[3];\n"
+              "} optf_case;\n\n")
+    out.write("static const optf_case optf_cases[] = {\n")
+    for name, cls, shared, groups, trainable in F_CASES:
+        q64, state, params = f_run(cls, shared, groups, trainable, torch.float64, init, grads)
+        q32, _, _ = f_run(cls, shared, groups, trainable, torch.float32, init, grads)
+        betas = shared.get("betas", (0.9, 0.999))
+        kind = {"SGD": "OPTG_SGD", "Adam": "OPTG_ADAM", "AdamW": "OPTG_ADAMW"}[cls]
+        group_of = [0] * 3
+        for g, (idx, _, _) in enumerate(groups):
+            for j in idx:
+                group_of[j] = g
+        lrs = [lr for _, lr, _ in groups] + [0.0] * (2 - len(groups))
+        wds = [wd for _, _, wd in groups] + [0.0] * (2 - len(groups))
+        kinds = STATE_KINDS[cls]
+        rows, steps = [], []
+        for j in range(3):
+            s = state.get(params[j], {})
+            rows.append("{" + ", ".join(
+                c_array(padded(s[k]) if k in s and s[k] is not None else [0.0] * 6)
+                for k in (kinds + [None])[:2]) + "}")
+            taken = sum(1 for k in range(F_STEPS) if trainable[k][j])
+            steps.append(int(s["step"].item()) if "step" in s else (taken if s else -1))
+        out.write("    {\"%s\", %s, %r, %r, %r, %r, %d, {%s}, %s, %s,\n"
+                  % (name, kind, shared.get("momentum", 0.0), betas[0], betas[1],
+                     shared.get("eps", 1e-8), len(groups), ", ".join(map(str, group_of)),
+                     c_array(lrs), c_array(wds)))
+        out.write("     {%s},\n" % ", ".join(
+            "{" + ", ".join("true" if b else "false" for b in row) + "}" for row in trainable))
+        out.write("     {%s},\n" % ", ".join(c_array(padded(t)) for t in q64))
+        out.write("     {%s},\n" % ", ".join(c_array(padded(t)) for t in q32))
+        out.write("     {%s},\n" % ", ".join(rows))
+        out.write("     {%s}},\n" % ", ".join(map(str, steps)))
+    out.write("};\n")
+    out.write("#define OPTF_NCASES ((int)(sizeof optf_cases / sizeof optf_cases[0]))\n")
 
 
 if __name__ == "__main__":

@@ -200,3 +200,22 @@ void nbtest_check_cached_chunks(const nb_causal_lm *lm, nb_kv_cache *c, const nb
     }
     CU_ASSERT_EQUAL(nb_kv_cache_len(c), start + at);
 }
+
+uint64_t nbtest_decode_mallocs(const nb_causal_lm *lm, nb_kv_cache *c, int64_t first, int warm,
+                               int count) {
+    int64_t tok = first;
+    uint64_t before = 0;
+    for (int t = 0; t < warm + count; t++) {
+        if (t == warm) before = nb_alloc_count();
+        nb_scope_begin();
+        nb_tensor *logits = lm->forward(lm->model, nb_from_array(NB_I64, NB_SHAPE(1, 1), &tok), c);
+        CU_ASSERT_PTR_NOT_NULL(logits);
+        CU_ASSERT_TRUE(nb_kv_cache_commit(c, 1));
+        if (logits)
+            tok = (int64_t)nb_item(nb_argmax(nb_select(nb_select(logits, 0, 0), 0, 0), 0, false));
+        nb_scope_end();
+    }
+    const uint64_t mallocs = nb_alloc_count() - before;
+    if (mallocs) fprintf(stderr, "%llu mallocs in %d tokens\n", (unsigned long long)mallocs, count);
+    return mallocs;
+}

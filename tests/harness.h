@@ -72,6 +72,13 @@ void nbtest_check_cached_chunks(const nb_causal_lm *lm, nb_kv_cache *c, const nb
                                 const nb_tensor *full, const int64_t *chunks, int nchunks,
                                 double tol);
 
+/* Decodes greedily through lm and its cache c (batch 1) from token first: `warm` one-token
+ * forwards, then `count` more, each with its commit in a scope of its own, checking each
+ * forward's result. Returns the mallocs the last `count` made (0 for a cache and scope
+ * buffers that are warm), reporting them on stderr. */
+uint64_t nbtest_decode_mallocs(const nb_causal_lm *lm, nb_kv_cache *c, int64_t first, int warm,
+                               int count);
+
 /* Greedy continuation of prompt by n tokens through lm's full forward (no cache) over the
  * window nb_generate reads: the sequence so far, restarted from its last max_len / 2 tokens
  * whenever it would not fit max_len (the smaller of lm's and the cache's). The reference the

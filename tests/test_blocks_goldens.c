@@ -1,10 +1,13 @@
-/* The Llama-style blocks (nn/blocks/) against PyTorch: tests/goldens/blocks.json, written
- * by tests/gen_blocks_goldens.py from references written there from the formulas (RMSNorm,
+/* The blocks (nn/blocks/) against PyTorch: tests/goldens/blocks.json, written by
+ * tests/gen_blocks_goldens.py from references written there from the formulas (RMSNorm,
  * rotate-half RoPE, SwiGLU, grouped-query attention with repeat_interleave, the block and the
- * LM). Each case builds the nabla module from the case's config, copies PyTorch's parameters
- * in under their names (every module parameter must be matched by name and shape), runs
- * forward, backpropagates the case's output gradient and compares the output, every parameter
- * gradient and the input gradient. */
+ * LM), tests/goldens/mla.json, by tests/gen_mla_goldens.py (DeepSeek-V2's multi-head latent
+ * attention), and tests/goldens/moe.json, by tests/gen_moe_goldens.py (the mixture of
+ * experts). Each case builds the nabla module from the case's config, copies PyTorch's
+ * parameters in under their names (every module parameter must be matched by name and shape),
+ * runs forward, backpropagates the case's output gradient (plus the load-balancing loss of a
+ * case that has one) and compares the output, that loss, every parameter gradient and the
+ * input gradient. */
 #include <nabla/blocks.h>
 #include "golden.h"
 #include "harness.h"
@@ -35,6 +38,18 @@ static blk_llama_config llama_config(const json_t *c) {
                               .rope_base = config_double(c, "rope_base")};
 }
 
+static blk_mla_config mla_config(const json_t *c) {
+    return (blk_mla_config){.dim = config_int(c, "dim"),
+                            .n_heads = config_int(c, "n_heads"),
+                            .q_rank = config_int(c, "q_rank"),
+                            .kv_rank = config_int(c, "kv_rank"),
+                            .nope_dim = config_int(c, "nope_dim"),
+                            .rope_dim = config_int(c, "rope_dim"),
+                            .v_dim = config_int(c, "v_dim"),
+                            .norm_eps = config_double(c, "eps"),
+                            .rope_base = config_double(c, "rope_base")};
+}
+
 /* Builds the case's module as child "m" of root; NULL for RoPE, which has no parameters. */
 static void *build(const json_t *c, nb_module *root) {
     const char *module = json_string_value(json_object_get(c, "module"));
@@ -47,14 +62,29 @@ static void *build(const json_t *c, nb_module *root) {
         return blk_attention_new(root, "m", config_int(c, "dim"), config_int(c, "n_heads"),
                                  config_int(c, "n_kv_heads"), config_double(c, "rope_base"));
     if (strcmp(module, "Block") == 0) return blk_llama_block_new(root, "m", &cfg);
+    if (strcmp(module, "MLA") == 0) {
+        blk_mla_config mla = mla_config(c);
+        return blk_mla_new(root, "m", &mla);
+    }
     if (strcmp(module, "LlamaLM") == 0)
         return blk_llama_lm_new(root, "m", config_int(c, "vocab"), (int)config_int(c, "n_layers"),
                                 &cfg);
+    if (strcmp(module, "MoE") == 0)
+        return blk_moe_new(root, "m",
+                           &(blk_moe_config){.dim = config_int(c, "dim"),
+                                             .hidden = config_int(c, "hidden"),
+                                             .n_experts = config_int(c, "n_experts"),
+                                             .top_k = config_int(c, "top_k"),
+                                             .n_shared = config_int(c, "n_shared"),
+                                             .aux_alpha = config_double(c, "aux_alpha"),
+                                             .tile_rows = config_int(c, "tile_rows")});
     return NULL;
 }
 
-/* The output of the case's module m (built by build) for input x (or tokens). */
-static nb_tensor *forward(const json_t *c, void *m, nb_tensor *x, const nb_tensor *kpm) {
+/* The output of the case's module m (built by build) for input x (or tokens); *aux receives
+ * the MoE's load-balancing loss (NULL for the others). */
+static nb_tensor *forward(const json_t *c, void *m, nb_tensor *x, const nb_tensor *kpm,
+                          nb_tensor **aux) {
     const char *module = json_string_value(json_object_get(c, "module"));
     blk_attn_opts opts = {.causal = forward_bool(c, "causal"),
                           .key_padding_mask = kpm,
@@ -65,7 +95,14 @@ static nb_tensor *forward(const json_t *c, void *m, nb_tensor *x, const nb_tenso
     if (strcmp(module, "SwiGLU") == 0) return blk_swiglu_forward(m, x);
     if (strcmp(module, "Attention") == 0) return blk_attention_forward(m, x, &opts);
     if (strcmp(module, "Block") == 0) return blk_llama_block_forward(m, x, &opts);
+    if (strcmp(module, "MLA") == 0) return blk_mla_forward(m, x, &opts);
     if (strcmp(module, "LlamaLM") == 0) return blk_llama_lm_forward(m, x, &opts);
+    if (strcmp(module, "MoE") == 0) {
+        blk_moe_routing routing;
+        nb_tensor *y = blk_moe_forward(m, x, &routing);
+        *aux = routing.aux_loss;
+        return y;
+    }
     return NULL;
 }
 
@@ -103,17 +140,22 @@ static bool check_case(const json_t *c) {
     int np = golden_named_tensors(c, "parameters", params, MAX_NAMED);
     int ni = golden_named_tensors(c, "inputs", inputs, 4);
     bool ok = np >= 0 && ni >= 1;
-    nb_tensor *x = ok ? inputs[0].tensor : NULL, *kpm = NULL;
+    nb_tensor *x = ok ? inputs[0].tensor : NULL, *kpm = NULL, *aux = NULL;
     for (int k = 1; k < ni && k < 4; k++) /* ni <= 4, but gcc -O3 cannot see it */
         if (strcmp(inputs[k].name, "key_padding_mask") == 0) kpm = inputs[k].tensor;
     nb_module *root = nb_model_new(strcmp(dtype, "f64") == 0 ? NB_F64 : NB_F32, 1);
     void *m = ok ? build(c, root) : NULL;
     if (ok && np > 0) ok = m && copy_params(root, params, np);
-    nb_tensor *out = ok ? forward(c, m, x, kpm) : NULL;
+    nb_tensor *out = ok ? forward(c, m, x, kpm, &aux) : NULL;
     if (ok && !out) printf("    forward: %s\n", nb_last_error()), ok = false;
     note(&ratio, &ok, golden_compare(out, json_object_get(c, "output")), "output");
+    const json_t *aux_spec = json_object_get(c, "aux_loss");
+    if (ok && aux_spec) note(&ratio, &ok, golden_compare(aux, aux_spec), "aux loss");
     nb_tensor *g = golden_tensor(json_object_get(c, "grad_output"), GOLDEN_CONTIGUOUS);
-    if (ok && !nb_backward(out, g)) printf("    backward: %s\n", nb_last_error()), ok = false;
+    /* the gradients of sum(out * g), plus the loss where there is one */
+    bool back = ok && (aux_spec ? nb_backward(nb_add(nb_sum(nb_mul(out, g)), aux), NULL)
+                                : nb_backward(out, g));
+    if (ok && !back) printf("    backward: %s\n", nb_last_error()), ok = false;
     for (int k = 0; ok && k < np; k++) {
         char pname[160];
         snprintf(pname, sizeof pname, "m.%.100s", params[k].name);
@@ -132,22 +174,39 @@ static bool check_case(const json_t *c) {
     return ok;
 }
 
-static void test_goldens(void) {
-    json_t *root = golden_load("blocks.json");
+/* Checks every case of a golden file, which must hold n_cases. */
+static void check_file(const char *file, size_t n_cases) {
+    json_t *root = golden_load(file);
     CU_ASSERT_PTR_NOT_NULL_FATAL(root);
     const json_t *cases = json_object_get(root, "cases");
     int failures = 0;
     for (size_t k = 0; k < json_array_size(cases); k++)
         failures += !check_case(json_array_get(cases, k));
-    /* RMSNorm x2, RoPE x2, SwiGLU, Attention x5, Block, LlamaLM; in f32 and f64. */
-    CU_ASSERT_EQUAL(json_array_size(cases), 24);
+    CU_ASSERT_EQUAL(json_array_size(cases), n_cases);
     CU_ASSERT_EQUAL(failures, 0);
     json_decref(root);
+}
+
+/* RMSNorm x2, RoPE x2, SwiGLU, Attention x5, Block, LlamaLM; in f32 and f64. */
+static void test_goldens(void) {
+    check_file("blocks.json", 24);
+}
+
+/* MLA without and with the query low-rank path (tests/gen_mla_goldens.py); f32 and f64. */
+static void test_mla_goldens(void) {
+    check_file("mla.json", 6);
+}
+
+/* Three MoEs (top-2 with a shared expert, top-1, top-3 of 8 in tiles of 2); f32 and f64. */
+static void test_moe_goldens(void) {
+    check_file("moe.json", 6);
 }
 
 int main(void) {
     const nbtest_case cases[] = {
         {"the blocks match PyTorch's outputs and gradients", test_goldens},
+        {"MLA matches PyTorch's outputs and gradients", test_mla_goldens},
+        {"the mixture of experts matches PyTorch's output, loss and gradients", test_moe_goldens},
     };
     return nbtest_run("blocks goldens", cases, sizeof cases / sizeof cases[0]);
 }

@@ -378,21 +378,8 @@ static void test_no_malloc_per_token(void) {
     mla_model *m = small_model(&root, NB_F32, 9, 64);
     nb_module_train(root, false);
     nb_kv_cache *c = mla_new_cache(m, 1, 64);
-    int64_t tok = 3;
-    uint64_t before = 0;
-    for (int t = 0; t < 40; t++) {
-        if (t == 4) before = nb_alloc_count();
-        nb_scope_begin();
-        nb_tensor *logits = mla_forward(m, nb_from_array(NB_I64, NB_SHAPE(1, 1), &tok), c);
-        CU_ASSERT_PTR_NOT_NULL(logits);
-        CU_ASSERT_TRUE(nb_kv_cache_commit(c, 1));
-        tok = (int64_t)nb_item(nb_argmax(nb_select(nb_select(logits, 0, 0), 0, 0), 0, false));
-        nb_scope_end();
-    }
-    CU_ASSERT_EQUAL(nb_alloc_count() - before, 0);
-    if (nb_alloc_count() != before)
-        fprintf(stderr, "%llu mallocs in 36 tokens\n",
-                (unsigned long long)(nb_alloc_count() - before));
+    const nb_causal_lm lm = mla_causal(m);
+    CU_ASSERT_EQUAL(nbtest_decode_mallocs(&lm, c, 3, 4, 36), 0);
     nb_kv_cache_free(c);
     nb_module_free(root);
 }

@@ -155,12 +155,19 @@ static void test_file_layout(void) {
     unsigned char data[51];
     memcpy(data, expected, 48);
     memcpy(data + 48, "\0\1\1", 3);
-    char want[300];
+    /* Beside it, what it covers: the CRC-32 of the tensor index (checkpoint.h: in offset order,
+     * name, dtype, dims, begin and end, each ended by a NUL, the last by a newline) and the
+     * data length. */
+    static const char index[] = "m\0F64\0003,2\0000\00048\n"
+                                "flags\0BOOL\0003\00048\00051\n";
+    char want[400];
     snprintf(want, sizeof want,
-             "{\"__metadata__\":{\"nabla.data_crc32\":\"%08lx\"},"
+             "{\"__metadata__\":{\"nabla.data_crc32\":\"%08lx\","
+             "\"nabla.data_crc32_covers\":\"%08lx 51\"},"
              "\"flags\":{\"dtype\":\"BOOL\",\"shape\":[3],\"data_offsets\":[48,51]},"
              "\"m\":{\"dtype\":\"F64\",\"shape\":[3,2],\"data_offsets\":[0,48]}}",
-             crc32(crc32(0, Z_NULL, 0), data, sizeof data));
+             crc32(crc32(0, Z_NULL, 0), data, sizeof data),
+             crc32(crc32(0, Z_NULL, 0), (const unsigned char *)index, sizeof index - 1));
     CU_ASSERT_TRUE(hl >= strlen(want) && memcmp(b + 8, want, strlen(want)) == 0);
     for (size_t k = strlen(want); k < hl; k++) CU_ASSERT_EQUAL(b[8 + k], ' ');
     free(b);
@@ -536,6 +543,60 @@ static void test_checksum_catches_changed_data(void) {
     unlink(path);
 }
 
+/* A tool that copies nabla's __metadata__ into a file it writes copies the checksum too: the
+ * covers entry says it was made for other tensors, so the new file is not called corrupt. A
+ * checksum copied without a covers entry (from older nabla) cannot be told from corruption:
+ * the message says either may be the cause. */
+static void test_copied_checksum_is_not_corruption(void) {
+    reset_destinations();
+    const char *nabla_file = tmp_path("original.safetensors"), *copy = tmp_path("copy.safetensors");
+    nb_tensor *w = nb_full(NB_F64, NB_SHAPE(3), 0.5);
+    CU_ASSERT_TRUE_FATAL(nb_safetensors_save(nabla_file, 1, (nb_named_tensor[]){{"w", w}}));
+    size_t len = 0;
+    unsigned char *bytes = read_bytes(nabla_file, &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(bytes);
+    /* Its metadata object (first, flat): from {"__metadata__": to the first '}'. */
+    const char *meta = strstr((const char *)bytes + 8, "\"__metadata__\"");
+    const char *end = meta ? strchr(meta, '}') : NULL;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(end);
+    CU_ASSERT_PTR_NOT_NULL(strstr(meta, NB_SAFETENSORS_CRC_COVERS_KEY));
+    char header[400];
+    snprintf(header, sizeof header, "{%.*s," GOOD_A "," GOOD_B "}", (int)(end - meta + 1), meta);
+    CU_ASSERT_TRUE_FATAL(write_st(copy, header, good_data, 16));
+    bool loaded = nb_safetensors_load(copy, 2, (nb_named_tensor[]){{"a", dst_a}, {"b", dst_b}});
+    if (!loaded) printf("\n    %s\n", nb_last_error());
+    CU_ASSERT_TRUE(loaded);
+    NBT_ASSERT_VALUES(dst_a, 0, 1.5, -2);
+    /* The original still checks out, and one changed data byte in it is still caught. */
+    nb_tensor *into = nb_zeros(NB_F64, NB_SHAPE(3));
+    CU_ASSERT_TRUE(nb_safetensors_load(nabla_file, 1, (nb_named_tensor[]){{"w", into}}));
+    bytes[len - 1] ^= 0x01;
+    CU_ASSERT_TRUE_FATAL(write_bytes(nabla_file, bytes, len));
+    CU_ASSERT_FALSE(nb_safetensors_load(nabla_file, 1, (nb_named_tensor[]){{"w", into}}));
+    NBT_ASSERT_ERROR("the file is corrupt");
+    CU_ASSERT_PTR_NULL(strstr(nb_last_error(), "copied"));
+    /* Without a covers entry: verified, and the message names both causes. */
+    reset_destinations();
+    CU_ASSERT_TRUE_FATAL(write_st(
+        copy, "{\"__metadata__\":{\"nabla.data_crc32\":\"00000000\"}," GOOD_A "," GOOD_B "}",
+        good_data, 16));
+    expect_rejected(copy, "or its metadata was copied from another file");
+    /* A malformed covers entry is refused like a malformed checksum. */
+    static const char *bad[] = {"",           "0000000 16",   "00000000",    "00000000 ",
+                                "00000000 x", "00000000 016", "0000000g 16", "00000000 16 "};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        snprintf(header, sizeof header,
+                 "{\"__metadata__\":{\"nabla.data_crc32\":\"00000000\","
+                 "\"nabla.data_crc32_covers\":\"%s\"}," GOOD_A "," GOOD_B "}",
+                 bad[k]);
+        CU_ASSERT_TRUE_FATAL(write_st(copy, header, good_data, 16));
+        expect_rejected(copy, "not \"<8 hex digits> <length>\"");
+    }
+    free(bytes);
+    unlink(nabla_file);
+    unlink(copy);
+}
+
 static void test_metadata_round_trip(void) {
     const char *path = tmp_path("meta.safetensors");
     nb_tensor *w = nb_full(NB_F32, NB_SHAPE(2), 0.25);
@@ -592,6 +653,9 @@ static void test_bad_metadata_arguments(void) {
         {{{NULL, "v"}}, 1, "metadata entry 0 has a NULL key"},
         {{{"k", NULL}}, 1, "metadata entry 0 has a NULL value"},
         {{{NB_SAFETENSORS_CRC_KEY, "00000000"}}, 1, "the key nabla.data_crc32 is reserved"},
+        {{{NB_SAFETENSORS_CRC_COVERS_KEY, "00000000 0"}},
+         1,
+         "the key nabla.data_crc32_covers is reserved"},
         {{{"k", "1"}, {"k", "2"}}, 2, "the metadata key 'k' appears twice"},
         {{{"k\xff", "1"}}, 1, "valid UTF-8"},
         {{{"k", "\xc3"}}, 1, "valid UTF-8"},
@@ -701,6 +765,7 @@ int main(void) {
         {"bad headers", test_bad_headers},
         {"bool bytes other than 0/1", test_bad_bool_bytes},
         {"checksum catches changed data", test_checksum_catches_changed_data},
+        {"a copied checksum is not corruption", test_copied_checksum_is_not_corruption},
         {"metadata round trip", test_metadata_round_trip},
         {"bad metadata arguments", test_bad_metadata_arguments},
         {"bad load arguments", test_bad_load_arguments},

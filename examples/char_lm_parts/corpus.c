@@ -1,4 +1,4 @@
-/* char_lm's texts and vocabulary (corpus.h). */
+/* char_lm's texts (corpus.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "corpus.h"
 
@@ -9,29 +9,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* Every HOLD_OUT-th block of BLOCK bytes goes to the validation text: spread over the whole
- * corpus (every fortune file contributes), yet each block is long, contiguous text. */
-#define BLOCK HOLD_OUT_BLOCK
-#define HOLD_OUT HOLD_OUT_EVERY
-
-/* Moves text into c as its train and validation splits (takes ownership of text). */
+/* Splits text into c (and frees it). */
 static bool split(corpus *c, char *text, size_t len) {
-    c->train = malloc(len + 1);
-    c->val = malloc(len / HOLD_OUT + BLOCK + 1);
-    if (!c->train || !c->val) {
-        free(text);
-        corpus_free(c);
-        return fprintf(stderr, "char_lm: out of memory\n"), false;
-    }
-    c->train_len = c->val_len = 0;
-    for (size_t at = 0, block = 0; at < len; at += BLOCK, block++) {
-        size_t n = len - at < BLOCK ? len - at : BLOCK;
-        bool val = block % HOLD_OUT == HOLD_OUT - 1;
-        memcpy(val ? c->val + c->val_len : c->train + c->train_len, text + at, n);
-        *(val ? &c->val_len : &c->train_len) += n;
-    }
+    bool ok = nb_corpus_split(&c->text, text, len, HOLD_OUT_BLOCK, HOLD_OUT_EVERY);
     free(text);
-    return true;
+    if (!ok) fprintf(stderr, "char_lm: %s\n", nb_last_error());
+    return ok;
 }
 
 static char *read_all(const char *path, size_t *len) {
@@ -55,10 +38,9 @@ static char *read_all(const char *path, size_t *len) {
 bool corpus_file(corpus *c, const char *path) {
     *c = (corpus){0};
     snprintf(c->name, sizeof c->name, "%s", path);
-    size_t len;
-    char *text = read_all(path, &len);
-    if (!text) return fprintf(stderr, "char_lm: cannot read %s\n", path), false;
-    return split(c, text, len);
+    if (nb_corpus_read(&c->text, 1, &path, HOLD_OUT_BLOCK, HOLD_OUT_EVERY)) return true;
+    fprintf(stderr, "char_lm: %s\n", nb_last_error());
+    return false;
 }
 
 static int by_name(const void *a, const void *b) {
@@ -132,7 +114,7 @@ bool corpus_fortunes(corpus *c, const char *dir) {
         free(names[i]);
     }
     free(names);
-    if (!ok || len < BLOCK * HOLD_OUT) {
+    if (!ok || len < HOLD_OUT_BLOCK * HOLD_OUT_EVERY) {
         free(text);
         return fprintf(stderr,
                        "char_lm: no usable fortune files in %s (apt-get install "
@@ -169,59 +151,18 @@ bool corpus_grammar(corpus *c, uint64_t seed) {
 }
 
 void corpus_free(corpus *c) {
-    free(c->train);
-    free(c->val);
-    c->train = c->val = NULL;
+    nb_corpus_free(&c->text);
 }
 
-/* ---- vocabulary ---- */
-void vocab_build(vocab *v, const char *text, size_t len, const char *more, size_t more_len) {
-    bool seen[256] = {false};
-    for (size_t i = 0; i < len; i++) seen[(unsigned char)text[i]] = true;
-    for (size_t i = 0; more && i < more_len; i++) seen[(unsigned char)more[i]] = true;
-    v->size = 0;
-    for (int ch = 0; ch < 256; ch++) {
-        v->id[ch] = -1;
-        if (seen[ch]) {
-            v->id[ch] = v->size;
-            v->chars[v->size++] = (unsigned char)ch;
-        }
-    }
-}
-
-void vocab_to_hex(const vocab *v, char *out) {
-    for (int64_t i = 0; i < v->size; i++) sprintf(out + 2 * i, "%02x", v->chars[i]);
-    out[2 * v->size] = '\0';
-}
-
-bool vocab_from_hex(vocab *v, const char *hex) {
-    size_t n = strlen(hex);
-    if (n == 0 || n % 2 || n > 512) return false;
-    char text[256];
-    for (size_t i = 0; i < n / 2; i++) {
-        unsigned byte;
-        if (sscanf(hex + 2 * i, "%2x", &byte) != 1) return false;
-        if (i > 0 && byte <= (unsigned char)text[i - 1]) return false; /* sorted, distinct */
-        text[i] = (char)byte;
-    }
-    vocab_build(v, text, n / 2, NULL, 0);
-    return true;
-}
-
-void vocab_encode(const vocab *v, const char *text, size_t len, int64_t *ids, size_t *n) {
-    *n = 0;
-    for (size_t i = 0; i < len; i++)
-        if (v->id[(unsigned char)text[i]] >= 0) ids[(*n)++] = v->id[(unsigned char)text[i]];
-}
-
-size_t vocab_unknown(const vocab *v, const char *text, size_t len, char *shown, size_t cap) {
+size_t corpus_unknown(const nb_tokenizer *t, const char *text, size_t len, char *shown,
+                      size_t cap) {
     enum { SHOWN = 8 };
     bool seen[256] = {false};
     size_t count = 0, distinct = 0, used = 0;
     if (cap) shown[0] = '\0';
     for (size_t i = 0; i < len; i++) {
         unsigned char ch = (unsigned char)text[i];
-        if (v->id[ch] >= 0) continue;
+        if (nb_tokenizer_has_byte(t, ch)) continue;
         count++;
         if (seen[ch]) continue;
         seen[ch] = true;

@@ -1,8 +1,10 @@
 /* char_lm's texts: the fortunes corpus (Debian's `fortunes` package), a file, or sentences from
- * a small grammar; a held-out split; and the byte vocabulary. */
+ * a small grammar, each split by the library's corpus (nabla/text.h) into training and
+ * validation text; and the warning about bytes a characters tokenizer has no token for. */
 #ifndef NABLA_EXAMPLES_CORPUS_H
 #define NABLA_EXAMPLES_CORPUS_H
 
+#include <nabla/nabla.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -15,8 +17,7 @@
 #define FORTUNES_DIR "/usr/share/games/fortunes"
 
 typedef struct {
-    char *train, *val; /* malloc'd, owned by the corpus */
-    size_t train_len, val_len;
+    nb_corpus text; /* the split text; encoded later */
     char name[256]; /* what it was read from, for messages */
 } corpus;
 
@@ -30,24 +31,9 @@ bool corpus_file(corpus *c, const char *path);
 bool corpus_grammar(corpus *c, uint64_t seed);
 void corpus_free(corpus *c);
 
-/* The vocabulary: distinct bytes, sorted; id -1 for bytes outside it. */
-typedef struct {
-    int64_t size;
-    unsigned char chars[256];
-    int64_t id[256];
-} vocab;
-
-/* The bytes of text (and of more, which may be NULL). */
-void vocab_build(vocab *v, const char *text, size_t len, const char *more, size_t more_len);
-/* As lowercase hex, two digits a byte (metadata values must be UTF-8; bytes may not be). out
- * has room for 2 * 256 + 1. */
-void vocab_to_hex(const vocab *v, char *out);
-/* Parses vocab_to_hex's text; false if it is not that. */
-bool vocab_from_hex(vocab *v, const char *hex);
-/* Replaces text by its bytes that are in v, mapped to ids (in place into ids, *n of them). */
-void vocab_encode(const vocab *v, const char *text, size_t len, int64_t *ids, size_t *n);
-/* How many bytes of text are not in v; shown (room for cap bytes) receives the first few
- * distinct ones, printable as themselves and others as \xNN, for a warning. */
-size_t vocab_unknown(const vocab *v, const char *text, size_t len, char *shown, size_t cap);
+/* How many bytes of text t has no token for; shown (room for cap bytes) receives the first
+ * few distinct ones, printable as themselves and others as \xNN, for a warning. */
+size_t corpus_unknown(const nb_tokenizer *t, const char *text, size_t len, char *shown,
+                      size_t cap);
 
 #endif

@@ -1,7 +1,8 @@
 /* Llama-style transformer pieces, part of libnabla but built on its public API alone (their
  * sources, nn/blocks/, include nothing of nabla but <nabla/...>): RMSNorm, rotary position
  * embeddings, a SwiGLU feed-forward, grouped-query attention, the block that combines them and a
- * small language model.
+ * small language model; DeepSeek-V2's multi-head latent attention (MLA), whose cache keeps
+ * a compressed latent per position; and DeepSeek's mixture-of-experts feed-forward.
  *
  * Each piece is a function of tensors (differentiable, any float dtype) and a module that
  * holds its parameters in a nabla model tree, under Meta's Llama parameter names
@@ -48,8 +49,9 @@ nb_tensor *blk_swiglu(const nb_tensor *x, const nb_tensor *w1, const nb_tensor *
                       const nb_tensor *w2);
 
 /* Grouped-query scaled dot-product attention written op by op: q [B, H, T_q, hd] reads
- * k, v [B, KV, T_k, hd], KV dividing H, query head h using kv head h / (H / KV) (PyTorch's
- * repeat_interleave of the kv heads). Returns [B, H, T_q, hd]: softmax(scale * q k^T with
+ * k [B, KV, T_k, hd] and v [B, KV, T_k, vd] (vd may differ from hd, as in MLA), KV dividing
+ * H, query head h using kv head h / (H / KV) (PyTorch's repeat_interleave of the kv heads).
+ * Returns [B, H, T_q, vd]: softmax(scale * q k^T with
  * blocked keys excluded) v. mask: NB_BOOL broadcast to [B, H, T_q, T_k], true = blocked, or
  * NULL; causal also blocks key j > query i. A row with every key blocked gives zeros and zero
  * gradient. The kv heads are read in place, never copied per query head. It computes what
@@ -76,6 +78,72 @@ typedef struct {
 } blk_swiglu_ff;
 blk_swiglu_ff *blk_swiglu_new(nb_module *parent, const char *name, int64_t dim, int64_t hidden);
 nb_tensor *blk_swiglu_forward(blk_swiglu_ff *m, const nb_tensor *x);
+
+/* ---- Mixture of experts (DeepSeek-style) ------------------------------------------------ */
+/* A feed-forward of n_experts routed SwiGLU experts, of which each token uses top_k, plus
+ * optional shared experts that every token uses (DeepSeek's MoE). For a token x (a row of
+ * the input):
+ *   p      = softmax(gate.weight x)                      router probabilities over E experts
+ *   e_1..k = the top_k largest of p (nb_topk; ties as PyTorch's topk)
+ *   w_j    = p[e_j] / (p[e_1] + ... + p[e_k])            the chosen weights, renormalised
+ *   y      = shared_experts(x) + sum_j w_j experts.e_j(x)
+ * and over the N tokens of a forward, the load-balancing loss (Switch Transformer, DeepSeek's
+ * expert-level balance loss):
+ *   aux = aux_alpha * E * sum_i f_i * P_i,  f_i = (token-slots routed to expert i) / (N k),
+ *                                           P_i = (1 / N) sum_t p_t[i],
+ * which is aux_alpha when the routing is perfectly even and grows as it concentrates. f is a
+ * count (no gradient); the gradient reaches the router through P. The caller adds aux to its
+ * loss.
+ *
+ * Tokens go to their experts and back through nabla's index ops: a stable counting sort
+ * groups the N k (token, expert) slots by expert, nb_index_select gathers their rows, each
+ * expert runs on its own rows only, and nb_index_add adds the weighted results back to their
+ * tokens. Every tensor a forward makes has a shape that depends on N, not on the routing: each
+ * expert's rows are cut into tiles of tile_rows, and the N k slots always fit in
+ * T = floor((N k + E (tile_rows - 1)) / tile_rows) tiles, so T tiles are run every step, the
+ * unused ones on zero rows (at most E (tile_rows - 1) rows a step, under a quarter of N k
+ * with the default tile_rows). So a training loop at a fixed token count allocates nothing
+ * after its first step although the experts' batch sizes change (docs/design.md, "Mixture of
+ * experts"). Each op runs on nabla's threads and the results are the same bits for any
+ * thread count. */
+typedef struct {
+    int64_t dim;       /* model width D */
+    int64_t hidden;    /* hidden width of each routed expert (DeepSeek's moe_inter_dim) */
+    int64_t n_experts; /* routed experts E >= 1 */
+    int64_t top_k;     /* experts per token, 1..E */
+    int64_t n_shared;  /* shared experts: one SwiGLU of hidden n_shared * hidden; 0 for none */
+    double aux_alpha;  /* weight of the load-balancing loss, >= 0 */
+    /* rows per expert tile; 0 chooses ceil(N k / (4 E)) for N tokens */
+    int64_t tile_rows;
+} blk_moe_config;
+
+/* Children under DeepSeek's names: gate (Linear [E, D], no bias: gate.weight), experts.0 ..
+ * experts.{E-1} (SwiGLU D -> hidden -> D: experts.N.w1.weight, ...), shared_experts (SwiGLU
+ * D -> n_shared * hidden -> D) unless n_shared is 0. Owned by the model's root. */
+typedef struct {
+    nb_module base;
+    nb_linear *gate;
+    nb_module *experts_container;
+    blk_swiglu_ff *shared_experts; /* NULL without shared experts */
+    blk_moe_config cfg;
+    blk_swiglu_ff **experts; /* n_experts of them (stored after the struct) */
+} blk_moe;
+/* NULL with an error naming "MoE" and the bad setting. */
+blk_moe *blk_moe_new(nb_module *parent, const char *name, const blk_moe_config *cfg);
+
+/* What a forward routed, for the loss and for monitoring; every field new in the current
+ * scope. */
+typedef struct {
+    nb_tensor *aux_loss; /* 0-d, the load-balancing loss above (differentiable) */
+    nb_tensor *experts;  /* int64 [..., top_k]: each token's experts, most probable first */
+    nb_tensor *weights;  /* [..., top_k]: their renormalised weights (differentiable) */
+    nb_tensor *load;     /* int64 [E]: token-slots routed to each expert */
+} blk_moe_routing;
+
+/* x [..., dim] of the model's dtype -> [..., dim], a new tensor in the current scope. routing,
+ * if not NULL, receives the routing of this forward. NULL with an error naming the module's
+ * path and the shapes. */
+nb_tensor *blk_moe_forward(blk_moe *m, const nb_tensor *x, blk_moe_routing *routing);
 
 /* Options of an attention forward. Masks are NB_BOOL with true = blocked, as nb_mha takes.
  *
@@ -114,6 +182,69 @@ blk_attention *blk_attention_new(nb_module *parent, const char *name, int64_t di
                                  int64_t n_kv_heads, double rope_base);
 /* x [B, T, dim] -> [B, T, dim]. opts may be NULL (bidirectional, no masks, offset 0). */
 nb_tensor *blk_attention_forward(blk_attention *m, const nb_tensor *x, const blk_attn_opts *opts);
+
+/* ---- Multi-head latent attention (DeepSeek-V2) ----------------------------------------- */
+/* The shape of an MLA layer. Each head's query and key are nope_dim numbers without rotation
+ * followed by rope_dim rotated ones (head size nope_dim + rope_dim); values are v_dim, which
+ * may differ from it. */
+typedef struct {
+    int64_t dim, n_heads;
+    int64_t q_rank;   /* 0: queries through one projection wq; else the rank of wq_a, wq_b */
+    int64_t kv_rank;  /* width of the latent c_kv the cache keeps */
+    int64_t nope_dim; /* per head: keys' and queries' part without rotation */
+    int64_t rope_dim; /* per head: queries' rotated part, and the one rotated key all heads
+                         share (even) */
+    int64_t v_dim;    /* per head: values */
+    double norm_eps, rope_base; /* of q_norm and kv_norm; of RoPE */
+} blk_mla_config;
+
+/* DeepSeek-V2's multi-head latent attention, with the parameter names of DeepSeek's reference
+ * model.py (Linear children without biases, RMSNorms with weight):
+ *   queries  q = wq(x), or wq_b(q_norm(wq_a(x))) when q_rank > 0: [n_heads, nope_dim + rope_dim]
+ *            per token, RoPE on each head's last rope_dim;
+ *   latent   [c_kv, k_pe] = wkv_a(x): c_kv of kv_rank and one rotary key part k_pe of
+ *            rope_dim per token, rotated once and shared by every head;
+ *   keys and values  [k_nope, v] = wkv_b(kv_norm(c_kv)) per head, key = [k_nope, k_pe];
+ *   out = wo(heads of softmax(q k^T / sqrt(nope_dim + rope_dim)) v side by side).
+ * RoPE is blk_rope's rotate-half convention (DeepSeek's code rotates interleaved pairs: the
+ * same model up to a fixed permutation of the rotary columns of the query weight and wkv_a).
+ * Training runs the per-head keys through nb_sdpa when v_dim = nope_dim + rope_dim and no
+ * weights are asked for, else through blk_gqa_attention.
+ *
+ * With opts->cache (blk_attn_opts; the same restrictions as blk_attention_forward's), the
+ * layer keeps only [kv_norm(c_kv), rotated k_pe] per position, kv_rank + rope_dim numbers, in
+ * its layer's rows "latent_rope" (blk_mla_cache_new), and attends "absorbed": the key part of
+ * wkv_b is multiplied into each head's query (q_nope W_uk, kv_rank numbers) and its value part
+ * into the output, so every head reads the cached rows themselves as keys and values (one kv
+ * head for all query heads, through nb_sdpa) and no per-head key or value is rebuilt. It
+ * equals the full causal forward within float rounding. */
+typedef struct {
+    nb_module base;
+    nb_linear *wq;          /* q_rank 0, else NULL */
+    nb_linear *wq_a, *wq_b; /* q_rank > 0, else NULL */
+    blk_rmsnorm *q_norm;    /* q_rank > 0, else NULL */
+    nb_linear *wkv_a, *wkv_b, *wo;
+    blk_rmsnorm *kv_norm;
+    blk_mla_config cfg;
+} blk_mla;
+/* A new MLA module "MLA" under parent, owned by its root. NULL with an error naming the
+ * config for non-positive sizes, an odd rope_dim, q_rank < 0, eps < 0 or rope_base <= 0. */
+blk_mla *blk_mla_new(nb_module *parent, const char *name, const blk_mla_config *cfg);
+/* x [B, T, dim] -> [B, T, dim], a new tensor in the current scope. opts as for
+ * blk_attention_forward (may be NULL): causal, key_padding_mask [B, T], attn_mask [T, T],
+ * RoPE offset, attn_weights ([B, n_heads, T, T]), or a cache and its layer. */
+nb_tensor *blk_mla_forward(blk_mla *m, const nb_tensor *x, const blk_attn_opts *opts);
+/* A cache for a stack of n_layers MLA layers (layers[i] attends through cache layer i): per
+ * layer the rows "latent_rope" of kv_rank + rope_dim numbers a position, for batch sequences
+ * of up to max_len positions, in layers[0]'s dtype. Caller owns (nb_kv_cache_free). NULL with
+ * an error. */
+nb_kv_cache *blk_mla_cache_new(blk_mla *const *layers, int n_layers, int64_t batch,
+                               int64_t max_len);
+/* Bytes m's cache keeps per position and sequence ((kv_rank + rope_dim) numbers of the
+ * model's dtype; nb_kv_cache_bytes of blk_mla_cache_new's cache is this times layers, batch
+ * and max_len), and in *mha_bytes (if not NULL) what a multi-head cache of the same heads
+ * keeps (n_heads keys of nope_dim + rope_dim and values of v_dim). -1 with an error for NULL. */
+int64_t blk_mla_cache_bytes_per_token(const blk_mla *m, int64_t *mha_bytes);
 
 /* The shape of a Llama-style block. */
 typedef struct {
@@ -171,6 +302,18 @@ nb_kv_cache *blk_llama_lm_cache_new(const blk_llama_lm *m, int64_t batch, int64_
  * RoPE gives the model no fixed context, so max_len (>= 1) is the one to generate with:
  * past it generation slides (nb_generate). Borrows m. */
 nb_causal_lm blk_llama_lm_causal(blk_llama_lm *m, int64_t max_len);
+
+/* ---- Export (nabla/gguf.h) ------------------------------------------------------------- */
+/* Writes m as a GGUF file that llama.cpp runs as its "llama" architecture: llama.* metadata
+ * (context_length = max_len), the tensors under llama.cpp's names (token_embd, blk.N.attn_q,
+ * ..., output) in type (norms always float32), and the vocabulary (its n_tokens must be
+ * m->vocab). RoPE: nabla rotates halves (element i with i + hd/2); llama.cpp's "llama"
+ * rotates adjacent pairs, so each head's rows of wq and wk are reordered (row 2i + j takes row
+ * i + j * hd/2), as llama.cpp's own converter does for Hugging Face checkpoints: the exported
+ * model computes the same logits. Replaces path atomically; false with an error naming the
+ * file, the tensor or the vocabulary. */
+bool blk_llama_lm_save_gguf(const blk_llama_lm *m, const char *path, int64_t max_len,
+                            const nb_gguf_vocab *vocab, nb_gguf_type type);
 
 #ifdef __cplusplus
 }

@@ -70,9 +70,12 @@ nb_module *nb_model_new(nb_dtype dt, uint64_t seed);
 void nb_module_free(nb_module *root);
 /* Allocates a zeroed module struct of `size` bytes (at least sizeof(nb_module); its first
  * member is the nb_module) as child `name` of parent, with type name `type` (copied) and
- * training mode inherited. The name must be non-empty without '.', valid UTF-8 and not
- * "__metadata__" (checkpoints could not hold it; the same for parameter and buffer names),
- * and unique among the parent's children, parameters and buffers. Owned by the root; NULL with an
+ * training mode inherited. The name must be without '.', valid UTF-8 and not "__metadata__"
+ * (checkpoints could not hold it; the same for parameter and buffer names), and unique among
+ * the parent's children, parameters and buffers. It may be empty: then it adds nothing to
+ * its tensors' names (a lone Linear under the root has "weight", as in its PyTorch
+ * state_dict). Checkpoints do not need that any more: they name tensors relative to the
+ * module saved or loaded, whatever its name (nb_module_save). Owned by the root; NULL with an
  * error naming type and path. */
 void *nb_module_new(nb_module *parent, const char *name, const char *type, size_t size);
 /* A plain container child (for grouping, e.g. "blocks"); owned by the root. */
@@ -184,12 +187,26 @@ void nb_module_train(nb_module *m, bool training);
 void nb_module_fprint(FILE *f, const nb_module *m);
 
 /* ---- Checkpoints ------------------------------------------------------------------------ */
-/* Saves every parameter and persistent buffer of m's subtree under its dotted name to a safetensors
- * file (written to a temporary file and renamed, so a failed save leaves an older file intact). */
+/* How names are matched. A checkpoint names each tensor relative to the module saved: its
+ * dotted path below m, without m's own path (PyTorch's m.state_dict() names), so
+ * nb_module_save(lm) writes "tok_emb.weight" whether lm is the root's child "lm", "" or
+ * deeper. A load matches names relative to the module loaded in the same way, so a checkpoint
+ * loads into a model whatever its root's or its own name. Files named from further up load
+ * too: when the names as they are do not all match, a prefix carried by every file name
+ * ("lm.tok_emb.weight" for the module's "tok_emb.weight": saved from the root of a tree
+ * holding the module as "lm") or by every one of the module's names (loading into that root a
+ * file saved from the module) is removed where that matches more tensors; such a prefix is
+ * found as what a name on one side has in front of a whole name of the other. Optimizer state
+ * ("optim." names) is never prefixed. nb_load_report says which prefix was removed. */
+
+/* Saves every parameter and persistent buffer of m's subtree under its name relative to m to
+ * a safetensors file (written to a temporary file and renamed, so a failed save leaves an
+ * older file intact). */
 bool nb_module_save(const nb_module *m, const char *path);
 /* Loads every parameter and persistent buffer of m's subtree from a safetensors file written by
- * nb_module_save or PyTorch's state_dict (same names, dtypes and shapes, nothing extra). On any
- * problem returns false with an error and leaves every tensor unchanged. */
+ * nb_module_save or PyTorch's state_dict (names matched as above, same dtypes and shapes,
+ * nothing extra). On any problem returns false with an error that lists every missing,
+ * unexpected and mismatched tensor by name, and leaves every tensor unchanged. */
 bool nb_module_load(nb_module *m, const char *path);
 /* The same with an optimizer's state too (moments, step counts), stored under "optim." names
  * next to the parameters, so training can resume exactly. opt may be NULL. Loading is
@@ -197,6 +214,12 @@ bool nb_module_load(nb_module *m, const char *path);
 typedef struct nb_optimizer nb_optimizer;
 bool nb_module_save_with(const nb_module *m, nb_optimizer *opt, const char *path);
 bool nb_module_load_with(nb_module *m, nb_optimizer *opt, const char *path);
+/* nb_module_load_with with options (NULL: strict): a partial load, F32/F64 conversion, a name
+ * map (nabla/checkpoint.h's nb_load_opts), and a report of what was loaded, skipped and
+ * refused (may be NULL; filled on success and failure, freed by the caller with
+ * nb_load_report_free). Still all or nothing: a refused load changes no tensor. */
+bool nb_module_load_opts(nb_module *m, nb_optimizer *opt, const char *path,
+                         const nb_load_opts *opts, nb_load_report *report);
 /* nb_module_save_with, also writing n_meta string entries into the file's __metadata__ (see
  * nb_safetensors_save_with_metadata); read them back with nb_safetensors_read_metadata. */
 bool nb_module_save_with_metadata(const nb_module *m, nb_optimizer *opt, const char *path,

@@ -15,6 +15,8 @@
 #include "nabla/generate.h"
 #include "nabla/data.h"
 #include "nabla/dist.h"
+#include "nabla/gguf.h"
 #include "nabla/blocks.h"
+#include "nabla/text.h"
 
 #endif

@@ -56,10 +56,13 @@ typedef struct {
 nb_dropout_layer *nb_dropout_new(nb_module *parent, const char *name, double p);
 nb_tensor *nb_dropout_forward(nb_dropout_layer *m, const nb_tensor *x);
 
-/* D -> hidden -> D with GELU (exact erf form) between: fc1, fc2. */
+/* D -> hidden -> D with GELU between: fc1, fc2. The exact erf form, or with gelu_tanh set (after
+ * construction, or through nb_block_config) the tanh approximation GPT-2 uses
+ * (nb_gelu_tanh). */
 typedef struct {
     nb_module base;
     nb_linear *fc1, *fc2;
+    bool gelu_tanh;
 } nb_feedforward;
 nb_feedforward *nb_feedforward_new(nb_module *parent, const char *name, int64_t dim,
                                    int64_t hidden);
@@ -142,13 +145,27 @@ nb_tensor *nb_mha_forward(nb_mha *m, const nb_tensor *x, const nb_mha_opts *opts
 nb_tensor *nb_mha_forward_cross(nb_mha *m, const nb_tensor *q_in, const nb_tensor *kv_in,
                                 const nb_mha_opts *opts);
 
-/* Pre-LayerNorm block: x + attn(norm1(x)), then x + ff(norm2(x)), ff hidden = 4 * dim. */
+/* Pre-LayerNorm block: x + attn(norm1(x)), then x + ff(norm2(x)), ff hidden = 4 * dim. As
+ * PyTorch's nn.TransformerEncoderLayer(norm_first=True, dim_feedforward=4 * dim) with
+ * qkv_bias set (its names through nb_name_map_pytorch), and as GPT-2's block with qkv_bias and
+ * gelu_tanh. */
 typedef struct {
     nb_module base;
     nb_layernorm *norm1, *norm2;
     nb_mha *attn;
     nb_feedforward *ff;
 } nb_transformer_block;
+/* What a block is built from. */
+typedef struct {
+    int64_t dim, num_heads;
+    bool qkv_bias;  /* attn.W_query, W_key and W_value have biases (GPT-2, PyTorch) */
+    bool gelu_tanh; /* the feed-forward's GELU is the tanh approximation (GPT-2) */
+    double dropout; /* on the attention weights, while training */
+} nb_block_config;
+/* Owned by the root. */
+nb_transformer_block *nb_transformer_block_new_config(nb_module *parent, const char *name,
+                                                      const nb_block_config *cfg);
+/* The same without q/k/v biases and with the exact GELU. Owned by the root. */
 nb_transformer_block *nb_transformer_block_new(nb_module *parent, const char *name, int64_t dim,
                                                int64_t num_heads, double dropout);
 nb_tensor *nb_transformer_block_forward(nb_transformer_block *m, const nb_tensor *x,
@@ -178,6 +195,8 @@ typedef struct {
     int layers;           /* 1..16 */
     int64_t out_features; /* 0 = vocab */
     bool tie_weights;     /* head weight = tok_emb.weight (needs out_features == vocab) */
+    bool qkv_bias;        /* every block's attention has q/k/v biases (nb_block_config) */
+    bool gelu_tanh;       /* every block's GELU is the tanh approximation (nb_block_config) */
 } nb_lm_config;
 
 /* layers in 1..16; max_len bounds the sequence length. Owned by the root. */
@@ -214,7 +233,8 @@ nb_tensor *nb_transformer_lm_forward_opts(nb_transformer_lm *m, const nb_tensor 
 /* Saves lm's subtree (and opt's state if opt is not NULL, as nb_module_save_with) with lm's
  * configuration in the file's __metadata__ ("nabla.model" = "TransformerLM", "nabla.block" =
  * "pre_ln", "nabla.vocab", "nabla.d_model", "nabla.heads", "nabla.layers", "nabla.context",
- * "nabla.out_features", "nabla.tie_weights"), plus n_extra entries of the caller's (e.g. a
+ * "nabla.out_features", "nabla.tie_weights", "nabla.qkv_bias", "nabla.gelu_tanh"; files
+ * without the last two are read as 0), plus n_extra entries of the caller's (e.g. a
  * character vocabulary). */
 bool nb_transformer_lm_save(const nb_transformer_lm *lm, nb_optimizer *opt, const char *path,
                             int n_extra, const nb_metadata_entry *extra);

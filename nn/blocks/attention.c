@@ -1,5 +1,6 @@
 /* The Llama-style attention module: projections, RoPE on q and k, grouped-query attention. */
 #include <nabla/blocks.h>
+#include "attn_mask.h"
 #include "errors.h"
 
 #include <math.h>
@@ -29,27 +30,6 @@ blk_attention *blk_attention_new(nb_module *parent, const char *name, int64_t di
     return m;
 }
 
-/* The masks of opts as one bool tensor broadcasting to [B, H, T, T]; NULL (no error) when
- * there are none. */
-static bool combined_mask(const blk_attention *m, const blk_attn_opts *o, int64_t B, int64_t T,
-                          nb_tensor **out) {
-    *out = NULL;
-    const nb_tensor *pad = o ? o->key_padding_mask : NULL, *am = o ? o->attn_mask : NULL;
-    if ((pad &&
-         (pad->dtype != NB_BOOL || pad->ndim != 2 || pad->shape[0] != B || pad->shape[1] != T)) ||
-        (am && (am->dtype != NB_BOOL || am->ndim != 2 || am->shape[0] != T || am->shape[1] != T))) {
-        nb_error("Attention",
-                 "'%s': key_padding_mask must be bool [%lld, %lld] and attn_mask bool "
-                 "[%lld, %lld], got %s and %s",
-                 nb_module_path(&m->base), (long long)B, (long long)T, (long long)T, (long long)T,
-                 nb_shape_text(pad), nb_shape_text(am));
-        return false;
-    }
-    nb_tensor *pad4 = pad ? nb_view(pad, NB_SHAPE(B, 1, 1, T)) : NULL;
-    *out = pad4 && am ? nb_logical_or(pad4, am) : pad4 ? pad4 : (nb_tensor *)am;
-    return !(pad || am) || *out;
-}
-
 /* [B, T, heads * hd] -> [B, heads, T, hd], rotated with the tables when there are some. The
  * rotation runs on the [B, T, heads, hd] layout the projection wrote, and the head dim is
  * then moved in front of the tokens as a strided view. */
@@ -75,11 +55,7 @@ static nb_tensor *rotated(const blk_attention *m, const nb_tensor *x, int64_t n,
  * are training's; the cache writes the rotated keys and the values at positions len.. and
  * attends causally, reading its kv heads for groups of query heads as training does. */
 static nb_tensor *attention_cached(blk_attention *m, const nb_tensor *x, const blk_attn_opts *o) {
-    if (o->key_padding_mask || o->attn_mask || o->attn_weights || o->offset)
-        return nb_error("Attention",
-                        "'%s': a cache takes no key_padding_mask, attn_mask, attn_weights or "
-                        "offset (its attention is causal from position nb_kv_cache_len)",
-                        nb_module_path(&m->base));
+    if (!blk_attn_cached_opts_ok(&m->base, o)) return NULL;
     const bool grad = nb_set_grad_enabled(false);
     blk_rope_tables rope;
     nb_tensor *y = NULL;
@@ -104,7 +80,7 @@ nb_tensor *blk_attention_forward(blk_attention *m, const nb_tensor *x, const blk
     if (opts && opts->cache) return attention_cached(m, x, opts);
     int64_t B = x->shape[0], T = x->shape[1], offset = opts ? opts->offset : 0;
     nb_tensor *mask;
-    if (!combined_mask(m, opts, B, T, &mask)) return NULL;
+    if (!blk_attn_mask(&m->base, opts, B, T, &mask)) return NULL;
     if (offset < 0)
         return nb_error("Attention", "'%s': offset must be >= 0, got %lld",
                         nb_module_path(&m->base), (long long)offset);

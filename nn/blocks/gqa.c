@@ -36,11 +36,12 @@ nb_tensor *blk_gqa_attention(const nb_tensor *q, const nb_tensor *k, const nb_te
                              nb_tensor **weights) {
     if (!q || !k || !v) return blk_null_argument("gqa_attention");
     if (!nb_is_float(q) || q->dtype != k->dtype || q->dtype != v->dtype || q->ndim != 4 ||
-        k->ndim != 4 || !nb_same_shape(k, v) || k->shape[0] != q->shape[0] ||
-        k->shape[3] != q->shape[3] || k->shape[1] < 1 || q->shape[1] % k->shape[1] != 0)
+        k->ndim != 4 || v->ndim != 4 || k->shape[0] != q->shape[0] || v->shape[0] != k->shape[0] ||
+        v->shape[1] != k->shape[1] || v->shape[2] != k->shape[2] || k->shape[3] != q->shape[3] ||
+        k->shape[1] < 1 || q->shape[1] % k->shape[1] != 0)
         return nb_error("gqa_attention",
-                        "expects float q [B, H, T_q, hd] and k, v [B, KV, T_k, hd] of one dtype "
-                        "with KV dividing H, got q %s %s, k %s %s, v %s %s",
+                        "expects float q [B, H, T_q, hd], k [B, KV, T_k, hd] and v [B, KV, T_k, "
+                        "vd] of one dtype with KV dividing H, got q %s %s, k %s %s, v %s %s",
                         nb_dtype_name(q->dtype), nb_shape_text(q), nb_dtype_name(k->dtype),
                         nb_shape_text(k), nb_dtype_name(v->dtype), nb_shape_text(v));
     int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], hd = q->shape[3];
@@ -52,5 +53,5 @@ nb_tensor *blk_gqa_attention(const nb_tensor *q, const nb_tensor *k, const nb_te
     nb_tensor *scores = nb_matmul(q5, nb_transpose(k5, -2, -1)); /* [B, KV, G, T_q, T_k] */
     nb_tensor *probs = nb_masked_softmax(scores, mask5, causal, scale);
     if (weights) *weights = nb_view(probs, NB_SHAPE(B, H, Tq, k->shape[2]));
-    return nb_view(nb_matmul(probs, v5), NB_SHAPE(B, H, Tq, hd));
+    return nb_view(nb_matmul(probs, v5), NB_SHAPE(B, H, Tq, v->shape[3]));
 }

@@ -87,7 +87,7 @@ static bool plan_buckets(nb_grad_reducer *r, double bucket_bytes) {
 }
 
 nb_grad_reducer *nb_grad_reducer_new(nb_tensor *const *params, int n, double bucket_bytes) {
-    if (!nbn_check_param_list("nb_grad_reducer_new", params, n)) return NULL;
+    if (!nbn_check_param_list("nb_grad_reducer_new", params, n, 1, true, 0)) return NULL;
     if (!(bucket_bytes > 0)) bucket_bytes = DEFAULT_BUCKET_BYTES;
     nb_grad_reducer *r = calloc(1, sizeof *r);
     if (!r) return nbt_error("grad_reducer", "out of memory");

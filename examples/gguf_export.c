@@ -1,0 +1,141 @@
+/* A model for llama.cpp: trains a small Llama-style LM with a byte-level BPE tokenizer on a
+ * text, exports it to GGUF (float32 and float16) with its vocabulary, and writes what nabla
+ * says the model does (for tests/llama_cpp_check.sh): greedy tokens from a prompt through
+ * nb_generate, their text, and the next-token probabilities (softmax of the full forward) at
+ * every step of that path.
+ * Usage: gguf_export OUT_DIR NEW_TOKENS */
+#include <nabla/nabla.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { VOCAB = 320, T = 24, B = 8 };
+
+static const char text[] =
+    "the quick brown fox jumps over the lazy dog. a small model reads every byte of it, "
+    "learns which letter follows which, and writes the sentence again from a few letters. "
+    "the lazy dog sleeps while the quick brown fox runs over the hill and far away. ";
+
+static int fail(const char *what) {
+    fprintf(stderr, "gguf_export: %s: %s\n", what, nb_last_error());
+    return 1;
+}
+
+/* Trains lm on windows of the encoded text (next token prediction), AdamW. */
+static bool train(blk_llama_lm *lm, nb_module *root, const int64_t *ids, int64_t n_ids) {
+    int n = 0;
+    nb_tensor **params = nb_module_parameters(root, &n);
+    nb_optimizer *opt = params ? nb_adamw_new(params, n, nb_adamw_defaults(3e-3)) : NULL;
+    free(params);
+    nb_rng rng;
+    nb_rng_seed(&rng, 5);
+    bool ok = opt != NULL;
+    for (int step = 0; ok && step < 400; step++) {
+        nb_scope_begin();
+        int64_t in[B * T], target[B * T];
+        for (int b = 0; b < B; b++) {
+            int64_t start = (int64_t)(nb_rng_next(&rng) % (uint64_t)(n_ids - T - 1));
+            memcpy(in + b * T, ids + start, sizeof *in * T);
+            memcpy(target + b * T, ids + start + 1, sizeof *target * T);
+        }
+        nb_tensor *logits = blk_llama_lm_forward(lm, nb_from_array(NB_I64, NB_SHAPE(B, T), in),
+                                                 &(blk_attn_opts){.causal = true});
+        nb_tensor *loss =
+            nb_cross_entropy(nb_view(logits, NB_SHAPE(B * T, lm->vocab)),
+                             nb_from_array(NB_I64, NB_SHAPE(B * T), target), -1, NB_REDUCE_MEAN);
+        nb_optimizer_zero_grad(opt);
+        ok = loss && nb_backward(loss, NULL) && nb_optimizer_step(opt);
+        if (ok && step % 100 == 99) printf("step %d loss %.4f\n", step + 1, nb_item(loss));
+        nb_scope_end();
+    }
+    nb_optimizer_free(opt);
+    return ok;
+}
+
+/* The next-token probabilities after each prefix seq[0 .. plen + i), i < n, as JSON rows. */
+static bool write_probs(FILE *f, blk_llama_lm *lm, const int64_t *seq, int64_t plen, int64_t n) {
+    nb_scope_begin();
+    nb_set_grad_enabled(false);
+    nb_tensor *tokens = nb_from_array(NB_I64, NB_SHAPE(1, plen + n), seq);
+    nb_tensor *logits = blk_llama_lm_forward(lm, tokens, &(blk_attn_opts){.causal = true});
+    nb_tensor *p = nb_softmax(nb_to_dtype(logits, NB_F64), -1);
+    double *v = p ? malloc(sizeof *v * (size_t)nb_numel(p)) : NULL;
+    bool ok = v && nb_to_doubles(p, v);
+    for (int64_t i = 0; ok && i < n; i++) {
+        fprintf(f, "%s[", i ? ",\n" : "");
+        for (int64_t j = 0; j < lm->vocab; j++)
+            fprintf(f, "%s%.9g", j ? "," : "", v[(plen - 1 + i) * lm->vocab + j]);
+        fprintf(f, "]");
+    }
+    free(v);
+    nb_set_grad_enabled(true);
+    nb_scope_end();
+    return ok;
+}
+
+static void write_ids(FILE *f, const char *key, const int64_t *ids, int64_t n) {
+    fprintf(f, "\"%s\": [", key);
+    for (int64_t i = 0; i < n; i++) fprintf(f, "%s%lld", i ? "," : "", (long long)ids[i]);
+    fprintf(f, "],\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) return fprintf(stderr, "usage: gguf_export OUT_DIR NEW_TOKENS\n"), 2;
+    const char *dir = argv[1];
+    const int64_t n_new = atoll(argv[2]);
+    nb_tokenizer *tok = nb_tokenizer_bpe_train(text, strlen(text), VOCAB);
+    int64_t *ids = malloc(sizeof *ids * strlen(text));
+    const int64_t n_ids = tok && ids ? nb_tokenizer_encode(tok, text, strlen(text), ids, NULL) : -1;
+    if (n_ids < 0) return fail("tokenizer");
+    nb_module *root = nb_model_new(NB_F32, 11);
+    const blk_llama_config cfg = {.dim = 64,
+                                  .n_heads = 4,
+                                  .n_kv_heads = 2,
+                                  .hidden = 128,
+                                  .norm_eps = 1e-5,
+                                  .rope_base = 10000};
+    blk_llama_lm *lm = blk_llama_lm_new(root, "tiny_llama", nb_tokenizer_vocab_size(tok), 2, &cfg);
+    if (!lm || !train(lm, root, ids, n_ids)) return fail("training");
+
+    /* The model's tokenizer goes into the file: llama.cpp reads it as a byte-level BPE. */
+    nb_gguf_vocab vocab = nb_tokenizer_gguf_vocab(tok);
+    vocab.eos = 0; /* byte 0, never in the text: a token llama.cpp may stop at */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tiny_llama_f32.gguf", dir);
+    if (!blk_llama_lm_save_gguf(lm, path, 256, &vocab, NB_GGUF_F32)) return fail("export f32");
+    snprintf(path, sizeof path, "%s/tiny_llama_f16.gguf", dir);
+    if (!blk_llama_lm_save_gguf(lm, path, 256, &vocab, NB_GGUF_F16)) return fail("export f16");
+
+    const char *prompt = "the quick";
+    int64_t *seq = malloc(sizeof *seq * (strlen(prompt) + (size_t)n_new));
+    const int64_t plen = nb_tokenizer_encode(tok, prompt, strlen(prompt), seq, NULL);
+    const nb_causal_lm causal = blk_llama_lm_causal(lm, 256);
+    const nb_generate_opts opts = nb_generate_defaults(n_new);
+    if (nb_generate(&causal, seq, plen, &opts, seq + plen, NULL) != n_new)
+        return fail("nb_generate");
+    char out[4096];
+    const int64_t out_len = nb_tokenizer_decode(tok, seq, plen + n_new, out, sizeof out);
+    if (out_len < 0 || out_len >= (int64_t)sizeof out) return fail("decode");
+
+    snprintf(path, sizeof path, "%s/expected.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return perror(path), 1;
+    fprintf(f, "{");
+    write_ids(f, "prompt", seq, plen);
+    write_ids(f, "tokens", seq + plen, n_new);
+    int64_t text_bytes[4096];
+    for (int64_t i = 0; i < out_len; i++) text_bytes[i] = (unsigned char)out[i];
+    write_ids(f, "text", text_bytes, out_len);
+    fprintf(f, "\"probs\": [");
+    bool ok = write_probs(f, lm, seq, plen, n_new);
+    fprintf(f, "]}\n");
+    if (fclose(f) != 0 || !ok) return fail("writing expected.json");
+    printf("nabla greedy: \"%.*s\"\n", (int)out_len, out);
+    free(seq);
+    free(ids);
+    nb_tokenizer_free(tok);
+    nb_module_free(root);
+    nb_shutdown();
+    return 0;
+}

@@ -1,0 +1,197 @@
+/* The GGUF writer (nabla/gguf.h) against the format's specification (ggml's docs/gguf.md):
+ * a small file's bytes written out by hand, float16 rounding at hand-picked values, GPT-2's
+ * byte-to-unicode map in a vocabulary, and errors naming the key, tensor or file. That
+ * llama.cpp itself runs an exported model is tests/llama_cpp_check.sh's part. */
+#define _GNU_SOURCE
+#include "harness.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The whole file at path, its length in *len; the caller frees it. */
+static unsigned char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    unsigned char *buf = malloc(1 << 16);
+    *len = fread(buf, 1, 1 << 16, f);
+    fclose(f);
+    return buf;
+}
+
+#define U64(x) (x), 0, 0, 0, 0, 0, 0, 0
+#define U32(x) (x), 0, 0, 0
+
+static void test_file_bytes(void) {
+    nb_gguf *g = nb_gguf_new();
+    CU_ASSERT_TRUE(nb_gguf_set_u32(g, "a.b", 7));
+    nb_tensor *w = nb_view(nb_arange(NB_F32, 0, 6, 1), NB_SHAPE(2, 3));
+    CU_ASSERT_TRUE(nb_gguf_add_tensor(g, "w", w, NB_GGUF_F32));
+    char path[] = "/tmp/nabla_test_gguf_XXXXXX";
+    int fd = mkstemp(path);
+    CU_ASSERT_TRUE_FATAL(fd >= 0);
+    close(fd);
+    CU_ASSERT_TRUE(nb_gguf_save(g, path));
+    nb_gguf_free(g);
+    size_t len = 0;
+    unsigned char *got = read_file(path, &len);
+    /* header 24 bytes, one key/value 19, one tensor info 41: 84, padded to 96; the data 24
+     * bytes, padded to 128 */
+    const unsigned char head[] = {
+        'G',    'G', 'U',    'F',    U32(3), U64(1), U64(1), /* magic, version, counts */
+        U64(3), 'a', '.',    'b',    U32(4), U32(7),         /* "a.b": uint32 7 */
+        U64(1), 'w', U32(2), U64(3), U64(2), U32(0), U64(0), /* w: ne {3, 2}, F32, at 0 */
+        0,      0,   0,      0,      0,      0,      0,      0,    0, 0, 0, 0, /* to 96 */
+        0,      0,   0,      0,      0,      0,      0x80,   0x3f, 0, 0, 0, 0x40,
+        0,      0,   0x40,   0x40,                                  /* 0, 1, 2, 3 */
+        0,      0,   0x80,   0x40,   0,      0,      0xa0,   0x40}; /* 4, 5 */
+    CU_ASSERT_EQUAL(sizeof head, 120);
+    CU_ASSERT_EQUAL(len, 128);
+    CU_ASSERT_TRUE(got && len >= sizeof head && memcmp(got, head, sizeof head) == 0);
+    for (size_t i = sizeof head; got && i < len; i++) CU_ASSERT_EQUAL(got[i], 0);
+    free(got);
+    unlink(path);
+}
+
+static void test_f16(void) {
+    const struct {
+        float x;
+        uint16_t bits;
+    } cases[] = {
+        {1.0f, 0x3c00},
+        {-2.0f, 0xc000},
+        {65504.0f, 0x7bff},
+        {65520.0f, 0x7c00},
+        {65519.99f, 0x7bff},
+        {1.0f / 16777216, 0x0001},
+        {1.0f / 33554432, 0x0000},
+        {1.5f / 16777216, 0x0002},
+        {1.0f / 16384, 0x0400},
+        {1.0f / 3, 0x3555},
+        {0.1f, 0x2e66},
+        {1.0f + 1.0f / 2048, 0x3c00},
+        {1.0f + 3.0f / 2048, 0x3c02},
+        {-0.0f, 0x8000},
+        {1e30f, 0x7c00},
+        {2.5f / 16777216, 0x0002},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint16_t b = nb_gguf_f16_bits(cases[i].x);
+        if (b != cases[i].bits)
+            fprintf(stderr, "f16(%.9g) = 0x%04x, not 0x%04x\n", cases[i].x, b, cases[i].bits);
+        CU_ASSERT_EQUAL(b, cases[i].bits);
+    }
+    uint16_t nan = nb_gguf_f16_bits(nanf(""));
+    CU_ASSERT_TRUE((nan & 0x7c00) == 0x7c00 && (nan & 0x03ff) != 0);
+}
+
+/* Whether needle occurs in the file at path. */
+static bool file_has(const char *path, const void *needle, size_t n) {
+    size_t len = 0;
+    unsigned char *got = read_file(path, &len);
+    bool found = got && memmem(got, len, needle, n) != NULL;
+    free(got);
+    return found;
+}
+
+static void test_vocab_bytes(void) {
+    const char *tokens[] = {"a", " ", "\0", "\xff", "a "};
+    const int64_t lens[] = {1, 1, 1, 1, 2};
+    const int64_t merges[][2] = {{0, 1}};
+    const nb_gguf_vocab v = {.n_tokens = 5,
+                             .tokens = tokens,
+                             .lens = lens,
+                             .n_merges = 1,
+                             .merges = merges,
+                             .bos = -1,
+                             .eos = 4};
+    nb_gguf *g = nb_gguf_new();
+    CU_ASSERT_TRUE(nb_gguf_set_vocab(g, &v));
+    char path[] = "/tmp/nabla_test_gguf_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    CU_ASSERT_TRUE(nb_gguf_save(g, path));
+    nb_gguf_free(g);
+    /* GPT-2's map: 'a' is itself; space (32) is U+0120 (C4 A0), NUL U+0100 (C4 80), 0xff
+     * U+00FF (C3 BF). */
+    const unsigned char tokens_kv[] = {'e',    'n',    's',  U32(9), U32(8), U64(5), U64(1),
+                                       'a',    U64(2), 0xc4, 0xa0,   U64(2), 0xc4,   0x80,
+                                       U64(2), 0xc3,   0xbf, U64(3), 'a',    0xc4,   0xa0};
+    CU_ASSERT_TRUE(file_has(path, tokens_kv, sizeof tokens_kv));
+    const unsigned char merges_kv[] = {'g',    'e', 's', U32(9), U32(8), U64(1),
+                                       U64(4), 'a', ' ', 0xc4,   0xa0};
+    CU_ASSERT_TRUE(file_has(path, merges_kv, sizeof merges_kv));
+    const unsigned char eos_kv[] = {'e', 'o', 's', '_', 't', 'o',    'k',
+                                    'e', 'n', '_', 'i', 'd', U32(4), U32(4)};
+    CU_ASSERT_TRUE(file_has(path, eos_kv, sizeof eos_kv));
+    CU_ASSERT_FALSE(file_has(path, "bos_token_id", 12));
+    unlink(path);
+}
+
+#define EXPECT_FAILS(call, ...)                                                                    \
+    do {                                                                                           \
+        nb_clear_error();                                                                          \
+        EXPECT_NULL((call) ? (void *)1 : NULL, __VA_ARGS__);                                       \
+    } while (0)
+
+static void test_errors(void) {
+    nb_gguf *g = nb_gguf_new();
+    EXPECT_FAILS(nb_gguf_set_u32(g, "Bad.Key", 1), "nb_gguf_set_u32", "'Bad.Key'");
+    EXPECT_FAILS(nb_gguf_set_u32(g, "a..b", 1), "nb_gguf_set_u32", "'a..b'");
+    EXPECT_FAILS(nb_gguf_set_string(g, "a.b", NULL), "nb_gguf_set_string", "'a.b'", "NULL");
+    CU_ASSERT_TRUE(nb_gguf_set_string(g, "a.b", "x"));
+    EXPECT_FAILS(nb_gguf_set_f32(g, "a.b", 1), "nb_gguf_set_f32", "'a.b' is already set");
+    nb_tensor *w = nb_zeros(NB_F32, NB_SHAPE(2, 2));
+    EXPECT_FAILS(
+        nb_gguf_add_tensor(g, "0123456789012345678901234567890123456789012345678901234567890123", w,
+                           NB_GGUF_F32),
+        "nb_gguf_add_tensor", "1 to 63 bytes");
+    EXPECT_FAILS(nb_gguf_add_tensor(g, "i", nb_zeros(NB_I64, NB_SHAPE(2)), NB_GGUF_F32),
+                 "nb_gguf_add_tensor", "'i'", "int64 [2]", "float32 or float64");
+    EXPECT_FAILS(
+        nb_gguf_add_tensor(g, "big", nb_zeros(NB_F32, NB_SHAPE(1, 1, 1, 1, 1)), NB_GGUF_F16),
+        "nb_gguf_add_tensor", "'big'", "1 to 4 dims");
+    CU_ASSERT_TRUE(nb_gguf_add_tensor(g, "w", w, NB_GGUF_F16));
+    EXPECT_FAILS(nb_gguf_add_tensor(g, "w", w, NB_GGUF_F32), "nb_gguf_add_tensor",
+                 "'w' is already added");
+    EXPECT_FAILS(nb_gguf_save(g, "/nonexistent-dir/x.gguf"), "nb_gguf_save",
+                 "/nonexistent-dir/x.gguf");
+    const char *tokens[] = {"a", "b"};
+    const nb_gguf_vocab bad = {.n_tokens = 2, .tokens = tokens, .bos = 2, .eos = -1};
+    EXPECT_FAILS(nb_gguf_set_vocab(g, &bad), "nb_gguf_set_vocab", "bos 2");
+    nb_gguf_free(g);
+}
+
+/* The Llama LM's export refuses a vocabulary of the wrong size and a bad path, naming them,
+ * and leaves no file behind. */
+static void test_llama_export_errors(void) {
+    nb_module *root = nb_model_new(NB_F32, 1);
+    const blk_llama_config cfg = {
+        .dim = 8, .n_heads = 2, .n_kv_heads = 1, .hidden = 16, .norm_eps = 1e-5, .rope_base = 1e4};
+    blk_llama_lm *lm = blk_llama_lm_new(root, "lm", 3, 1, &cfg);
+    const char *tokens[] = {"a", "b"};
+    const nb_gguf_vocab two = {.n_tokens = 2, .tokens = tokens, .bos = -1, .eos = -1};
+    EXPECT_FAILS(blk_llama_lm_save_gguf(lm, "/tmp/nabla_never.gguf", 16, &two, NB_GGUF_F32),
+                 "blk_llama_lm_save_gguf", "2 tokens, the model 3");
+    CU_ASSERT_EQUAL(access("/tmp/nabla_never.gguf", F_OK), -1);
+    const char *three[] = {"a", "b", "c"};
+    const nb_gguf_vocab ok = {.n_tokens = 3, .tokens = three, .bos = -1, .eos = -1};
+    EXPECT_FAILS(blk_llama_lm_save_gguf(lm, "/nonexistent-dir/m.gguf", 16, &ok, NB_GGUF_F32),
+                 "blk_llama_lm_save_gguf", "/nonexistent-dir/m.gguf");
+    EXPECT_FAILS(blk_llama_lm_save_gguf(lm, "/tmp/nabla_never.gguf", 0, &ok, NB_GGUF_F32),
+                 "blk_llama_lm_save_gguf", "max_len 0");
+    nb_module_free(root);
+}
+
+int main(void) {
+    const nbtest_case cases[] = {
+        {"a small file, byte for byte as the specification lays it out", test_file_bytes},
+        {"float16 rounds to nearest even, overflows to infinity, keeps NaN", test_f16},
+        {"a vocabulary goes through GPT-2's byte-to-unicode map", test_vocab_bytes},
+        {"bad keys, tensors, vocabularies and paths name what is wrong", test_errors},
+        {"the Llama LM's export refuses what does not fit", test_llama_export_errors},
+    };
+    return nbtest_run("gguf", cases, sizeof cases / sizeof cases[0]);
+}
