@@ -11,12 +11,12 @@
  * accuracy after each removal on a second held-out set. Writes DIR/heads.csv (one row per
  * number of heads removed) and DIR/heads.png: accuracy against heads removed beside the
  * attention heatmaps of the heads that remain at the last point within one percentage point
- * of the full model. */
+ * of the full model. Training runs through nb_train (nabla/train.h), which also writes
+ * DIR/train.csv and DIR/curve.png. */
 #define _POSIX_C_SOURCE 200809L
-#include "common/args.h"
-#include "common/files.h"
+#include "common/flag_values.h"
 #include "common/plot.h"
-#include "common/progress.h"
+#include "common/train_flags.h"
 #include "toy/model.h"
 #include "toy/tasks.h"
 
@@ -56,26 +56,27 @@ static bool parse(int argc, char **argv, options *o) {
     *o = (options){.run = {.seed = 1, .out = "out/heads", .steps = -1},
                    .heldout = 1024,
                    .task = toy_task_find("recall")};
-    args a;
-    args_start(&a, "head_analysis", argc, argv);
-    while (args_next(&a)) {
-        bool ok = true;
-        if (args_is_help(&a)) {
+    struct option opts[4 + TRAIN_FLAGS_MAX + 1] = {{"help", no_argument, NULL, 'h'},
+                                                   {"quiet", no_argument, NULL, 'q'},
+                                                   {"task", required_argument, NULL, 't'},
+                                                   {"heldout", required_argument, NULL, 'H'}};
+    /* Not --lr, --resume, --checkpoint-every, --accum or --eval: training here is a fixed
+     * recipe (the task's learning rate, one batch a step), run to the end. */
+    train_flags_options(ARGS_STEPS | ARGS_SEED | ARGS_THREADS | ARGS_OUT, opts + 4);
+    for (int c; (c = flags_next("head_analysis", argc, argv, opts)) != -1;) {
+        bool ok = c != FLAGS_BAD;
+        if (c == 'h') {
             usage(stdout);
             exit(0);
-        } else if (args_is(&a, "--quiet")) {
+        } else if (c == 'q') {
             o->quiet = true;
-        } else if (args_is(&a, "--task")) {
-            const char *name = args_string(&a);
-            ok = name && (o->task = toy_task_find(name));
-            if (name && !ok) fprintf(stderr, "head_analysis: unknown task '%s'\n", name);
-        } else if (args_is(&a, "--heldout")) {
-            ok = args_int(&a, 1, 1 << 20, &o->heldout);
-        } else if (!args_some_trainer_flag(&a, &o->run,
-                                           ARGS_STEPS | ARGS_SEED | ARGS_THREADS | ARGS_OUT, &ok)) {
-            /* Not --lr, --resume, --checkpoint-every, --accum or --eval: training here is a
-             * fixed recipe (the task's learning rate, one batch a step), run to the end. */
-            ok = args_unknown(&a);
+        } else if (c == 't') {
+            ok = (o->task = toy_task_find(optarg)) != NULL;
+            if (!ok) fprintf(stderr, "head_analysis: unknown task '%s'\n", optarg);
+        } else if (c == 'H') {
+            ok = flag_int("head_analysis", "--heldout", optarg, 1, 1 << 20, &o->heldout);
+        } else if (is_train_flag(c)) {
+            ok = train_flag_value("head_analysis", c, optarg, &o->run);
         }
         if (!ok) return usage(stderr), false;
     }
@@ -113,36 +114,49 @@ static nb_tensor *logits_of(nb_transformer_lm *lm, const toy_task *task, nb_tens
     return nb_view(nb_transformer_lm_forward_opts(lm, tokens, &o), NB_SHAPE(-1, task->vocab));
 }
 
+/* What a training step needs. */
+typedef struct {
+    nb_transformer_lm *lm;
+    const options *o;
+} head_trainer;
+
+/* Step m->step's loss on a fresh batch, drawn from a seed of its own. */
+static nb_tensor *head_step(void *user, const nb_train_micro *m, double *metrics) {
+    const head_trainer *tr = user;
+    const toy_task *task = tr->o->task;
+    (void)metrics;
+    dataset d;
+    nb_tensor *loss = NULL;
+    if (dataset_make(&d, task, task->batch, tr->o->run.seed + (uint64_t)m->step))
+        loss = nb_cross_entropy(logits_of(tr->lm, task, batch_tokens(&d, 0, d.n), NULL),
+                                batch_targets(&d, 0, d.n), TOY_IGNORE, NB_REDUCE_MEAN);
+    else
+        nb_error("head_analysis", "out of memory");
+    dataset_free(&d);
+    return loss;
+}
+
+static double head_lr(void *user, int64_t step, int64_t total) {
+    const head_trainer *tr = user;
+    return nb_lr_warmup_cosine(step, total / 20, total, tr->o->task->lr, tr->o->task->lr / 20);
+}
+
 /* Trains lm for o->run.steps AdamW steps on fresh batches. False with nabla's error. */
 static bool train(nb_transformer_lm *lm, const options *o) {
-    const toy_task *task = o->task;
     int nparams;
     nb_tensor **params = nb_module_parameters(&lm->base, &nparams);
-    nb_optimizer *opt = params ? nb_adamw_new(params, nparams, nb_adamw_defaults(task->lr)) : NULL;
-    progress prog;
-    progress_start(&prog, o->run.steps);
-    bool ok = opt != NULL;
-    for (int64_t step = 0; ok && step < o->run.steps; step++) {
-        nb_scope_begin();
-        dataset d;
-        ok = dataset_make(&d, task, task->batch, o->run.seed + (uint64_t)step);
-        nb_tensor *loss =
-            ok ? nb_cross_entropy(logits_of(lm, task, batch_tokens(&d, 0, d.n), NULL),
-                                  batch_targets(&d, 0, d.n), TOY_IGNORE, NB_REDUCE_MEAN)
-               : NULL;
-        nb_optimizer_zero_grad(opt);
-        ok = loss && nb_backward(loss, NULL);
-        if (ok) {
-            nb_clip_grad_norm(params, nparams, 1.0);
-            nb_optimizer_set_lr(opt, nb_lr_warmup_cosine(step, o->run.steps / 20, o->run.steps,
-                                                         task->lr, task->lr / 20));
-            ok = nb_optimizer_step(opt);
-            if (!o->quiet) progress_update(&prog, step + 1, nb_item(loss), -1);
-        }
-        dataset_free(&d);
-        nb_scope_end();
-    }
-    if (ok && !o->quiet) progress_finish(&prog, "trained");
+    nb_optimizer *opt =
+        params ? nb_adamw_new(params, nparams, nb_adamw_defaults(o->task->lr)) : NULL;
+    head_trainer tr = {.lm = lm, .o = o};
+    nb_train_opts t = nb_train_defaults(o->run.steps);
+    t.name = "head_analysis";
+    t.step = head_step;
+    t.user = &tr;
+    t.clip_norm = 1.0;
+    t.lr = head_lr;
+    t.out_dir = o->run.out;
+    t.quiet = o->quiet;
+    bool ok = opt && nb_train(&lm->base, opt, &t, NULL);
     nb_optimizer_free(opt);
     free(params);
     return ok;
@@ -299,10 +313,6 @@ int main(int argc, char **argv) {
     int rc = 1;
     if (!lm || lm->num_layers * lm->num_heads > MAX_HEADS) {
         fprintf(stderr, "head_analysis: building the model: %s\n", nb_last_error());
-        goto done;
-    }
-    if (!make_dirs(o.run.out)) {
-        fprintf(stderr, "head_analysis: cannot create %s: %s\n", o.run.out, strerror(errno));
         goto done;
     }
     if (!dataset_make(&imp, task, o.heldout, o.run.seed ^ IMPORTANCE_MIX) ||

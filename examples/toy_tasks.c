@@ -8,17 +8,14 @@
  * head for a held-out example (attn_L<layer>_H<head>.png), and model.safetensors, which
  * --eval reloads to report the same held-out accuracy. A causal task's held-out answers are
  * then generated through nb_generate (greedy, KV cache), with either block, and one is also
- * sampled. With --checkpoint-every N it also
- * keeps a resume checkpoint there (common/resume.h), from which --resume continues a killed
- * run exactly. Training stops with a message when a loss or gradient stops being finite. */
+ * sampled. Training runs through nb_train (nabla/train.h): with --checkpoint-every N it keeps
+ * a resume checkpoint in DIR, from which --resume continues a killed run exactly, and it stops
+ * with a message when a loss or gradient stops being finite. */
 #define _POSIX_C_SOURCE 200809L
-#include "common/args.h"
-#include "common/files.h"
-#include "common/plot.h"
-#include "common/progress.h"
-#include "common/resume.h"
 #include "common/dist_train.h"
-#include "common/update.h"
+#include "common/plot.h"
+#include "common/resume.h"
+#include "common/train_flags.h"
 #include "toy/model.h"
 #include "toy/tasks.h"
 
@@ -47,17 +44,13 @@ static void usage(FILE *f) {
                 (long long)toy_tasks[i]->steps);
 }
 
-static bool parse_block(args *a, toy_block *block) {
-    const char *name = args_string(a);
-    if (!name) return false;
+static bool parse_block(const char *name, toy_block *block) {
     if (toy_block_parse(name, block)) return true;
     fprintf(stderr, "toy_tasks: unknown block '%s' (gpt or llama)\n", name);
     return false;
 }
 
-static bool parse_task(args *a, const toy_task **task) {
-    const char *name = args_string(a);
-    if (!name) return false;
+static bool parse_task(const char *name, const toy_task **task) {
     if (!(*task = toy_task_find(name))) fprintf(stderr, "toy_tasks: unknown task '%s'\n", name);
     return *task != NULL;
 }
@@ -65,26 +58,29 @@ static bool parse_task(args *a, const toy_task **task) {
 /* False after printing what is wrong and the usage: the caller exits with 2. */
 static bool parse(int argc, char **argv, options *o) {
     *o = (options){.run = {.seed = 1, .out = "out", .steps = -1}};
-    args a;
-    args_start(&a, "toy_tasks", argc, argv);
-    while (args_next(&a)) {
-        bool ok = true;
-        if (args_is_help(&a))
+    struct option opts[4 + TRAIN_FLAGS_MAX + 1] = {{"help", no_argument, NULL, 'h'},
+                                                   {"quiet", no_argument, NULL, 'q'},
+                                                   {"task", required_argument, NULL, 't'},
+                                                   {"block", required_argument, NULL, 'b'}};
+    train_flags_options(ARGS_ALL_TRAINER_FLAGS, opts + 4);
+    for (int c; (c = flags_next("toy_tasks", argc, argv, opts)) != -1;) {
+        bool ok = c != FLAGS_BAD;
+        if (c == 'h')
             usage(stdout), exit(0);
-        else if (args_is(&a, "--quiet"))
+        else if (c == 'q')
             o->quiet = true;
-        else if (args_is(&a, "--task"))
-            ok = parse_task(&a, &o->task);
-        else if (args_is(&a, "--block"))
-            ok = parse_block(&a, &o->block);
-        else if (!args_trainer_flag(&a, &o->run, &ok))
-            ok = args_unknown(&a);
+        else if (c == 't')
+            ok = parse_task(optarg, &o->task);
+        else if (c == 'b')
+            ok = parse_block(optarg, &o->block);
+        else if (is_train_flag(c))
+            ok = train_flag_value("toy_tasks", c, optarg, &o->run);
         if (!ok) return usage(stderr), false;
     }
     if (!o->task) return fprintf(stderr, "toy_tasks: --task is required\n"), usage(stderr), false;
     if (o->run.steps < 0) o->run.steps = o->task->steps;
     if (o->run.lr == 0) o->run.lr = o->task->lr;
-    return args_trainer_check(&a, &o->run) || (usage(stderr), false);
+    return train_flags_check("toy_tasks", &o->run) || (usage(stderr), false);
 }
 
 /* Correct predictions and scored positions of logits [n, V] against targets [n]. */
@@ -263,110 +259,67 @@ static int run_eval(const toy_model *lm, const options *o) {
 /* What the training steps share. */
 typedef struct {
     const toy_model *lm;
-    nb_optimizer *opt;
-    param_list params;
-    int64_t *x, *y; /* the step's global batch of tokens and targets (every rank's) */
-    FILE *csv;      /* rank 0's log; NULL on the other ranks */
-    dist_train dist;
-    double loss_avg, acc_avg; /* for the progress line */
-    bool averaging;           /* false until the first step's values are in */
-} trainer;
+    const options *o;
+    int64_t *x, *y;  /* the step's global batch of tokens and targets (every rank's) */
+    nb_rng data_rng; /* where the data stream is: saved in checkpoints (nb_train data_state) */
+} toy_trainer;
 
-/* Forward and backward of micro-batch k of this rank (x and y point at its batch), adding its
- * loss, correct predictions and scored positions to stats. */
-static bool micro_step(trainer *tr, const options *o, int64_t step, int k, const int64_t *x,
-                       const int64_t *y, double *stats) {
-    const toy_task *task = o->task;
-    int64_t B = task->batch, T = task->seq_len;
-    nb_scope_begin();
-    nb_tensor *logits = nb_view(toy_model_forward(tr->lm, tokens_tensor(x, B, T), task->causal),
-                                NB_SHAPE(B * T, task->vocab));
-    nb_tensor *loss = nb_cross_entropy(logits, nb_from_array(NB_I64, NB_SHAPE(B * T), y),
-                                       TOY_IGNORE, NB_REDUCE_MEAN);
-    bool ok = dist_train_backward(&tr->dist, tr->opt, loss, k, step);
-    if (ok) {
-        int64_t correct = 0, scored = 0;
-        count_correct(logits, y, B * T, &correct, &scored);
-        stats[0] += nb_item(loss), stats[1] += (double)correct, stats[2] += (double)scored;
-    }
-    nb_scope_end();
-    return ok;
+/* Micro-batch m of a step: the step's global batch is drawn at its first micro-batch (every
+ * rank draws all of it, so the stream stays in step everywhere); this one is part m->index. */
+static nb_tensor *toy_step(void *user, const nb_train_micro *m, double *metrics) {
+    toy_trainer *tr = user;
+    const toy_task *task = tr->o->task;
+    int64_t B = task->batch, T = task->seq_len, first = m->index * B * T;
+    if (m->micro == 0) task->make(&tr->data_rng, B * m->count, tr->x, tr->y);
+    nb_tensor *logits =
+        nb_view(toy_model_forward(tr->lm, tokens_tensor(tr->x + first, B, T), task->causal),
+                NB_SHAPE(B * T, task->vocab));
+    int64_t correct = 0, scored = 0;
+    if (logits) count_correct(logits, tr->y + first, B * T, &correct, &scored);
+    metrics[0] = scored ? (double)correct / (double)scored : 0;
+    return nb_cross_entropy(logits, nb_from_array(NB_I64, NB_SHAPE(B * T), tr->y + first),
+                            TOY_IGNORE, NB_REDUCE_MEAN);
 }
 
-/* Step step (0-based): one optimizer update on the global batch drawn from data_rng (this
- * rank's micro-batches of it); appends its row to the log. False with a message on an error or
- * a non-finite loss or gradient. */
-static bool train_step(trainer *tr, const options *o, int64_t step, nb_rng *data_rng) {
-    const toy_task *task = o->task;
-    int64_t B = task->batch, T = task->seq_len;
-    task->make(data_rng, B * dist_train_micro_batches(&tr->dist), tr->x, tr->y);
-    double stats[3] = {0, 0, 0}; /* loss sum, correct, scored */
-    for (int k = 0; k < tr->dist.accum; k++) {
-        int64_t first = dist_train_micro_index(&tr->dist, k) * B * T;
-        if (!micro_step(tr, o, step, k, tr->x + first, tr->y + first, stats)) return false;
-    }
-    bool ok = dist_train_update(&tr->dist, tr->opt, &tr->params, stats, 3, step, o->run.steps,
-                                o->run.lr, o->run.lr / 20);
-    if (ok) {
-        double l = stats[0] / dist_train_micro_batches(&tr->dist), acc = stats[1] / stats[2];
-        tr->loss_avg = tr->averaging ? 0.9 * tr->loss_avg + 0.1 * l : l;
-        tr->acc_avg = tr->averaging ? 0.9 * tr->acc_avg + 0.1 * acc : acc;
-        tr->averaging = true;
-        if (tr->csv) fprintf(tr->csv, "%lld,%.6f,%.4f\n", (long long)step + 1, l, acc);
-    }
-    return ok;
+/* Warmup over the first 20th, then cosine down to a 20th of --lr. */
+static double toy_lr(void *user, int64_t step, int64_t total) {
+    const toy_trainer *tr = user;
+    return nb_lr_warmup_cosine(step, total / 20, total, tr->o->run.lr, tr->o->run.lr / 20);
 }
 
-/* Trains (from the last resume checkpoint with --resume), evaluates, saves and plots into
- * o->run.out. Frees what it allocates on every path. */
+static bool toy_after_step(void *user, int64_t done) {
+    (void)user;
+    resume_kill_hook(done);
+    return true;
+}
+
+/* Trains (from the last resume checkpoint with --resume) on every rank; then rank 0
+ * evaluates, saves and plots into o->run.out. Frees what it allocates on every path. */
 static int run_training(const toy_model *lm, const options *o) {
     const toy_task *task = o->task;
     nb_module *model = nb_module_root(lm->module);
-    char csv_path[512], png_path[512], ckpt_path[512], run[256];
-    snprintf(csv_path, sizeof csv_path, "%s/train.csv", o->run.out);
-    snprintf(png_path, sizeof png_path, "%s/curve.png", o->run.out);
+    const int ranks = nb_dist_world_size(), accum = o->run.accum > 1 ? o->run.accum : 1;
+    const bool main_rank = nb_dist_rank() == 0, quiet = o->quiet || !main_rank;
+    char ckpt_path[512], run[256];
     snprintf(ckpt_path, sizeof ckpt_path, "%s/model.safetensors", o->run.out);
-    trainer tr = {.lm = lm};
-    int rc = 1;
-    if (!param_list_of(&tr.params, model)) {
-        rc = fail("listing the parameters");
-        goto done;
-    }
-    if (!dist_train_init(&tr.dist, "toy_tasks", model, &tr.params, o->run.accum)) goto done;
-    bool main_rank = dist_train_is_main(&tr.dist), quiet = o->quiet || !main_rank;
-    int micro_batches = dist_train_micro_batches(&tr.dist);
     /* A resumed run must draw the same batches: its micro-batch count is part of it. */
     int len =
         snprintf(run, sizeof run, "toy_tasks --task %s --steps %lld --seed %llu --lr %.17g",
                  task->name, (long long)o->run.steps, (unsigned long long)o->run.seed, o->run.lr);
-    if (micro_batches > 1)
-        snprintf(run + len, sizeof run - (size_t)len, " micro-batches %d", micro_batches);
-    if (main_rank && !make_dirs(o->run.out)) {
-        fprintf(stderr, "toy_tasks: cannot create %s: %s\n", o->run.out, strerror(errno));
-        goto done;
-    }
-    if (!(tr.opt = nb_adamw_new(tr.params.tensors, tr.params.n, nb_adamw_defaults(o->run.lr)))) {
+    if (ranks * accum > 1)
+        snprintf(run + len, sizeof run - (size_t)len, " micro-batches %d", ranks * accum);
+    size_t batch_tokens = (size_t)(task->batch * task->seq_len * ranks * accum);
+    toy_trainer tr = {.lm = lm,
+                      .o = o,
+                      .x = malloc(sizeof *tr.x * batch_tokens),
+                      .y = malloc(sizeof *tr.y * batch_tokens)};
+    nb_rng_seed(&tr.data_rng, o->run.seed);
+    int nparams = 0;
+    nb_tensor **params = nb_module_parameters(model, &nparams);
+    nb_optimizer *opt = params ? nb_adamw_new(params, nparams, nb_adamw_defaults(o->run.lr)) : NULL;
+    int rc = 1;
+    if (!tr.x || !tr.y || !opt) {
         rc = fail("creating the optimizer");
-        goto done;
-    }
-    resume_target target = {.prog = "toy_tasks",
-                            .dir = o->run.out,
-                            .run = run,
-                            .steps = o->run.steps,
-                            .model = model,
-                            .opt = tr.opt};
-    resume_state st = {.step = 0};
-    nb_rng_seed(&st.data_rng, o->run.seed);
-    /* Every rank reads the checkpoint; all go on only if all could. */
-    if (o->run.resume && !nb_dist_all_ok(resume_load(&target, &st))) goto done;
-    if (main_rank && !(tr.csv = resume_open_log("toy_tasks", csv_path, "step,loss,accuracy\n",
-                                                o->run.resume, st.log_bytes[0])))
-        goto done;
-    size_t batch_tokens = (size_t)(task->batch * task->seq_len * micro_batches);
-    tr.x = malloc(sizeof *tr.x * batch_tokens);
-    tr.y = malloc(sizeof *tr.y * batch_tokens);
-    if (!tr.x || !tr.y) {
-        fprintf(stderr, "toy_tasks: out of memory\n");
         goto done;
     }
     if (!quiet)
@@ -376,50 +329,51 @@ static int run_training(const toy_model *lm, const options *o) {
                (long long)nb_module_numel(model), lm->layers, (long long)task->heads,
                (long long)task->dim, (long long)o->run.steps, (long long)task->batch,
                o->run.resume ? " (resumed)" : "");
-    if (!quiet && micro_batches > 1)
-        printf("data parallel: %d rank(s) x %d micro-batch(es) of %lld per step\n", tr.dist.ranks,
-               tr.dist.accum, (long long)task->batch);
-    progress prog;
-    progress_start(&prog, o->run.steps);
-    while (st.step < o->run.steps) {
-        if (!train_step(&tr, o, st.step, &st.data_rng)) goto done;
-        st.step++;
-        if (!quiet) progress_update(&prog, st.step, tr.loss_avg, tr.acc_avg);
-        if (main_rank &&
-            !resume_checkpoint_due(&target, o->run.checkpoint_every, o->run.steps, &st, &tr.csv, 1))
-            goto done;
-        resume_kill_hook(st.step);
-    }
-    if (tr.csv) fclose(tr.csv);
-    tr.csv = NULL;
-    if (!quiet) progress_finish(&prog, "trained");
-    if (!dist_train_finish(&tr.dist, model)) goto done;
-    if (!main_rank) {
-        rc = 0;
+    if (!quiet && ranks * accum > 1)
+        printf("data parallel: %d rank(s) x %d micro-batch(es) of %lld per step\n", ranks, accum,
+               (long long)task->batch);
+    nb_train_opts t = nb_train_defaults(o->run.steps);
+    t.name = "toy_tasks";
+    t.step = toy_step;
+    t.user = &tr;
+    t.accum = accum;
+    t.dist = nb_dist_train();
+    t.clip_norm = 1.0;
+    t.lr = toy_lr;
+    t.n_metrics = 1;
+    t.metric_names = (const char *const[]){"accuracy"};
+    t.out_dir = o->run.out;
+    t.checkpoint_every = o->run.checkpoint_every;
+    t.resume = o->run.resume;
+    t.run = run;
+    t.data_state = &tr.data_rng;
+    t.data_state_bytes = sizeof tr.data_rng;
+    t.after_step = toy_after_step;
+    t.quiet = quiet;
+    if (!nb_train(model, opt, &t, NULL)) {
+        fprintf(stderr, "%s\n", nb_last_error());
         goto done;
     }
-
+    if (!dist_train_finish(&(dist_train){.prog = "toy_tasks", .ranks = ranks}, model)) goto done;
+    rc = 0;
+    if (!main_rank) goto done;
     double acc = evaluate(lm, task, o->run.seed);
     printf("%s: held-out token accuracy %.2f%% (%d sequences)\n", task->name, 100 * acc, HELDOUT);
     if (!generate_answers(lm, task, o->run.seed)) {
         rc = fail("generating");
-        goto done;
-    }
-    if (!nb_module_save(model, ckpt_path)) {
+    } else if (!nb_module_save(model, ckpt_path)) {
         rc = fail("saving the checkpoint");
-        goto done;
+    } else {
+        printf("checkpoint: %s (reload with --eval)\nlog: %s/train.csv\n", ckpt_path, o->run.out);
+        plot_heads(lm, task, o->run.seed, o->run.out);
     }
-    printf("checkpoint: %s (reload with --eval)\nlog: %s\n", ckpt_path, csv_path);
-    if (plot_curve(csv_path, png_path, task->name)) printf("curve: %s\n", png_path);
-    plot_heads(lm, task, o->run.seed, o->run.out);
-    rc = 0;
 done:
-    if (rc != 0) rc = dist_train_fail(&tr.dist, rc);
-    dist_train_free(&tr.dist);
-    if (tr.csv) fclose(tr.csv);
+    /* A failure on one rank stops them all (the others would wait for it). */
+    if (rc != 0 && ranks > 1) nb_dist_abort(rc, "stopping every rank after the error above");
+    nb_optimizer_free(opt);
+    free(params);
     free(tr.x);
     free(tr.y);
-    nb_optimizer_free(tr.opt);
     return rc;
 }
 

@@ -24,6 +24,7 @@
 #define NABLA_DIST_H
 
 #include "nabla/nn.h"
+#include "nabla/train.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -98,6 +99,12 @@ bool nb_grad_reducer_finish(nb_grad_reducer *r);
 /* Number of buckets, and the bytes exchanged per rank per finish (for benchmarks). */
 int nb_grad_reducer_buckets(const nb_grad_reducer *r);
 int64_t nb_grad_reducer_bytes(const nb_grad_reducer *r);
+
+/* ---- The training loop ------------------------------------------------------------------ */
+/* Data parallelism for nb_train (nabla/train.h): set opts.dist to this. It broadcasts rank 0's
+ * model, averages the gradients through an nb_grad_reducer (so N ranks equal one process with
+ * accum N, bit for bit) and sums the step's loss and metrics over ranks. Static; not freed. */
+const nb_train_dist *nb_dist_train(void);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,7 @@
 #include "nabla/generate.h"
 #include "nabla/data.h"
 #include "nabla/dist.h"
+#include "nabla/train.h"
 #include "nabla/gguf.h"
 #include "nabla/blocks.h"
 #include "nabla/text.h"
