@@ -43,11 +43,11 @@ static nb_tensor *checked_index(const char *op, const nb_tensor *index, int dim,
     return idx;
 }
 
-/* x float with at least one dim, index int64, dim normalised into *d. */
+/* x with at least one dim (and float unless any_dtype), index int64, dim normalised into *d. */
 static bool check_x_dim_index(const char *op, const nb_tensor *x, int dim, const nb_tensor *index,
-                              int *d) {
+                              bool any_dtype, int *d) {
     if (!nba_check_inputs(op, 2, (const nb_tensor *[]){x, index})) return false;
-    if (!nba_check_float(op, x)) return false;
+    if (!any_dtype && !nba_check_float(op, x)) return false;
     if (x->ndim == 0) /* PyTorch's 0-d special cases are left out: see the ops.h contracts */
         return nbt_error(op, "x must have at least one dim, got shape %s", nbt_shape(x)), false;
     if (!check_index_dtype(op, index)) return false;
@@ -57,7 +57,7 @@ static bool check_x_dim_index(const char *op, const nb_tensor *x, int dim, const
 
 /* ---- raw loops ---- */
 typedef struct {
-    nb_dtype dtype;
+    size_t esize;      /* element bytes: elements are copied as bits, so any dtype works */
     int64_t dim_bytes; /* bytes between consecutive positions of x's dim */
 } gather_ctx;
 
@@ -66,10 +66,12 @@ static void gather_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
     const gather_ctx *c = vctx;
     for (int64_t i = 0; i < n; i++) {
         const char *x = p[2] + i * s[2] + *(const int64_t *)(p[1] + i * s[1]) * c->dim_bytes;
-        if (c->dtype == NB_F32)
-            *(float *)(p[0] + i * s[0]) = *(const float *)x;
+        if (c->esize == 8)
+            *(uint64_t *)(p[0] + i * s[0]) = *(const uint64_t *)x;
+        else if (c->esize == 4)
+            *(uint32_t *)(p[0] + i * s[0]) = *(const uint32_t *)x;
         else
-            *(double *)(p[0] + i * s[0]) = *(const double *)x;
+            *(uint8_t *)(p[0] + i * s[0]) = *(const uint8_t *)x;
     }
 }
 
@@ -85,7 +87,7 @@ static void gather_into(nb_tensor *out, const nb_tensor *x, int dim, const nb_te
     memcpy(ops.strides[1], idx_strides, sizeof(int64_t) * (size_t)out->ndim);
     memcpy(ops.strides[2], x->strides, sizeof(int64_t) * (size_t)x->ndim);
     ops.strides[2][dim] = 0; /* the index picks the position along dim */
-    gather_ctx c = {x->dtype, x->strides[dim] * (int64_t)es};
+    gather_ctx c = {es, x->strides[dim] * (int64_t)es};
     nbt_iterate(out->ndim, out->shape, &ops, gather_inner, &c);
 }
 
@@ -244,7 +246,7 @@ static void gather_backward(nb_node *n, const nb_tensor *gout) {
 nb_tensor *nb_gather(const nb_tensor *x, int dim, const nb_tensor *index) {
     const char *op = "gather";
     int d;
-    if (!check_x_dim_index(op, x, dim, index, &d)) return NULL;
+    if (!check_x_dim_index(op, x, dim, index, false, &d)) return NULL;
     bool fits = index->ndim == x->ndim;
     for (int i = 0; fits && i < x->ndim; i++)
         if (i != d && index->shape[i] > x->shape[i]) fits = false;
@@ -283,7 +285,8 @@ static void index_select_backward(nb_node *n, const nb_tensor *gout) {
 nb_tensor *nb_index_select(const nb_tensor *x, int dim, const nb_tensor *index) {
     const char *op = "index_select";
     int d;
-    if (!check_x_dim_index(op, x, dim, index, &d)) return NULL;
+    /* Any dtype: int64 and bool rows never require grad, so they get no node. */
+    if (!check_x_dim_index(op, x, dim, index, true, &d)) return NULL;
     nb_tensor *idx = checked_vector_index(op, x, d, index);
     nb_tensor *out = idx ? select_rows(op, x, d, idx) : NULL;
     if (!out) return NULL;
@@ -307,7 +310,7 @@ nb_tensor *nb_index_add(const nb_tensor *x, int dim, const nb_tensor *index,
     const char *op = "index_add";
     int d;
     if (!nba_check_inputs(op, 3, (const nb_tensor *[]){x, index, source})) return NULL;
-    if (!check_x_dim_index(op, x, dim, index, &d) || !nba_check_same_float(op, x, source))
+    if (!check_x_dim_index(op, x, dim, index, false, &d) || !nba_check_same_float(op, x, source))
         return NULL;
     nb_tensor *idx = checked_vector_index(op, x, d, index);
     if (!idx) return NULL;

@@ -2,7 +2,7 @@
 # the meson build directory. Safe to run again: it does nothing when all is in place.
 
 NABLA_PACKAGES=(build-essential meson ninja-build pkg-config libsleef-dev libcunit1-dev
-                libjansson-dev zlib1g-dev valgrind gnuplot-nox clang libclang-rt-14-dev fortunes
+                libjansson-dev zlib1g-dev libcsv-dev valgrind gnuplot-nox clang libclang-rt-14-dev fortunes
                 libopenmpi-dev openmpi-bin)
 
 nabla_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -207,5 +207,7 @@ void nbt_broadcast_strides(const nb_tensor *t, int ndim, const int64_t *shape, i
 bool nbt_copy(nb_tensor *dst, const nb_tensor *src);
 /* Reads element k (row-major order over t's shape) as double. Slow; for tests and printing. */
 double nbt_get_linear(const nb_tensor *t, int64_t k);
+/* Writes nb_randperm(rng, n)'s permutation into out (n entries), drawing as it does. */
+void nbt_randperm_into(nb_rng *rng, int64_t n, int64_t *out);
 
 #endif

@@ -19,7 +19,9 @@ void nb_rng_seed(nb_rng *rng, uint64_t seed) {
     for (int i = 0; i < 4; i++) rng->s[i] = splitmix64(&seed);
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 
 uint64_t nb_rng_next(nb_rng *rng) {
     if (!rng) return nbt_error("nb_rng_next", "NULL generator"), 0;
@@ -90,6 +92,14 @@ nb_tensor *nb_randn(nb_rng *rng, nb_dtype dt, int ndim, const int64_t *shape) {
     return fill_random("randn", rng, dt, ndim, shape, 0, 0, true);
 }
 
+/* Uniform in [0, span) for span >= 1: rejection sampling keeps every value equally likely. */
+static uint64_t below(nb_rng *rng, uint64_t span) {
+    uint64_t limit = UINT64_MAX - UINT64_MAX % span, r;
+    do r = nb_rng_next(rng);
+    while (r >= limit);
+    return r % span;
+}
+
 nb_tensor *nb_randint(nb_rng *rng, int64_t low, int64_t high, int ndim, const int64_t *shape) {
     if (!rng) return nbt_error("randint", "NULL generator");
     if (low >= high)
@@ -98,16 +108,28 @@ nb_tensor *nb_randint(nb_rng *rng, int64_t low, int64_t high, int ndim, const in
     if (!t) return NULL;
     /* Unsigned arithmetic: high - low and low + offset may not fit in int64. */
     uint64_t span = (uint64_t)high - (uint64_t)low, n = (uint64_t)nbt_numel(t);
-    /* Rejection sampling keeps every value equally likely. */
-    uint64_t limit = UINT64_MAX - UINT64_MAX % span;
     for (uint64_t i = 0; i < n; i++) {
-        uint64_t r;
-        do r = nb_rng_next(rng);
-        while (r >= limit);
-        uint64_t v = (uint64_t)low + r % span; /* wraps mod 2^64 to the right value */
-        ((int64_t *)t->storage->data)[i] = v <= (uint64_t)INT64_MAX
-                                               ? (int64_t)v
-                                               : -(int64_t)(UINT64_MAX - v) - 1;
+        uint64_t v = (uint64_t)low + below(rng, span); /* wraps mod 2^64 to the right value */
+        ((int64_t *)t->storage->data)[i] =
+            v <= (uint64_t)INT64_MAX ? (int64_t)v : -(int64_t)(UINT64_MAX - v) - 1;
     }
+    return t;
+}
+
+void nbt_randperm_into(nb_rng *rng, int64_t n, int64_t *out) {
+    for (int64_t i = 0; i < n; i++) out[i] = i;
+    /* Fisher-Yates from the top: position i swaps with one of [0, i], each equally likely. */
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)below(rng, (uint64_t)i + 1), t = out[i];
+        out[i] = out[j];
+        out[j] = t;
+    }
+}
+
+nb_tensor *nb_randperm(nb_rng *rng, int64_t n) {
+    if (!rng) return nbt_error("randperm", "NULL generator");
+    if (n < 0) return nbt_error("randperm", "n must be >= 0, got %lld", (long long)n);
+    nb_tensor *t = nbt_new("randperm", NB_I64, 1, &n);
+    if (t) nbt_randperm_into(rng, n, (int64_t *)t->storage->data);
     return t;
 }

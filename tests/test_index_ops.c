@@ -67,9 +67,29 @@ static void test_index_select_errors(void) {
     EXPECT_NULL(nb_index_select(x, 0, nb_zeros(NB_I64, NB_SHAPE(2, 2))), "index_select: ", "1-D",
                 "[2, 2]", "[4, 3]");
     EXPECT_NULL(nb_index_select(x, 2, nb_zeros(NB_I64, NB_SHAPE(2))), "index_select: ", "dim 2");
-    EXPECT_NULL(
-        nb_index_select(nb_zeros(NB_BOOL, NB_SHAPE(4, 3)), 0, nb_zeros(NB_I64, NB_SHAPE(2))),
-        "index_select: ", "bool", "[4, 3]");
+    EXPECT_NULL(nb_index_select(nb_zeros(NB_I64, 0, NULL), 0, nb_zeros(NB_I64, NB_SHAPE(1))),
+                "index_select: ", "[]");
+}
+
+/* Rows of int64 and bool tensors (class labels, masks), as torch.index_select takes any dtype:
+ * copied exactly, with no autograd. */
+static void test_index_select_any_dtype(void) {
+    nb_tensor *idx = nb_from_array(NB_I64, NB_SHAPE(3), I64(2, 0, 2));
+    int64_t big = (int64_t)1 << 60; /* beyond a double's exact integers */
+    nb_tensor *labels =
+        nb_from_array(NB_I64, NB_SHAPE(3, 2), I64(1, big + 1, -3, 4, 5, -(big + 7)));
+    nb_tensor *rows = nb_index_select(labels, 0, idx);
+    NBT_ASSERT_SHAPE(rows, 3, 2);
+    CU_ASSERT_EQUAL(rows->dtype, NB_I64);
+    const int64_t *r = nb_data(rows);
+    const int64_t want[] = {5, -(big + 7), 1, big + 1, 5, -(big + 7)};
+    for (int i = 0; i < 6; i++) CU_ASSERT_EQUAL(r[i], want[i]);
+    CU_ASSERT_PTR_NULL(rows->node);
+    nb_tensor *mask = nb_from_array(NB_BOOL, NB_SHAPE(2, 3), (const uint8_t[]){1, 0, 0, 0, 1, 1});
+    nb_tensor *cols = nb_index_select(mask, 1, idx);
+    NBT_ASSERT_SHAPE(cols, 2, 3);
+    CU_ASSERT_EQUAL(cols->dtype, NB_BOOL);
+    NBT_ASSERT_VALUES(cols, 0, 0, 1, 0, 1, 0, 1);
 }
 
 static void test_index_add_errors(void) {
@@ -243,6 +263,7 @@ int main(void) {
         {"where: bad cond, operands and shapes name the op", test_where_errors},
         {"gather: bad indices name the op and the shapes", test_gather_errors},
         {"index_select: bad indices name the op and the shapes", test_index_select_errors},
+        {"index_select: int64 and bool rows, copied exactly", test_index_select_any_dtype},
         {"index_add: bad indices and sources name the op and the shapes", test_index_add_errors},
         {"empty indices", test_empty_indices},
         {"index_add: repeated indices add in index order, any thread count", test_index_add_order},

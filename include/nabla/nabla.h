@@ -13,6 +13,7 @@
 #include "nabla/nn.h"
 #include "nabla/optim.h"
 #include "nabla/generate.h"
+#include "nabla/data.h"
 #include "nabla/dist.h"
 #include "nabla/train.h"
 #include "nabla/gguf.h"

@@ -82,8 +82,9 @@ nb_tensor *nb_where(const nb_tensor *cond, const nb_tensor *a, const nb_tensor *
  * the current scope; differentiable w.r.t. x (repeated indices accumulate). x needs a dim. */
 nb_tensor *nb_gather(const nb_tensor *x, int dim, const nb_tensor *index);
 /* torch.index_select: the entries of x at index (NB_I64, 1-D or 0-d, values in
- * [0, x->shape[dim])) along dim, which gets the index's length. New tensor in the current
- * scope; differentiable w.r.t. x (repeated indices accumulate). x needs a dim. */
+ * [0, x->shape[dim])) along dim, which gets the index's length. x of any dtype (copied bit
+ * for bit), with a dim. New tensor in the current scope; differentiable w.r.t. a float x
+ * (repeated indices accumulate). */
 nb_tensor *nb_index_select(const nb_tensor *x, int dim, const nb_tensor *index);
 /* torch.index_add: a copy of x with alpha * source[.., k, ..] added at x[.., index[k], ..]
  * along dim; index NB_I64 1-D (or 0-d) in [0, x->shape[dim]), source x's shape with the

@@ -169,6 +169,14 @@ nb_tensor *nb_uniform(nb_rng *rng, nb_dtype dt, int ndim, const int64_t *shape, 
 nb_tensor *nb_randn(nb_rng *rng, nb_dtype dt, int ndim, const int64_t *shape);
 /* Integers in [low, high) as NB_I64. */
 nb_tensor *nb_randint(nb_rng *rng, int64_t low, int64_t high, int ndim, const int64_t *shape);
+/* A random permutation of 0..n-1 as NB_I64 [n] (torch.randperm; n >= 0), new in the current
+ * scope. The same rng state gives the same permutation. Every permutation is equally likely:
+ * starting from 0..n-1, for i = n-1 down to 1 entry i is swapped with entry j, j uniform in
+ * [0, i] (one nb_rng_next per draw, redrawn while the draw is at or above the largest
+ * multiple of i + 1 that fits in 2^64, then j = draw mod (i + 1)). It does not give
+ * torch.randperm's permutation for the same seed: the generators differ (PyTorch's is
+ * Mersenne Twister). */
+nb_tensor *nb_randperm(nb_rng *rng, int64_t n);
 
 /* ---- Element access ------------------------------------------------------------------- */
 /* Index helper: nb_get(t, NB_IDX(1, 2)). Negative indices count from the end. */
