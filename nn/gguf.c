@@ -187,22 +187,27 @@ bool nb_gguf_set_strings(nb_gguf *g, const char *key, int64_t n, const char *con
     return end_kv(g, op, key, start, ok);
 }
 
-bool nb_gguf_set_i32s(nb_gguf *g, const char *key, int64_t n, const int32_t *values) {
-    const char *op = "nb_gguf_set_i32s";
+/* An array of n 4-byte elements of type elem (int32 or float32), written as the little-endian
+ * uint32 of each element's bits. */
+static bool set_words(nb_gguf *g, const char *op, const char *key, int64_t n, const void *values,
+                      uint32_t elem) {
     size_t start = g ? g->kv.len : 0;
     if (!begin_array(g, op, key, n, values)) return false;
-    bool ok = array_head(&g->kv, T_I32, n);
-    for (int64_t i = 0; ok && i < n; i++) ok = put_u32(&g->kv, (uint32_t)values[i]);
+    bool ok = array_head(&g->kv, elem, n);
+    for (int64_t i = 0; ok && i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, (const char *)values + 4 * i, 4);
+        ok = put_u32(&g->kv, bits);
+    }
     return end_kv(g, op, key, start, ok);
 }
 
+bool nb_gguf_set_i32s(nb_gguf *g, const char *key, int64_t n, const int32_t *values) {
+    return set_words(g, "nb_gguf_set_i32s", key, n, values, T_I32);
+}
+
 bool nb_gguf_set_f32s(nb_gguf *g, const char *key, int64_t n, const float *values) {
-    const char *op = "nb_gguf_set_f32s";
-    size_t start = g ? g->kv.len : 0;
-    if (!begin_array(g, op, key, n, values)) return false;
-    bool ok = array_head(&g->kv, T_F32, n);
-    for (int64_t i = 0; ok && i < n; i++) ok = put_f32(&g->kv, values[i]);
-    return end_kv(g, op, key, start, ok);
+    return set_words(g, "nb_gguf_set_f32s", key, n, values, T_F32);
 }
 
 uint16_t nb_gguf_f16_bits(float x) {

@@ -10,26 +10,24 @@
 
 /* GPT-2's map: the printable bytes 33-126, 161-172 and 174-255 stand for themselves; the
  * others (control characters, space, 127-160, the soft hyphen) take code points 256, 257, ...
- * in byte order. */
-static uint32_t byte_code_point(unsigned char b) {
-    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174) return b;
-    uint32_t n = 0;
-    for (unsigned c = 0; c < b; c++)
-        if (!((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || c >= 174)) n++;
-    return 256 + n;
+ * in byte order. Made once a vocabulary, in one pass over the bytes. */
+static void byte_code_points(uint32_t cp[256]) {
+    uint32_t next = 256;
+    for (unsigned b = 0; b < 256; b++)
+        cp[b] = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174 ? b : next++;
 }
 
-/* Appends bytes[0..len) through the map as UTF-8 (each byte becomes 1 or 2 UTF-8 bytes: all
+/* Appends bytes[0..len) through the map cp as UTF-8 (each byte becomes 1 or 2 UTF-8 bytes: all
  * code points are below 0x800), at out, which has room for 2 * len. Returns the length. */
-static size_t encode(const char *bytes, int64_t len, char *out) {
+static size_t encode(const uint32_t cp[256], const char *bytes, int64_t len, char *out) {
     size_t n = 0;
     for (int64_t i = 0; i < len; i++) {
-        uint32_t cp = byte_code_point((unsigned char)bytes[i]);
-        if (cp < 0x80)
-            out[n++] = (char)cp;
+        uint32_t c = cp[(unsigned char)bytes[i]];
+        if (c < 0x80)
+            out[n++] = (char)c;
         else {
-            out[n++] = (char)(0xc0 | (cp >> 6));
-            out[n++] = (char)(0x80 | (cp & 0x3f));
+            out[n++] = (char)(0xc0 | (c >> 6));
+            out[n++] = (char)(0x80 | (c & 0x3f));
         }
     }
     return n;
@@ -41,7 +39,8 @@ static int64_t token_len(const nb_gguf_vocab *v, int64_t i) {
 
 /* The encoded tokens (or, with merges, "left right" pairs) as one array of strings; false
  * when out of memory. */
-static bool encoded(const nb_gguf_vocab *v, bool merges, char ***strs, int64_t **lens) {
+static bool encoded(const nb_gguf_vocab *v, const uint32_t cp[256], bool merges, char ***strs,
+                    int64_t **lens) {
     int64_t n = merges ? v->n_merges : v->n_tokens;
     *strs = calloc((size_t)(n ? n : 1), sizeof **strs);
     *lens = calloc((size_t)(n ? n : 1), sizeof **lens);
@@ -51,10 +50,10 @@ static bool encoded(const nb_gguf_vocab *v, bool merges, char ***strs, int64_t *
         int64_t la = token_len(v, a), lb = b >= 0 ? token_len(v, b) : 0;
         char *s = (*strs)[i] = malloc((size_t)(2 * (la + lb) + 2));
         if (!(ok = s != NULL)) break;
-        size_t k = encode(v->tokens[a], la, s);
+        size_t k = encode(cp, v->tokens[a], la, s);
         if (b >= 0) {
             s[k++] = ' ';
-            k += encode(v->tokens[b], lb, s + k);
+            k += encode(cp, v->tokens[b], lb, s + k);
         }
         (*lens)[i] = (int64_t)k;
     }
@@ -89,10 +88,13 @@ static bool check_vocab(const nb_gguf_vocab *v) {
 
 bool nb_gguf_set_vocab(nb_gguf *g, const nb_gguf_vocab *v) {
     if (!check_vocab(v)) return false;
+    uint32_t cp[256];
+    byte_code_points(cp);
     char **tok = NULL, **mer = NULL;
     int64_t *tok_len = NULL, *mer_len = NULL;
     int32_t *types = malloc(sizeof *types * (size_t)v->n_tokens);
-    bool ok = types && encoded(v, false, &tok, &tok_len) && encoded(v, true, &mer, &mer_len);
+    bool ok =
+        types && encoded(v, cp, false, &tok, &tok_len) && encoded(v, cp, true, &mer, &mer_len);
     if (!ok) nbt_error("nb_gguf_set_vocab", "out of memory");
     for (int64_t i = 0; ok && i < v->n_tokens; i++) types[i] = 1; /* normal */
     ok = ok && nb_gguf_set_string(g, "tokenizer.ggml.model", "gpt2") &&
