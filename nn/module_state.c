@@ -214,6 +214,13 @@ void nb_module_zero_grad(nb_module *m) {
     for (int i = 0; i < m->nchildren; i++) nb_module_zero_grad(m->children[i]);
 }
 
+bool nb_module_requires_grad_(nb_module *m, bool requires_grad) {
+    if (!m) return nbt_error("nb_module_requires_grad_", "NULL module"), false;
+    for (int i = 0; i < m->nparams; i++) nb_requires_grad_(m->params[i].tensor, requires_grad);
+    for (int i = 0; i < m->nchildren; i++) nb_module_requires_grad_(m->children[i], requires_grad);
+    return true;
+}
+
 static void print_tree(FILE *f, const nb_module *m, int64_t *buffer_numel) {
     for (int i = 0; i < m->nparams; i++) {
         const nb_tensor *t = m->params[i].tensor;

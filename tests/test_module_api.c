@@ -373,6 +373,44 @@ static void test_gradcheck_custom_module(void) {
     nb_module_free(model);
 }
 
+/* nb_module_requires_grad_ freezes and unfreezes a subtree, as torch's Module.requires_grad_:
+ * a frozen layer gets no gradient and an optimizer over every parameter leaves it alone. */
+static void test_requires_grad_subtree(void) {
+    nb_module *model = nb_model_new(NB_F32, 5);
+    nb_linear *fc1 = nb_linear_new(model, "fc1", 3, 4, true);
+    nb_linear *fc2 = nb_linear_new(model, "fc2", 4, 2, true);
+    CU_ASSERT_TRUE_FATAL(nb_module_requires_grad_(&fc1->base, false));
+    CU_ASSERT_FALSE(fc1->weight->requires_grad);
+    CU_ASSERT_FALSE(fc1->bias->requires_grad);
+    CU_ASSERT_TRUE(fc2->weight->requires_grad);
+    CU_ASSERT_TRUE(fc2->bias->requires_grad);
+    int n;
+    nb_tensor **params = nb_module_parameters(model, &n);
+    nb_optimizer *opt = nb_sgd_new(params, n, nb_sgd_defaults(0.5));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(opt);
+    nb_tensor *w1 = nb_clone(fc1->weight), *b2 = nb_clone(fc2->bias);
+    nb_scope_begin();
+    nb_tensor *x = nb_full(NB_F32, NB_SHAPE(2, 3), 1.0);
+    CU_ASSERT_TRUE(
+        nb_backward(nb_sum(nb_linear_forward(fc2, nb_relu(nb_linear_forward(fc1, x)))), NULL));
+    nb_scope_end();
+    CU_ASSERT_PTR_NULL(nb_grad(fc1->weight));
+    CU_ASSERT_PTR_NOT_NULL(nb_grad(fc2->bias));
+    CU_ASSERT_TRUE(nb_optimizer_step(opt));
+    CU_ASSERT_EQUAL(nb_get(fc1->weight, NB_IDX(0, 0)), nb_get(w1, NB_IDX(0, 0)));
+    /* d sum / d fc2.bias is 2 (two rows): SGD moves it by -0.5 * 2 = -1 exactly. */
+    CU_ASSERT_DOUBLE_EQUAL(nb_get(fc2->bias, NB_IDX(0)), nb_get(b2, NB_IDX(0)) - 1.0, 1e-6);
+    /* Unfrozen, the whole model trains again. */
+    CU_ASSERT_TRUE(nb_module_requires_grad_(model, true));
+    CU_ASSERT_TRUE(fc1->weight->requires_grad);
+    CU_ASSERT_TRUE(fc1->bias->requires_grad);
+    CU_ASSERT_FALSE(nb_module_requires_grad_(NULL, false));
+    CU_ASSERT_PTR_NOT_NULL(strstr(nb_last_error(), "requires_grad_"));
+    nb_optimizer_free(opt);
+    free(params);
+    nb_module_free(model);
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"tree, names and accessors", test_tree_names_and_accessors},
@@ -384,6 +422,7 @@ int main(void) {
         {"buffers saved and loaded, not optimized", test_buffers_in_checkpoints_not_optimized},
         {"printed table lists buffers", test_print_lists_buffers},
         {"gradcheck a custom module", test_gradcheck_custom_module},
+        {"requires_grad_ freezes and unfreezes a subtree", test_requires_grad_subtree},
     };
     return nbtest_run("module api", cases, (int)(sizeof cases / sizeof cases[0]));
 }

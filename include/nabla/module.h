@@ -180,6 +180,10 @@ nb_tensor *nb_module_buffer(const nb_module *m, const char *name);
 
 /* Zeroes every parameter gradient in the subtree (buffers are left alone). */
 void nb_module_zero_grad(nb_module *m);
+/* Sets requires_grad on every parameter in m's subtree (torch's Module.requires_grad_): false
+ * freezes them (backward gives them no gradient, optimizers and nb_train skip them), true
+ * trains them again. Buffers are left alone. False with an error for a NULL m. */
+bool nb_module_requires_grad_(nb_module *m, bool requires_grad);
 /* Training mode (dropout active) or evaluation mode, for the whole subtree. */
 void nb_module_train(nb_module *m, bool training);
 /* Prints a table of names, shapes and counts: parameters, then buffers marked (buffer), and
