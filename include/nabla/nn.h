@@ -171,6 +171,29 @@ nb_transformer_block *nb_transformer_block_new(nb_module *parent, const char *na
 nb_tensor *nb_transformer_block_forward(nb_transformer_block *m, const nb_tensor *x,
                                         const nb_mha_opts *opts);
 
+/* Pre-LayerNorm decoder block of an encoder-decoder: x + attn(norm1(x)) (self-attention),
+ * then x + cross_attn(norm2(x), memory) (queries from x, keys and values from the encoder's
+ * output), then x + ff(norm3(x)), ff hidden = 4 * dim. As PyTorch's
+ * nn.TransformerDecoderLayer(norm_first=True, dim_feedforward=4 * dim, activation="gelu") with
+ * qkv_bias set (its in_proj split into W_query, W_key, W_value; linear1, linear2 are ff.fc1,
+ * ff.fc2). Both attentions are built from cfg (out_proj with a bias). */
+typedef struct {
+    nb_module base;
+    nb_layernorm *norm1, *norm2, *norm3;
+    nb_mha *attn, *cross_attn;
+    nb_feedforward *ff;
+} nb_transformer_decoder_block;
+/* Owned by the root; NULL with an error (the model unchanged) on a bad config. */
+nb_transformer_decoder_block *nb_transformer_decoder_block_new(nb_module *parent, const char *name,
+                                                               const nb_block_config *cfg);
+/* x [B, T, dim] and memory [B, S, dim] -> [B, T, dim] in the current scope. self_opts are the
+ * self-attention's options (e.g. causal, a key padding mask of x) and cross_opts the
+ * cross-attention's (e.g. a key padding mask of memory); either may be NULL (no masks). */
+nb_tensor *nb_transformer_decoder_block_forward(nb_transformer_decoder_block *m, const nb_tensor *x,
+                                                const nb_tensor *memory,
+                                                const nb_mha_opts *self_opts,
+                                                const nb_mha_opts *cross_opts);
+
 /* ---- A small transformer over tokens --------------------------------------------------- */
 /* tok_emb + pos_emb, then blocks.0 .. blocks.{layers-1}, then norm_f and head (logits over
  * out_features classes, the vocabulary unless asked otherwise). With tied weights the head

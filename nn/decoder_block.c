@@ -1,0 +1,48 @@
+/* The transformer decoder block (nn.h): self-attention, cross-attention to an encoder's
+ * output, feed-forward, each pre-LayerNorm with a residual, as PyTorch's
+ * nn.TransformerDecoderLayer(norm_first=True). */
+#include "module_error.h"
+#include "nabla/nn.h"
+#include "tensor/nbt.h" /* nbt_error */
+
+nb_transformer_decoder_block *nb_transformer_decoder_block_new(nb_module *parent, const char *name,
+                                                               const nb_block_config *cfg) {
+    if (!cfg) return nbt_error("TransformerDecoderBlock", "NULL config");
+    const int64_t dim = cfg->dim;
+    int64_t hidden; /* a dim <= 0 is refused by norm1 */
+    if (__builtin_mul_overflow(dim, 4, &hidden))
+        return nbt_error("TransformerDecoderBlock", "dim %lld is too large (4 * dim overflows)",
+                         (long long)dim);
+    nb_transformer_decoder_block *m =
+        nb_module_new(parent, name, "TransformerDecoderBlock", sizeof *m);
+    if (!m) return NULL;
+    const nb_mha_config attn = {.d_in = dim,
+                                .d_out = dim,
+                                .num_heads = cfg->num_heads,
+                                .qkv_bias = cfg->qkv_bias,
+                                .out_bias = true,
+                                .dropout = cfg->dropout};
+    if (!(m->norm1 = nb_layernorm_new(&m->base, "norm1", dim)) ||
+        !(m->attn = nb_mha_new_config(&m->base, "attn", &attn)) ||
+        !(m->norm2 = nb_layernorm_new(&m->base, "norm2", dim)) ||
+        !(m->cross_attn = nb_mha_new_config(&m->base, "cross_attn", &attn)) ||
+        !(m->norm3 = nb_layernorm_new(&m->base, "norm3", dim)) ||
+        !(m->ff = nb_feedforward_new(&m->base, "ff", dim, hidden)))
+        return nbn_discard(&m->base);
+    m->ff->gelu_tanh = cfg->gelu_tanh;
+    return m;
+}
+
+nb_tensor *nb_transformer_decoder_block_forward(nb_transformer_decoder_block *m, const nb_tensor *x,
+                                                const nb_tensor *memory,
+                                                const nb_mha_opts *self_opts,
+                                                const nb_mha_opts *cross_opts) {
+    if (!m || !x || !memory)
+        return nbn_null_argument("TransformerDecoderBlock", m ? &m->base : NULL,
+                                 x ? "memory" : "input");
+    nb_tensor *h = nb_add(x, nb_mha_forward(m->attn, nb_layernorm_forward(m->norm1, x), self_opts));
+    h = nb_add(h, nb_mha_forward_cross(m->cross_attn, nb_layernorm_forward(m->norm2, h), memory,
+                                       cross_opts));
+    return nbn_result(&m->base,
+                      nb_add(h, nb_feedforward_forward(m->ff, nb_layernorm_forward(m->norm3, h))));
+}
