@@ -3,7 +3,7 @@
 
 NABLA_PACKAGES=(build-essential meson ninja-build pkg-config libsleef-dev libcunit1-dev
                 libjansson-dev zlib1g-dev libcsv-dev valgrind gnuplot-nox clang libclang-rt-14-dev fortunes
-                libopenmpi-dev openmpi-bin)
+                libopenmpi-dev openmpi-bin python3-torch python3-sklearn)
 
 nabla_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 

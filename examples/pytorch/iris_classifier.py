@@ -13,11 +13,15 @@ from torch.utils.data import DataLoader, TensorDataset, random_split
 IRIS_CSV = "/usr/lib/python3/dist-packages/sklearn/datasets/data/iris.csv"
 
 # iris.csv: a first line of counts and class names, then 4 measurements and a class.
-data = torch.tensor(np.loadtxt(sys.argv[1] if len(sys.argv) > 1 else IRIS_CSV, delimiter=",", skiprows=1))
+data = torch.tensor(
+    np.loadtxt(sys.argv[1] if len(sys.argv) > 1 else IRIS_CSV, delimiter=",", skiprows=1)
+)
 out_dir = sys.argv[2] if len(sys.argv) > 2 else "out/iris_classifier_torch"
 steps = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
 all_ = TensorDataset(data[:, :-1].float(), data[:, -1].long())
-train, val = random_split(all_, [len(all_) - len(all_) // 5, len(all_) // 5], torch.Generator().manual_seed(1))
+train, val = random_split(
+    all_, [len(all_) - len(all_) // 5, len(all_) // 5], torch.Generator().manual_seed(1)
+)
 loader = DataLoader(train, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(2))
 torch.manual_seed(3)
 model = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 3))
