@@ -3,9 +3,10 @@
 # examples/pytorch (Debian's python3-torch), at reduced sizes, on the same data:
 #   iris: the same CSV (python3-sklearn's iris.csv) and split sizes; both best validation
 #     accuracies >= 0.9 (a third is chance) and within 0.1 of each other (3 of the 30 flowers);
-#   digit addition: the same task, model size, batch and steps; both exact-match accuracies on
-#     1000 held-out problems >= 0.15 (0.001 is chance for the last digits alone) and within
-#     0.25 of each other;
+#   digit addition: the same task, model (TransformerEncoderLayer and TransformerDecoderLayer,
+#     norm_first), batch and 800 steps; both exact-match accuracies on 1000 held-out problems
+#     >= 0.4 (guessing is right about once in 2000) and within 0.3 of each other (the
+#     curves are steep there: at 800 steps nabla had 0.887, PyTorch 0.697);
 #   fine-tune: the same char_lm checkpoint, text, split and validation windows, so the loss
 #     before agrees to 1e-3 (the same model on the same tokens); after STEPS steps both have
 #     fallen by >= 0.05 and agree within 0.05.
@@ -48,11 +49,11 @@ check "iris: both validation accuracies >= 0.9" "a >= 0.9 && b >= 0.9" "$a" "$b"
 check "iris: accuracies within 0.1" "a - b <= 0.1 && b - a <= 0.1" "$a" "$b"
 [ -s "$dir/iris_nabla/best.safetensors" ] || { echo "FAIL: iris: no best checkpoint"; exit 1; }
 
-run addition_nabla "$addition" 600
-run addition_torch "$py" "$twin/digit_addition.py" 600
+run addition_nabla "$addition" 800
+run addition_torch "$py" "$twin/digit_addition.py" 800
 a=$(field addition_nabla match) b=$(field addition_torch match)
-check "digit addition: both exact matches >= 0.15" "a >= 0.15 && b >= 0.15" "$a" "$b"
-check "digit addition: exact matches within 0.25" "a - b <= 0.25 && b - a <= 0.25" "$a" "$b"
+check "digit addition: both exact matches >= 0.4" "a >= 0.4 && b >= 0.4" "$a" "$b"
+check "digit addition: exact matches within 0.3" "a - b <= 0.3 && b - a <= 0.3" "$a" "$b"
 
 run char_lm "$char_lm" --steps 60 --sample 10 --out "$dir/char_lm"
 ckpt=$dir/char_lm/char_lm.safetensors
@@ -65,8 +66,9 @@ a2=$(field finetune_nabla before,) b2=$(field finetune_torch before,)
 check "fine-tune: nabla's loss fell by >= 0.05 (before, after)" "a - b >= 0.05" "$a" "$a2"
 check "fine-tune: PyTorch's loss fell by >= 0.05 (before, after)" "a - b >= 0.05" "$b" "$b2"
 check "fine-tune: losses after within 0.05" "a - b <= 0.05 && b - a <= 0.05" "$a2" "$b2"
-# The fine-tuned checkpoint carries its tokenizer: char_lm --eval rebuilds it from the file.
-"$char_lm" --eval "$dir/finetuned.safetensors" --text "$text" --sample 5 >"$dir/eval.log" 2>&1 ||
+# The fine-tuned checkpoint carries its tokenizer: char_lm --eval rebuilds it from the file
+# (and evaluates it on char_lm's own held-out text: GPL-3 is too short for char_lm's split).
+"$char_lm" --eval "$dir/finetuned.safetensors" --sample 5 >"$dir/eval.log" 2>&1 ||
     { cat "$dir/eval.log"; echo "FAIL: char_lm --eval refused the fine-tuned checkpoint"; exit 1; }
 
 echo "lines of code (scripts/count_lines.py: not blank, not only comments or docstrings):"
