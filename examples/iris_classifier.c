@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
     nb_module *model = nb_model_new(NB_F32, 3);
     c.fc1 = nb_linear_new(model, "fc1", 4, 32, true);
     c.fc2 = nb_linear_new(model, "fc2", 32, 3, true);
-    nb_optimizer *opt = nb_adamw_new_decay_split(model, nb_adam_defaults(0.01));
+    nb_optimizer *opt = nb_adamw_new_decay_split(model, nb_adam_defaults(0.01)); /* no decay */
 
     nb_train_opts o = nb_train_defaults(argc > 3 ? atoll(argv[3]) : 1000);
     o.step = step, o.user = &c, o.out_dir = argc > 2 ? argv[2] : "out/iris_classifier";
