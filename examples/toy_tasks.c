@@ -14,7 +14,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "common/dist_train.h"
 #include "common/plot.h"
-#include "common/resume.h"
+#include "common/kill_hook.h"
 #include "common/train_flags.h"
 #include "toy/model.h"
 #include "toy/tasks.h"
@@ -289,7 +289,7 @@ static double toy_lr(void *user, int64_t step, int64_t total) {
 
 static bool toy_after_step(void *user, int64_t done) {
     (void)user;
-    resume_kill_hook(done);
+    kill_hook(done);
     return true;
 }
 

@@ -18,7 +18,7 @@ last=$(awk -F, 'END { print $2 }' "$dir/train.csv")
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.8 * a) }' ||
     { echo "FAIL: loss went from $first to $last"; exit 1; }
 # validation in bits per character: below the log2(vocabulary) of a uniform guess (about 6.6)
-bpc=$(awk -F, 'END { print $3 }' "$dir/val.csv")
+bpc=$(awk -F, 'END { print $2 }' "$dir/val.csv")
 awk -v b="$bpc" 'BEGIN { exit !(b > 0 && b < 6) }' || { echo "FAIL: validation at $bpc bits per character"; exit 1; }
 [ -s "$dir/char_lm.safetensors" ] || { echo "FAIL: no checkpoint"; exit 1; }
 "$bin" --eval "$dir/char_lm.safetensors" --sample 40 --top-k 5 >"$dir/eval"
@@ -65,7 +65,7 @@ for _ in $(seq 400); do printf '0123456789'; done >"$dir/digits.txt"
 "$bin" --tokenizer bpe --vocab 300 --steps 40 --sample 20 --out "$dir/bpe" >"$dir/bpe.log"
 grep -q "vocabulary: a BPE of 300 tokens" "$dir/bpe.log" || { cat "$dir/bpe.log"; echo "FAIL: no BPE"; exit 1; }
 grep -q '"nabla.tokenizer":"bpe"' "$dir/bpe/char_lm.safetensors" || { echo "FAIL: no BPE in the checkpoint"; exit 1; }
-bpe_bpc=$(awk -F, 'END { print $3 }' "$dir/bpe/val.csv")
+bpe_bpc=$(awk -F, 'END { print $2 }' "$dir/bpe/val.csv")
 awk -v b="$bpe_bpc" 'BEGIN { exit !(b > 0 && b < 8) }' || { echo "FAIL: BPE validation at $bpe_bpc bits per character"; exit 1; }
 "$bin" --eval "$dir/bpe/char_lm.safetensors" --sample 20 >"$dir/bpe_eval"
 grep -q "context 64, 300 tokens (bpe)" "$dir/bpe_eval" || { cat "$dir/bpe_eval"; echo "FAIL: --eval did not read the BPE"; exit 1; }

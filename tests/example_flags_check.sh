@@ -56,7 +56,7 @@ done
     for v in 255 65537 abc; do refuse "--vocab" $lm_run --tokenizer bpe --vocab "$v"; done
 }
 
-# The trainer flags (common/args.h), each with a good value: a program whose usage lists one
+# The trainer flags (common/train_flags.h), each with a good value: a program whose usage lists one
 # must accept it (--help after it exits 0); one whose usage does not must refuse it as unknown,
 # not accept it and ignore it.
 trainer_flags=("--steps 3" "--seed 7" "--threads 1" "--lr 0.01" "--out $dir/run" \
