@@ -23,7 +23,7 @@
 #include "char_lm_parts/model.h"
 #include "common/dist_train.h"
 #include "common/flag_values.h"
-#include "common/kill_hook.h"
+#include "common/example_train.h"
 #include "common/train_flags.h"
 
 #include <math.h>
@@ -200,6 +200,11 @@ enum {
     N_OWN_OPTS = OPT_LAYERS - OPT_TEXT + 2 /* and --help */
 };
 
+/* The names of char_lm's own flags, in the order of their ids. */
+static const char *const own_names[] = {"text",  "grammar", "tokenizer", "vocab",  "temperature",
+                                        "top-p", "top-k",   "sample",    "prompt", "block",
+                                        "dim",   "heads",   "layers"};
+
 /* Parses char_lm's own flag c (value v) into o; false with a message. */
 static bool own_flag(int c, const char *v, options *o) {
     switch (c) {
@@ -243,21 +248,10 @@ static bool parse(int argc, char **argv, options *o) {
     *o = (options){.run = {.out = "out/char_lm", .steps = 1500, .seed = 1, .lr = 3e-3},
                    .shape = {.block = LM_BLOCK_GPT, .dim = DIM, .heads = HEADS, .layers = LAYERS},
                    .sample = {.nsample = 300, .temperature = 0.8, .prompt = "The "}};
-    struct option opts[N_OWN_OPTS + TRAIN_FLAGS_MAX + 1] = {
-        {"help", no_argument, NULL, 'h'},
-        {"text", required_argument, NULL, OPT_TEXT},
-        {"grammar", no_argument, NULL, OPT_GRAMMAR},
-        {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
-        {"vocab", required_argument, NULL, OPT_VOCAB},
-        {"temperature", required_argument, NULL, OPT_TEMPERATURE},
-        {"top-p", required_argument, NULL, OPT_TOP_P},
-        {"top-k", required_argument, NULL, OPT_TOP_K},
-        {"sample", required_argument, NULL, OPT_SAMPLE},
-        {"prompt", required_argument, NULL, OPT_PROMPT},
-        {"block", required_argument, NULL, OPT_BLOCK},
-        {"dim", required_argument, NULL, OPT_DIM},
-        {"heads", required_argument, NULL, OPT_HEADS},
-        {"layers", required_argument, NULL, OPT_LAYERS}};
+    struct option opts[N_OWN_OPTS + TRAIN_FLAGS_MAX + 1] = {{"help", no_argument, NULL, 'h'}};
+    for (int c = OPT_TEXT; c <= OPT_LAYERS; c++)
+        opts[1 + c - OPT_TEXT] = (struct option){
+            own_names[c - OPT_TEXT], c == OPT_GRAMMAR ? no_argument : required_argument, NULL, c};
     train_flags_options(ARGS_ALL_TRAINER_FLAGS, opts + N_OWN_OPTS);
     for (int c; (c = flags_next("char_lm", argc, argv, opts)) != -1;) {
         bool ok = c != FLAGS_BAD;
@@ -308,13 +302,13 @@ static uint64_t text_hash(const int64_t *ids, int64_t n) {
     return h;
 }
 
-/* What the training steps share. */
+/* The training data's state, and what the steps read. */
 typedef struct {
+    nb_rng data_rng;  /* where the data stream is: saved in checkpoints (nb_train data_state) */
+    int64_t *windows; /* the step's global batch: its inputs [count * BATCH, T], then targets */
     const lm_model *m;
     const dataset *d;
     const options *o;
-    int64_t *x, *y;  /* the step's global batch of windows (every rank's) */
-    nb_rng data_rng; /* where the data stream is: saved in checkpoints (nb_train data_state) */
 } lm_trainer;
 
 /* Micro-batch m of a step: the step's global batch of BATCH x count windows is drawn at its
@@ -326,15 +320,17 @@ static nb_tensor *lm_step(void *user, const nb_train_micro *m, double *metrics) 
     if (m->micro == 0) {
         nb_tensor *x, *y;
         if (!nb_corpus_batch(tr->d->c, &tr->data_rng, BATCH * m->count, T, &x, &y)) return NULL;
-        memcpy(tr->x, nb_data(x), sizeof *tr->x * (size_t)(BATCH * m->count * T));
-        memcpy(tr->y, nb_data(y), sizeof *tr->y * (size_t)(BATCH * m->count * T));
+        const size_t n = (size_t)(BATCH * m->count * T);
+        memcpy(tr->windows, nb_data(x), sizeof *tr->windows * n);
+        memcpy(tr->windows + n, nb_data(y), sizeof *tr->windows * n);
     }
+    const int64_t *x = tr->windows + first,
+                  *y = tr->windows + (int64_t)m->count * BATCH * T + first;
     nb_tensor *aux;
-    nb_tensor *logits =
-        lm_model_forward(tr->m, nb_from_array(NB_I64, NB_SHAPE(BATCH, T), tr->x + first), &aux);
-    nb_tensor *loss = nb_cross_entropy(nb_view(logits, NB_SHAPE(-1, tr->m->shape.vocab)),
-                                       nb_from_array(NB_I64, NB_SHAPE(BATCH * T), tr->y + first),
-                                       -100, NB_REDUCE_MEAN);
+    nb_tensor *logits = lm_model_forward(tr->m, nb_from_array(NB_I64, NB_SHAPE(BATCH, T), x), &aux);
+    nb_tensor *loss =
+        nb_cross_entropy(nb_view(logits, NB_SHAPE(-1, tr->m->shape.vocab)),
+                         nb_from_array(NB_I64, NB_SHAPE(BATCH * T), y), -100, NB_REDUCE_MEAN);
     if (!aux) return loss;
     metrics[0] = nb_item(aux);
     return nb_add(loss, aux);
@@ -351,12 +347,6 @@ static bool lm_eval(void *user, int64_t done, double *metric) {
     (void)done;
     const lm_trainer *tr = user;
     *metric = validation_loss(tr->m, tr->d).per_char / log(2.0);
-    return true;
-}
-
-static bool lm_after_step(void *user, int64_t done) {
-    (void)user;
-    kill_hook(done);
     return true;
 }
 
@@ -409,27 +399,20 @@ static int run_training(const lm_model *m, const dataset *d, const options *o) {
     char run[1024];
     run_name(run, sizeof run, o, d, ranks * accum);
     size_t batch_tokens = (size_t)(BATCH * CONTEXT * ranks * accum);
-    lm_trainer tr = {.m = m,
-                     .d = d,
-                     .o = o,
-                     .x = malloc(sizeof *tr.x * batch_tokens),
-                     .y = malloc(sizeof *tr.y * batch_tokens)};
+    lm_trainer tr = {
+        .windows = malloc(sizeof *tr.windows * 2 * batch_tokens), .m = m, .d = d, .o = o};
     nb_rng_seed(&tr.data_rng, o->run.seed + 1);
     int nparams = 0;
     nb_tensor **params = nb_module_parameters(model, &nparams);
     nb_optimizer *opt = params ? nb_adamw_new(params, nparams, nb_adamw_defaults(o->run.lr)) : NULL;
     int rc = 1;
-    if (!tr.x || !tr.y || !opt) {
+    if (!tr.windows || !opt) {
         rc = fail("creating the optimizer");
         goto done;
     }
-    nb_train_opts t = nb_train_defaults(o->run.steps);
-    t.name = "char_lm";
+    nb_train_opts t = example_train_opts("char_lm", &o->run, !main_rank);
     t.step = lm_step;
     t.user = &tr;
-    t.accum = accum;
-    t.dist = nb_dist_train();
-    t.clip_norm = 1.0;
     t.lr = lm_lr;
     static const char *const aux_metric[] = {"aux_loss"};
     if (m->deepseek) {
@@ -439,14 +422,9 @@ static int run_training(const lm_model *m, const dataset *d, const options *o) {
     t.eval = lm_eval;
     t.eval_every = EVAL_EVERY;
     t.eval_name = "bits_per_char";
-    t.out_dir = o->run.out;
-    t.checkpoint_every = o->run.checkpoint_every;
-    t.resume = o->run.resume;
     t.run = run;
     t.data_state = &tr.data_rng;
     t.data_state_bytes = sizeof tr.data_rng;
-    t.after_step = lm_after_step;
-    t.quiet = !main_rank;
     nb_train_result result;
     if (!nb_train(model, opt, &t, &result)) {
         fprintf(stderr, "%s\n", nb_last_error());
@@ -472,8 +450,7 @@ done:
     if (rc != 0 && ranks > 1) nb_dist_abort(rc, "stopping every rank after the error above");
     nb_optimizer_free(opt);
     free(params);
-    free(tr.x);
-    free(tr.y);
+    free(tr.windows);
     return rc;
 }
 
