@@ -157,15 +157,14 @@ static bool read_block_shape(const char *path, const nb_metadata_entry *meta, in
             if (strcmp(meta[i].key, shape_keys[k]) != 0) continue;
             if (!parse_count(meta[i].value, k == N_SHAPE_KEYS - 1 ? BLK_MAX_LAYERS : 1 << 20,
                              shape_field(s, k))) {
-                nb_error("char_lm", "%s: %s is '%s', not a count in range", path, shape_keys[k],
-                         meta[i].value);
+                nb_error(path, "%s is '%s', not a count in range", shape_keys[k], meta[i].value);
                 return false;
             }
             have[k] = true;
         }
     for (int k = 0; k < N_SHAPE_KEYS; k++)
         if (!have[k]) {
-            nb_error("char_lm", "%s: no %s in its metadata", path, shape_keys[k]);
+            nb_error(path, "no %s in its metadata", shape_keys[k]);
             return false;
         }
     return true;
@@ -181,7 +180,7 @@ bool lm_shape_read(const char *path, lm_shape *s) {
         if (strcmp(meta[i].key, "char_lm.block") == 0) block = meta[i].value;
     bool ok = meta != NULL;
     if (ok && block && !lm_block_parse(block, &s->block)) {
-        nb_error("char_lm", "%s: char_lm.block is '%s', not gpt, llama or deepseek", path, block);
+        nb_error(path, "char_lm.block is '%s', not gpt, llama or deepseek", block);
         ok = false;
     }
     if (ok && s->block != LM_BLOCK_GPT) ok = read_block_shape(path, meta, n, s);
