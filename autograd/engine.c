@@ -18,7 +18,9 @@ bool nb_set_grad_enabled(bool enabled) {
     return prev;
 }
 
-bool nb_is_grad_enabled(void) { return grad_enabled; }
+bool nb_is_grad_enabled(void) {
+    return grad_enabled;
+}
 
 /* ---- per-thread buffers, freed at thread exit ---- */
 static _Thread_local nb_node *node_free;
@@ -69,7 +71,8 @@ static void release_node(nbt_owned *o) {
             t->graph_released = true;
         }
     }
-    if (n->function) nba_function_release(n);
+    if (n->hooks) n->hooks->release(n);
+    n->hooks = NULL;
     if (n->inputs != n->inline_inputs) nbt_free(n->inputs);
     if (n->outputs != &n->out) nbt_free(n->outputs);
     thread_state_in_use();
@@ -79,7 +82,9 @@ static void release_node(nbt_owned *o) {
 
 static void (*record_hook)(const char *op);
 
-void nba_set_record_hook(void (*hook)(const char *op)) { record_hook = hook; }
+void nba_set_record_hook(void (*hook)(const char *op)) {
+    record_hook = hook;
+}
 
 bool nba_any_requires_grad(int n, const nb_tensor *const *inputs) {
     if (!grad_enabled) return false;
@@ -91,8 +96,10 @@ bool nba_any_requires_grad(int n, const nb_tensor *const *inputs) {
 /* A cleared node from the free list or the heap, with room for n inputs and nout outputs. */
 static nb_node *new_node(const char *op, int n, int nout) {
     nb_node *node = node_free;
-    if (node) node_free = (nb_node *)node->owned.next;
-    else if (!(node = nbt_malloc(sizeof *node))) return nbt_error(op, "out of memory");
+    if (node)
+        node_free = (nb_node *)node->owned.next;
+    else if (!(node = nbt_malloc(sizeof *node)))
+        return nbt_error(op, "out of memory");
     memset(node, 0, sizeof *node);
     node->owned.release = release_node;
     node->inputs = node->inline_inputs;
@@ -155,11 +162,15 @@ bool nba_input_needs_grad(const nb_node *n, int i) {
 nb_tensor *nb_requires_grad_(nb_tensor *t, bool requires_grad) {
     if (!t || !nbt_check_live("requires_grad_", t)) return NULL;
     if (t->node)
-        return nbt_error("requires_grad_", "tensor of shape %s is not a leaf (it was produced "
-                         "by %s); use nb_detach() to make a leaf", nbt_shape(t), t->node->op);
+        return nbt_error("requires_grad_",
+                         "tensor of shape %s is not a leaf (it was produced "
+                         "by %s); use nb_detach() to make a leaf",
+                         nbt_shape(t), t->node->op);
     if (requires_grad && !nb_is_float(t))
-        return nbt_error("requires_grad_", "only float tensors can require grad, got %s of "
-                         "shape %s", nb_dtype_name(t->dtype), nbt_shape(t));
+        return nbt_error("requires_grad_",
+                         "only float tensors can require grad, got %s of "
+                         "shape %s",
+                         nb_dtype_name(t->dtype), nbt_shape(t));
     t->requires_grad = requires_grad;
     return t;
 }
@@ -229,10 +240,31 @@ static bool push(size_t *len, nb_node *n) {
 /* A node whose backward already ran without retain_graph has dropped what it saved. */
 static bool usable(const nb_node *n) {
     if (!n->consumed) return true;
-    nbt_error("backward", "trying to backward through the graph a second time: %s's backward "
+    nbt_error("backward",
+              "trying to backward through the graph a second time: %s's backward "
               "already ran and released what it saved; pass retain_graph = true "
-              "(nb_backward_with) to the first backward to go through it again", n->op);
+              "(nb_backward_with) to the first backward to go through it again",
+              n->op);
     return false;
+}
+
+/* Pushes n onto the traversal stack, marked visited in epoch; false when out of memory. */
+static bool stack_push(nb_node *n, size_t *sp, uint64_t epoch) {
+    if (*sp == stack_cap) {
+        thread_state_in_use();
+        size_t cap = stack_cap ? 2 * stack_cap : 256;
+        nb_node **s2 = realloc(stack, cap * sizeof *s2);
+        if (!s2) return false;
+        stack = s2;
+        int *n2 = realloc(next_input, cap * sizeof *n2);
+        if (!n2) return false;
+        next_input = n2;
+        stack_cap = cap;
+    }
+    n->visit = epoch;
+    stack[*sp] = n;
+    next_input[(*sp)++] = 0;
+    return true;
 }
 
 /* Post-order DFS without recursion: order[] ends with out's node; visiting it backwards
@@ -241,46 +273,28 @@ static bool topo_sort(nb_node *root, size_t *len) {
     uint64_t epoch = ++visit_epoch;
     size_t sp = 0;
     *len = 0;
-#define STACK_PUSH(nd)                                                                             \
-    do {                                                                                           \
-        if (sp == stack_cap) {                                                                     \
-            thread_state_in_use();                                                                 \
-            size_t cap = stack_cap ? 2 * stack_cap : 256;                                          \
-            nb_node **s2 = realloc(stack, cap * sizeof *s2);                                       \
-            if (!s2) return false;                                                                 \
-            stack = s2;                                                                            \
-            int *n2 = realloc(next_input, cap * sizeof *n2);                                       \
-            if (!n2) return false;                                                                 \
-            next_input = n2;                                                                       \
-            stack_cap = cap;                                                                       \
-        }                                                                                          \
-        (nd)->visit = epoch;                                                                       \
-        stack[sp] = (nd);                                                                          \
-        next_input[sp++] = 0;                                                                      \
-    } while (0)
-    if (!usable(root)) return false;
-    STACK_PUSH(root);
+    if (!usable(root) || !stack_push(root, &sp, epoch)) return false;
     while (sp > 0) {
         nb_node *n = stack[sp - 1];
         int k = next_input[sp - 1]++;
         if (k < n->ninputs) {
             nb_tensor *x = n->inputs[k];
             if (x && x->requires_grad && x->graph_released) {
-                nbt_error("backward", "input %d of %s (shape %s) was kept out of a scope that "
+                nbt_error("backward",
+                          "input %d of %s (shape %s) was kept out of a scope that "
                           "has ended, so its history is gone; backward must run before "
-                          "nb_scope_end", k, n->op, nbt_shape(x));
+                          "nb_scope_end",
+                          k, n->op, nbt_shape(x));
                 return false;
             }
             if (x && x->node && x->node->visit != epoch) {
-                if (!usable(x->node)) return false;
-                STACK_PUSH(x->node);
+                if (!usable(x->node) || !stack_push(x->node, &sp, epoch)) return false;
             }
         } else {
             sp--;
             if (!push(len, n)) return false;
         }
     }
-#undef STACK_PUSH
     return true;
 }
 
@@ -308,12 +322,10 @@ static bool has_grad(const nb_node *n) {
  * no tensors (a view, a sum, a scaling) loses nothing, so it stays usable: a later backward
  * through it is as right as a retained one (PyTorch runs such nodes again too). */
 static void consume(nb_node *n) {
-    bool saved = n->function && nba_function_saved_tensors(n);
+    bool saved = n->hooks && n->hooks->drop_saved(n);
     for (size_t k = 0; k < sizeof n->saved / sizeof n->saved[0]; k++) saved |= n->saved[k] != NULL;
-    if (!saved) return;
     memset(n->saved, 0, sizeof n->saved);
-    if (n->function) nba_function_consume(n);
-    n->consumed = true;
+    if (saved) n->consumed = true;
 }
 
 bool nb_backward(nb_tensor *out, const nb_tensor *grad_output) {
@@ -324,25 +336,35 @@ bool nb_backward_with(nb_tensor *out, const nb_tensor *grad_output, const nb_bac
     if (!out) return nbt_error("backward", "NULL tensor"), false;
     if (!nbt_check_live("backward", out) || !nbt_check_live("backward", grad_output)) return false;
     if (out->graph_released)
-        return nbt_error("backward", "the graph of this tensor (shape %s) was released when "
-                         "its scope ended", nbt_shape(out)), false;
+        return nbt_error("backward",
+                         "the graph of this tensor (shape %s) was released when "
+                         "its scope ended",
+                         nbt_shape(out)),
+               false;
     if (!out->requires_grad)
-        return nbt_error("backward", "tensor of shape %s does not require grad and has no "
-                         "grad_fn", nbt_shape(out)), false;
+        return nbt_error("backward",
+                         "tensor of shape %s does not require grad and has no "
+                         "grad_fn",
+                         nbt_shape(out)),
+               false;
     if (grad_output) {
         if (!nb_same_shape(grad_output, out) || grad_output->dtype != out->dtype)
             return nbt_error("backward", "grad_output has shape %s (%s), expected %s (%s)",
                              nbt_shape(grad_output), nb_dtype_name(grad_output->dtype),
-                             nbt_shape(out), nb_dtype_name(out->dtype)), false;
+                             nbt_shape(out), nb_dtype_name(out->dtype)),
+                   false;
     } else if (nbt_numel(out) != 1) {
-        return nbt_error("backward", "grad can be implicitly created only for outputs with one "
-                         "element, got shape %s; pass grad_output", nbt_shape(out)), false;
+        return nbt_error("backward",
+                         "grad can be implicitly created only for outputs with one "
+                         "element, got shape %s; pass grad_output",
+                         nbt_shape(out)),
+               false;
     }
     const bool retain = opts && opts->retain_graph;
     bool prev = nb_set_grad_enabled(false);
     uint64_t errors = nbt_error_count();
-    nb_tensor *seed = grad_output ? (nb_tensor *)grad_output
-                                  : nb_ones(out->dtype, out->ndim, out->shape);
+    nb_tensor *seed =
+        grad_output ? (nb_tensor *)grad_output : nb_ones(out->dtype, out->ndim, out->shape);
     if (!out->node) { /* a leaf: its gradient is the seed itself */
         nb_node fake = {.ninputs = 1, .inputs = fake.inline_inputs, .inline_inputs = {out}};
         if (seed) nba_accumulate(&fake, 0, seed);

@@ -54,7 +54,8 @@ void nbt_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 bool nbt_check_shape(const char *op, int ndim, const int64_t *shape, nb_dtype dt);
 /* Normalises a possibly negative dim for a tensor of ndim dims; -1 with an error if invalid. */
 int nbt_dim(const char *op, int dim, int ndim);
-nb_scope *nbt_current_scope(void);
+/* CLOCK_MONOTONIC in nanoseconds (clock.c): for intervals, never for results. */
+int64_t nbt_now_ns(void);
 
 /* ---- use after release ----
  * Released tensor structs are poisoned (their scope is nbt_released_marker) and quarantined

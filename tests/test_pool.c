@@ -96,16 +96,10 @@ static void test_nested_calls_stay_on_their_thread(void) {
 
 /* A task that takes about a millisecond and notes whether a worker other than the caller ran
  * it. */
-static int64_t clock_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void slow_task(int64_t task, int worker, void *ctx) {
     (void)task;
-    int64_t end = clock_ns() + 1000000;
-    while (clock_ns() < end) continue;
+    int64_t end = nbt_now_ns() + 1000000;
+    while (nbt_now_ns() < end) continue;
     if (worker != 0) atomic_fetch_add((atomic_int *)ctx, 1);
 }
 
