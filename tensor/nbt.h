@@ -170,17 +170,13 @@ void nbt_parallel_ranges(int64_t n, int64_t grain, nbt_range_fn fn, void *ctx);
  * the threads meet between phases on two counters rather than a job each (a generated token's
  * four phases are a few microseconds each, and a pool job's start and end cost about one). */
 typedef void (*nbt_phase_fn)(int phase, int begin, int end, void *ctx);
-void nbt_parallel_phases(int phases, nbt_phase_fn fn, void *ctx);
-/* nbt_parallel_phases for rounds of the same phases in one pool job: after each round the
- * calling thread alone calls again(helped, ctx), helped saying whether the round's halves ran
- * on two threads, and another round follows while it returns true (the worker waits for it
- * between rounds; a generated token is a round). One thread runs every round when the budget
+/* Rounds of those phases in one pool job: after each round the calling thread alone calls
+ * again(helped, ctx), helped saying whether the round's halves ran on two threads, and another
+ * round follows while it returns true (the worker waits for it between rounds; a generated
+ * token is a round); again NULL runs one round. One thread runs every round when the budget
  * allows one. */
 typedef bool (*nbt_round_fn)(bool helped, void *ctx);
 void nbt_parallel_phase_rounds(int phases, nbt_phase_fn fn, nbt_round_fn again, void *ctx);
-/* Wakes the pool's sleeping workers (if any) before a series of jobs too short to wake them
- * one by one, such as a decoded token's halves. */
-void nbt_wake_workers(void);
 
 /* ---- broadcasting ---- */
 /* Broadcast shape of a and b (NumPy rules) into out/out_ndim; error naming op on mismatch. */

@@ -242,11 +242,3 @@ void nbt_parallel_phase_rounds(int phases, nbt_phase_fn fn, nbt_round_fn again, 
      * both tasks before the caller claims one: the caller then runs its half now. */
     if (!atomic_exchange(&j.caller_started, true)) run_caller(&j);
 }
-
-void nbt_parallel_phases(int phases, nbt_phase_fn fn, void *ctx) {
-    nbt_parallel_phase_rounds(phases, fn, NULL, ctx);
-}
-
-void nbt_wake_workers(void) {
-    nbt_pool_wake();
-}

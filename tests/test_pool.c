@@ -136,9 +136,9 @@ static void test_two_callers_at_once(void) {
     free(a), free(b);
 }
 
-/* nbt_parallel_phases calls each half of each phase exactly once with [half, half + 1) (or
- * both in one [0, 2) call when one thread is allowed), whatever the budget, back to back and
- * nested; and a phase's halves start only after both halves of the phase before have ended. */
+/* nbt_parallel_phase_rounds (one round) calls each half of each phase exactly once with [half, half
+ * + 1) (or both in one [0, 2) call when one thread is allowed), whatever the budget, back to back
+ * and nested; and a phase's halves start only after both halves of the phase before have ended. */
 #define MAX_PHASES 6
 typedef struct {
     atomic_int calls[MAX_PHASES][2], ended[MAX_PHASES], bad;
@@ -169,7 +169,7 @@ static void count_phase(int phase, int begin, int end, void *ctx) {
  * threads. */
 static bool phases_once(int phases, int *split) {
     phases_tally t = {0};
-    nbt_parallel_phases(phases, count_phase, &t);
+    nbt_parallel_phase_rounds(phases, count_phase, NULL, &t);
     bool ok = atomic_load(&t.bad) == 0;
     for (int p = 0; p < MAX_PHASES; p++)
         for (int h = 0; h < 2; h++) ok = ok && atomic_load(&t.calls[p][h]) == (p < phases);
@@ -194,7 +194,7 @@ static void at_one_and_two_threads(int runs, bool (*once)(int i, int *split)) {
         int failures = 0, split = 0;
         const time_t give_up = time(NULL) + 10;
         for (int i = 0; i < runs || (threads == 2 && !split && time(NULL) < give_up); i++) {
-            nbt_wake_workers();
+            nbt_pool_wake();
             failures += !once(i, &split);
         }
         CU_ASSERT_EQUAL(failures, 0);
