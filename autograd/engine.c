@@ -30,6 +30,12 @@ static _Thread_local nb_node **stack; /* topo_sort's (node, next input index) st
 static _Thread_local int *next_input;
 static _Thread_local size_t stack_cap;
 static _Thread_local bool exit_hook;
+/* Pointer arrays of nodes with more inputs than fit inline or with several outputs, kept by
+ * power-of-two capacity (8 << class) when their node goes, so that a loop recording the same
+ * graph every step allocates none after its first. A free array links to the next by its
+ * first slot. */
+#define ARRAY_CLASSES 28
+static _Thread_local void *array_free[ARRAY_CLASSES];
 
 static void free_thread_state(void *unused) {
     (void)unused;
@@ -38,6 +44,12 @@ static void free_thread_state(void *unused) {
         node_free = (nb_node *)n->owned.next;
         free(n);
     }
+    for (int c = 0; c < ARRAY_CLASSES; c++)
+        while (array_free[c]) {
+            void **a = array_free[c];
+            array_free[c] = *a;
+            nbt_free(a);
+        }
     free(order);
     free(stack);
     free(next_input);
@@ -61,6 +73,33 @@ static void thread_state_in_use(void) {
 }
 
 /* ---- nodes ---- */
+/* The class of an array of n pointers, or -1 when none holds so many. */
+static int array_class(size_t n) {
+    int c = 0;
+    while (c < ARRAY_CLASSES && ((size_t)8 << c) < n) c++;
+    return c < ARRAY_CLASSES ? c : -1;
+}
+
+/* An array with room for n pointers, from this thread's free arrays or the heap; NULL. */
+static nb_tensor **array_take(size_t n) {
+    int c = array_class(n);
+    if (c < 0) return NULL;
+    void **a = array_free[c];
+    if (a) {
+        array_free[c] = *a;
+        return (nb_tensor **)a;
+    }
+    thread_state_in_use();
+    return nbt_malloc(sizeof(nb_tensor *) * ((size_t)8 << c));
+}
+
+/* Gives back an array taken for n pointers. */
+static void array_give(nb_tensor **a, size_t n) {
+    int c = array_class(n);
+    *(void **)a = array_free[c];
+    array_free[c] = a;
+}
+
 static void release_node(nbt_owned *o) {
     nb_node *n = (nb_node *)o;
     /* A kept output outlives its node: remember that its history is gone. */
@@ -73,8 +112,8 @@ static void release_node(nbt_owned *o) {
     }
     if (n->hooks) n->hooks->release(n);
     n->hooks = NULL;
-    if (n->inputs != n->inline_inputs) nbt_free(n->inputs);
-    if (n->outputs != &n->out) nbt_free(n->outputs);
+    if (n->inputs != n->inline_inputs) array_give(n->inputs, (size_t)n->ninputs);
+    if (n->outputs != &n->out) array_give(n->outputs, 2 * (size_t)n->noutputs);
     thread_state_in_use();
     n->owned.next = (nbt_owned *)node_free;
     node_free = n;
@@ -105,11 +144,10 @@ static nb_node *new_node(const char *op, int n, int nout) {
     node->inputs = node->inline_inputs;
     node->outputs = &node->out;
     node->grads = &node->grad;
-    bool ok = n <= NBA_INLINE_INPUTS ||
-              (node->inputs = nbt_malloc(sizeof(nb_tensor *) * (size_t)n)) != NULL;
+    bool ok = n <= NBA_INLINE_INPUTS || (node->inputs = array_take((size_t)n)) != NULL;
     if (ok && nout > 1) {
-        /* outputs then their gradients, one block */
-        node->outputs = nbt_malloc(2 * sizeof(nb_tensor *) * (size_t)nout);
+        /* outputs then their gradients, one array */
+        node->outputs = array_take(2 * (size_t)nout);
         if (node->outputs) {
             memset(node->outputs, 0, 2 * sizeof(nb_tensor *) * (size_t)nout);
             node->grads = node->outputs + nout;
@@ -117,7 +155,7 @@ static nb_node *new_node(const char *op, int n, int nout) {
         ok = node->outputs != NULL;
     }
     if (!ok) {
-        if (node->inputs != node->inline_inputs) nbt_free(node->inputs);
+        if (node->inputs != node->inline_inputs) array_give(node->inputs, (size_t)n);
         thread_state_in_use();
         node->owned.next = (nbt_owned *)node_free;
         node_free = node;
