@@ -164,10 +164,6 @@ static void wake_workers(void) {
     pthread_mutex_unlock(&sleep_lock);
 }
 
-void nbt_pool_wake(void) {
-    if (atomic_load(&sleeping_workers) > 0) wake_workers();
-}
-
 /* Claims and runs tasks of j until none are left; wakes the caller after the last one.
  * Returns how many tasks this thread ran. The caller (worker 0) also wakes sleeping workers
  * once the job has run WAKE_AFTER_NS with tasks left. */
