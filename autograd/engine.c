@@ -26,8 +26,11 @@ bool nb_is_grad_enabled(void) {
 static _Thread_local nb_node *node_free;
 static _Thread_local nb_node **order;
 static _Thread_local size_t order_cap;
-static _Thread_local nb_node **stack; /* topo_sort's (node, next input index) stack */
-static _Thread_local int *next_input;
+typedef struct {
+    nb_node *node;
+    int next_input; /* the input topo_sort visits next */
+} dfs_frame;
+static _Thread_local dfs_frame *stack; /* topo_sort's */
 static _Thread_local size_t stack_cap;
 static _Thread_local bool exit_hook;
 /* Pointer arrays of nodes with more inputs than fit inline or with several outputs, kept by
@@ -52,9 +55,8 @@ static void free_thread_state(void *unused) {
         }
     free(order);
     free(stack);
-    free(next_input);
-    order = stack = NULL;
-    next_input = NULL;
+    order = NULL;
+    stack = NULL;
     order_cap = stack_cap = 0;
 }
 
@@ -262,14 +264,21 @@ nb_tensor *nba_leaf_grad(const nb_node *n, int i) {
 }
 
 /* ---- traversal ---- */
+/* array (of *cap elements of size bytes) doubled, from 256; NULL when out of memory, array
+ * and *cap then unchanged. */
+static void *grown(void *array, size_t *cap, size_t size) {
+    thread_state_in_use();
+    size_t more = *cap ? 2 * *cap : 256;
+    void *g = realloc(array, more * size);
+    if (g) *cap = more;
+    return g;
+}
+
 static bool push(size_t *len, nb_node *n) {
     if (*len == order_cap) {
-        thread_state_in_use();
-        size_t cap = order_cap ? 2 * order_cap : 256;
-        nb_node **grown = realloc(order, cap * sizeof *grown);
-        if (!grown) return false;
-        order = grown;
-        order_cap = cap;
+        nb_node **g = grown(order, &order_cap, sizeof *order);
+        if (!g) return false;
+        order = g;
     }
     order[(*len)++] = n;
     return true;
@@ -289,19 +298,12 @@ static bool usable(const nb_node *n) {
 /* Pushes n onto the traversal stack, marked visited in epoch; false when out of memory. */
 static bool stack_push(nb_node *n, size_t *sp, uint64_t epoch) {
     if (*sp == stack_cap) {
-        thread_state_in_use();
-        size_t cap = stack_cap ? 2 * stack_cap : 256;
-        nb_node **s2 = realloc(stack, cap * sizeof *s2);
-        if (!s2) return false;
-        stack = s2;
-        int *n2 = realloc(next_input, cap * sizeof *n2);
-        if (!n2) return false;
-        next_input = n2;
-        stack_cap = cap;
+        dfs_frame *g = grown(stack, &stack_cap, sizeof *stack);
+        if (!g) return false;
+        stack = g;
     }
     n->visit = epoch;
-    stack[*sp] = n;
-    next_input[(*sp)++] = 0;
+    stack[(*sp)++] = (dfs_frame){n, 0};
     return true;
 }
 
@@ -313,8 +315,8 @@ static bool topo_sort(nb_node *root, size_t *len) {
     *len = 0;
     if (!usable(root) || !stack_push(root, &sp, epoch)) return false;
     while (sp > 0) {
-        nb_node *n = stack[sp - 1];
-        int k = next_input[sp - 1]++;
+        nb_node *n = stack[sp - 1].node;
+        int k = stack[sp - 1].next_input++;
         if (k < n->ninputs) {
             nb_tensor *x = n->inputs[k];
             if (x && x->requires_grad && x->graph_released) {
