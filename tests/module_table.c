@@ -185,6 +185,16 @@ static nb_module *build_block(nb_module *parent, const char *name, const json_t 
     return m ? &m->base : NULL;
 }
 
+static const char *const decoder_keys[] = {"d_model", "num_heads", "qkv_bias", "dropout", NULL};
+static nb_module *build_decoder(nb_module *parent, const char *name, const json_t *cfg) {
+    nb_block_config c = {0};
+    if (!get_int(cfg, "d_model", &c.dim) || !get_int(cfg, "num_heads", &c.num_heads) ||
+        !get_bool(cfg, "qkv_bias", &c.qkv_bias) || !get_double(cfg, "dropout", &c.dropout))
+        return NULL;
+    nb_transformer_decoder_block *m = nb_transformer_decoder_block_new(parent, name, &c);
+    return m ? &m->base : NULL;
+}
+
 static const char *const lm_keys[] = {"vocab",  "max_len", "d_model", "num_heads",
                                       "layers", "dropout", NULL};
 static nb_module *build_lm(nb_module *parent, const char *name, const json_t *cfg) {
@@ -233,6 +243,14 @@ static nb_tensor *mha_forward(nb_module *m, const nbtest_call *call) {
 static nb_tensor *block_forward(nb_module *m, const nbtest_call *call) {
     nb_mha_opts opts = attention_opts(call);
     return nb_transformer_block_forward((nb_transformer_block *)m, call->in[NBTEST_X], &opts);
+}
+/* x_q is the decoder's input, x_kv the encoder's output (memory); masks apply to the
+ * self-attention. */
+static nb_tensor *decoder_forward(nb_module *m, const nbtest_call *call) {
+    nb_mha_opts opts = attention_opts(call);
+    return nb_transformer_decoder_block_forward((nb_transformer_decoder_block *)m,
+                                                call->in[NBTEST_X_Q], call->in[NBTEST_X_KV], &opts,
+                                                NULL);
 }
 static nb_tensor *lm_forward(nb_module *m, const nbtest_call *call) {
     return nb_transformer_lm_forward((nb_transformer_lm *)m, call->in[NBTEST_INDICES], call->causal,
@@ -380,6 +398,15 @@ const nbtest_module nbtest_modules[] = {
      .forward = block_forward,
      .golden = {block_files, nbtest_block_params, nbtest_block_reference, block_features,
                 NBTEST_F_BLOCK | NBTEST_F_BLOCK_FULLY_PADDED}},
+    {.type = "TransformerDecoderBlock",
+     .example = "{\"d_model\": 4, \"num_heads\": 2, \"qkv_bias\": true, \"dropout\": 0.0}",
+     .config_keys = decoder_keys,
+     .build = build_decoder,
+     .inputs = B(NBTEST_X_Q) | B(NBTEST_X_KV),
+     .calls = {B(NBTEST_X_Q) | B(NBTEST_X_KV)},
+     .forward = decoder_forward,
+     .no_golden = "PyTorch's TransformerDecoderLayer goldens of its own: "
+                  "tests/test_decoder_block.c"},
     {.type = "TransformerLM",
      .example = "{\"vocab\": 6, \"max_len\": 8, \"d_model\": 4, \"num_heads\": 2, "
                 "\"layers\": 1, \"dropout\": 0.0}",
