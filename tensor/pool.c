@@ -229,10 +229,11 @@ static void claim_as_worker(uint64_t c, int worker) {
     }
 }
 
-/* Waits until the claim word's generation differs from seen, spinning first; returns the
+/* Waits until the claim word's generation differs from seen, spinning first (asking whether
+ * the machine is crowded unless nbt_pool_set_crowd_check has turned that off); returns the
  * claim word. */
 static uint64_t wait_for_work(uint64_t seen) {
-    spin_timer st = {.limit_ns = SPIN_NS, .crowd_check = true};
+    spin_timer st = {.limit_ns = SPIN_NS, .crowd_check = atomic_load(&crowd_check)};
     for (uint64_t c; spin_on(&st);)
         if ((c = atomic_load(&job.claim)) >> GEN_SHIFT != seen) return c;
     pthread_mutex_lock(&sleep_lock);
