@@ -10,6 +10,7 @@
  * for workers that are still looking (an earlier design counted them in and out of every job:
  * a generated token's handful of small jobs each paid that handshake's cache-line passes). */
 #define _GNU_SOURCE
+#include "nbt.h"
 #include "pool.h"
 
 #include <fcntl.h>
@@ -82,16 +83,10 @@ static pthread_cond_t work_done = PTHREAD_COND_INITIALIZER;
 
 static atomic_int sleeping_workers;
 static atomic_int caller_sleeping;
-static atomic_int_fast64_t next_crowd_poll; /* now_ns() of crowded()'s next look */
+static atomic_int_fast64_t next_crowd_poll; /* nbt_now_ns() of crowded()'s next look */
 static atomic_bool crowded_at_poll, crowd_seen_last;
 static int started; /* workers created (under run_lock) */
 static _Thread_local bool in_task;
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* True when more threads are runnable on the machine than this process had CPUs when first
  * asked (the running count of /proc/loadavg, which includes the asking thread); false if that
@@ -141,7 +136,7 @@ typedef struct {
 static inline bool spin_on(spin_timer *t) {
     nbt_cpu_relax();
     if ((t->calls++ & 63) == 0) {
-        int64_t n = now_ns();
+        int64_t n = nbt_now_ns();
         if (!t->end) {
             t->end = n + t->limit_ns;
             t->next_crowd_check = n + CROWD_FIRST_NS;
@@ -177,10 +172,6 @@ static void wake_workers(void) {
     pthread_mutex_unlock(&sleep_lock);
 }
 
-void nbt_pool_wake(void) {
-    if (atomic_load(&sleeping_workers) > 0) wake_workers();
-}
-
 /* Runs one claimed task and counts it done; the thread finishing the last task wakes the caller
  * if it sleeps. */
 static void run_task(int64_t task, int worker, nbt_task_fn fn, void *ctx, int64_t ntasks) {
@@ -195,7 +186,7 @@ static void run_task(int64_t task, int worker, nbt_task_fn fn, void *ctx, int64_
 /* The caller's share (worker 0): tasks until none are left. Once the job has run
  * WAKE_AFTER_NS with tasks left, it wakes sleeping workers. Returns how many tasks it ran. */
 static int64_t claim_as_caller(int64_t ntasks, nbt_task_fn fn, void *ctx) {
-    const int64_t start = now_ns();
+    const int64_t start = nbt_now_ns();
     bool woken = false;
     for (int64_t ran = 0;; ran++) {
         const int64_t task = (int64_t)(atomic_fetch_add(&job.claim, 1) & TASK_MASK);
@@ -203,7 +194,7 @@ static int64_t claim_as_caller(int64_t ntasks, nbt_task_fn fn, void *ctx) {
         run_task(task, 0, fn, ctx, ntasks);
         if (!woken && atomic_load(&sleeping_workers) > 0 &&
             (int64_t)(atomic_load(&job.claim) & TASK_MASK) < ntasks &&
-            now_ns() - start > WAKE_AFTER_NS) {
+            nbt_now_ns() - start > WAKE_AFTER_NS) {
             wake_workers();
             woken = true;
         }
@@ -277,7 +268,7 @@ static int ensure_workers(int want) {
 bool nbt_pool_crowded(void) {
     pthread_once(&loadavg_once, open_loadavg);
     if (!atomic_load(&crowd_check)) return false;
-    int64_t n = now_ns();
+    int64_t n = nbt_now_ns();
     if (n >= atomic_load(&next_crowd_poll)) {
         atomic_store(&next_crowd_poll, n + CROWD_POLL_NS);
         long running = running_threads();
@@ -331,11 +322,11 @@ void nbt_run_tasks(int64_t ntasks, int threads, nbt_task_fn fn, void *ctx) {
     /* Workers still spinning take tasks at once; sleeping ones are woken in claim_as_caller
      * if the job runs long enough to be worth it. */
     in_task = true;
-    int64_t started_ns = now_ns();
+    int64_t started_ns = nbt_now_ns();
     int64_t ran = claim_as_caller(ntasks, fn, ctx);
     in_task = false;
     /* Tasks other threads claimed may still be running. */
-    int64_t per_task = ran > 0 ? (now_ns() - started_ns) / ran : 0;
+    int64_t per_task = ran > 0 ? (nbt_now_ns() - started_ns) / ran : 0;
     spin_timer st = {.limit_ns =
                          per_task * WAIT_TASKS > WAIT_MIN_NS ? per_task * WAIT_TASKS : WAIT_MIN_NS};
     while (atomic_load(&job.done) < ntasks && spin_on(&st)) continue;
