@@ -1,6 +1,8 @@
 #!/bin/sh
 # A model exported by nabla runs in a real llama.cpp: examples/gguf_export.c trains a small
-# Llama-style LM and exports it to GGUF (float32 and float16); tests/llama_cpp_check.mjs loads
+# LM and exports it to GGUF (float32 and float16), for each architecture nabla exports: the
+# Llama-style LM ("llama"), two DeepSeek-style LMs ("deepseek2": with the low-rank query, a dense
+# block and a shared expert; and without them); tests/llama_cpp_check.mjs loads
 # each file into llama.cpp through the npm package node-llama-cpp (its prebuilt Linux x64
 # binaries, CPU only), decodes 64 tokens greedily from the same prompt and compares each step
 # with nabla's nb_generate: the same tokens, and next-token probabilities within 2e-5 (float32
@@ -34,9 +36,12 @@ fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$export_program" "$tmp" 64
-for case in "f32 2e-5" "f16 1e-2"; do
-    set -- $case
-    echo "== llama.cpp runs tiny_llama_$1.gguf"
-    node "$check" "$cache/node_modules" "$tmp/tiny_llama_$1.gguf" "$tmp/expected.json" "$2"
+for model in llama deepseek deepseek_lite; do
+    echo "== nabla trains and exports tiny_$model"
+    "$export_program" "$model" "$tmp" 64
+    for case in "f32 2e-5" "f16 1e-2"; do
+        set -- $case
+        echo "== llama.cpp runs tiny_${model}_$1.gguf"
+        node "$check" "$cache/node_modules" "$tmp/tiny_${model}_$1.gguf" "$tmp/tiny_$model.json" "$2"
+    done
 done

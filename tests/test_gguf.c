@@ -185,6 +185,58 @@ static void test_llama_export_errors(void) {
     nb_module_free(root);
 }
 
+/* A small DeepSeek-style LM (2 layers, vocab 3) with the given epsilons and experts. */
+static blk_deepseek_lm *tiny_deepseek(nb_module *root, double attn_eps, double eps,
+                                      int64_t n_experts) {
+    const blk_deepseek_config cfg = {
+        .attn = {.dim = 4,
+                 .n_heads = 1,
+                 .kv_rank = 2,
+                 .nope_dim = 2,
+                 .rope_dim = 2,
+                 .v_dim = 2,
+                 .norm_eps = attn_eps,
+                 .rope_base = 1e4},
+        .moe = {.dim = 4, .hidden = 1, .n_experts = n_experts, .top_k = 1},
+        .norm_eps = eps};
+    return blk_deepseek_lm_new(root, "ds", 3, 1, &cfg);
+}
+
+/* The DeepSeek LM's export refuses what llama.cpp's deepseek2 cannot compute, naming the
+ * part, and a vocabulary of the wrong size; no file is left behind. */
+static void test_deepseek_export_errors(void) {
+    nb_module *root = nb_model_new(NB_F32, 1);
+    const char *three[] = {"a", "b", "c"};
+    const nb_gguf_vocab ok = {.n_tokens = 3, .tokens = three, .bos = -1, .eos = -1};
+    const char *path = "/tmp/nabla_never.gguf";
+    blk_deepseek_lm *two_eps = tiny_deepseek(root, 1e-6, 1e-5, 2);
+    EXPECT_FAILS(blk_deepseek_lm_save_gguf(two_eps, path, 16, &ok, NB_GGUF_F32),
+                 "blk_deepseek_lm_save_gguf", path, "one RMSNorm epsilon",
+                 "attn.norm_eps 1e-06 of q_norm and kv_norm, norm_eps 1e-05");
+    nb_module *root2 = nb_model_new(NB_F32, 1);
+    blk_deepseek_lm *many = tiny_deepseek(root2, 1e-5, 1e-5, 1025);
+    EXPECT_FAILS(blk_deepseek_lm_save_gguf(many, path, 16, &ok, NB_GGUF_F32),
+                 "blk_deepseek_lm_save_gguf", "at most 1024 experts, this model has 1025");
+    nb_module_free(root2);
+    nb_module *root3 = nb_model_new(NB_F32, 1);
+    blk_deepseek_lm *fits = tiny_deepseek(root3, 1e-5, 1e-5, 2);
+    const nb_gguf_vocab two = {.n_tokens = 2, .tokens = three, .bos = -1, .eos = -1};
+    EXPECT_FAILS(blk_deepseek_lm_save_gguf(fits, path, 16, &two, NB_GGUF_F32),
+                 "blk_deepseek_lm_save_gguf", "2 tokens, the model 3");
+    EXPECT_FAILS(blk_deepseek_lm_save_gguf(fits, path, 0, &ok, NB_GGUF_F32),
+                 "blk_deepseek_lm_save_gguf", "max_len 0");
+    CU_ASSERT_EQUAL(access(path, F_OK), -1);
+    /* the same model fits: it is written */
+    char ok_path[] = "/tmp/nabla_test_gguf_XXXXXX";
+    int fd = mkstemp(ok_path);
+    CU_ASSERT_TRUE_FATAL(fd >= 0);
+    close(fd);
+    CU_ASSERT_TRUE(blk_deepseek_lm_save_gguf(fits, ok_path, 16, &ok, NB_GGUF_F16));
+    unlink(ok_path);
+    nb_module_free(root3);
+    nb_module_free(root);
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"a small file, byte for byte as the specification lays it out", test_file_bytes},
@@ -192,6 +244,8 @@ int main(void) {
         {"a vocabulary goes through GPT-2's byte-to-unicode map", test_vocab_bytes},
         {"bad keys, tensors, vocabularies and paths name what is wrong", test_errors},
         {"the Llama LM's export refuses what does not fit", test_llama_export_errors},
+        {"the DeepSeek LM's export refuses what deepseek2 cannot compute",
+         test_deepseek_export_errors},
     };
     return nbtest_run("gguf", cases, sizeof cases / sizeof cases[0]);
 }
