@@ -25,16 +25,15 @@ static int fail(const char *what) {
     return 1;
 }
 
-/* A model of one of the three kinds llama.cpp runs: its logits for training and for the
- * probabilities, its cached form for nb_generate, its export. */
+/* A model of a kind llama.cpp runs: its logits for training and for the probabilities, its
+ * cached form for nb_generate (its export: save_gguf). */
 typedef struct {
-    const char *kind; /* "llama", "deepseek" or "gpt2" */
+    const char *kind; /* "llama", "deepseek", "deepseek_lite" or "gpt2" */
     void *model;
     int64_t vocab;
     /* causal logits [B, T, vocab]; *aux (if not NULL) receives a loss to add, or NULL */
     nb_tensor *(*logits)(void *model, const nb_tensor *tokens, nb_tensor **aux);
     nb_causal_lm (*causal)(void *model);
-    bool (*save)(void *model, const char *path, const nb_gguf_vocab *vocab, nb_gguf_type type);
 } lm_kind;
 
 static nb_tensor *llama_logits(void *m, const nb_tensor *tokens, nb_tensor **aux) {
@@ -44,9 +43,6 @@ static nb_tensor *llama_logits(void *m, const nb_tensor *tokens, nb_tensor **aux
 static nb_causal_lm llama_causal(void *m) {
     return blk_llama_lm_causal(m, 256);
 }
-static bool llama_save(void *m, const char *path, const nb_gguf_vocab *v, nb_gguf_type type) {
-    return blk_llama_lm_save_gguf(m, path, 256, v, type);
-}
 
 static nb_tensor *deepseek_logits(void *m, const nb_tensor *tokens, nb_tensor **aux) {
     return blk_deepseek_lm_forward(m, tokens, &(blk_attn_opts){.causal = true}, aux);
@@ -54,8 +50,13 @@ static nb_tensor *deepseek_logits(void *m, const nb_tensor *tokens, nb_tensor **
 static nb_causal_lm deepseek_causal(void *m) {
     return blk_deepseek_lm_causal(m, 256);
 }
-static bool deepseek_save(void *m, const char *path, const nb_gguf_vocab *v, nb_gguf_type type) {
-    return blk_deepseek_lm_save_gguf(m, path, 256, v, type);
+
+static nb_tensor *gpt2_logits(void *m, const nb_tensor *tokens, nb_tensor **aux) {
+    if (aux) *aux = NULL;
+    return nb_transformer_lm_forward(m, tokens, true, NULL, NULL);
+}
+static nb_causal_lm gpt2_causal(void *m) {
+    return nb_transformer_lm_causal(m);
 }
 
 /* The model of kind under root, or false with an error. */
@@ -69,7 +70,7 @@ static bool make_model(const char *kind, nb_module *root, int64_t vocab, lm_kind
                                       .norm_eps = 1e-5,
                                       .rope_base = 10000};
         out->model = blk_llama_lm_new(root, "tiny_llama", vocab, 2, &cfg);
-        out->logits = llama_logits, out->causal = llama_causal, out->save = llama_save;
+        out->logits = llama_logits, out->causal = llama_causal;
     } else if (strcmp(kind, "deepseek") == 0) {
         /* MLA with the low-rank query path, a dense first block, then a mixture of 4 experts
          * (2 a token) with a shared one */
@@ -92,7 +93,7 @@ static bool make_model(const char *kind, nb_module *root, int64_t vocab, lm_kind
                                          .dense_hidden = 128,
                                          .norm_eps = 1e-5};
         out->model = blk_deepseek_lm_new(root, "tiny_deepseek", vocab, 2, &cfg);
-        out->logits = deepseek_logits, out->causal = deepseek_causal, out->save = deepseek_save;
+        out->logits = deepseek_logits, out->causal = deepseek_causal;
     } else if (strcmp(kind, "deepseek_lite") == 0) {
         /* the other paths: one query projection wq, every block a mixture of experts, no
          * shared expert */
@@ -108,12 +109,37 @@ static bool make_model(const char *kind, nb_module *root, int64_t vocab, lm_kind
             .moe = {.dim = 64, .hidden = 48, .n_experts = 4, .top_k = 2, .aux_alpha = 0.01},
             .norm_eps = 1e-5};
         out->model = blk_deepseek_lm_new(root, "tiny_deepseek_lite", vocab, 2, &cfg);
-        out->logits = deepseek_logits, out->causal = deepseek_causal, out->save = deepseek_save;
+        out->logits = deepseek_logits, out->causal = deepseek_causal;
+    } else if (strcmp(kind, "gpt2") == 0) {
+        /* GPT-2's form of the TransformerLM: q/k/v biases, the tanh GELU, a head without
+         * bias tied to the token embedding; learned positions for the 256 tokens llama.cpp's
+         * context holds */
+        const nb_lm_config cfg = {.vocab = vocab,
+                                  .max_len = 256,
+                                  .dim = 64,
+                                  .num_heads = 4,
+                                  .layers = 2,
+                                  .qkv_bias = true,
+                                  .tie_weights = true,
+                                  .gelu_tanh = true,
+                                  .no_head_bias = true};
+        out->model = nb_transformer_lm_new_config(root, "tiny_gpt2", &cfg, 0.0);
+        out->logits = gpt2_logits, out->causal = gpt2_causal;
     } else {
         nb_error("gguf_export", "unknown model '%s' (llama, deepseek, deepseek_lite or gpt2)",
                  kind);
     }
     return out->model != NULL;
+}
+
+/* Writes lm to path as a GGUF file of the weights' type, with the vocabulary v. */
+static bool save_gguf(const lm_kind *lm, const char *path, const nb_gguf_vocab *v,
+                      nb_gguf_type type) {
+    if (strcmp(lm->kind, "llama") == 0) /* llama.cpp's "llama" */
+        return blk_llama_lm_save_gguf(lm->model, path, 256, v, type);
+    if (strncmp(lm->kind, "deepseek", 8) == 0) /* "deepseek2" */
+        return blk_deepseek_lm_save_gguf(lm->model, path, 256, v, type);
+    return nb_transformer_lm_save_gguf(lm->model, path, v, type); /* "gpt2" */
 }
 
 /* Trains lm on windows of the encoded text (next token prediction), AdamW. */
@@ -196,9 +222,9 @@ int main(int argc, char **argv) {
     vocab.eos = 0; /* byte 0, never in the text: a token llama.cpp may stop at */
     char path[4096];
     snprintf(path, sizeof path, "%s/tiny_%s_f32.gguf", dir, kind);
-    if (!lm.save(lm.model, path, &vocab, NB_GGUF_F32)) return fail("export f32");
+    if (!save_gguf(&lm, path, &vocab, NB_GGUF_F32)) return fail("export f32");
     snprintf(path, sizeof path, "%s/tiny_%s_f16.gguf", dir, kind);
-    if (!lm.save(lm.model, path, &vocab, NB_GGUF_F16)) return fail("export f16");
+    if (!save_gguf(&lm, path, &vocab, NB_GGUF_F16)) return fail("export f16");
 
     const char *prompt = "the quick";
     int64_t *seq = malloc(sizeof *seq * (strlen(prompt) + (size_t)n_new));

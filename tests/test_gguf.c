@@ -237,6 +237,61 @@ static void test_deepseek_export_errors(void) {
     nb_module_free(root);
 }
 
+/* The TransformerLM's export refuses what llama.cpp's gpt2 cannot compute, naming the part;
+ * GPT-2's form (tanh GELU, head without bias) is written, with or without q/k/v biases. */
+static void test_gpt2_export_errors(void) {
+    const char *three[] = {"a", "b", "c"};
+    const nb_gguf_vocab ok = {.n_tokens = 3, .tokens = three, .bos = -1, .eos = -1};
+    const char *path = "/tmp/nabla_never.gguf";
+    const char *op = "nb_transformer_lm_save_gguf";
+    const nb_lm_config gpt2 = {.vocab = 3,
+                               .max_len = 8,
+                               .dim = 4,
+                               .num_heads = 2,
+                               .layers = 2,
+                               .gelu_tanh = true,
+                               .no_head_bias = true};
+    nb_module *root = nb_model_new(NB_F32, 1);
+    nb_lm_config c = gpt2;
+    c.gelu_tanh = false;
+    nb_transformer_lm *erf = nb_transformer_lm_new_config(root, "erf", &c, 0);
+    EXPECT_FAILS(nb_transformer_lm_save_gguf(erf, path, &ok, NB_GGUF_F32), op, path,
+                 "TransformerLM 'erf' does not fit llama.cpp's gpt2",
+                 "GELU is the exact (erf) form");
+    c = gpt2;
+    c.no_head_bias = false;
+    nb_transformer_lm *biased = nb_transformer_lm_new_config(root, "biased", &c, 0);
+    EXPECT_FAILS(nb_transformer_lm_save_gguf(biased, path, &ok, NB_GGUF_F32), op,
+                 "its head has a bias");
+    c = gpt2;
+    c.out_features = 5;
+    nb_transformer_lm *wide = nb_transformer_lm_new_config(root, "wide", &c, 0);
+    EXPECT_FAILS(nb_transformer_lm_save_gguf(wide, path, &ok, NB_GGUF_F32), op,
+                 "out_features other than the vocabulary");
+    nb_transformer_lm *fits = nb_transformer_lm_new_config(root, "fits", &gpt2, 0);
+    fits->blocks[1]->norm2->eps = 1e-6;
+    EXPECT_FAILS(nb_transformer_lm_save_gguf(fits, path, &ok, NB_GGUF_F32), op,
+                 "one LayerNorm eps, block 1's differs from norm_f's 1e-05");
+    fits->blocks[1]->norm2->eps = 1e-5;
+    const nb_gguf_vocab two = {.n_tokens = 2, .tokens = three, .bos = -1, .eos = -1};
+    EXPECT_FAILS(nb_transformer_lm_save_gguf(fits, path, &two, NB_GGUF_F32), op,
+                 "2 tokens, the model 3");
+    EXPECT_FAILS(nb_transformer_lm_save_gguf(NULL, path, &ok, NB_GGUF_F32), op, "NULL model");
+    CU_ASSERT_EQUAL(access(path, F_OK), -1);
+    char ok_path[] = "/tmp/nabla_test_gguf_XXXXXX";
+    int fd = mkstemp(ok_path);
+    CU_ASSERT_TRUE_FATAL(fd >= 0);
+    close(fd);
+    CU_ASSERT_TRUE(nb_transformer_lm_save_gguf(fits, ok_path, &ok, NB_GGUF_F16));
+    c = gpt2;
+    c.qkv_bias = true;
+    c.tie_weights = true;
+    nb_transformer_lm *tied = nb_transformer_lm_new_config(root, "tied", &c, 0);
+    CU_ASSERT_TRUE(nb_transformer_lm_save_gguf(tied, ok_path, &ok, NB_GGUF_F32));
+    unlink(ok_path);
+    nb_module_free(root);
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"a small file, byte for byte as the specification lays it out", test_file_bytes},
@@ -246,6 +301,7 @@ int main(void) {
         {"the Llama LM's export refuses what does not fit", test_llama_export_errors},
         {"the DeepSeek LM's export refuses what deepseek2 cannot compute",
          test_deepseek_export_errors},
+        {"the TransformerLM's export refuses what gpt2 cannot compute", test_gpt2_export_errors},
     };
     return nbtest_run("gguf", cases, sizeof cases / sizeof cases[0]);
 }

@@ -104,7 +104,8 @@ static bool add_mla(nb_gguf *g, const blk_mla *a, int i, nb_gguf_type type) {
            nb_gguf_add_weight(g, blk_gguf_name(name, i, "attn_output"), a->wo->weight, type);
 }
 
-static bool add_layer(nb_gguf *g, const blk_deepseek_block *b, int i, nb_gguf_type type) {
+static bool add_layer(nb_gguf *g, const void *model, int i, nb_gguf_type type) {
+    const blk_deepseek_block *b = ((const blk_deepseek_lm *)model)->layers[i];
     char name[64];
     return nb_gguf_add_weight(g, blk_gguf_name(name, i, "attn_norm"), b->attn_norm->weight, type) &&
            add_mla(g, b->attn, i, type) &&
@@ -147,22 +148,14 @@ static bool set_keys(nb_gguf *g, const blk_deepseek_lm *m) {
 
 static bool fill(nb_gguf *g, const void *model, nb_gguf_type type) {
     const blk_deepseek_lm *m = model;
-    bool ok = set_keys(g, m) && nb_gguf_add_weight(g, "token_embd.weight", m->embed->weight, type);
-    for (int i = 0; ok && i < m->n_layers; i++) ok = add_layer(g, m->layers[i], i, type);
-    return ok && nb_gguf_add_weight(g, "output_norm.weight", m->norm->weight, type) &&
-           nb_gguf_add_weight(g, "output.weight", m->head->weight, type);
+    return set_keys(g, m) && blk_gguf_add_lm(g, type, m->embed->weight, m->norm->weight,
+                                             m->head->weight, m->n_layers, add_layer, m);
 }
 
 bool blk_deepseek_lm_save_gguf(const blk_deepseek_lm *m, const char *path, int64_t max_len,
                                const nb_gguf_vocab *vocab, nb_gguf_type type) {
     const char *op = "blk_deepseek_lm_save_gguf";
     if (!m || !path || !vocab) return blk_null_argument(op) != NULL;
-    if (!fits(m, op, path)) return false;
-    const nb_gguf_model_info info = {.arch = "deepseek2",
-                                     .name = nb_module_path(&m->base),
-                                     .max_len = max_len,
-                                     .n_vocab = m->vocab,
-                                     .vocab = vocab,
-                                     .type = type};
-    return nb_gguf_save_model(op, path, &info, fill, m);
+    return fits(m, op, path) && blk_gguf_save_lm(op, "deepseek2", &m->base, m->vocab, path, max_len,
+                                                 vocab, type, fill, m);
 }

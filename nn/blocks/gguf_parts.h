@@ -16,4 +16,19 @@ nb_tensor *blk_gguf_pair_rope_rows(const nb_tensor *w, int64_t groups, int64_t o
 /* "blk.{layer}.{what}.weight" in buf (64 bytes: a GGUF tensor name's limit and its NUL). */
 const char *blk_gguf_name(char buf[64], int layer, const char *what);
 
+/* The tensors of a blocks LM around its layers: token_embd (embed), each layer i through
+ * add_layer(g, model, i, type), output_norm (norm) and output (head). */
+bool blk_gguf_add_lm(nb_gguf *g, nb_gguf_type type, const nb_tensor *embed, const nb_tensor *norm,
+                     const nb_tensor *head, int n_layers,
+                     bool (*add_layer)(nb_gguf *g, const void *model, int i, nb_gguf_type type),
+                     const void *model);
+
+/* nb_gguf_save_model for the blocks LM model, whose module is base (its path names the
+ * model in the file), of n_vocab tokens. */
+bool blk_gguf_save_lm(const char *op, const char *arch, const nb_module *base, int64_t n_vocab,
+                      const char *path, int64_t max_len, const nb_gguf_vocab *vocab,
+                      nb_gguf_type type,
+                      bool (*fill)(nb_gguf *g, const void *model, nb_gguf_type type),
+                      const void *model);
+
 #endif

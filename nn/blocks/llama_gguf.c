@@ -4,7 +4,8 @@
 #include "errors.h"
 #include "gguf_parts.h"
 
-static bool add_layer(nb_gguf *g, const blk_llama_block *b, int i, nb_gguf_type type) {
+static bool add_layer(nb_gguf *g, const void *model, int i, nb_gguf_type type) {
+    const blk_llama_block *b = ((const blk_llama_lm *)model)->layers[i];
     const blk_attention *a = b->attention;
     char name[64];
     return nb_gguf_add_weight(g, blk_gguf_name(name, i, "attn_norm"), b->attention_norm->weight,
@@ -30,29 +31,21 @@ static bool add_layer(nb_gguf *g, const blk_llama_block *b, int i, nb_gguf_type 
 static bool fill(nb_gguf *g, const void *model, nb_gguf_type type) {
     const blk_llama_lm *m = model;
     const blk_llama_config *c = &m->cfg;
-    bool ok = nb_gguf_set_u32(g, "llama.embedding_length", (uint32_t)c->dim) &&
-              nb_gguf_set_u32(g, "llama.block_count", (uint32_t)m->n_layers) &&
-              nb_gguf_set_u32(g, "llama.feed_forward_length", (uint32_t)c->hidden) &&
-              nb_gguf_set_u32(g, "llama.rope.dimension_count", (uint32_t)(c->dim / c->n_heads)) &&
-              nb_gguf_set_f32(g, "llama.rope.freq_base", (float)c->rope_base) &&
-              nb_gguf_set_u32(g, "llama.attention.head_count", (uint32_t)c->n_heads) &&
-              nb_gguf_set_u32(g, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads) &&
-              nb_gguf_set_f32(g, "llama.attention.layer_norm_rms_epsilon", (float)c->norm_eps) &&
-              nb_gguf_add_weight(g, "token_embd.weight", m->tok_embeddings->weight, type);
-    for (int i = 0; ok && i < m->n_layers; i++) ok = add_layer(g, m->layers[i], i, type);
-    return ok && nb_gguf_add_weight(g, "output_norm.weight", m->norm->weight, type) &&
-           nb_gguf_add_weight(g, "output.weight", m->output->weight, type);
+    return nb_gguf_set_u32(g, "llama.embedding_length", (uint32_t)c->dim) &&
+           nb_gguf_set_u32(g, "llama.block_count", (uint32_t)m->n_layers) &&
+           nb_gguf_set_u32(g, "llama.feed_forward_length", (uint32_t)c->hidden) &&
+           nb_gguf_set_u32(g, "llama.rope.dimension_count", (uint32_t)(c->dim / c->n_heads)) &&
+           nb_gguf_set_f32(g, "llama.rope.freq_base", (float)c->rope_base) &&
+           nb_gguf_set_u32(g, "llama.attention.head_count", (uint32_t)c->n_heads) &&
+           nb_gguf_set_u32(g, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads) &&
+           nb_gguf_set_f32(g, "llama.attention.layer_norm_rms_epsilon", (float)c->norm_eps) &&
+           blk_gguf_add_lm(g, type, m->tok_embeddings->weight, m->norm->weight, m->output->weight,
+                           m->n_layers, add_layer, m);
 }
 
 bool blk_llama_lm_save_gguf(const blk_llama_lm *m, const char *path, int64_t max_len,
                             const nb_gguf_vocab *vocab, nb_gguf_type type) {
     const char *op = "blk_llama_lm_save_gguf";
     if (!m || !path || !vocab) return blk_null_argument(op) != NULL;
-    const nb_gguf_model_info info = {.arch = "llama",
-                                     .name = nb_module_path(&m->base),
-                                     .max_len = max_len,
-                                     .n_vocab = m->vocab,
-                                     .vocab = vocab,
-                                     .type = type};
-    return nb_gguf_save_model(op, path, &info, fill, m);
+    return blk_gguf_save_lm(op, "llama", &m->base, m->vocab, path, max_len, vocab, type, fill, m);
 }
