@@ -136,6 +136,77 @@ static void test_vocab_bytes(void) {
         EXPECT_NULL((call) ? (void *)1 : NULL, __VA_ARGS__);                                       \
     } while (0)
 
+/* Whether the file at path has a tensor info for name with dims ne (innermost first, as the
+ * file counts them) and ggml type: GGUF's u64 length, name, u32 n_dims, u64 dims, u32 type. */
+static bool has_tensor(const char *path, const char *name, int ndim, const uint64_t *ne,
+                       uint32_t type) {
+    unsigned char info[128];
+    size_t n = 0, len = strlen(name);
+    for (int b = 0; b < 8; b++) info[n++] = (unsigned char)((uint64_t)len >> (8 * b));
+    memcpy(info + n, name, len);
+    n += len;
+    for (int b = 0; b < 4; b++) info[n++] = (unsigned char)((uint32_t)ndim >> (8 * b));
+    for (int d = 0; d < ndim; d++)
+        for (int b = 0; b < 8; b++) info[n++] = (unsigned char)(ne[d] >> (8 * b));
+    for (int b = 0; b < 4; b++) info[n++] = (unsigned char)(type >> (8 * b));
+    return file_has(path, info, n);
+}
+
+/* A model exporter's frame: general and context keys, the vocabulary, the exporter's own
+ * tensors, a 1-D weight kept float32 in a float16 file. */
+static bool fill_two(nb_gguf *g, const void *model, nb_gguf_type type) {
+    (void)model;
+    return nb_gguf_set_u32(g, "toy.block_count", 1) &&
+           nb_gguf_add_weight(g, "n", nb_ones(NB_F32, NB_SHAPE(2)), type) &&
+           nb_gguf_add_weight(g, "w", nb_ones(NB_F32, NB_SHAPE(3, 2)), type);
+}
+
+static bool fill_fails(nb_gguf *g, const void *model, nb_gguf_type type) {
+    (void)model;
+    return nb_gguf_add_weight(g, "", nb_ones(NB_F32, NB_SHAPE(2)), type);
+}
+
+static void test_save_model(void) {
+    const char *tokens[] = {"a", "b"};
+    const nb_gguf_vocab v = {.n_tokens = 2, .tokens = tokens, .bos = -1, .eos = -1};
+    nb_gguf_model_info info = {
+        .arch = "toy", .name = "m", .max_len = 9, .n_vocab = 2, .vocab = &v, .type = NB_GGUF_F16};
+    char path[] = "/tmp/nabla_test_gguf_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    int dummy = 0;
+    CU_ASSERT_TRUE(nb_gguf_save_model("toy_save", path, &info, fill_two, &dummy));
+    const unsigned char arch[] = {U64(20), 'g', 'e', 'n',    'e',    'r', 'a', 'l', '.',
+                                  'a',     'r', 'c', 'h',    'i',    't', 'e', 'c', 't',
+                                  'u',     'r', 'e', U32(8), U64(3), 't', 'o', 'y'};
+    CU_ASSERT_TRUE(file_has(path, arch, sizeof arch));
+    const unsigned char file_type[] = {'f', 'i', 'l', 'e', '_', 't', 'y', 'p', 'e', U32(4), U32(1)};
+    CU_ASSERT_TRUE(file_has(path, file_type, sizeof file_type));
+    const unsigned char ctx[] = {'t', 'o', 'y', '.', 'c', 'o', 'n', 't', 'e',    'x',
+                                 't', '_', 'l', 'e', 'n', 'g', 't', 'h', U32(4), U32(9)};
+    CU_ASSERT_TRUE(file_has(path, ctx, sizeof ctx));
+    const unsigned char vocab_size[] = {'t', 'o', 'y', '.', 'v', 'o', 'c',    'a',
+                                        'b', '_', 's', 'i', 'z', 'e', U32(4), U32(2)};
+    CU_ASSERT_TRUE(file_has(path, vocab_size, sizeof vocab_size));
+    CU_ASSERT_TRUE(file_has(path, "tokenizer.ggml.tokens", 21));
+    CU_ASSERT_TRUE(has_tensor(path, "n", 1, (uint64_t[]){2}, 0)); /* 1-D: float32 */
+    CU_ASSERT_TRUE(has_tensor(path, "w", 2, (uint64_t[]){2, 3}, 1));
+    unlink(path);
+    EXPECT_FAILS(nb_gguf_save_model("toy_save", path, &info, fill_fails, &dummy), "toy_save", path,
+                 "nb_gguf_add_tensor", "1 to 63 bytes");
+    CU_ASSERT_EQUAL(access(path, F_OK), -1);
+    info.max_len = (int64_t)UINT32_MAX + 1;
+    EXPECT_FAILS(nb_gguf_save_model("toy_save", path, &info, fill_two, &dummy), "toy_save",
+                 "max_len 4294967296");
+    info.max_len = 9;
+    info.arch = NULL;
+    EXPECT_FAILS(nb_gguf_save_model("toy_save", path, &info, fill_two, &dummy), "toy_save",
+                 "NULL architecture");
+    EXPECT_FAILS(nb_gguf_save_model("toy_save", path, &info, NULL, &dummy), "toy_save",
+                 "NULL fill");
+    CU_ASSERT_EQUAL(access(path, F_OK), -1);
+}
+
 static void test_errors(void) {
     nb_gguf *g = nb_gguf_new();
     EXPECT_FAILS(nb_gguf_set_u32(g, "Bad.Key", 1), "nb_gguf_set_u32", "'Bad.Key'");
@@ -232,6 +303,18 @@ static void test_deepseek_export_errors(void) {
     CU_ASSERT_TRUE_FATAL(fd >= 0);
     close(fd);
     CU_ASSERT_TRUE(blk_deepseek_lm_save_gguf(fits, ok_path, 16, &ok, NB_GGUF_F16));
+    /* llama.cpp's shapes (dims innermost first; 1 head, nope 2, rope 2, v 2, kv_rank 2, 2
+     * experts of hidden 1, D 4): wkv_b split, experts stacked, a zero shared expert, the
+     * router float32 */
+    CU_ASSERT_TRUE(has_tensor(ok_path, "blk.0.attn_q.weight", 2, (uint64_t[]){4, 4}, 1));
+    CU_ASSERT_TRUE(has_tensor(ok_path, "blk.0.attn_kv_a_mqa.weight", 2, (uint64_t[]){4, 4}, 1));
+    CU_ASSERT_TRUE(has_tensor(ok_path, "blk.0.attn_k_b.weight", 3, (uint64_t[]){2, 2, 1}, 1));
+    CU_ASSERT_TRUE(has_tensor(ok_path, "blk.0.attn_v_b.weight", 3, (uint64_t[]){2, 2, 1}, 1));
+    CU_ASSERT_TRUE(has_tensor(ok_path, "blk.0.ffn_gate_inp.weight", 2, (uint64_t[]){4, 2}, 0));
+    CU_ASSERT_TRUE(has_tensor(ok_path, "blk.0.ffn_gate_exps.weight", 3, (uint64_t[]){4, 1, 2}, 1));
+    CU_ASSERT_TRUE(has_tensor(ok_path, "blk.0.ffn_down_exps.weight", 3, (uint64_t[]){1, 4, 2}, 1));
+    CU_ASSERT_TRUE(has_tensor(ok_path, "blk.0.ffn_up_shexp.weight", 2, (uint64_t[]){4, 1}, 1));
+    CU_ASSERT_TRUE(has_tensor(ok_path, "blk.0.attn_kv_a_norm.weight", 1, (uint64_t[]){2}, 0));
     unlink(ok_path);
     nb_module_free(root3);
     nb_module_free(root);
@@ -283,11 +366,20 @@ static void test_gpt2_export_errors(void) {
     CU_ASSERT_TRUE_FATAL(fd >= 0);
     close(fd);
     CU_ASSERT_TRUE(nb_transformer_lm_save_gguf(fits, ok_path, &ok, NB_GGUF_F16));
+    /* q/k/v stacked, their biases (zeros here) beside; positions float32 */
+    CU_ASSERT_TRUE(has_tensor(ok_path, "blk.1.attn_qkv.weight", 2, (uint64_t[]){4, 12}, 1));
+    CU_ASSERT_TRUE(has_tensor(ok_path, "blk.1.attn_qkv.bias", 1, (uint64_t[]){12}, 0));
+    CU_ASSERT_TRUE(has_tensor(ok_path, "position_embd.weight", 2, (uint64_t[]){4, 8}, 0));
+    CU_ASSERT_TRUE(has_tensor(ok_path, "output.weight", 2, (uint64_t[]){4, 3}, 1));
     c = gpt2;
     c.qkv_bias = true;
     c.tie_weights = true;
     nb_transformer_lm *tied = nb_transformer_lm_new_config(root, "tied", &c, 0);
     CU_ASSERT_TRUE(nb_transformer_lm_save_gguf(tied, ok_path, &ok, NB_GGUF_F32));
+    const unsigned char output[] = {U64(13), 'o', 'u', 't', 'p', 'u', 't',
+                                    '.',     'w', 'e', 'i', 'g', 'h', 't'};
+    CU_ASSERT_FALSE(file_has(ok_path, output, sizeof output)); /* read from token_embd */
+    CU_ASSERT_TRUE(file_has(ok_path, "output_norm.bias", 16));
     unlink(ok_path);
     nb_module_free(root);
 }
@@ -298,6 +390,7 @@ int main(void) {
         {"float16 rounds to nearest even, overflows to infinity, keeps NaN", test_f16},
         {"a vocabulary goes through GPT-2's byte-to-unicode map", test_vocab_bytes},
         {"bad keys, tensors, vocabularies and paths name what is wrong", test_errors},
+        {"a model exporter's frame: keys, vocabulary, tensors, errors", test_save_model},
         {"the Llama LM's export refuses what does not fit", test_llama_export_errors},
         {"the DeepSeek LM's export refuses what deepseek2 cannot compute",
          test_deepseek_export_errors},
