@@ -14,8 +14,10 @@
  * previous limit. */
 #define NBA_ATTENTION_KEEP_LIMIT ((size_t)16 << 20)
 size_t nba_attention_keep_limit(size_t bytes);
+#ifdef NABLA_TESTS /* a test hook: in the test build only (tests/meson.build) */
 /* True when the calling thread's last attention forward took the memory-efficient path. */
 bool nba_attention_last_memory_efficient(void);
+#endif
 
 /* One attention call as its forward and its gradients see it, for the ops built on it
  * (attention.c's two entries, qkv_attention.c). */

@@ -18,7 +18,9 @@ bool nb_set_grad_enabled(bool enabled) {
     return prev;
 }
 
-bool nb_is_grad_enabled(void) { return grad_enabled; }
+bool nb_is_grad_enabled(void) {
+    return grad_enabled;
+}
 
 /* ---- per-thread buffers, freed at thread exit ---- */
 static _Thread_local nb_node *node_free;
@@ -77,9 +79,13 @@ static void release_node(nbt_owned *o) {
     node_free = n;
 }
 
+#ifdef NABLA_TESTS /* a test hook: in the test build only (tests/meson.build) */
 static void (*record_hook)(const char *op);
 
-void nba_set_record_hook(void (*hook)(const char *op)) { record_hook = hook; }
+void nba_set_record_hook(void (*hook)(const char *op)) {
+    record_hook = hook;
+}
+#endif
 
 bool nba_any_requires_grad(int n, const nb_tensor *const *inputs) {
     if (!grad_enabled) return false;
@@ -91,8 +97,10 @@ bool nba_any_requires_grad(int n, const nb_tensor *const *inputs) {
 /* A cleared node from the free list or the heap, with room for n inputs and nout outputs. */
 static nb_node *new_node(const char *op, int n, int nout) {
     nb_node *node = node_free;
-    if (node) node_free = (nb_node *)node->owned.next;
-    else if (!(node = nbt_malloc(sizeof *node))) return nbt_error(op, "out of memory");
+    if (node)
+        node_free = (nb_node *)node->owned.next;
+    else if (!(node = nbt_malloc(sizeof *node)))
+        return nbt_error(op, "out of memory");
     memset(node, 0, sizeof *node);
     node->owned.release = release_node;
     node->inputs = node->inline_inputs;
@@ -131,7 +139,9 @@ nb_node *nba_record_outputs(const char *op, int nout, nb_tensor *const *outs, in
     node->noutputs = nout;
     for (int k = 0; k < nout; k++) node->outputs[k] = outs[k];
     nbt_scope_own(&node->owned);
+#ifdef NABLA_TESTS
     if (record_hook) record_hook(op);
+#endif
     /* Only float outputs carry gradients; others (indices, masks) are not differentiable. */
     for (int k = 0; k < nout; k++)
         if (outs[k] && nb_is_float(outs[k])) {
@@ -155,11 +165,15 @@ bool nba_input_needs_grad(const nb_node *n, int i) {
 nb_tensor *nb_requires_grad_(nb_tensor *t, bool requires_grad) {
     if (!t || !nbt_check_live("requires_grad_", t)) return NULL;
     if (t->node)
-        return nbt_error("requires_grad_", "tensor of shape %s is not a leaf (it was produced "
-                         "by %s); use nb_detach() to make a leaf", nbt_shape(t), t->node->op);
+        return nbt_error("requires_grad_",
+                         "tensor of shape %s is not a leaf (it was produced "
+                         "by %s); use nb_detach() to make a leaf",
+                         nbt_shape(t), t->node->op);
     if (requires_grad && !nb_is_float(t))
-        return nbt_error("requires_grad_", "only float tensors can require grad, got %s of "
-                         "shape %s", nb_dtype_name(t->dtype), nbt_shape(t));
+        return nbt_error("requires_grad_",
+                         "only float tensors can require grad, got %s of "
+                         "shape %s",
+                         nb_dtype_name(t->dtype), nbt_shape(t));
     t->requires_grad = requires_grad;
     return t;
 }
@@ -229,9 +243,11 @@ static bool push(size_t *len, nb_node *n) {
 /* A node whose backward already ran without retain_graph has dropped what it saved. */
 static bool usable(const nb_node *n) {
     if (!n->consumed) return true;
-    nbt_error("backward", "trying to backward through the graph a second time: %s's backward "
+    nbt_error("backward",
+              "trying to backward through the graph a second time: %s's backward "
               "already ran and released what it saved; pass retain_graph = true "
-              "(nb_backward_with) to the first backward to go through it again", n->op);
+              "(nb_backward_with) to the first backward to go through it again",
+              n->op);
     return false;
 }
 
@@ -266,9 +282,11 @@ static bool topo_sort(nb_node *root, size_t *len) {
         if (k < n->ninputs) {
             nb_tensor *x = n->inputs[k];
             if (x && x->requires_grad && x->graph_released) {
-                nbt_error("backward", "input %d of %s (shape %s) was kept out of a scope that "
+                nbt_error("backward",
+                          "input %d of %s (shape %s) was kept out of a scope that "
                           "has ended, so its history is gone; backward must run before "
-                          "nb_scope_end", k, n->op, nbt_shape(x));
+                          "nb_scope_end",
+                          k, n->op, nbt_shape(x));
                 return false;
             }
             if (x && x->node && x->node->visit != epoch) {
@@ -324,25 +342,35 @@ bool nb_backward_with(nb_tensor *out, const nb_tensor *grad_output, const nb_bac
     if (!out) return nbt_error("backward", "NULL tensor"), false;
     if (!nbt_check_live("backward", out) || !nbt_check_live("backward", grad_output)) return false;
     if (out->graph_released)
-        return nbt_error("backward", "the graph of this tensor (shape %s) was released when "
-                         "its scope ended", nbt_shape(out)), false;
+        return nbt_error("backward",
+                         "the graph of this tensor (shape %s) was released when "
+                         "its scope ended",
+                         nbt_shape(out)),
+               false;
     if (!out->requires_grad)
-        return nbt_error("backward", "tensor of shape %s does not require grad and has no "
-                         "grad_fn", nbt_shape(out)), false;
+        return nbt_error("backward",
+                         "tensor of shape %s does not require grad and has no "
+                         "grad_fn",
+                         nbt_shape(out)),
+               false;
     if (grad_output) {
         if (!nb_same_shape(grad_output, out) || grad_output->dtype != out->dtype)
             return nbt_error("backward", "grad_output has shape %s (%s), expected %s (%s)",
                              nbt_shape(grad_output), nb_dtype_name(grad_output->dtype),
-                             nbt_shape(out), nb_dtype_name(out->dtype)), false;
+                             nbt_shape(out), nb_dtype_name(out->dtype)),
+                   false;
     } else if (nbt_numel(out) != 1) {
-        return nbt_error("backward", "grad can be implicitly created only for outputs with one "
-                         "element, got shape %s; pass grad_output", nbt_shape(out)), false;
+        return nbt_error("backward",
+                         "grad can be implicitly created only for outputs with one "
+                         "element, got shape %s; pass grad_output",
+                         nbt_shape(out)),
+               false;
     }
     const bool retain = opts && opts->retain_graph;
     bool prev = nb_set_grad_enabled(false);
     uint64_t errors = nbt_error_count();
-    nb_tensor *seed = grad_output ? (nb_tensor *)grad_output
-                                  : nb_ones(out->dtype, out->ndim, out->shape);
+    nb_tensor *seed =
+        grad_output ? (nb_tensor *)grad_output : nb_ones(out->dtype, out->ndim, out->shape);
     if (!out->node) { /* a leaf: its gradient is the seed itself */
         nb_node fake = {.ninputs = 1, .inputs = fake.inline_inputs, .inline_inputs = {out}};
         if (seed) nba_accumulate(&fake, 0, seed);

@@ -32,9 +32,11 @@ const char *nbt_dims(int ndim, const int64_t *shape);
 void *nbt_malloc(size_t n);
 void nbt_free(void *p);
 nb_storage *nbt_storage_new(size_t nbytes); /* refcount 1, data 64-byte aligned, uninitialised */
-/* Test hook: after n more storages are allocated on this thread, the next one fails as if
- * out of memory (once); n < 0 turns the hook off. */
+#ifdef NABLA_TESTS /* a test hook: in the test build only (tests/meson.build) */
+/* After n more storages are allocated on this thread, the next one fails as if out of memory
+ * (once); n < 0 turns the hook off. */
 void nbt_fail_storage_after(int64_t n);
+#endif
 void nbt_storage_retain(nb_storage *s);
 void nbt_storage_release(nb_storage *s);
 

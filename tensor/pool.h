@@ -54,9 +54,11 @@ void nbt_pool_wake(void);
  * workers as runnable (seen at two looks in a row, 5 ms apart; pool.c, CROWD_POLL_NS): work should
  * then stay on its calling thread (nbt_threads_for plans one). */
 bool nbt_pool_crowded(void);
+#ifdef NABLA_TESTS /* a test hook: in the test build only (tests/meson.build) */
 /* Turns that look on or off (on unless the environment has NABLA_CROWD_CHECK=0; the unit
  * tests turn it off so that their 1- and 2-thread runs really differ on a busy test machine). */
 void nbt_pool_set_crowd_check(bool on);
+#endif
 /* True inside a task (where nested work should stay on the current thread). */
 bool nbt_in_task(void);
 
