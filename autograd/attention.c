@@ -85,21 +85,22 @@ static char *head_ptr(const attention_job *j, heads_t l, int64_t b, int64_t h) {
  * tiles per thread (1 MB in float32 at T_k = 2048). */
 #define ME_ROWS 64
 
+/* Changed only by a test hook (nba_attention_keep_limit), in the test build. */
 static size_t keep_limit = NBA_ATTENTION_KEEP_LIMIT;
 /* Kept in every build (one thread-local store per call); read by a test hook only. */
 static _Thread_local bool last_memory_efficient;
 
-#ifdef NABLA_TESTS /* a test hook: in the test build only (tests/meson.build) */
+#ifdef NABLA_TESTS /* test hooks: in the test build only (tests/meson.build) */
 bool nba_attention_last_memory_efficient(void) {
     return last_memory_efficient;
 }
-#endif
 
 size_t nba_attention_keep_limit(size_t bytes) {
     size_t old = keep_limit;
     keep_limit = bytes;
     return old;
 }
+#endif
 
 static int64_t causal_block(const attention_job *j) {
     return j->plan.causal && j->Tq == j->Tk && j->Tq > CAUSAL_BLOCK ? CAUSAL_BLOCK : j->Tq;

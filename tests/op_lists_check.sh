@@ -20,7 +20,7 @@ pairs=$("$registry" --names) # "op name" per line
 defined=$(nm --defined-only "$library" | awk '$3 ~ /^nba_op_/ { sub(/^nba_op_/, "", $3); print $3 }' |
     grep -vx 'registry\|registry_count' | sort -u)
 listed=$( (grep -o 'NB_OP([a-z_0-9]*)' "$root/autograd/op_list.h" | sed 's/NB_OP(\(.*\))/\1/'
-    grep -o 'X([A-Z_0-9]*, [a-z_0-9]*' "$root/tensor/elementwise_ops.h" | sed 's/.*, //') | sort -u)
+    grep -v '^ *[/*]' "$root/tensor/elementwise_ops.h" | grep -o 'X([A-Z_0-9]*, [a-z_0-9]*' | sed 's/.*, //') | sort -u)
 [ "$(grep -c . <<<"$listed")" -gt 10 ] || { echo "op_lists_check: the op lists hold too few names" >&2; exit 1; }
 if [ -z "$defined" ]; then
     echo "op_lists_check: no nba_op_ definitions found in $library" >&2

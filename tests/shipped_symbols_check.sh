@@ -3,8 +3,9 @@
 # test hook. Those sit in the library's sources behind #ifdef NABLA_TESTS, and only the test
 # library (tests/meson.build: nabla_testing) is built with it.
 # The names looked for come from the sources, not from either library:
-#   - every op definition (nba_op_<name> for each NB_OP(name) of autograd/op_list.h, which
-#     tests/op_lists_check.sh holds to the definitions) and the registry;
+#   - every op definition (nba_op_<name> for each NB_OP(name) of autograd/op_list.h and each
+#     op of tensor/elementwise_ops.h, the lists tests/op_lists_check.sh holds to the
+#     definitions) and the registry;
 #   - every function a library header declares inside #ifdef NABLA_TESTS (the test hooks);
 #   - and any global symbol whose name says test code: golden, catalog(ue), _for_tests,
 #     nb_test_/nbtest_, nba_op_.
@@ -18,7 +19,9 @@ fail() {
     exit 1
 }
 
-ops=$(sed -n 's/^NB_OP(\([a-z_0-9]*\))$/nba_op_\1/p' "$root/autograd/op_list.h")
+ops=$( (sed -n 's/^NB_OP(\([a-z_0-9]*\))$/\1/p' "$root/autograd/op_list.h"
+    grep -v '^ *[/*]' "$root/tensor/elementwise_ops.h" | grep -o 'X([A-Z_0-9]*, [a-z_0-9]*' | sed 's/.*, //') |
+    sed 's/^/nba_op_/')
 hooks=$(find "$root/tensor" "$root/autograd" "$root/nn" -name '*.h' -print0 | xargs -0 awk '
     /^#if/ { depth++; if ($0 ~ /^#ifdef NABLA_TESTS/) tests[depth] = 1; next }
     /^#endif/ { delete tests[depth]; depth--; next }
