@@ -298,10 +298,6 @@ static void release_one(nb_tensor *t) {
     quarantine(t, t, 1);
 }
 
-nb_scope *nbt_current_scope(void) {
-    return current;
-}
-
 bool nbt_report_released(const char *op, const nb_tensor *t) {
     nbt_error(op,
               "the tensor (shape %s, %s) was released when its scope ended; it must not be "

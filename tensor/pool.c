@@ -8,6 +8,7 @@
  * sequentially consistent: that is what makes the announce-then-check handshakes sound, and
  * their cost is small next to a task. */
 #define _GNU_SOURCE
+#include "nbt.h"
 #include "pool.h"
 
 #include <fcntl.h>
@@ -74,16 +75,10 @@ static atomic_uint_fast64_t generation;
 static atomic_int sleeping_workers;
 static atomic_int caller_sleeping;
 static atomic_int active;                   /* workers inside the published job */
-static atomic_int_fast64_t next_crowd_poll; /* now_ns() of crowded()'s next look */
+static atomic_int_fast64_t next_crowd_poll; /* nbt_now_ns() of crowded()'s next look */
 static atomic_bool crowded_at_poll, crowd_seen_last;
 static int started; /* workers created (under run_lock) */
 static _Thread_local bool in_task;
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* True when more threads are runnable on the machine than this process had CPUs when first
  * asked (the running count of /proc/loadavg, which includes the asking thread); false if that
@@ -133,7 +128,7 @@ typedef struct {
 static inline bool spin_on(spin_timer *t) {
     nbt_cpu_relax();
     if ((t->calls++ & 63) == 0) {
-        int64_t n = now_ns();
+        int64_t n = nbt_now_ns();
         if (!t->end) {
             t->end = n + t->limit_ns;
             t->next_crowd_check = n + CROWD_FIRST_NS;
@@ -169,15 +164,11 @@ static void wake_workers(void) {
     pthread_mutex_unlock(&sleep_lock);
 }
 
-void nbt_pool_wake(void) {
-    if (atomic_load(&sleeping_workers) > 0) wake_workers();
-}
-
 /* Claims and runs tasks of j until none are left; wakes the caller after the last one.
  * Returns how many tasks this thread ran. The caller (worker 0) also wakes sleeping workers
  * once the job has run WAKE_AFTER_NS with tasks left. */
 static int64_t claim_tasks(job_t *j, int worker) {
-    const int64_t start = worker == 0 ? now_ns() : 0;
+    const int64_t start = worker == 0 ? nbt_now_ns() : 0;
     bool woken = worker != 0;
     for (int64_t ran = 0;; ran++) {
         int64_t task = atomic_fetch_add(&j->next, 1);
@@ -189,7 +180,7 @@ static int64_t claim_tasks(job_t *j, int worker) {
             pthread_mutex_unlock(&sleep_lock);
         }
         if (!woken && atomic_load(&sleeping_workers) > 0 && atomic_load(&j->next) < j->ntasks &&
-            now_ns() - start > WAKE_AFTER_NS) {
+            nbt_now_ns() - start > WAKE_AFTER_NS) {
             wake_workers();
             woken = true;
         }
@@ -244,7 +235,7 @@ static int ensure_workers(int want) {
 bool nbt_pool_crowded(void) {
     pthread_once(&loadavg_once, open_loadavg);
     if (!atomic_load(&crowd_check)) return false;
-    int64_t n = now_ns();
+    int64_t n = nbt_now_ns();
     if (n >= atomic_load(&next_crowd_poll)) {
         atomic_store(&next_crowd_poll, n + CROWD_POLL_NS);
         long running = running_threads();
@@ -298,11 +289,11 @@ void nbt_run_tasks(int64_t ntasks, int threads, nbt_task_fn fn, void *ctx) {
     /* Workers still spinning take tasks at once; sleeping ones are woken in claim_tasks if
      * the job runs long enough to be worth it. */
     in_task = true;
-    int64_t started_ns = now_ns();
+    int64_t started_ns = nbt_now_ns();
     int64_t ran = claim_tasks(&j, 0);
     in_task = false;
     /* Tasks other threads claimed may still be running. */
-    int64_t per_task = ran > 0 ? (now_ns() - started_ns) / ran : 0;
+    int64_t per_task = ran > 0 ? (nbt_now_ns() - started_ns) / ran : 0;
     spin_timer st = {.limit_ns =
                          per_task * WAIT_TASKS > WAIT_MIN_NS ? per_task * WAIT_TASKS : WAIT_MIN_NS};
     while (atomic_load(&j.done) < ntasks && spin_on(&st)) continue;

@@ -45,11 +45,6 @@ typedef void (*nbt_task_fn)(int64_t task, int worker, void *ctx);
  * running, or if threads cannot be started, the tasks run on the calling thread in order. */
 void nbt_run_tasks(int64_t ntasks, int threads, nbt_task_fn fn, void *ctx);
 
-/* Wakes sleeping workers now, for a caller about to run a series of jobs each too short to
- * wake them (nbt_run_tasks wakes them only for a job that runs 20 us) but together worth
- * it. Costs one atomic load when none sleeps. */
-void nbt_pool_wake(void);
-
 /* True while the machine has more runnable threads than CPUs, counting this pool's sleeping
  * workers as runnable (seen at two looks in a row, 5 ms apart; pool.c, CROWD_POLL_NS): work should
  * then stay on its calling thread (nbt_threads_for plans one). */
