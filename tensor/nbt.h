@@ -153,10 +153,11 @@ nb_tensor *nbt_contiguous(const nb_tensor *t);
 /* How many threads to use for `work` units when each thread should get at least
  * min_work_per_thread of them (1 inside a parallel region). Use in OpenMP num_threads(). */
 int nbt_threads_for(int64_t work, int64_t min_work_per_thread);
+#ifdef NABLA_TESTS /* a test hook: in the test build only (tests/meson.build) */
 /* While set, work started on this thread runs on it alone (nbt_threads_for gives 1), whatever
- * the budget: for a caller that has measured that other threads do not pay now. Returns the
- * previous setting, to restore. Other threads are unaffected. */
+ * the budget. Returns the previous setting, to restore. Other threads are unaffected. */
 bool nbt_set_serial(bool serial);
+#endif
 /* Calls fn on disjoint [begin, end) slices covering [0, n), in parallel when n is at least two
  * grains. Each index is handled by exactly one call, so per-index results are the same for
  * any thread count. */
