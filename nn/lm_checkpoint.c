@@ -11,13 +11,16 @@
 
 /* The integer fields of nb_lm_config and their metadata keys. */
 #define NUM_FIELDS 10
-static const char *const field_keys[NUM_FIELDS] = {
+static const char *const field_keys[] = {
     "nabla.vocab",     "nabla.d_model",      "nabla.heads",       "nabla.layers",
     "nabla.context",   "nabla.out_features", "nabla.tie_weights", "nabla.qkv_bias",
     "nabla.gelu_tanh", "nabla.no_head_bias"};
-static const char *const field_names[NUM_FIELDS] = {
-    "vocab",        "d_model",     "heads",    "layers",    "context",
-    "out_features", "tie_weights", "qkv_bias", "gelu_tanh", "no_head_bias"};
+static const char *const field_names[] = {"vocab",     "d_model",      "heads",       "layers",
+                                          "context",   "out_features", "tie_weights", "qkv_bias",
+                                          "gelu_tanh", "no_head_bias"};
+#define FIELD_TABLE(t) _Static_assert(sizeof t / sizeof t[0] == NUM_FIELDS, #t ": one per field")
+FIELD_TABLE(field_keys);
+FIELD_TABLE(field_names);
 /* Fields files from before they existed lack: read as 0. */
 static const bool field_optional[NUM_FIELDS] = {[7] = true, [8] = true, [9] = true};
 
@@ -54,9 +57,11 @@ bool nb_transformer_lm_save(const nb_transformer_lm *lm, nb_optimizer *opt, cons
 }
 
 /* The range of each field (layers: the blocks nb_transformer_lm has room for). */
-static const int64_t field_min[NUM_FIELDS] = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
-static const int64_t field_max[NUM_FIELDS] = {INT64_MAX, INT64_MAX, INT64_MAX, 16, INT64_MAX,
-                                              INT64_MAX, 1,         1,         1,  1};
+static const int64_t field_min[] = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+static const int64_t field_max[] = {INT64_MAX, INT64_MAX, INT64_MAX, 16, INT64_MAX,
+                                    INT64_MAX, 1,         1,         1,  1};
+FIELD_TABLE(field_min);
+FIELD_TABLE(field_max);
 
 /* A count as save writes it: decimal digits, no sign, space or leading zero, in [lo, hi].
  * (strtoll takes " +7", and a value past int's range used to be truncated, 2^32 + 1 to 1.) */

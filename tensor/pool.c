@@ -282,6 +282,7 @@ bool nbt_pool_crowded(void) {
     return atomic_load(&crowded_at_poll);
 }
 
+#ifdef NABLA_TESTS /* a test hook: in the test build only (tests/meson.build) */
 void nbt_pool_set_crowd_check(bool on) {
     pthread_once(&loadavg_once, open_loadavg);
     atomic_store(&crowd_check, on);
@@ -289,6 +290,7 @@ void nbt_pool_set_crowd_check(bool on) {
     atomic_store(&crowded_at_poll, false);
     atomic_store(&crowd_seen_last, false);
 }
+#endif
 
 static void run_serially(int64_t ntasks, nbt_task_fn fn, void *ctx) {
     bool was = in_task;
