@@ -19,8 +19,8 @@
  * at the first evaluation at or below the target, or after max_steps.
  *
  * Printed: one line per evaluation, then
- *   result side=nabla threads=2 reached=yes steps=3000 wall_s=41.234 val_loss=1.7983
- *          initial_val_loss=4.612345 peak_rss_mb=34.1
+ *   result side=nabla threads=2 reached=yes steps=2900 wall_s=41.234 val_loss=1.8483
+ *          initial_val_loss=4.722462 peak_rss_mb=66.1 target=1.8500
  * (one line): wall_s is the time from the first step to the end of the evaluation that reached
  * the target (or of the last one), evaluations included, the first one before training and the
  * setup excluded; peak_rss_mb is the process's peak resident set (getrusage).
@@ -54,8 +54,8 @@
 #define EVAL_WINDOWS 128
 
 /* The defaults of the flags. */
-#define DEFAULT_TARGET 1.75
-#define DEFAULT_MAX_STEPS 8000
+#define DEFAULT_TARGET 1.85
+#define DEFAULT_MAX_STEPS 5000
 #define DEFAULT_EVAL_EVERY 100
 
 typedef struct {
@@ -276,9 +276,9 @@ static int run(nb_module *model, nb_transformer_lm *lm, const nb_corpus *c, cons
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("result side=nabla threads=%d reached=%s steps=%lld wall_s=%.3f val_loss=%.4f "
-           "initial_val_loss=%.6f peak_rss_mb=%.1f\n",
+           "initial_val_loss=%.6f peak_rss_mb=%.1f target=%.4f\n",
            nb_get_num_threads(), loss <= o->target ? "yes" : "no", (long long)step, wall, loss,
-           initial, (double)ru.ru_maxrss / 1024.0);
+           initial, (double)ru.ru_maxrss / 1024.0, o->target);
     return loss <= o->target ? 0 : 1;
 }
 

@@ -180,7 +180,7 @@ def main():
     reached = loss <= target
     print(f"result side=torch threads={torch.get_num_threads()} reached={'yes' if reached else 'no'} "
           f"steps={step} wall_s={wall:.3f} val_loss={loss:.4f} initial_val_loss={initial:.6f} "
-          f"peak_rss_mb={rss:.1f}")
+          f"peak_rss_mb={rss:.1f} target={target:.4f}")
     sys.exit(0 if reached else 1)
 
 
