@@ -18,16 +18,27 @@ bool nb_set_grad_enabled(bool enabled) {
     return prev;
 }
 
-bool nb_is_grad_enabled(void) { return grad_enabled; }
+bool nb_is_grad_enabled(void) {
+    return grad_enabled;
+}
 
 /* ---- per-thread buffers, freed at thread exit ---- */
 static _Thread_local nb_node *node_free;
 static _Thread_local nb_node **order;
 static _Thread_local size_t order_cap;
-static _Thread_local nb_node **stack; /* topo_sort's (node, next input index) stack */
-static _Thread_local int *next_input;
+typedef struct {
+    nb_node *node;
+    int next_input; /* the input topo_sort visits next */
+} dfs_frame;
+static _Thread_local dfs_frame *stack; /* topo_sort's */
 static _Thread_local size_t stack_cap;
 static _Thread_local bool exit_hook;
+/* Pointer arrays of nodes with more inputs than fit inline or with several outputs, kept by
+ * power-of-two capacity (8 << class) when their node goes, so that a loop recording the same
+ * graph every step allocates none after its first. A free array links to the next by its
+ * first slot. */
+#define ARRAY_CLASSES 28
+static _Thread_local void *array_free[ARRAY_CLASSES];
 
 static void free_thread_state(void *unused) {
     (void)unused;
@@ -36,11 +47,16 @@ static void free_thread_state(void *unused) {
         node_free = (nb_node *)n->owned.next;
         free(n);
     }
+    for (int c = 0; c < ARRAY_CLASSES; c++)
+        while (array_free[c]) {
+            void **a = array_free[c];
+            array_free[c] = *a;
+            nbt_free(a);
+        }
     free(order);
     free(stack);
-    free(next_input);
-    order = stack = NULL;
-    next_input = NULL;
+    order = NULL;
+    stack = NULL;
     order_cap = stack_cap = 0;
 }
 
@@ -59,6 +75,33 @@ static void thread_state_in_use(void) {
 }
 
 /* ---- nodes ---- */
+/* The class of an array of n pointers, or -1 when none holds so many. */
+static int array_class(size_t n) {
+    int c = 0;
+    while (c < ARRAY_CLASSES && ((size_t)8 << c) < n) c++;
+    return c < ARRAY_CLASSES ? c : -1;
+}
+
+/* An array with room for n pointers, from this thread's free arrays or the heap; NULL. */
+static nb_tensor **array_take(size_t n) {
+    int c = array_class(n);
+    if (c < 0) return NULL;
+    void **a = array_free[c];
+    if (a) {
+        array_free[c] = *a;
+        return (nb_tensor **)a;
+    }
+    thread_state_in_use();
+    return nbt_malloc(sizeof(nb_tensor *) * ((size_t)8 << c));
+}
+
+/* Gives back an array taken for n pointers. */
+static void array_give(nb_tensor **a, size_t n) {
+    int c = array_class(n);
+    *(void **)a = array_free[c];
+    array_free[c] = a;
+}
+
 static void release_node(nbt_owned *o) {
     nb_node *n = (nb_node *)o;
     /* A kept output outlives its node: remember that its history is gone. */
@@ -69,9 +112,10 @@ static void release_node(nbt_owned *o) {
             t->graph_released = true;
         }
     }
-    if (n->function) nba_function_release(n);
-    if (n->inputs != n->inline_inputs) nbt_free(n->inputs);
-    if (n->outputs != &n->out) nbt_free(n->outputs);
+    if (n->hooks) n->hooks->release(n);
+    n->hooks = NULL;
+    if (n->inputs != n->inline_inputs) array_give(n->inputs, (size_t)n->ninputs);
+    if (n->outputs != &n->out) array_give(n->outputs, 2 * (size_t)n->noutputs);
     thread_state_in_use();
     n->owned.next = (nbt_owned *)node_free;
     node_free = n;
@@ -79,7 +123,9 @@ static void release_node(nbt_owned *o) {
 
 static void (*record_hook)(const char *op);
 
-void nba_set_record_hook(void (*hook)(const char *op)) { record_hook = hook; }
+void nba_set_record_hook(void (*hook)(const char *op)) {
+    record_hook = hook;
+}
 
 bool nba_any_requires_grad(int n, const nb_tensor *const *inputs) {
     if (!grad_enabled) return false;
@@ -91,18 +137,19 @@ bool nba_any_requires_grad(int n, const nb_tensor *const *inputs) {
 /* A cleared node from the free list or the heap, with room for n inputs and nout outputs. */
 static nb_node *new_node(const char *op, int n, int nout) {
     nb_node *node = node_free;
-    if (node) node_free = (nb_node *)node->owned.next;
-    else if (!(node = nbt_malloc(sizeof *node))) return nbt_error(op, "out of memory");
+    if (node)
+        node_free = (nb_node *)node->owned.next;
+    else if (!(node = nbt_malloc(sizeof *node)))
+        return nbt_error(op, "out of memory");
     memset(node, 0, sizeof *node);
     node->owned.release = release_node;
     node->inputs = node->inline_inputs;
     node->outputs = &node->out;
     node->grads = &node->grad;
-    bool ok = n <= NBA_INLINE_INPUTS ||
-              (node->inputs = nbt_malloc(sizeof(nb_tensor *) * (size_t)n)) != NULL;
+    bool ok = n <= NBA_INLINE_INPUTS || (node->inputs = array_take((size_t)n)) != NULL;
     if (ok && nout > 1) {
-        /* outputs then their gradients, one block */
-        node->outputs = nbt_malloc(2 * sizeof(nb_tensor *) * (size_t)nout);
+        /* outputs then their gradients, one array */
+        node->outputs = array_take(2 * (size_t)nout);
         if (node->outputs) {
             memset(node->outputs, 0, 2 * sizeof(nb_tensor *) * (size_t)nout);
             node->grads = node->outputs + nout;
@@ -110,7 +157,7 @@ static nb_node *new_node(const char *op, int n, int nout) {
         ok = node->outputs != NULL;
     }
     if (!ok) {
-        if (node->inputs != node->inline_inputs) nbt_free(node->inputs);
+        if (node->inputs != node->inline_inputs) array_give(node->inputs, (size_t)n);
         thread_state_in_use();
         node->owned.next = (nbt_owned *)node_free;
         node_free = node;
@@ -155,11 +202,15 @@ bool nba_input_needs_grad(const nb_node *n, int i) {
 nb_tensor *nb_requires_grad_(nb_tensor *t, bool requires_grad) {
     if (!t || !nbt_check_live("requires_grad_", t)) return NULL;
     if (t->node)
-        return nbt_error("requires_grad_", "tensor of shape %s is not a leaf (it was produced "
-                         "by %s); use nb_detach() to make a leaf", nbt_shape(t), t->node->op);
+        return nbt_error("requires_grad_",
+                         "tensor of shape %s is not a leaf (it was produced "
+                         "by %s); use nb_detach() to make a leaf",
+                         nbt_shape(t), t->node->op);
     if (requires_grad && !nb_is_float(t))
-        return nbt_error("requires_grad_", "only float tensors can require grad, got %s of "
-                         "shape %s", nb_dtype_name(t->dtype), nbt_shape(t));
+        return nbt_error("requires_grad_",
+                         "only float tensors can require grad, got %s of "
+                         "shape %s",
+                         nb_dtype_name(t->dtype), nbt_shape(t));
     t->requires_grad = requires_grad;
     return t;
 }
@@ -213,14 +264,21 @@ nb_tensor *nba_leaf_grad(const nb_node *n, int i) {
 }
 
 /* ---- traversal ---- */
+/* array (of *cap elements of size bytes) doubled, from 256; NULL when out of memory, array
+ * and *cap then unchanged. */
+static void *grown(void *array, size_t *cap, size_t size) {
+    thread_state_in_use();
+    size_t more = *cap ? 2 * *cap : 256;
+    void *g = realloc(array, more * size);
+    if (g) *cap = more;
+    return g;
+}
+
 static bool push(size_t *len, nb_node *n) {
     if (*len == order_cap) {
-        thread_state_in_use();
-        size_t cap = order_cap ? 2 * order_cap : 256;
-        nb_node **grown = realloc(order, cap * sizeof *grown);
-        if (!grown) return false;
-        order = grown;
-        order_cap = cap;
+        nb_node **g = grown(order, &order_cap, sizeof *order);
+        if (!g) return false;
+        order = g;
     }
     order[(*len)++] = n;
     return true;
@@ -229,10 +287,24 @@ static bool push(size_t *len, nb_node *n) {
 /* A node whose backward already ran without retain_graph has dropped what it saved. */
 static bool usable(const nb_node *n) {
     if (!n->consumed) return true;
-    nbt_error("backward", "trying to backward through the graph a second time: %s's backward "
+    nbt_error("backward",
+              "trying to backward through the graph a second time: %s's backward "
               "already ran and released what it saved; pass retain_graph = true "
-              "(nb_backward_with) to the first backward to go through it again", n->op);
+              "(nb_backward_with) to the first backward to go through it again",
+              n->op);
     return false;
+}
+
+/* Pushes n onto the traversal stack, marked visited in epoch; false when out of memory. */
+static bool stack_push(nb_node *n, size_t *sp, uint64_t epoch) {
+    if (*sp == stack_cap) {
+        dfs_frame *g = grown(stack, &stack_cap, sizeof *stack);
+        if (!g) return false;
+        stack = g;
+    }
+    n->visit = epoch;
+    stack[(*sp)++] = (dfs_frame){n, 0};
+    return true;
 }
 
 /* Post-order DFS without recursion: order[] ends with out's node; visiting it backwards
@@ -241,46 +313,28 @@ static bool topo_sort(nb_node *root, size_t *len) {
     uint64_t epoch = ++visit_epoch;
     size_t sp = 0;
     *len = 0;
-#define STACK_PUSH(nd)                                                                             \
-    do {                                                                                           \
-        if (sp == stack_cap) {                                                                     \
-            thread_state_in_use();                                                                 \
-            size_t cap = stack_cap ? 2 * stack_cap : 256;                                          \
-            nb_node **s2 = realloc(stack, cap * sizeof *s2);                                       \
-            if (!s2) return false;                                                                 \
-            stack = s2;                                                                            \
-            int *n2 = realloc(next_input, cap * sizeof *n2);                                       \
-            if (!n2) return false;                                                                 \
-            next_input = n2;                                                                       \
-            stack_cap = cap;                                                                       \
-        }                                                                                          \
-        (nd)->visit = epoch;                                                                       \
-        stack[sp] = (nd);                                                                          \
-        next_input[sp++] = 0;                                                                      \
-    } while (0)
-    if (!usable(root)) return false;
-    STACK_PUSH(root);
+    if (!usable(root) || !stack_push(root, &sp, epoch)) return false;
     while (sp > 0) {
-        nb_node *n = stack[sp - 1];
-        int k = next_input[sp - 1]++;
+        nb_node *n = stack[sp - 1].node;
+        int k = stack[sp - 1].next_input++;
         if (k < n->ninputs) {
             nb_tensor *x = n->inputs[k];
             if (x && x->requires_grad && x->graph_released) {
-                nbt_error("backward", "input %d of %s (shape %s) was kept out of a scope that "
+                nbt_error("backward",
+                          "input %d of %s (shape %s) was kept out of a scope that "
                           "has ended, so its history is gone; backward must run before "
-                          "nb_scope_end", k, n->op, nbt_shape(x));
+                          "nb_scope_end",
+                          k, n->op, nbt_shape(x));
                 return false;
             }
             if (x && x->node && x->node->visit != epoch) {
-                if (!usable(x->node)) return false;
-                STACK_PUSH(x->node);
+                if (!usable(x->node) || !stack_push(x->node, &sp, epoch)) return false;
             }
         } else {
             sp--;
             if (!push(len, n)) return false;
         }
     }
-#undef STACK_PUSH
     return true;
 }
 
@@ -308,12 +362,10 @@ static bool has_grad(const nb_node *n) {
  * no tensors (a view, a sum, a scaling) loses nothing, so it stays usable: a later backward
  * through it is as right as a retained one (PyTorch runs such nodes again too). */
 static void consume(nb_node *n) {
-    bool saved = n->function && nba_function_saved_tensors(n);
+    bool saved = n->hooks && n->hooks->drop_saved(n);
     for (size_t k = 0; k < sizeof n->saved / sizeof n->saved[0]; k++) saved |= n->saved[k] != NULL;
-    if (!saved) return;
     memset(n->saved, 0, sizeof n->saved);
-    if (n->function) nba_function_consume(n);
-    n->consumed = true;
+    if (saved) n->consumed = true;
 }
 
 bool nb_backward(nb_tensor *out, const nb_tensor *grad_output) {
@@ -324,25 +376,35 @@ bool nb_backward_with(nb_tensor *out, const nb_tensor *grad_output, const nb_bac
     if (!out) return nbt_error("backward", "NULL tensor"), false;
     if (!nbt_check_live("backward", out) || !nbt_check_live("backward", grad_output)) return false;
     if (out->graph_released)
-        return nbt_error("backward", "the graph of this tensor (shape %s) was released when "
-                         "its scope ended", nbt_shape(out)), false;
+        return nbt_error("backward",
+                         "the graph of this tensor (shape %s) was released when "
+                         "its scope ended",
+                         nbt_shape(out)),
+               false;
     if (!out->requires_grad)
-        return nbt_error("backward", "tensor of shape %s does not require grad and has no "
-                         "grad_fn", nbt_shape(out)), false;
+        return nbt_error("backward",
+                         "tensor of shape %s does not require grad and has no "
+                         "grad_fn",
+                         nbt_shape(out)),
+               false;
     if (grad_output) {
         if (!nb_same_shape(grad_output, out) || grad_output->dtype != out->dtype)
             return nbt_error("backward", "grad_output has shape %s (%s), expected %s (%s)",
                              nbt_shape(grad_output), nb_dtype_name(grad_output->dtype),
-                             nbt_shape(out), nb_dtype_name(out->dtype)), false;
+                             nbt_shape(out), nb_dtype_name(out->dtype)),
+                   false;
     } else if (nbt_numel(out) != 1) {
-        return nbt_error("backward", "grad can be implicitly created only for outputs with one "
-                         "element, got shape %s; pass grad_output", nbt_shape(out)), false;
+        return nbt_error("backward",
+                         "grad can be implicitly created only for outputs with one "
+                         "element, got shape %s; pass grad_output",
+                         nbt_shape(out)),
+               false;
     }
     const bool retain = opts && opts->retain_graph;
     bool prev = nb_set_grad_enabled(false);
     uint64_t errors = nbt_error_count();
-    nb_tensor *seed = grad_output ? (nb_tensor *)grad_output
-                                  : nb_ones(out->dtype, out->ndim, out->shape);
+    nb_tensor *seed =
+        grad_output ? (nb_tensor *)grad_output : nb_ones(out->dtype, out->ndim, out->shape);
     if (!out->node) { /* a leaf: its gradient is the seed itself */
         nb_node fake = {.ninputs = 1, .inputs = fake.inline_inputs, .inline_inputs = {out}};
         if (seed) nba_accumulate(&fake, 0, seed);

@@ -101,7 +101,9 @@ void *nb_ctx_user(const nb_node *ctx) {
     return ctx && ctx->function ? ctx->function->user : NULL;
 }
 
-void nba_function_release(nb_node *n) {
+/* The node's hooks (node.h): the state goes back to the free list with the node, and a pass
+ * without retain_graph drops the tensors nb_ctx_save kept. */
+static void function_release(nb_node *n) {
     struct nba_function_state *st = n->function;
     n->function = NULL;
     if (!st) return;
@@ -111,14 +113,16 @@ void nba_function_release(nb_node *n) {
     pthread_mutex_unlock(&state_lock);
 }
 
-bool nba_function_saved_tensors(const nb_node *n) {
-    return n->function && n->function->nsaved > 0;
+static bool function_drop_saved(nb_node *n) {
+    struct nba_function_state *st = n->function;
+    if (!st || st->nsaved == 0) return false;
+    memset(st->saved, 0, sizeof st->saved);
+    st->released = true;
+    return true;
 }
 
-void nba_function_consume(nb_node *n) {
-    memset(n->function->saved, 0, sizeof n->function->saved);
-    n->function->released = true;
-}
+static const nba_node_hooks function_hooks = {.drop_saved = function_drop_saved,
+                                              .release = function_release};
 
 nb_tensor *nb_sum_to_shape(const nb_tensor *g, int ndim, const int64_t *shape) {
     if (!nba_check_float("sum_to_shape", g)) return NULL;
@@ -235,6 +239,7 @@ bool nb_function_apply(const nb_function *fn, int ninputs, const nb_tensor *cons
         if (kept) {
             *kept = st;
             n->function = kept;
+            n->hooks = &function_hooks;
         } else {
             /* The node (if any) dies with the scope; without its state it must not run. */
             if (n) n->backward = NULL, n->consumed = true;

@@ -21,6 +21,15 @@
 
 typedef void (*nba_backward_fn)(nb_node *n, const nb_tensor *grad_out);
 
+/* What a node with state beyond its own fields (a user function's, function.c) does at the
+ * two points of its life the engine drives; built-in ops have none (hooks == NULL). */
+typedef struct {
+    /* Backward ran without retain_graph: drops the saved tensors; true if there were any. */
+    bool (*drop_saved)(nb_node *n);
+    /* The node goes with its scope: releases the state. */
+    void (*release)(nb_node *n);
+} nba_node_hooks;
+
 #define NBA_INLINE_INPUTS 4
 
 struct nb_node {
@@ -44,6 +53,7 @@ struct nb_node {
     nb_tensor **outputs, **grads;
     bool consumed; /* backward ran and released saved tensors: a second pass is an error */
     struct nba_function_state *function; /* user functions only (function.c), else NULL */
+    const nba_node_hooks *hooks;         /* NULL, or what the state above needs */
 };
 
 /* True when grad mode is on and any of the n inputs requires grad. */
@@ -53,12 +63,6 @@ bool nba_any_requires_grad(int n, const nb_tensor *const *inputs);
  * referenced, not copied: ops must not modify them afterwards. */
 nb_node *nba_record(const char *op, nb_tensor *out, int n, const nb_tensor *const *inputs,
                     nba_backward_fn backward);
-/* Releases what a user function's node holds (function.c); called when the node goes. */
-void nba_function_release(nb_node *n);
-/* Drops what backward needed (saved tensors), after backward ran without retain_graph. */
-void nba_function_consume(nb_node *n);
-/* True if a user function's node saved tensors (nb_ctx_save), which a pass would release. */
-bool nba_function_saved_tensors(const nb_node *n);
 /* nba_record for an op with several outputs (a user function's): one node, whose backward
  * runs once after every output's gradient is in (n->grads[k]; NULL for an output that got
  * none). Only float outputs are marked as requiring grad. */

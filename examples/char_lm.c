@@ -1,29 +1,30 @@
 /* A transformer language model of characters, or of byte-level BPE tokens.
  *
- *   char_lm [--text FILE | --grammar] [--tokenizer char|bpe] [--vocab N] [--steps N] [--seed S]
- *           [--threads N] [--out DIR] [--eval CHECKPOINT] [--sample N] [--prompt TEXT]
- *           [--temperature T] [--top-k K] [--top-p P] [--lr X] [--checkpoint-every N] [--resume]
+ *   char_lm [--text FILE | --grammar] [--tokenizer char|bpe] [--vocab N]
+ *           [--block gpt|llama|deepseek] [--dim D] [--heads H] [--layers L] [--steps N]
+ *           [--seed S] [--threads N] [--out DIR] [--eval CHECKPOINT] [--sample N] [--prompt TEXT]
+ *           [--temperature T] [--top-k K] [--top-p P] [--lr X] [--accum K]
+ *           [--checkpoint-every N] [--resume]
  *
  * Trains on the English fortunes of Debian's `fortunes` package (or FILE, or sentences from a
  * small grammar), holding out one block in twenty for validation (nb_corpus, nabla/text.h);
- * tokens are the text's characters, or a BPE of N tokens trained on the training text; reports
- * the training loss as it goes and the validation loss in bits per character every EVAL_EVERY
- * steps; saves DIR/char_lm.safetensors with the model's configuration and its tokenizer in its
- * metadata; then samples text through nb_generate (KV cache), decoded by the tokenizer.
+ * tokens are the text's characters, or a BPE of N tokens trained on the training text. The
+ * model is nabla's TransformerLM, the Llama-style LM or the DeepSeek-style LM of
+ * <nabla/blocks.h> at about the same parameter count (char_lm_parts/model.h). Training runs
+ * through nb_train (nabla/train.h): progress, train.csv, the validation loss in bits per
+ * character every EVAL_EVERY steps in val.csv, curve.png, and with --checkpoint-every N resume
+ * checkpoints in DIR from which --resume continues a killed run exactly. Then it saves
+ * DIR/char_lm.safetensors with the model's block and shape and its tokenizer in its metadata,
+ * and samples text through nb_generate with the model's cache, decoded by the tokenizer.
  * --eval CHECKPOINT rebuilds the model and the tokenizer from the checkpoint alone, reports its
- * validation loss on the text and samples.
- * With --checkpoint-every N it also keeps a resume checkpoint in DIR (common/resume.h), from
- * which --resume continues a killed run exactly; training stops with a message when a loss
- * or gradient stops being finite (common/update.h). */
+ * validation loss on the text and samples. */
 #define _POSIX_C_SOURCE 200809L
 #include "char_lm_parts/corpus.h"
-#include "common/args.h"
-#include "common/files.h"
-#include "common/plot.h"
-#include "common/progress.h"
-#include "common/resume.h"
+#include "char_lm_parts/model.h"
 #include "common/dist_train.h"
-#include "common/update.h"
+#include "common/flag_values.h"
+#include "common/example_train.h"
+#include "common/train_flags.h"
 
 #include <math.h>
 #include <nabla/nabla.h>
@@ -52,27 +53,27 @@ typedef struct {
     double per_token, per_char;
 } val_loss;
 
-/* The cross-entropy of lm on EVAL_WINDOWS fixed windows of the validation tokens, in eval mode
+/* The cross-entropy of m on EVAL_WINDOWS fixed windows of the validation tokens, in eval mode
  * without autograd: its total over the predicted tokens, divided by their number and by the
  * characters (bytes) they decode to. NANs if the text is too short. */
-static val_loss validation_loss(nb_transformer_lm *lm, const dataset *d) {
-    const int64_t T = lm->max_len < CONTEXT ? lm->max_len : CONTEXT;
+static val_loss validation_loss(const lm_model *m, const dataset *d) {
+    const int64_t T = m->shape.context < CONTEXT ? m->shape.context : CONTEXT;
     if (d->c->val_tokens < T + 2) return (val_loss){NAN, NAN};
-    const bool was_training = nb_module_is_training(&lm->base), grad = nb_set_grad_enabled(false);
-    nb_module_train(&lm->base, false);
+    const bool was_training = nb_module_is_training(m->module), grad = nb_set_grad_enabled(false);
+    nb_module_train(m->module, false);
     double nats = 0, chars = 0;
     for (int w0 = 0; w0 < EVAL_WINDOWS; w0 += BATCH) {
         nb_scope_begin();
         nb_tensor *x, *y;
         if (nb_corpus_val_batch(d->c, w0, BATCH, EVAL_WINDOWS, T, &x, &y)) {
-            nb_tensor *logits = nb_transformer_lm_forward(lm, x, true, NULL, NULL);
-            nats += nb_item(nb_cross_entropy(nb_view(logits, NB_SHAPE(-1, lm->out_features)),
+            nb_tensor *logits = lm_model_forward(m, x, NULL);
+            nats += nb_item(nb_cross_entropy(nb_view(logits, NB_SHAPE(-1, m->shape.vocab)),
                                              nb_view(y, NB_SHAPE(BATCH * T)), -100, NB_REDUCE_SUM));
             chars += (double)nb_tokenizer_decode(d->tok, nb_data(y), BATCH * T, NULL, 0);
         }
         nb_scope_end();
     }
-    nb_module_train(&lm->base, was_training);
+    nb_module_train(m->module, was_training);
     nb_set_grad_enabled(grad);
     const double tokens = (double)EVAL_WINDOWS * (double)T;
     return (val_loss){nats / tokens, nats / chars};
@@ -106,9 +107,9 @@ static void warn_prompt(const nb_tokenizer *t, const sampling *s) {
                 unknown, plen, shown);
 }
 
-/* Prints the prompt and nsample tokens generated after it (characters of the prompt outside
- * the vocabulary are skipped; warn_prompt said so). */
-static bool sample(nb_transformer_lm *lm, const nb_tokenizer *t, const sampling *s) {
+/* Prints the prompt and nsample tokens generated after it through nb_generate with the model's
+ * cache (characters of the prompt outside the vocabulary are skipped; warn_prompt said so). */
+static bool sample(const lm_model *m, const nb_tokenizer *t, const sampling *s) {
     size_t plen = strlen(s->prompt);
     int64_t n = 0;
     int64_t *prompt = malloc(sizeof *prompt * (plen + 1)),
@@ -125,18 +126,12 @@ static bool sample(nb_transformer_lm *lm, const nb_tokenizer *t, const sampling 
     o.on_token = print_token;
     o.ctx = (void *)t;
     if (ok) printf("%s", s->prompt);
-    const nb_causal_lm model = nb_transformer_lm_causal(lm);
+    const nb_causal_lm model = lm_model_causal(m);
     ok = ok && nb_generate(&model, prompt, n, &o, out, NULL) >= 0;
     printf("\n");
     free(prompt);
     free(out);
     return ok;
-}
-
-/* A checkpoint with the model's configuration and its tokenizer in its metadata. */
-static bool save_checkpoint(const nb_transformer_lm *lm, const nb_tokenizer *t, const char *path) {
-    nb_metadata_entry meta[NB_TOKENIZER_METADATA_MAX];
-    return nb_transformer_lm_save(lm, NULL, path, nb_tokenizer_metadata(t, meta), meta);
 }
 
 /* The tokenizer a checkpoint carries; for a checkpoint of char_lm from before the library had
@@ -163,62 +158,109 @@ typedef struct {
     const char *text_path;
     bool grammar, bpe;
     int64_t bpe_vocab; /* 0: not given */
+    lm_shape shape;    /* vocab and context set later */
     sampling sample;
 } options;
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: char_lm [--text FILE | --grammar] [--tokenizer char|bpe] [--vocab N] "
-            "[--steps N] [--seed S] [--threads N] "
-            "[--out DIR] [--eval CHECKPOINT] [--sample N] [--prompt TEXT] [--temperature T] "
-            "[--top-k K] [--top-p P] [--lr X] [--accum K] [--checkpoint-every N] [--resume]\n"
+            "[--block gpt|llama|deepseek] [--dim D] [--heads H] [--layers L] " ARGS_TRAINER_USAGE
+            " [--sample N] [--prompt TEXT] [--temperature T] [--top-k K] [--top-p P]\n"
             "  default text: the fortunes in " FORTUNES_DIR " (apt-get install fortunes)\n"
             "  every %dth block of %d bytes of the text is held out for validation\n"
             "  --tokenizer: the text's characters (default), or a byte-level BPE of --vocab "
             "tokens\n    (256 to 65536, default %d) trained on the training text; the "
             "checkpoint keeps it\n"
+            "  --block: nabla's TransformerLM (gpt, default), the Llama-style LM or the "
+            "DeepSeek-style LM,\n    sized to about the gpt model's parameters at the same "
+            "--dim (default %d), --heads (%d)\n    and --layers (%d)\n"
             "  --eval: validation loss on the held-out text (an error if it is too short "
             "for one window),\n"
             "    then a sample; characters outside the checkpoint's vocabulary, in the text "
             "or the prompt,\n"
             "    are left out with a warning counting them\n",
-            HOLD_OUT_EVERY, HOLD_OUT_BLOCK, DEFAULT_BPE_VOCAB);
+            HOLD_OUT_EVERY, HOLD_OUT_BLOCK, DEFAULT_BPE_VOCAB, DIM, HEADS, LAYERS);
+}
+
+enum {
+    OPT_TEXT = 0x100,
+    OPT_GRAMMAR,
+    OPT_TOKENIZER,
+    OPT_VOCAB,
+    OPT_TEMPERATURE,
+    OPT_TOP_P,
+    OPT_TOP_K,
+    OPT_SAMPLE,
+    OPT_PROMPT,
+    OPT_BLOCK,
+    OPT_DIM,
+    OPT_HEADS,
+    OPT_LAYERS,
+    N_OWN_OPTS = OPT_LAYERS - OPT_TEXT + 2 /* and --help */
+};
+
+/* The names of char_lm's own flags, in the order of their ids. */
+static const char *const own_names[] = {"text",  "grammar", "tokenizer", "vocab",  "temperature",
+                                        "top-p", "top-k",   "sample",    "prompt", "block",
+                                        "dim",   "heads",   "layers"};
+
+/* Parses char_lm's own flag c (value v) into o; false with a message. */
+static bool own_flag(int c, const char *v, options *o) {
+    switch (c) {
+    case OPT_TEXT:
+        return (o->text_path = v) != NULL;
+    case OPT_GRAMMAR:
+        return o->grammar = true;
+    case OPT_TOKENIZER:
+        o->bpe = !strcmp(v, "bpe");
+        if (o->bpe || !strcmp(v, "char")) return true;
+        fprintf(stderr, "char_lm: --tokenizer is 'char' or 'bpe', not '%s'\n", v);
+        return false;
+    case OPT_VOCAB:
+        return flag_int("char_lm", "--vocab", v, 256, 65536, &o->bpe_vocab);
+    case OPT_TEMPERATURE:
+        return flag_double("char_lm", "--temperature", v, 0, 100, &o->sample.temperature);
+    case OPT_TOP_P:
+        return flag_double("char_lm", "--top-p", v, 0, 1, &o->sample.top_p);
+    case OPT_TOP_K:
+        return flag_int("char_lm", "--top-k", v, 0, 256, &o->sample.top_k);
+    case OPT_SAMPLE:
+        return flag_int("char_lm", "--sample", v, 0, 1000000, &o->sample.nsample);
+    case OPT_PROMPT:
+        return (o->sample.prompt = v) != NULL;
+    case OPT_BLOCK:
+        if (lm_block_parse(v, &o->shape.block)) return true;
+        fprintf(stderr, "char_lm: unknown block '%s' (gpt, llama or deepseek)\n", v);
+        return false;
+    case OPT_DIM:
+        return flag_int("char_lm", "--dim", v, 8, 4096, &o->shape.dim);
+    case OPT_HEADS:
+        return flag_int("char_lm", "--heads", v, 1, 64, &o->shape.heads);
+    case OPT_LAYERS:
+        return flag_int("char_lm", "--layers", v, 1, BLK_MAX_LAYERS, &o->shape.layers);
+    }
+    return false;
 }
 
 /* False after printing what is wrong and the usage: the caller exits with 2. */
 static bool parse(int argc, char **argv, options *o) {
     *o = (options){.run = {.out = "out/char_lm", .steps = 1500, .seed = 1, .lr = 3e-3},
+                   .shape = {.block = LM_BLOCK_GPT, .dim = DIM, .heads = HEADS, .layers = LAYERS},
                    .sample = {.nsample = 300, .temperature = 0.8, .prompt = "The "}};
-    args a;
-    args_start(&a, "char_lm", argc, argv);
-    while (args_next(&a)) {
-        bool ok = true;
-        if (args_is_help(&a))
+    struct option opts[N_OWN_OPTS + TRAIN_FLAGS_MAX + 1] = {{"help", no_argument, NULL, 'h'}};
+    for (int c = OPT_TEXT; c <= OPT_LAYERS; c++)
+        opts[1 + c - OPT_TEXT] = (struct option){
+            own_names[c - OPT_TEXT], c == OPT_GRAMMAR ? no_argument : required_argument, NULL, c};
+    train_flags_options(ARGS_ALL_TRAINER_FLAGS, opts + N_OWN_OPTS);
+    for (int c; (c = flags_next("char_lm", argc, argv, opts)) != -1;) {
+        bool ok = c != FLAGS_BAD;
+        if (c == 'h')
             usage(stdout), exit(0);
-        else if (args_is(&a, "--text"))
-            ok = (o->text_path = args_string(&a)) != NULL;
-        else if (args_is(&a, "--grammar"))
-            o->grammar = true;
-        else if (args_is(&a, "--tokenizer")) {
-            const char *kind = args_string(&a);
-            ok = kind && (!strcmp(kind, "char") || !strcmp(kind, "bpe"));
-            if (kind && !ok)
-                fprintf(stderr, "char_lm: --tokenizer is 'char' or 'bpe', not '%s'\n", kind);
-            o->bpe = ok && !strcmp(kind, "bpe");
-        } else if (args_is(&a, "--vocab"))
-            ok = args_int(&a, 256, 65536, &o->bpe_vocab);
-        else if (args_is(&a, "--temperature"))
-            ok = args_double(&a, 0, 100, &o->sample.temperature);
-        else if (args_is(&a, "--top-p"))
-            ok = args_double(&a, 0, 1, &o->sample.top_p);
-        else if (args_is(&a, "--top-k"))
-            ok = args_int(&a, 0, 256, &o->sample.top_k);
-        else if (args_is(&a, "--sample"))
-            ok = args_int(&a, 0, 1000000, &o->sample.nsample);
-        else if (args_is(&a, "--prompt"))
-            ok = (o->sample.prompt = args_string(&a)) != NULL;
-        else if (!args_trainer_flag(&a, &o->run, &ok))
-            ok = args_unknown(&a);
+        else if (is_train_flag(c))
+            ok = train_flag_value("char_lm", c, optarg, &o->run);
+        else if (ok)
+            ok = own_flag(c, optarg, o);
         if (!ok) return usage(stderr), false;
     }
     if (o->grammar && o->text_path) {
@@ -229,9 +271,13 @@ static bool parse(int argc, char **argv, options *o) {
         fprintf(stderr, "char_lm: --vocab is the size of a BPE: it needs --tokenizer bpe\n");
         return usage(stderr), false;
     }
+    if (o->shape.dim % o->shape.heads || (o->shape.dim / o->shape.heads) % 2) {
+        fprintf(stderr, "char_lm: --dim must be --heads times an even head size\n");
+        return usage(stderr), false;
+    }
     if (!o->bpe_vocab) o->bpe_vocab = DEFAULT_BPE_VOCAB;
     o->sample.seed = o->run.seed;
-    return args_trainer_check(&a, &o->run) || (usage(stderr), false);
+    return train_flags_check("char_lm", &o->run) || (usage(stderr), false);
 }
 
 static int fail(const char *what) {
@@ -239,16 +285,13 @@ static int fail(const char *what) {
     return 1;
 }
 
-/* Reports the validation loss in nats and bits per character, appending it to val_csv. False
- * (nothing reported) when the validation text is too short for one window. */
-static bool report_validation(nb_transformer_lm *lm, const dataset *d, int64_t step,
-                              FILE *val_csv) {
-    val_loss loss = validation_loss(lm, d);
+/* Prints the validation loss in nats and bits per character. False (nothing printed) when the
+ * validation text is too short for one window. */
+static bool report_validation(const lm_model *m, const dataset *d) {
+    val_loss loss = validation_loss(m, d);
     if (isnan(loss.per_token)) return false;
-    const double bpc = loss.per_char / log(2.0);
-    if (step >= 0) printf("step %lld: ", (long long)step);
-    printf("validation loss %.4f nats per token, %.3f bits per character\n", loss.per_token, bpc);
-    if (val_csv) fprintf(val_csv, "%lld,%.6f,%.6f\n", (long long)step, loss.per_token, bpc);
+    printf("validation loss %.4f nats per token, %.3f bits per character\n", loss.per_token,
+           loss.per_char / log(2.0));
     return true;
 }
 
@@ -259,146 +302,155 @@ static uint64_t text_hash(const int64_t *ids, int64_t n) {
     return h;
 }
 
-/* Step step (0-based): one optimizer update on BATCH windows of the training text drawn from
- * rng; appends its row to csv and adds its loss to *avg. False with a message on an error or
- * a non-finite loss or gradient. */
-static bool train_step(nb_transformer_lm *lm, nb_optimizer *opt, const param_list *pl,
-                       const dataset *d, const options *o, int64_t step, nb_rng *rng, FILE *csv,
-                       double *avg, dist_train *dt) {
-    /* The global batch's windows, drawn on every rank; this rank keeps its micro-batches'. */
-    const int64_t first = dist_train_micro_index(dt, 0);
-    nb_scope_begin();
-    nb_tensor *x, *y;
-    bool ok = nb_corpus_batch(d->c, rng, BATCH * dist_train_micro_batches(dt), CONTEXT, &x, &y);
-    if (!ok) fprintf(stderr, "char_lm: %s\n", nb_last_error());
-    double stats[1] = {0}; /* the micro-batches' losses, summed */
-    for (int k = 0; ok && k < dt->accum; k++) {
-        nb_scope_begin();
-        nb_tensor *logits = nb_transformer_lm_forward(
-            lm, nb_narrow(x, 0, (first + k) * BATCH, BATCH), true, NULL, NULL);
-        nb_tensor *loss = nb_cross_entropy(
-            nb_view(logits, NB_SHAPE(-1, lm->out_features)),
-            nb_reshape(nb_narrow(y, 0, (first + k) * BATCH, BATCH), NB_SHAPE(BATCH * CONTEXT)),
-            -100, NB_REDUCE_MEAN);
-        ok = dist_train_backward(dt, opt, loss, k, step);
-        if (ok) stats[0] += nb_item(loss);
-        nb_scope_end();
+/* The training data's state, and what the steps read. */
+typedef struct {
+    nb_rng data_rng;  /* where the data stream is: saved in checkpoints (nb_train data_state) */
+    int64_t *windows; /* the step's global batch: its inputs [count * BATCH, T], then targets */
+    const lm_model *m;
+    const dataset *d;
+    const options *o;
+} lm_trainer;
+
+/* Micro-batch m of a step: the step's global batch of BATCH x count windows is drawn at its
+ * first micro-batch (every rank draws all of it, so the stream stays in step everywhere); this
+ * one is part m->index. deepseek adds its load-balancing loss (metric aux_loss). */
+static nb_tensor *lm_step(void *user, const nb_train_micro *m, double *metrics) {
+    lm_trainer *tr = user;
+    const int64_t T = CONTEXT, first = (int64_t)m->index * BATCH * T;
+    if (m->micro == 0) {
+        nb_tensor *x, *y;
+        if (!nb_corpus_batch(tr->d->c, &tr->data_rng, BATCH * m->count, T, &x, &y)) return NULL;
+        const size_t n = (size_t)(BATCH * m->count * T);
+        memcpy(tr->windows, nb_data(x), sizeof *tr->windows * n);
+        memcpy(tr->windows + n, nb_data(y), sizeof *tr->windows * n);
     }
-    nb_scope_end();
-    if (!ok) return false;
-    if (!dist_train_update(dt, opt, pl, stats, 1, step, o->run.steps, o->run.lr, o->run.lr / 10))
-        return false;
-    double l = stats[0] / dist_train_micro_batches(dt);
-    *avg = *avg > 0 ? 0.95 * *avg + 0.05 * l : l;
-    if (csv) fprintf(csv, "%lld,%.6f,%.4f\n", (long long)step + 1, l, exp(-l));
+    const int64_t *x = tr->windows + first,
+                  *y = tr->windows + (int64_t)m->count * BATCH * T + first;
+    nb_tensor *aux;
+    nb_tensor *logits = lm_model_forward(tr->m, nb_from_array(NB_I64, NB_SHAPE(BATCH, T), x), &aux);
+    nb_tensor *loss =
+        nb_cross_entropy(nb_view(logits, NB_SHAPE(-1, tr->m->shape.vocab)),
+                         nb_from_array(NB_I64, NB_SHAPE(BATCH * T), y), -100, NB_REDUCE_MEAN);
+    if (!aux) return loss;
+    metrics[0] = nb_item(aux);
+    return nb_add(loss, aux);
+}
+
+/* Warmup over the first 20th, then cosine down to a tenth of --lr. */
+static double lm_lr(void *user, int64_t step, int64_t total) {
+    const lm_trainer *tr = user;
+    return nb_lr_warmup_cosine(step, total / 20, total, tr->o->run.lr, tr->o->run.lr / 10);
+}
+
+/* The validation loss in bits per character (NaN when the held-out text is too short). */
+static bool lm_eval(void *user, int64_t done, double *metric) {
+    (void)done;
+    const lm_trainer *tr = user;
+    *metric = validation_loss(tr->m, tr->d).per_char / log(2.0);
     return true;
 }
 
-/* Trains on d (from the last resume checkpoint with --resume), saves the checkpoint and the
- * curves into o->run.out, then samples. Frees what it allocates on every path. */
-static int run_training(nb_transformer_lm *lm, const dataset *d, const options *o, nb_rng *rng) {
-    nb_module *model = nb_module_root(&lm->base);
-    nb_optimizer *opt = NULL;
-    FILE *logs[2] = {NULL, NULL}; /* train.csv, val.csv: rank 0's */
-    dist_train dt = {0};
-    int rc = 1;
+/* The flags a resumed run must share: its batches depend on the micro-batch count too. */
+static void run_name(char *run, size_t cap, const options *o, const dataset *d, int micro) {
+    const lm_shape *s = &o->shape;
+    int len =
+        snprintf(run, cap,
+                 "char_lm --block %s --dim %lld --heads %lld --layers %lld --steps %lld "
+                 "--seed %llu --lr %.17g, %s (%lld tokens of a %s tokenizer of %lld, hash "
+                 "%016llx)",
+                 lm_block_name(s->block), (long long)s->dim, (long long)s->heads,
+                 (long long)s->layers, (long long)o->run.steps, (unsigned long long)o->run.seed,
+                 o->run.lr, d->name, (long long)d->c->train_tokens, nb_tokenizer_kind_name(d->tok),
+                 (long long)nb_tokenizer_vocab_size(d->tok),
+                 (unsigned long long)text_hash(d->c->train, d->c->train_tokens));
+    if (micro > 1 && len > 0 && (size_t)len < cap)
+        snprintf(run + len, cap - (size_t)len, " micro-batches %d", micro);
+}
+
+/* Prints the model's block, parameters (deepseek: and those a token uses) and shape. */
+static void describe(const lm_model *m, const char *tokenizer) {
+    const lm_shape *s = &m->shape;
+    printf("model: %s block, %lld parameters", lm_block_name(s->block),
+           (long long)nb_module_numel(m->module));
+    if (s->block == LM_BLOCK_DEEPSEEK)
+        printf(" (%lld active per token)", (long long)lm_model_active_params(m));
+    printf(", d_model %lld, %lld heads, %lld layers, context %lld, %lld tokens (%s)\n",
+           (long long)s->dim, (long long)s->heads, (long long)s->layers, (long long)s->context,
+           (long long)s->vocab, tokenizer);
+}
+
+/* Trains on d (from the last resume checkpoint with --resume) on every rank; then rank 0
+ * reports, saves the checkpoint and samples. Frees what it allocates on every path. */
+static int run_training(const lm_model *m, const dataset *d, const options *o) {
+    nb_module *model = nb_module_root(m->module);
+    const int ranks = nb_dist_world_size(), accum = o->run.accum > 1 ? o->run.accum : 1;
+    const bool main_rank = nb_dist_rank() == 0;
     if (d->c->train_tokens < CONTEXT + 2) {
         fprintf(stderr, "char_lm: %s has fewer than %d training tokens\n", d->name, CONTEXT + 2);
         return 1;
     }
-    if (nb_dist_rank() == 0 && !make_dirs(o->run.out)) {
-        perror(o->run.out);
-        goto done;
-    }
-    if (nb_dist_rank() == 0 && d->c->val_tokens < CONTEXT + 2)
+    if (main_rank && d->c->val_tokens < CONTEXT + 2)
         fprintf(stderr,
                 "char_lm: note: no validation loss: the held-out text (every %dth block of %d "
                 "bytes) has %lld tokens, fewer than one window's %d\n",
                 HOLD_OUT_EVERY, HOLD_OUT_BLOCK, (long long)d->c->val_tokens, CONTEXT + 2);
-    printf("model: %lld parameters; %lld steps of %d x %d tokens\n",
-           (long long)nb_module_numel(model), (long long)o->run.steps, BATCH, CONTEXT);
-    param_list pl;
-    if (!param_list_of(&pl, model)) {
-        rc = fail("listing the parameters");
-        goto done;
-    }
-    if (!dist_train_init(&dt, "char_lm", model, &pl, o->run.accum)) goto done;
-    bool main_rank = dist_train_is_main(&dt);
-    if (!(opt = nb_adamw_new(pl.tensors, pl.n, nb_adamw_defaults(o->run.lr)))) {
+    describe(m, nb_tokenizer_kind_name(d->tok));
+    printf("%lld steps of %d x %d tokens\n", (long long)o->run.steps, BATCH, CONTEXT);
+    char run[1024];
+    run_name(run, sizeof run, o, d, ranks * accum);
+    size_t batch_tokens = (size_t)(BATCH * CONTEXT * ranks * accum);
+    lm_trainer tr = {
+        .windows = malloc(sizeof *tr.windows * 2 * batch_tokens), .m = m, .d = d, .o = o};
+    nb_rng_seed(&tr.data_rng, o->run.seed + 1);
+    int nparams = 0;
+    nb_tensor **params = nb_module_parameters(model, &nparams);
+    nb_optimizer *opt = params ? nb_adamw_new(params, nparams, nb_adamw_defaults(o->run.lr)) : NULL;
+    int rc = 1;
+    if (!tr.windows || !opt) {
         rc = fail("creating the optimizer");
         goto done;
     }
-    char csv_path[512], val_path[512], run[768];
-    snprintf(csv_path, sizeof csv_path, "%s/train.csv", o->run.out);
-    snprintf(val_path, sizeof val_path, "%s/val.csv", o->run.out);
-    /* A resumed run must draw the same batches: its micro-batch count is part of it. */
-    int len = snprintf(run, sizeof run,
-                       "char_lm --steps %lld --seed %llu --lr %.17g, %s (%lld tokens of a %s "
-                       "tokenizer of %lld, hash %016llx)",
-                       (long long)o->run.steps, (unsigned long long)o->run.seed, o->run.lr, d->name,
-                       (long long)d->c->train_tokens, nb_tokenizer_kind_name(d->tok),
-                       (long long)nb_tokenizer_vocab_size(d->tok),
-                       (unsigned long long)text_hash(d->c->train, d->c->train_tokens));
-    if (dist_train_micro_batches(&dt) > 1)
-        snprintf(run + len, sizeof run - (size_t)len, " micro-batches %d",
-                 dist_train_micro_batches(&dt));
-    resume_target target = {.prog = "char_lm",
-                            .dir = o->run.out,
-                            .run = run,
-                            .steps = o->run.steps,
-                            .model = model,
-                            .opt = opt};
-    resume_state st = {.step = 0, .data_rng = *rng};
-    /* Every rank reads the checkpoint; all go on only if all could. */
-    if (o->run.resume && !nb_dist_all_ok(resume_load(&target, &st))) goto done;
-    if (main_rank &&
-        (!(logs[0] = resume_open_log("char_lm", csv_path, "step,loss,accuracy\n", o->run.resume,
-                                     st.log_bytes[0])) ||
-         !(logs[1] = resume_open_log("char_lm", val_path, "step,val_loss,bits_per_char\n",
-                                     o->run.resume, st.log_bytes[1]))))
-        goto done;
-    progress prog;
-    progress_start(&prog, o->run.steps);
-    double avg = 0;
-    while (st.step < o->run.steps) {
-        if (!train_step(lm, opt, &pl, d, o, st.step, &st.data_rng, logs[0], &avg, &dt)) goto done;
-        st.step++;
-        if (main_rank) progress_update(&prog, st.step, avg, -1);
-        if (main_rank && st.step % EVAL_EVERY == 0 && st.step < o->run.steps)
-            report_validation(lm, d, st.step, logs[1]);
-        if (main_rank &&
-            !resume_checkpoint_due(&target, o->run.checkpoint_every, o->run.steps, &st, logs, 2))
-            goto done;
-        resume_kill_hook(st.step);
+    nb_train_opts t = example_train_opts("char_lm", &o->run, !main_rank);
+    t.step = lm_step;
+    t.user = &tr;
+    t.lr = lm_lr;
+    static const char *const aux_metric[] = {"aux_loss"};
+    if (m->deepseek) {
+        t.n_metrics = 1;
+        t.metric_names = aux_metric;
     }
-    progress_finish(&prog, "trained"); /* stdout: rank 0's alone */
-    if (!dist_train_finish(&dt, model)) goto done;
-    if (!main_rank) {
-        rc = 0;
+    t.eval = lm_eval;
+    t.eval_every = EVAL_EVERY;
+    t.eval_name = "bits_per_char";
+    t.run = run;
+    t.data_state = &tr.data_rng;
+    t.data_state_bytes = sizeof tr.data_rng;
+    nb_train_result result;
+    if (!nb_train(model, opt, &t, &result)) {
+        fprintf(stderr, "%s\n", nb_last_error());
         goto done;
     }
-    report_validation(lm, d, o->run.steps, logs[1]);
-    fclose(logs[0]);
-    fclose(logs[1]);
-    logs[0] = logs[1] = NULL;
+    if (!dist_train_finish(&(dist_train){.prog = "char_lm", .ranks = ranks}, model)) goto done;
+    rc = 0;
+    if (!main_rank) goto done;
+    report_validation(m, d);
     char path[512];
+    nb_metadata_entry meta[NB_TOKENIZER_METADATA_MAX];
     snprintf(path, sizeof path, "%s/char_lm.safetensors", o->run.out);
-    if (!save_checkpoint(lm, d->tok, path)) {
+    if (!lm_model_save(m, path, nb_tokenizer_metadata(d->tok, meta), meta)) {
         rc = fail("saving the checkpoint");
         goto done;
     }
     printf("checkpoint: %s\n", path);
-    snprintf(path, sizeof path, "%s/curve.png", o->run.out);
-    if (plot_train_val(csv_path, val_path, path, "char_lm: training and validation loss"))
-        printf("curve: %s\n", path);
+    if (result.curve_written) printf("curve: %s/curve.png\n", o->run.out);
     printf("sample (temperature %.2f):\n", o->sample.temperature);
-    rc = sample(lm, d->tok, &o->sample) ? 0 : fail("sampling");
+    rc = sample(m, d->tok, &o->sample) ? 0 : fail("sampling");
 done:
-    if (rc != 0) rc = dist_train_fail(&dt, rc);
-    dist_train_free(&dt);
-    for (int i = 0; i < 2; i++)
-        if (logs[i]) fclose(logs[i]);
+    /* A failure on one rank stops them all (the others would wait for it). */
+    if (rc != 0 && ranks > 1) nb_dist_abort(rc, "stopping every rank after the error above");
     nb_optimizer_free(opt);
+    free(params);
+    free(tr.windows);
     return rc;
 }
 
@@ -406,33 +458,29 @@ done:
  * held-out split, then a sample. Characters outside a characters vocabulary are left out with a
  * warning counting them; a held-out split too short for one window is an error. */
 static int run_eval(const options *o, corpus *c) {
-    nb_lm_config cfg;
-    if (!nb_lm_config_read(o->run.eval, &cfg)) return fail("reading the checkpoint");
+    lm_shape shape;
+    if (!lm_shape_read(o->run.eval, &shape)) return fail("reading the checkpoint");
     nb_tokenizer *tok = checkpoint_tokenizer(o->run.eval);
     if (!tok) return fail("reading the tokenizer");
     dataset d = {.tok = tok, .c = &c->text, .name = c->name};
     int rc = 1;
-    nb_module *model = NULL;
-    if (nb_tokenizer_vocab_size(tok) != cfg.vocab) {
+    nb_module *root = NULL;
+    lm_model m;
+    if (nb_tokenizer_vocab_size(tok) != shape.vocab) {
         fprintf(stderr, "char_lm: %s: its tokenizer has %lld tokens but the model %lld\n",
-                o->run.eval, (long long)nb_tokenizer_vocab_size(tok), (long long)cfg.vocab);
+                o->run.eval, (long long)nb_tokenizer_vocab_size(tok), (long long)shape.vocab);
         goto done;
     }
     warn_prompt(tok, &o->sample);
-    model = nb_model_new(NB_F32, o->run.seed);
-    nb_transformer_lm *lm = nb_transformer_lm_new_config(model, "", &cfg, 0.0);
-    if (!lm)
+    root = nb_model_new(NB_F32, o->run.seed);
+    if (!lm_model_init(&m, root, &shape))
         rc = fail("building the model");
-    else if (!nb_transformer_lm_load(lm, NULL, o->run.eval))
+    else if (!lm_model_load(&m, o->run.eval))
         rc = fail("loading the checkpoint");
     else if (!nb_corpus_encode(&c->text, tok))
         rc = fail("tokenizing the text");
     else {
-        printf("model: %lld parameters, d_model %lld, %lld heads, %d layers, context %lld, "
-               "%lld tokens (%s)\n",
-               (long long)nb_module_numel(model), (long long)cfg.dim, (long long)cfg.num_heads,
-               cfg.layers, (long long)cfg.max_len, (long long)cfg.vocab,
-               nb_tokenizer_kind_name(tok));
+        describe(&m, nb_tokenizer_kind_name(tok));
         char shown[64];
         size_t unknown =
             corpus_unknown(tok, c->text.val_text, c->text.val_bytes, shown, sizeof shown);
@@ -441,19 +489,19 @@ static int run_eval(const options *o, corpus *c) {
                     "char_lm: warning: %zu of the %zu held-out characters (%s) are not in %s's "
                     "vocabulary; the validation loss leaves them out\n",
                     unknown, c->text.val_bytes, shown, o->run.eval);
-        if (report_validation(lm, &d, -1, NULL))
-            rc = sample(lm, tok, &o->sample) ? 0 : fail("sampling");
+        if (report_validation(&m, &d))
+            rc = sample(&m, tok, &o->sample) ? 0 : fail("sampling");
         else
             fprintf(stderr,
                     "char_lm: %s: no validation loss: the held-out text (every %dth block of %d "
                     "bytes) has %lld tokens in the vocabulary, and one window needs %lld; "
                     "pass a longer --text (at least %d bytes)\n",
                     c->name, HOLD_OUT_EVERY, HOLD_OUT_BLOCK, (long long)c->text.val_tokens,
-                    (long long)(cfg.max_len < CONTEXT ? cfg.max_len : CONTEXT) + 2,
+                    (long long)(shape.context < CONTEXT ? shape.context : CONTEXT) + 2,
                     HOLD_OUT_EVERY * HOLD_OUT_BLOCK);
     }
 done:
-    nb_module_free(model);
+    nb_module_free(root);
     nb_tokenizer_free(tok);
     return rc;
 }
@@ -477,6 +525,35 @@ static nb_tokenizer *make_tokenizer(const options *o, const nb_corpus *c) {
     return t;
 }
 
+/* Tokenizes the corpus, builds the model and trains it. */
+static int train(options *o, corpus *c) {
+    nb_tokenizer *tok = make_tokenizer(o, &c->text);
+    if (!tok) return 1;
+    if (!nb_corpus_encode(&c->text, tok)) {
+        nb_tokenizer_free(tok);
+        return fail("tokenizing the text");
+    }
+    if (o->bpe)
+        printf("vocabulary: a BPE of %lld tokens, %.2f characters per token on the training "
+               "text\n",
+               (long long)nb_tokenizer_vocab_size(tok),
+               (double)c->text.train_bytes /
+                   (double)(c->text.train_tokens ? c->text.train_tokens : 1));
+    else
+        printf("vocabulary: %lld distinct characters\n", (long long)nb_tokenizer_vocab_size(tok));
+    warn_prompt(tok, &o->sample);
+    o->shape.vocab = nb_tokenizer_vocab_size(tok);
+    o->shape.context = CONTEXT;
+    nb_module *root = nb_model_new(NB_F32, o->run.seed);
+    lm_model m;
+    const dataset d = {.tok = tok, .c = &c->text, .name = c->name};
+    int rc =
+        lm_model_init(&m, root, &o->shape) ? run_training(&m, &d, o) : fail("building the model");
+    nb_module_free(root);
+    nb_tokenizer_free(tok);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     dist_train_start("char_lm", &argc, &argv);
     options o;
@@ -492,36 +569,8 @@ int main(int argc, char **argv) {
     if (!read) return 1;
     printf("text: %zu training and %zu validation bytes from %s\n", c.text.train_bytes,
            c.text.val_bytes, c.name);
-    int rc = 1;
-    if (o.run.eval) {
-        rc = nb_dist_rank() == 0 ? run_eval(&o, &c) : 0; /* rank 0's alone */
-    } else {
-        nb_tokenizer *tok = make_tokenizer(&o, &c.text);
-        nb_module *model = NULL;
-        if (tok && nb_corpus_encode(&c.text, tok)) {
-            if (o.bpe)
-                printf("vocabulary: a BPE of %lld tokens, %.2f characters per token on the "
-                       "training text\n",
-                       (long long)nb_tokenizer_vocab_size(tok),
-                       (double)c.text.train_bytes /
-                           (double)(c.text.train_tokens ? c.text.train_tokens : 1));
-            else
-                printf("vocabulary: %lld distinct characters\n",
-                       (long long)nb_tokenizer_vocab_size(tok));
-            warn_prompt(tok, &o.sample);
-            model = nb_model_new(NB_F32, o.run.seed);
-            nb_transformer_lm *lm = nb_transformer_lm_new(model, "", nb_tokenizer_vocab_size(tok),
-                                                          CONTEXT, DIM, HEADS, LAYERS, 0.0);
-            nb_rng rng;
-            nb_rng_seed(&rng, o.run.seed + 1);
-            const dataset d = {.tok = tok, .c = &c.text, .name = c.name};
-            rc = lm ? run_training(lm, &d, &o, &rng) : fail("building the model");
-        } else if (tok) {
-            rc = fail("tokenizing the text");
-        }
-        nb_module_free(model);
-        nb_tokenizer_free(tok);
-    }
+    /* --eval is rank 0's alone. */
+    int rc = o.run.eval ? (nb_dist_rank() == 0 ? run_eval(&o, &c) : 0) : train(&o, &c);
     corpus_free(&c);
     nb_dist_finalize();
     nb_shutdown();

@@ -14,7 +14,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "common/dist_train.h"
 #include "common/plot.h"
-#include "common/resume.h"
+#include "common/example_train.h"
 #include "common/train_flags.h"
 #include "toy/model.h"
 #include "toy/tasks.h"
@@ -287,12 +287,6 @@ static double toy_lr(void *user, int64_t step, int64_t total) {
     return nb_lr_warmup_cosine(step, total / 20, total, tr->o->run.lr, tr->o->run.lr / 20);
 }
 
-static bool toy_after_step(void *user, int64_t done) {
-    (void)user;
-    resume_kill_hook(done);
-    return true;
-}
-
 /* Trains (from the last resume checkpoint with --resume) on every rank; then rank 0
  * evaluates, saves and plots into o->run.out. Frees what it allocates on every path. */
 static int run_training(const toy_model *lm, const options *o) {
@@ -331,24 +325,15 @@ static int run_training(const toy_model *lm, const options *o) {
     if (!quiet && ranks * accum > 1)
         printf("data parallel: %d rank(s) x %d micro-batch(es) of %lld per step\n", ranks, accum,
                (long long)task->batch);
-    nb_train_opts t = nb_train_defaults(o->run.steps);
-    t.name = "toy_tasks";
+    nb_train_opts t = example_train_opts("toy_tasks", &o->run, quiet);
     t.step = toy_step;
     t.user = &tr;
-    t.accum = accum;
-    t.dist = nb_dist_train();
-    t.clip_norm = 1.0;
     t.lr = toy_lr;
     t.n_metrics = 1;
     t.metric_names = (const char *const[]){"accuracy"};
-    t.out_dir = o->run.out;
-    t.checkpoint_every = o->run.checkpoint_every;
-    t.resume = o->run.resume;
     t.run = run;
     t.data_state = &tr.data_rng;
     t.data_state_bytes = sizeof tr.data_rng;
-    t.after_step = toy_after_step;
-    t.quiet = quiet;
     if (!nb_train(model, opt, &t, NULL)) {
         fprintf(stderr, "%s\n", nb_last_error());
         goto done;

@@ -5,7 +5,7 @@
 
 #include "nabla/dist.h"
 
-/* Records this process as rank of size processes (0 of 1 after nb_dist_finalize). */
+/* Records this process as rank of size processes (kept after nb_dist_finalize). */
 void nbn_set_dist_world(int rank, int size);
 
 #endif

@@ -3,15 +3,13 @@
  * every report_every steps, so logs hold one line per report. */
 #define _POSIX_C_SOURCE 200809L
 #include "train_impl.h"
+#include "tensor/nbt.h"
 
 #include <stdarg.h>
-#include <time.h>
 #include <unistd.h>
 
 static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return 1e-9 * (double)nbt_now_ns();
 }
 
 void nbtr_progress_start(nbtr_progress *p, const nb_train_opts *o, FILE *f, int64_t done) {

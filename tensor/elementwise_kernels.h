@@ -75,9 +75,6 @@ nb_tensor *nbt_gelu_with_derivative(const nb_tensor *x, nb_tensor **derivative);
 static inline nb_tensor *nbt_add(const nb_tensor *a, const nb_tensor *b) {
     return nbt_binary(NBT_ADD, a, b);
 }
-static inline nb_tensor *nbt_sub(const nb_tensor *a, const nb_tensor *b) {
-    return nbt_binary(NBT_SUB, a, b);
-}
 static inline nb_tensor *nbt_mul(const nb_tensor *a, const nb_tensor *b) {
     return nbt_binary(NBT_MUL, a, b);
 }

@@ -187,8 +187,8 @@ static void blas_task(int64_t b, int worker, void *arg) {
  * leading dimensions (below the matrix width, which nbt_*gemm allows). Strides in elements
  * of es bytes. */
 static bool blas_batched(blas_gemm_fn gemm, size_t es, bool ta, bool tb, int64_t M, int64_t N,
-                         int64_t K, double alpha, const char *A, int64_t lda, int64_t sa,
-                         const char *B, int64_t ldb, int64_t sb, double beta, char *C, int64_t ldc,
+                         int64_t K, double alpha, const void *A, int64_t lda, int64_t sa,
+                         const void *B, int64_t ldb, int64_t sb, double beta, void *C, int64_t ldc,
                          int64_t sc, int64_t batch) {
     if (batch <= 0 || M <= 0 || N <= 0 || K <= 0 || alpha == 0) return false;
     if (batch > 1 && sb == 0 && !ta && sc != 0 && sa == M * lda && sc == M * ldc)
@@ -226,15 +226,12 @@ static bool blas_batched(blas_gemm_fn gemm, size_t es, bool ta, bool tb, int64_t
     nbt_run_tasks(batch, threads, blas_task, &job); /* in order on this thread when threads is 1 */
     return true;
 }
-#define BLAS_OR(FN, T, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch)    \
-    if (blas_batched(FN, sizeof(T), ta, tb, M, N, K, alpha, (const char *)(A), lda, sa,            \
-                     (const char *)(B), ldb, sb, beta, (char *)(C), ldc, sc, batch))               \
-    return true
 #else
 const char *nbt_gemm_blas(void) {
     return NULL;
 }
-#define BLAS_OR(...) (void)0
+/* Without a BLAS no product goes to one: the call is the constant false. */
+#define blas_batched(...) false
 #endif
 
 /* ---- the driver, once per element type ---- */
@@ -269,8 +266,9 @@ const char *nbt_gemm_blas(void) {
 bool nbt_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                int64_t ldc) {
-    BLAS_OR(blas_sgemm, float, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc,
-            0, 1);
+    if (blas_batched(blas_sgemm, sizeof(float), trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb,
+                     0, beta, C, ldc, 0, 1))
+        return true;
     return gemm_f32(GEMM_KERNELS(f32), trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
                     ldc);
 }
@@ -278,8 +276,9 @@ bool nbt_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 bool nbt_dgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
                const double *A, int64_t lda, const double *B, int64_t ldb, double beta, double *C,
                int64_t ldc) {
-    BLAS_OR(blas_dgemm, double, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C,
-            ldc, 0, 1);
+    if (blas_batched(blas_dgemm, sizeof(double), trans_a, trans_b, M, N, K, alpha, A, lda, 0, B,
+                     ldb, 0, beta, C, ldc, 0, 1))
+        return true;
     return gemm_f64(GEMM_KERNELS(f64), trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
                     ldc);
 }
@@ -310,8 +309,9 @@ bool nbt_sgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
                        const float *A, int64_t lda, int64_t stride_a, const float *B, int64_t ldb,
                        int64_t stride_b, float beta, float *C, int64_t ldc, int64_t stride_c,
                        int64_t batch) {
-    BLAS_OR(blas_sgemm, float, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b,
-            beta, C, ldc, stride_c, batch);
+    if (blas_batched(blas_sgemm, sizeof(float), trans_a, trans_b, M, N, K, alpha, A, lda, stride_a,
+                     B, ldb, stride_b, beta, C, ldc, stride_c, batch))
+        return true;
     return gemm_batched_f32(GEMM_KERNELS(f32), trans_a, trans_b, M, N, K, alpha, A, lda, stride_a,
                             B, ldb, stride_b, beta, C, ldc, stride_c, batch);
 }
@@ -320,8 +320,9 @@ bool nbt_dgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
                        const double *A, int64_t lda, int64_t stride_a, const double *B, int64_t ldb,
                        int64_t stride_b, double beta, double *C, int64_t ldc, int64_t stride_c,
                        int64_t batch) {
-    BLAS_OR(blas_dgemm, double, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb,
-            stride_b, beta, C, ldc, stride_c, batch);
+    if (blas_batched(blas_dgemm, sizeof(double), trans_a, trans_b, M, N, K, alpha, A, lda, stride_a,
+                     B, ldb, stride_b, beta, C, ldc, stride_c, batch))
+        return true;
     return gemm_batched_f64(GEMM_KERNELS(f64), trans_a, trans_b, M, N, K, alpha, A, lda, stride_a,
                             B, ldb, stride_b, beta, C, ldc, stride_c, batch);
 }

@@ -141,7 +141,9 @@ static int size_class(size_t n, size_t *rounded) {
 
 static _Thread_local int64_t fail_countdown = -1;
 
-void nbt_fail_storage_after(int64_t n) { fail_countdown = n < 0 ? -1 : n; }
+void nbt_fail_storage_after(int64_t n) {
+    fail_countdown = n < 0 ? -1 : n;
+}
 
 nb_storage *nbt_storage_new(size_t nbytes) {
     if (fail_countdown >= 0 && fail_countdown-- == 0)
@@ -290,10 +292,6 @@ static void release_one(nb_tensor *t) {
     release_tensor(t);
     t->scope_next = NULL;
     quarantine(t, t, 1);
-}
-
-nb_scope *nbt_current_scope(void) {
-    return current;
 }
 
 bool nbt_report_released(const char *op, const nb_tensor *t) {

@@ -54,7 +54,8 @@ void nbt_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
 bool nbt_check_shape(const char *op, int ndim, const int64_t *shape, nb_dtype dt);
 /* Normalises a possibly negative dim for a tensor of ndim dims; -1 with an error if invalid. */
 int nbt_dim(const char *op, int dim, int ndim);
-nb_scope *nbt_current_scope(void);
+/* CLOCK_MONOTONIC in nanoseconds (clock.c): for intervals, never for results. */
+int64_t nbt_now_ns(void);
 
 /* ---- use after release ----
  * Released tensor structs are poisoned (their scope is nbt_released_marker) and quarantined
@@ -159,27 +160,6 @@ bool nbt_set_serial(bool serial);
  * any thread count. */
 typedef void (*nbt_range_fn)(int64_t begin, int64_t end, void *ctx);
 void nbt_parallel_ranges(int64_t n, int64_t grain, nbt_range_fn fn, void *ctx);
-/* Runs phases 0 .. phases-1 in order, each in two halves: fn(p, 0, 1, ctx) and
- * fn(p, 1, 2, ctx) on two threads when the budget allows (else fn(p, 0, 2, ctx), both halves in
- * one call, on this one). Both halves of a phase end before either half of the next starts, so
- * a phase may read what both halves of the one before wrote. The calling thread takes half 0
- * of every phase and the pool's first worker half 1, so work split the same way call after
- * call keeps each half on the same core; a worker that has not joined by the time the caller
- * has finished its first half leaves the caller every half. One pool job for all the phases:
- * the threads meet between phases on two counters rather than a job each (a generated token's
- * four phases are a few microseconds each, and a pool job's start and end cost about one). */
-typedef void (*nbt_phase_fn)(int phase, int begin, int end, void *ctx);
-void nbt_parallel_phases(int phases, nbt_phase_fn fn, void *ctx);
-/* nbt_parallel_phases for rounds of the same phases in one pool job: after each round the
- * calling thread alone calls again(helped, ctx), helped saying whether the round's halves ran
- * on two threads, and another round follows while it returns true (the worker waits for it
- * between rounds; a generated token is a round). One thread runs every round when the budget
- * allows one. */
-typedef bool (*nbt_round_fn)(bool helped, void *ctx);
-void nbt_parallel_phase_rounds(int phases, nbt_phase_fn fn, nbt_round_fn again, void *ctx);
-/* Wakes the pool's sleeping workers (if any) before a series of jobs too short to wake them
- * one by one, such as a decoded token's halves. */
-void nbt_wake_workers(void);
 
 /* ---- broadcasting ---- */
 /* Broadcast shape of a and b (NumPy rules) into out/out_ndim; error naming op on mismatch. */

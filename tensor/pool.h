@@ -45,17 +45,15 @@ typedef void (*nbt_task_fn)(int64_t task, int worker, void *ctx);
  * running, or if threads cannot be started, the tasks run on the calling thread in order. */
 void nbt_run_tasks(int64_t ntasks, int threads, nbt_task_fn fn, void *ctx);
 
-/* Wakes sleeping workers now, for a caller about to run a series of jobs each too short to
- * wake them (nbt_run_tasks wakes them only for a job that runs 20 us) but together worth
- * it. Costs one atomic load when none sleeps. */
-void nbt_pool_wake(void);
-
 /* True while the machine has more runnable threads than CPUs, counting this pool's sleeping
  * workers as runnable (seen at two looks in a row, 5 ms apart; pool.c, CROWD_POLL_NS): work should
  * then stay on its calling thread (nbt_threads_for plans one). */
 bool nbt_pool_crowded(void);
-/* Turns that look on or off (on unless the environment has NABLA_CROWD_CHECK=0; the unit
- * tests turn it off so that their 1- and 2-thread runs really differ on a busy test machine). */
+/* Turns that look on or off, and with it a spinning worker's look that sends it to sleep at
+ * once on a crowded machine (on unless the environment has NABLA_CROWD_CHECK=0; the unit
+ * tests turn it off so that their 1- and 2-thread runs really differ on a busy test machine:
+ * with the worker's look on, a worker there slept after every gap of 10 us and joined only
+ * jobs of 20 us, so a 2-thread run of short jobs ran on one thread). */
 void nbt_pool_set_crowd_check(bool on);
 /* True inside a task (where nested work should stay on the current thread). */
 bool nbt_in_task(void);

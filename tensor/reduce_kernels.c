@@ -268,13 +268,6 @@ bool nbt_add_row_sums(nb_tensor *into, const nb_tensor *a) {
     return sum_columns(a, &red, a->shape[last], nbt_ptr(into), 1.0, true);
 }
 
-nb_tensor *nbt_sum_all(const nb_tensor *a, double scale) {
-    if (!a) return nbt_error("sum", "NULL input");
-    bool reduce[NB_MAX_DIMS];
-    for (int i = 0; i < NB_MAX_DIMS; i++) reduce[i] = true;
-    return nbt_sum_dims(a, reduce, false, scale);
-}
-
 /* ---- max ---- */
 /* !(v <= best) is v > best or v NaN; once best is NaN it stays (the first NaN wins). */
 #define ROW_MAX(S, T)                                                                              \

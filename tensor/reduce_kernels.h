@@ -27,8 +27,6 @@ nb_tensor *nbt_sum_dims(const nb_tensor *a, const bool *reduce, bool keepdim, do
  * is not one unit-stride run per row, there are no rows, or the shapes or dtypes differ; the
  * caller then sums the usual way. */
 bool nbt_add_row_sums(nb_tensor *into, const nb_tensor *a);
-/* scale * (sum of every element) as a 0-d tensor. New tensor in the current scope. */
-nb_tensor *nbt_sum_all(const nb_tensor *a, double scale);
 
 /* Maximum over dim (already normalised, 0 <= dim < a->ndim, size > 0): *values in a's dtype
  * and *indices (NB_I64) of the first maximum. A NaN counts as larger than everything, so

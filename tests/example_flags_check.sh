@@ -54,9 +54,13 @@ done
     refuse "--tokenizer is 'char' or 'bpe', not 'words'" $lm_run --tokenizer words
     refuse "--vocab is the size of a BPE" $lm_run --vocab 300
     for v in 255 65537 abc; do refuse "--vocab" $lm_run --tokenizer bpe --vocab "$v"; done
+    refuse "unknown block 'gemma' (gpt, llama or deepseek)" $lm_run --block gemma
+    for d in 4 abc 5000; do refuse "--dim" $lm_run --dim "$d"; done
+    refuse "--dim must be --heads times an even head size" $lm_run --dim 90 --heads 4
+    for l in 0 17; do refuse "--layers" $lm_run --layers "$l"; done
 }
 
-# The trainer flags (common/args.h), each with a good value: a program whose usage lists one
+# The trainer flags (common/train_flags.h), each with a good value: a program whose usage lists one
 # must accept it (--help after it exits 0); one whose usage does not must refuse it as unknown,
 # not accept it and ignore it.
 trainer_flags=("--steps 3" "--seed 7" "--threads 1" "--lr 0.01" "--out $dir/run" \

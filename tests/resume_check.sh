@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Killed and resumed training equals uninterrupted training bit for bit (checkpoint bytes,
-# train.csv rows, the sample printed afterwards), for toy_tasks and char_lm; --resume refuses
+# train.csv rows, the sample printed afterwards), for toy_tasks and char_lm (gpt and deepseek); --resume refuses
 # a directory without a checkpoint or with another run's; stale temporaries of killed saves are
 # removed by the next checkpoint; a blown-up run (huge --lr) stops
 # with a message naming the step and the first parameter whose gradient is not finite.
@@ -120,4 +120,12 @@ expect_exit 1 "$lm" --grammar --sample 30 --steps 24 --checkpoint-every 5 --out 
 grep -q "resume.json is at step 1000000000000000, past this run's 24 steps" "$dir/log" ||
     { echo "FAIL: char_lm: no clear message for a step past --steps"; cat "$dir/log"; exit 1; }
 echo "ok: char_lm: refuses a checkpoint at step 10^15 of 24"
+# Another block's run is another run: a gpt checkpoint does not resume --block llama.
+expect_exit 1 "$lm" --grammar --sample 30 --steps 24 --checkpoint-every 5 --block llama \
+    --out "$dir/char_lm-ref" --resume
+grep -q "holds the run .*--block gpt.*, not .*--block llama" "$dir/log" ||
+    { echo "FAIL: char_lm: resumed another block's checkpoint"; cat "$dir/log"; exit 1; }
+echo "ok: char_lm: refuses another block's checkpoint"
+# The DeepSeek-style LM (MLA, mixture of experts, its load-balancing loss) resumes bit for bit too.
+check_program char_lm_deepseek "char_lm.safetensors" 24 5 13 "$lm" --grammar --sample 30 --block deepseek
 echo "ok: resume and training health"

@@ -178,6 +178,27 @@ static void test_check_module_mismatch(void) {
     nb_module_free(model);
 }
 
+/* After nb_dist_finalize the process is still its rank of the job mpirun started: rank and
+ * size stay (a program that finalizes and then prints or saves "on rank 0 only" must not do it
+ * on every rank), and a collective among several ranks fails, naming nb_dist_finalize, rather
+ * than acting as a world of one. Outside CUnit: the runner has finished. */
+static bool after_finalize(void) {
+    bool ok = nb_dist_rank() == rank_ && nb_dist_world_size() == size_;
+    if (!ok)
+        fprintf(stderr, "rank %d of %d: after nb_dist_finalize, rank %d of %d\n", rank_, size_,
+                nb_dist_rank(), nb_dist_world_size());
+    double v = 1;
+    nb_clear_error();
+    bool summed = nb_dist_sum_doubles(&v, 1);
+    if (size_ == 1 ? !summed || v != 1
+                   : summed || !strstr(nb_last_error(), "after nb_dist_finalize")) {
+        fprintf(stderr, "rank %d of %d: a sum after nb_dist_finalize gave %s (%s)\n", rank_, size_,
+                summed ? "true" : "false", nb_last_error());
+        ok = false;
+    }
+    return ok;
+}
+
 int main(int argc, char **argv) {
     if (!nb_dist_init(&argc, &argv)) {
         fprintf(stderr, "test_dist: %s\n", nb_last_error());
@@ -197,5 +218,5 @@ int main(int argc, char **argv) {
     };
     int rc = nbtest_run("dist", cases, sizeof cases / sizeof cases[0]);
     nb_dist_finalize();
-    return rc;
+    return after_finalize() ? rc : 1;
 }

@@ -2,6 +2,7 @@
  * out-of-vocabulary token, a bad key_padding_mask, float64 input into a float32 model, and
  * failing constructors each report what really went wrong, not a later "NULL input". */
 #include "harness.h"
+#include "module_table.h"
 
 static nb_module *model;
 static nb_transformer_lm *lm;
@@ -96,6 +97,32 @@ static void test_constructors_report_the_first_cause(void) {
            "num_heads 3");
 }
 
+/* Every built-in module of the table (module_table.h), built from its row's example config:
+ * its type is the row's, a NULL module names the type, and a NULL input names the module's
+ * path (the innermost module) without a later error hiding it. */
+static void test_every_module_names_itself(void) {
+    for (int r = 0; r < nbtest_module_count; r++) {
+        const nbtest_module *row = &nbtest_modules[r];
+        nb_module *root = nb_model_new(NB_F32, 1);
+        nb_module *outer = nb_module_container(root, "outer");
+        json_t *config = json_loads(row->example, 0, NULL);
+        CU_ASSERT_TRUE_FATAL(config && nbtest_only_keys(config, "example", row->config_keys));
+        nb_module *m = row->build(outer, "inner", config);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+        CU_ASSERT_STRING_EQUAL(m->type, row->type);
+
+        char message[256];
+        nb_clear_error();
+        CU_ASSERT_PTR_NULL(row->forward(NULL, &(nbtest_call){0}));
+        snprintf(message, sizeof message, "%s: NULL module", row->type);
+        expect(NULL, message);
+        snprintf(message, sizeof message, "%s 'outer.inner': NULL ", row->type);
+        expect(row->forward(m, &(nbtest_call){0}), message);
+        json_decref(config);
+        nb_module_free(root);
+    }
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"out-of-vocabulary token", test_out_of_vocabulary_token},
@@ -105,6 +132,7 @@ int main(void) {
         {"a NULL input keeps the earlier error", test_a_null_input_keeps_the_earlier_error},
         {"empty sequence", test_empty_sequence},
         {"constructors report the first cause", test_constructors_report_the_first_cause},
+        {"every built-in module names itself", test_every_module_names_itself},
     };
     int rc = nbtest_run("module errors", cases, sizeof cases / sizeof cases[0]);
     nb_module_free(model);

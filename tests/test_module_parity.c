@@ -1,19 +1,19 @@
-/* nabla's nn modules against PyTorch. Every case of tests/goldens/modules.json, modules_masks.json
- * and modules_mha.json (written by tests/gen_module_goldens.py) is rebuilt with the real modules of
- * nn.h under a model of the case's dtype, the golden parameters are copied in by name, and the
- * module's forward runs with the case's inputs and flags; the output, the attention weights and,
- * after nb_backward(out, grad_out), every parameter and input gradient must match PyTorch's within
- * golden_compare's tolerances, and nothing may be NaN or infinite (fully padded sequences
- * included). MultiHeadAttention runs twice, with and without returning its weights, so both
- * the op-by-op and the fused path must give the golden output. Anything in a case this test does
- * not understand fails it: no case is skipped.
+/* nabla's nn modules against PyTorch. Every case of the golden files the module table lists
+ * (module_table.h; tests/gen_module_goldens.py writes them) is rebuilt with the real modules of
+ * nn.h, through the case's row of the table, under a model of the case's dtype, the golden
+ * parameters are copied in by name, and the module's forward runs with the case's inputs and flags;
+ * the output, the attention weights and, after nb_backward(out, grad_out), every parameter and
+ * input gradient must match PyTorch's within golden_compare's tolerances, and nothing may be NaN or
+ * infinite (fully padded sequences included). MultiHeadAttention runs twice, with and without
+ * returning its weights, so both the op-by-op and the fused path must give the golden output.
+ * Anything in a case this test does not understand fails it: no case is skipped.
  *
  * Also TransformerBlock checkpoints: a bitwise round trip through nb_module_save/load, loads
  * that must fail and leave the model untouched (other dim, other dtype, other names, one
  * tensor missing), and tests/goldens/torch_block.safetensors, a block's state_dict written
  * from PyTorch, which must load and reproduce its golden case. */
 #include "harness.h"
-#include "golden.h"
+#include "module_table.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -22,61 +22,11 @@
 
 #define MAX_NAMED 32
 
-/* ---- reading a case's config strictly --------------------------------------------------- */
-
-/* False (printing why) if obj has a key outside keys (NULL-terminated): a constructor
- * argument or forward flag added to the generator must be handled here, not ignored. */
-static bool only_keys(const json_t *obj, const char *what, const char *const *keys) {
-    if (!json_is_object(obj)) {
-        printf("    \"%s\" is missing or not an object\n", what);
-        return false;
-    }
-    const char *key;
-    const json_t *value;
-    json_object_foreach((json_t *)obj, key, value) {
-        bool known = false;
-        for (int k = 0; keys[k] && !known; k++) known = strcmp(key, keys[k]) == 0;
-        if (!known) {
-            printf("    %s \"%s\" is not understood by this test\n", what, key);
-            return false;
-        }
-    }
-    return true;
-}
-
-static bool get_int(const json_t *obj, const char *key, int64_t *out) {
-    const json_t *v = json_object_get(obj, key);
-    if (!json_is_integer(v)) return printf("    config \"%s\": not an integer\n", key), false;
-    *out = json_integer_value(v);
-    return true;
-}
-
-static bool get_bool(const json_t *obj, const char *key, bool *out) {
-    const json_t *v = json_object_get(obj, key);
-    if (!json_is_boolean(v)) return printf("    config \"%s\": not a boolean\n", key), false;
-    *out = json_is_true(v);
-    return true;
-}
-
-static bool get_double(const json_t *obj, const char *key, double *out) {
-    const json_t *v = json_object_get(obj, key);
-    if (!json_is_number(v)) return printf("    config \"%s\": not a number\n", key), false;
-    *out = json_number_value(v);
-    return true;
-}
-
 /* ---- building the module of a case ------------------------------------------------------ */
-typedef enum { M_LINEAR, M_LAYERNORM, M_EMBEDDING, M_MHA, M_BLOCK } module_kind;
-
 typedef struct {
-    module_kind kind;
-    nb_module *model;  /* the root, freed by the caller with nb_module_free */
-    nb_module *module; /* the module under test, named "" so its parameters have no prefix */
-    nb_linear *linear;
-    nb_layernorm *layernorm;
-    nb_embedding_layer *embedding;
-    nb_mha *mha;
-    nb_transformer_block *block;
+    const nbtest_module *row; /* the case's row of the module table */
+    nb_module *model;         /* the root, freed by the caller with nb_module_free */
+    nb_module *module;        /* the module under test, named "" so its parameters have no prefix */
 } built_module;
 
 /* Builds c's module from its config in a fresh model of dtype dt; false after printing why
@@ -84,81 +34,17 @@ typedef struct {
 static bool build(const json_t *c, nb_dtype dt, built_module *b) {
     const char *module = json_string_value(json_object_get(c, "module"));
     const json_t *cfg = json_object_get(c, "config");
-    *b = (built_module){.model = nb_model_new(dt, 2024)};
+    *b = (built_module){.model = nb_model_new(dt, 2024), .row = nbtest_module_find(module)};
     if (!b->model || !module) return printf("    no model or no module name\n"), false;
-    if (strcmp(module, "Linear") == 0) {
-        static const char *const keys[] = {"in_features", "out_features", "bias", NULL};
-        int64_t in, out;
-        bool bias;
-        if (!only_keys(cfg, "config", keys) || !get_int(cfg, "in_features", &in) ||
-            !get_int(cfg, "out_features", &out) || !get_bool(cfg, "bias", &bias))
-            return false;
-        b->kind = M_LINEAR;
-        b->linear = nb_linear_new(b->model, "", in, out, bias);
-        b->module = b->linear ? &b->linear->base : NULL;
-    } else if (strcmp(module, "LayerNorm") == 0) {
-        static const char *const keys[] = {"normalized_shape", "eps", NULL};
-        int64_t dim;
-        double eps;
-        if (!only_keys(cfg, "config", keys) || !get_int(cfg, "normalized_shape", &dim) ||
-            !get_double(cfg, "eps", &eps))
-            return false;
-        b->kind = M_LAYERNORM;
-        b->layernorm = nb_layernorm_new(b->model, "", dim);
-        if (b->layernorm) b->layernorm->eps = eps, b->module = &b->layernorm->base;
-    } else if (strcmp(module, "Embedding") == 0) {
-        static const char *const keys[] = {"num_embeddings", "embedding_dim", NULL};
-        int64_t num, dim;
-        if (!only_keys(cfg, "config", keys) || !get_int(cfg, "num_embeddings", &num) ||
-            !get_int(cfg, "embedding_dim", &dim))
-            return false;
-        b->kind = M_EMBEDDING;
-        b->embedding = nb_embedding_new(b->model, "", num, dim);
-        b->module = b->embedding ? &b->embedding->base : NULL;
-    } else if (strcmp(module, "MultiHeadAttention") == 0) {
-        static const char *const keys[] = {"d_in",    "d_out",    "num_heads", "qkv_bias",
-                                           "dropout", "out_bias", NULL};
-        int64_t d_in, d_out, heads;
-        nb_mha_config mc;
-        if (!only_keys(cfg, "config", keys) || !get_int(cfg, "d_in", &d_in) ||
-            !get_int(cfg, "d_out", &d_out) || !get_int(cfg, "num_heads", &heads))
-            return false;
-        mc = nb_mha_defaults(d_in, d_out, heads); /* out_bias true unless the case says */
-        if (!get_bool(cfg, "qkv_bias", &mc.qkv_bias) || !get_double(cfg, "dropout", &mc.dropout) ||
-            (json_object_get(cfg, "out_bias") && !get_bool(cfg, "out_bias", &mc.out_bias)))
-            return false;
-        b->kind = M_MHA;
-        b->mha = nb_mha_new_config(b->model, "", &mc);
-        b->module = b->mha ? &b->mha->base : NULL;
-    } else if (strcmp(module, "TransformerBlock") == 0) {
-        static const char *const keys[] = {"d_model", "num_heads", "qkv_bias", "ff_hidden",
-                                           "eps",     "dropout",   NULL};
-        int64_t dim, heads, hidden;
-        bool qkv_bias;
-        double eps, dropout;
-        if (!only_keys(cfg, "config", keys) || !get_int(cfg, "d_model", &dim) ||
-            !get_int(cfg, "num_heads", &heads) || !get_bool(cfg, "qkv_bias", &qkv_bias) ||
-            !get_int(cfg, "ff_hidden", &hidden) || !get_double(cfg, "eps", &eps) ||
-            !get_double(cfg, "dropout", &dropout))
-            return false;
-        /* nabla's block fixes these two; a case asking for others cannot be built. */
-        if (qkv_bias || hidden != 4 * dim) {
-            printf("    nabla's TransformerBlock has no qkv bias and ff hidden 4 * d_model; the "
-                   "case asks for qkv_bias %d, ff_hidden %lld\n",
-                   qkv_bias, (long long)hidden);
-            return false;
-        }
-        b->kind = M_BLOCK;
-        b->block = nb_transformer_block_new(b->model, "", dim, heads, dropout);
-        if (b->block) {
-            b->block->norm1->eps = b->block->norm2->eps = eps;
-            b->module = &b->block->base;
-        }
-    } else {
-        printf("    unknown module \"%s\"\n", module);
-        return false;
-    }
-    if (!b->module) printf("    cannot build the module: %s\n", nb_last_error());
+    if (!b->row || !b->row->golden.files)
+        return printf("    module \"%s\": no row with goldens in tests/module_table.c\n", module),
+               false;
+    if (!nbtest_only_keys(cfg, "config", b->row->config_keys)) return false;
+    b->module = b->row->build(b->model, "", cfg);
+    if (!b->module)
+        printf("    cannot build the module: %s\n", nb_last_error());
+    else if (strcmp(b->module->type, b->row->type) != 0)
+        printf("    the row of %s builds a %s\n", b->row->type, b->module->type), b->module = NULL;
     return b->module != NULL;
 }
 
@@ -204,93 +90,21 @@ static bool copy_parameters(const json_t *c, const built_module *b) {
 }
 
 /* ---- inputs and forward flags ----------------------------------------------------------- */
-enum { IN_X, IN_X_Q, IN_X_KV, IN_INDICES, IN_KEY_PADDING, IN_ATTN_MASK, IN_HEAD_MASK, N_INPUTS };
-static const char *const input_names[N_INPUTS] = {
-    "x", "x_q", "x_kv", "indices", "key_padding_mask", "attn_mask", "head_mask"};
-#define BIT(i) (1u << (i))
-
 typedef struct {
     golden_named list[MAX_NAMED];
     int n;
-    nb_tensor *slot[N_INPUTS]; /* by role; NULL when the case has no such input */
-    bool causal, want_weights;
+    nbtest_call call; /* weights unset */
+    bool want_weights;
 } case_inputs;
 
-/* Loads c's inputs into their roles and reads its forward flags and extra outputs; each must
- * be one the module of kind takes. False after printing why. */
-static bool load_inputs(const json_t *c, module_kind kind, case_inputs *in) {
-    static const unsigned allowed[] = {
-        [M_LINEAR] = BIT(IN_X),
-        [M_LAYERNORM] = BIT(IN_X),
-        [M_EMBEDDING] = BIT(IN_INDICES),
-        [M_MHA] = BIT(IN_X) | BIT(IN_X_Q) | BIT(IN_X_KV) | BIT(IN_KEY_PADDING) | BIT(IN_ATTN_MASK) |
-                  BIT(IN_HEAD_MASK),
-        [M_BLOCK] = BIT(IN_X) | BIT(IN_KEY_PADDING) | BIT(IN_ATTN_MASK),
-    };
-    memset(in, 0, sizeof *in);
-    in->n = golden_named_tensors(c, "inputs", in->list, MAX_NAMED);
-    if (in->n < 0) return false;
-    unsigned present = 0;
-    for (int k = 0; k < in->n; k++) {
-        int role = 0;
-        while (role < N_INPUTS && strcmp(in->list[k].name, input_names[role]) != 0) role++;
-        if (role == N_INPUTS || (allowed[kind] & BIT(role)) == 0 || (present & BIT(role))) {
-            printf("    input \"%s\": unknown, repeated or not taken by this module\n",
-                   in->list[k].name);
-            return false;
-        }
-        present |= BIT(role);
-        in->slot[role] = in->list[k].tensor;
-    }
-    unsigned main_inputs = present & (BIT(IN_X) | BIT(IN_X_Q) | BIT(IN_X_KV) | BIT(IN_INDICES));
-    bool complete = kind == M_EMBEDDING ? main_inputs == BIT(IN_INDICES)
-                    : kind == M_MHA
-                        ? main_inputs == BIT(IN_X) || main_inputs == (BIT(IN_X_Q) | BIT(IN_X_KV))
-                        : main_inputs == BIT(IN_X);
-    if (!complete) return printf("    the inputs do not make one forward call\n"), false;
-
-    static const char *const attention_flags[] = {"causal", NULL}, *const no_flags[] = {NULL};
-    bool attends = kind == M_MHA || kind == M_BLOCK;
-    const json_t *fwd = json_object_get(c, "forward");
-    if (!only_keys(fwd, "forward flag", attends ? attention_flags : no_flags)) return false;
-    const json_t *causal = json_object_get(fwd, "causal");
-    if (causal && !json_is_boolean(causal)) return printf("    causal: not a boolean\n"), false;
-    in->causal = json_is_true(causal);
-
-    const json_t *extra = json_object_get(c, "extra_outputs");
-    if (!json_is_array(extra)) return printf("    no extra_outputs list\n"), false;
-    for (size_t k = 0; k < json_array_size(extra); k++) {
-        const char *name = json_string_value(json_object_get(json_array_get(extra, k), "name"));
-        if (kind != M_MHA || !name || strcmp(name, "attn_weights") != 0 || in->want_weights) {
-            printf("    extra output \"%s\": not one this module gives\n", name ? name : "?");
-            return false;
-        }
-        in->want_weights = true;
-    }
-    return true;
+static bool load_inputs(const json_t *c, const built_module *b, case_inputs *in) {
+    return nbtest_load_call(c, b->row, in->list, MAX_NAMED, &in->n, &in->call, &in->want_weights);
 }
 
 static nb_tensor *forward(const built_module *b, const case_inputs *in, nb_tensor **weights) {
-    nb_tensor *const *x = in->slot;
-    nb_mha_opts opts = {.causal = in->causal,
-                        .key_padding_mask = x[IN_KEY_PADDING],
-                        .attn_mask = x[IN_ATTN_MASK],
-                        .attn_weights = weights,
-                        .head_mask = x[IN_HEAD_MASK]};
-    switch (b->kind) {
-    case M_LINEAR:
-        return nb_linear_forward(b->linear, x[IN_X]);
-    case M_LAYERNORM:
-        return nb_layernorm_forward(b->layernorm, x[IN_X]);
-    case M_EMBEDDING:
-        return nb_embedding_forward(b->embedding, x[IN_INDICES]);
-    case M_MHA:
-        return x[IN_X] ? nb_mha_forward(b->mha, x[IN_X], &opts)
-                       : nb_mha_forward_cross(b->mha, x[IN_X_Q], x[IN_X_KV], &opts);
-    case M_BLOCK:
-        return nb_transformer_block_forward(b->block, x[IN_X], &opts);
-    }
-    return NULL;
+    nbtest_call call = in->call;
+    call.weights = weights;
+    return b->row->forward(b->module, &call);
 }
 
 /* ---- comparing ------------------------------------------------------------------------ */
@@ -323,79 +137,11 @@ static void compare(tally *t, const nb_tensor *got, const json_t *want, const ch
 }
 
 /* ---- one case -------------------------------------------------------------------------- */
-/* What the cases cover, per dtype: the list, each required in f32 and in f64. */
-enum {
-    F_LINEAR = 1 << 0,
-    F_LAYERNORM = 1 << 1,
-    F_EMBEDDING = 1 << 2,
-    F_MHA_CAUSAL = 1 << 3,
-    F_MHA_PADDING = 1 << 4,
-    F_MHA_FULLY_PADDED = 1 << 5,
-    F_MHA_ATTN_MASK = 1 << 6,
-    F_MHA_CROSS = 1 << 7,
-    F_MHA_WEIGHTS = 1 << 8,
-    F_MHA_BOTH_MASKS = 1 << 9,    /* key padding and attention mask together */
-    F_MHA_CROSS_MASKED = 1 << 10, /* cross-attention with a key padding mask */
-    F_BLOCK = 1 << 11,
-    F_BLOCK_FULLY_PADDED = 1 << 12,
-    F_MHA_NO_BIAS = 1 << 13,     /* no projection has a bias (PyTorch's bias=False) */
-    F_MHA_FLOAT_MASK = 1 << 14,  /* a float attn_mask with finite non-zero values */
-    F_MHA_MASK_B = 1 << 15,      /* attn_mask [B, T_q, T_k] */
-    F_MHA_MASK_BH = 1 << 16,     /* attn_mask [B * H, T_q, T_k] */
-    F_MHA_MASK_4D = 1 << 17,     /* attn_mask [B, H, T_q, T_k] */
-    F_MHA_HEAD_MASK = 1 << 18,   /* head_mask, with its gradient */
-    F_MHA_CAUSAL_RECT = 1 << 19, /* causal with T_q != T_k */
-    F_ALL = (1 << 20) - 1
-};
-
-/* True if some sequence of the [B, T_k] key padding mask is padding throughout. */
-static bool has_fully_padded(const nb_tensor *mask) {
-    for (int64_t i = 0; i < mask->shape[0]; i++) {
-        bool all = true;
-        for (int64_t k = 0; k < mask->shape[1]; k++) all = all && nb_get(mask, NB_IDX(i, k)) != 0;
-        if (all) return true;
-    }
-    return false;
-}
-
-/* The features of modules_mha.json. */
-static unsigned mha_features(const nb_mha *m, const case_inputs *in) {
-    const nb_tensor *am = in->slot[IN_ATTN_MASK];
-    const nb_tensor *q = in->slot[IN_X] ? in->slot[IN_X] : in->slot[IN_X_Q];
-    const nb_tensor *kv = in->slot[IN_X] ? in->slot[IN_X] : in->slot[IN_X_KV];
-    unsigned f = 0;
-    if (!m->W_query->bias && !m->out_proj->bias) f |= F_MHA_NO_BIAS;
-    if (am && nb_is_float(am)) f |= F_MHA_FLOAT_MASK;
-    if (am && am->ndim == 3 && am->shape[0] == q->shape[0]) f |= F_MHA_MASK_B;
-    if (am && am->ndim == 3 && m->num_heads > 1 && am->shape[0] == q->shape[0] * m->num_heads)
-        f |= F_MHA_MASK_BH;
-    if (am && am->ndim == 4) f |= F_MHA_MASK_4D;
-    if (in->slot[IN_HEAD_MASK] && in->slot[IN_HEAD_MASK]->requires_grad) f |= F_MHA_HEAD_MASK;
-    if (in->causal && q->shape[1] != kv->shape[1]) f |= F_MHA_CAUSAL_RECT;
-    return f;
-}
-
-static unsigned features_of(const built_module *b, const case_inputs *in) {
-    const nb_tensor *pad = in->slot[IN_KEY_PADDING], *am = in->slot[IN_ATTN_MASK];
-    bool fully_padded = pad && has_fully_padded(pad);
-    switch (b->kind) {
-    case M_LINEAR:
-        return F_LINEAR;
-    case M_LAYERNORM:
-        return F_LAYERNORM;
-    case M_EMBEDDING:
-        return F_EMBEDDING;
-    case M_BLOCK:
-        return F_BLOCK | (fully_padded ? F_BLOCK_FULLY_PADDED : 0u);
-    case M_MHA:
-        return mha_features(b->mha, in) | (in->causal ? F_MHA_CAUSAL : 0u) |
-               (pad ? F_MHA_PADDING : 0u) | (fully_padded ? F_MHA_FULLY_PADDED : 0u) |
-               (am ? F_MHA_ATTN_MASK : 0u) | (pad && am ? F_MHA_BOTH_MASKS : 0u) |
-               (in->slot[IN_X_Q] ? F_MHA_CROSS : 0u) |
-               (in->slot[IN_X_Q] && pad ? F_MHA_CROSS_MASKED : 0u) |
-               (in->want_weights ? F_MHA_WEIGHTS : 0u);
-    }
-    return 0;
+/* The features of a passing case, from its row (module_table.h). */
+static unsigned features_of(const built_module *b, const case_inputs *in, nb_tensor **weights) {
+    nbtest_call call = in->call;
+    call.weights = weights;
+    return b->row->golden.features(b->module, &call);
 }
 
 static bool parse_case_dtype(const json_t *c, nb_dtype *dt, int *which) {
@@ -447,9 +193,9 @@ static bool run_case(const json_t *c, unsigned features[2]) {
     int which = 0;
     nb_scope_begin();
     t.ok = parse_case_dtype(c, &dt, &which) && build(c, dt, &b) && copy_parameters(c, &b) &&
-           load_inputs(c, b.kind, &in);
+           load_inputs(c, &b, &in);
     nb_tensor *weights = NULL, *out = NULL;
-    if (t.ok && b.kind == M_MHA) /* without weights: the fused path where masks allow it */
+    if (t.ok && b.row->gives_weights) /* without weights: the fused path where masks allow */
         compare(&t, forward(&b, &in, NULL), json_object_get(c, "output"), "output (no weights)");
     if (t.ok) {
         out = forward(&b, &in, in.want_weights ? &weights : NULL);
@@ -464,7 +210,7 @@ static bool run_case(const json_t *c, unsigned features[2]) {
             printf("    backward: %s\n", nb_last_error()), t.ok = false;
     }
     if (t.ok) compare_gradients(&t, c, &b, &in);
-    if (t.ok) features[which] |= features_of(&b, &in);
+    if (t.ok) features[which] |= features_of(&b, &in, in.want_weights ? &weights : NULL);
     nb_scope_end();
     nb_module_free(b.model);
     printf("  %-4s %-78s %.2g of tolerance\n", t.ok ? "ok" : "FAIL", name ? name : "(unnamed)",
@@ -505,18 +251,35 @@ static int run_file(const char *file, unsigned features[2]) {
     return failures;
 }
 
+/* The golden files of every row of the module table, each once; the count, or -1. */
+static int golden_files(const char **out, int max) {
+    int n = 0;
+    for (int r = 0; r < nbtest_module_count; r++)
+        for (const char *const *f = nbtest_modules[r].golden.files; f && *f; f++) {
+            bool seen = false;
+            for (int k = 0; k < n && !seen; k++) seen = strcmp(out[k], *f) == 0;
+            if (seen) continue;
+            if (n == max) return -1;
+            out[n++] = *f;
+        }
+    return n;
+}
+
 static void test_every_golden_case(void) {
-    unsigned features[2] = {0, 0};
+    unsigned features[2] = {0, 0}, required = 0;
+    const char *files[16];
+    int nfiles = golden_files(files, 16), failures = 0;
     printf("\n");
-    int failures = run_file("modules.json", features) + run_file("modules_masks.json", features) +
-                   run_file("modules_mha.json", features);
+    CU_ASSERT_TRUE_FATAL(nfiles > 0);
+    for (int k = 0; k < nfiles; k++) failures += run_file(files[k], features);
     CU_ASSERT_EQUAL(failures, 0);
+    for (int r = 0; r < nbtest_module_count; r++) required |= nbtest_modules[r].golden.required;
     for (int w = 0; w < 2; w++)
-        if (features[w] != F_ALL)
+        if (features[w] != required)
             printf("  %s: features 0x%x are not covered by a passing case\n", w ? "f64" : "f32",
-                   (unsigned)F_ALL & ~features[w]);
-    CU_ASSERT_EQUAL(features[0], F_ALL);
-    CU_ASSERT_EQUAL(features[1], F_ALL);
+                   required & ~features[w]);
+    CU_ASSERT_EQUAL(features[0], required);
+    CU_ASSERT_EQUAL(features[1], required);
 }
 
 /* ---- checkpoints ---------------------------------------------------------------------- */
@@ -693,7 +456,7 @@ static void test_block_from_pytorch(void) {
     CU_ASSERT_PTR_NOT_NULL_FATAL(c);
     built_module b;
     case_inputs in;
-    bool built = build(c, NB_F32, &b) && load_inputs(c, b.kind, &in);
+    bool built = build(c, NB_F32, &b) && load_inputs(c, &b, &in);
     CU_ASSERT_TRUE(built);
     if (built) {
         bool loaded = nb_module_load(b.module, path);

@@ -7,7 +7,6 @@
 #include "tensor/pool.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -96,16 +95,10 @@ static void test_nested_calls_stay_on_their_thread(void) {
 
 /* A task that takes about a millisecond and notes whether a worker other than the caller ran
  * it. */
-static int64_t clock_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void slow_task(int64_t task, int worker, void *ctx) {
     (void)task;
-    int64_t end = clock_ns() + 1000000;
-    while (clock_ns() < end) continue;
+    int64_t end = nbt_now_ns() + 1000000;
+    while (nbt_now_ns() < end) continue;
     if (worker != 0) atomic_fetch_add((atomic_int *)ctx, 1);
 }
 
@@ -140,168 +133,6 @@ static void test_two_callers_at_once(void) {
     CU_ASSERT_EQUAL((intptr_t)fa, 0);
     CU_ASSERT_EQUAL((intptr_t)fb, 0);
     free(a), free(b);
-}
-
-/* nbt_parallel_phases calls each half of each phase exactly once with [half, half + 1) (or
- * both in one [0, 2) call when one thread is allowed), whatever the budget, back to back and
- * nested; and a phase's halves start only after both halves of the phase before have ended. */
-#define MAX_PHASES 6
-typedef struct {
-    atomic_int calls[MAX_PHASES][2], ended[MAX_PHASES], bad;
-    pthread_t thread[MAX_PHASES][2]; /* which thread ran each half */
-} phases_tally;
-
-static void count_phase(int phase, int begin, int end, void *ctx) {
-    phases_tally *t = ctx;
-    if (phase < 0 || phase >= MAX_PHASES || begin < 0 || end > 2 || begin >= end) {
-        atomic_fetch_add(&t->bad, 1);
-        return;
-    }
-    if (phase > 0 && atomic_load(&t->ended[phase - 1]) != 2) atomic_fetch_add(&t->bad, 1);
-    for (int h = begin; h < end; h++) {
-        atomic_fetch_add(&t->calls[phase][h], 1);
-        t->thread[phase][h] = pthread_self();
-    }
-    /* halves of unequal length, the longer one alternating, so a thread that did not wait for
-     * the other half would start the next phase while that half still runs */
-    for (volatile int spin = 0; spin < ((phase + begin) % 2 ? 4000 : 40); spin++) continue;
-    /* the caller's first half gives up its CPU a few times: a worker joins only before that
-     * half ends, and under valgrind, which runs one thread at a time, it otherwise never does */
-    for (int i = 0; phase == 0 && begin == 0 && i < 3; i++) sched_yield();
-    atomic_fetch_add(&t->ended[phase], end - begin);
-}
-
-/* True when every half ran once, in phase order; *split counts phases whose halves ran on two
- * threads. */
-static bool phases_once(int phases, int *split) {
-    phases_tally t = {0};
-    nbt_parallel_phases(phases, count_phase, &t);
-    bool ok = atomic_load(&t.bad) == 0;
-    for (int p = 0; p < MAX_PHASES; p++)
-        for (int h = 0; h < 2; h++) ok = ok && atomic_load(&t.calls[p][h]) == (p < phases);
-    for (int p = 0; ok && p < phases; p++) *split += !pthread_equal(t.thread[p][0], t.thread[p][1]);
-    return ok;
-}
-
-static void nested_phases(int64_t task, int worker, void *ctx) {
-    (void)task, (void)worker;
-    int split = 0;
-    if (!phases_once(3, &split) || split) atomic_fetch_add((atomic_int *)ctx, 1);
-}
-
-/* Runs once(i, &split) for i = 0, 1, ... at a budget of one thread, then of two: `runs` times,
- * and with two threads until some run was split across them (on a busy machine a descheduled
- * worker can miss many short runs), for at most 10 s. Every run must pass, and runs are split
- * with two threads only. */
-static void at_one_and_two_threads(int runs, bool (*once)(int i, int *split)) {
-    const int before = nb_get_num_threads();
-    for (int threads = 1; threads <= 2; threads++) {
-        nb_set_num_threads(threads);
-        int failures = 0, split = 0;
-        const time_t give_up = time(NULL) + 10;
-        for (int i = 0; i < runs || (threads == 2 && !split && time(NULL) < give_up); i++) {
-            nbt_wake_workers();
-            failures += !once(i, &split);
-        }
-        CU_ASSERT_EQUAL(failures, 0);
-        if (threads == 1) CU_ASSERT_EQUAL(split, 0);
-        if (threads == 2) CU_ASSERT_TRUE(split > 0); /* the two-thread path was taken */
-    }
-    nb_set_num_threads(before);
-}
-
-static bool phases_run(int i, int *split) {
-    return phases_once(1 + i % MAX_PHASES, split);
-}
-
-static void test_parallel_phases(void) {
-    at_one_and_two_threads(3000, phases_run);
-    const int before = nb_get_num_threads();
-    nb_set_num_threads(2);
-    atomic_int nested = 0;
-    nbt_run_tasks(4, 2, nested_phases, &nested);
-    CU_ASSERT_EQUAL(atomic_load(&nested), 0);
-    nb_set_num_threads(before);
-}
-
-/* nbt_parallel_phase_rounds: every half of every phase of every round once, in order: a half
- * starts only after both halves of the phase before it (the last phase of the round before,
- * for a round's first) have ended, and after the calling thread's `again` for the round before
- * has returned; `again` runs once per round on the calling thread, after the round's last
- * halves, and says helped exactly when the round's halves ran on two threads, the worker's half
- * always on the same one. */
-#define MAX_ROUNDS 5
-typedef struct {
-    int phases, rounds, rounds_done;
-    atomic_int calls[MAX_ROUNDS][MAX_PHASES][2], bad, clock;
-    int started[MAX_ROUNDS][MAX_PHASES][2], ended[MAX_ROUNDS][MAX_PHASES][2], again_at[MAX_ROUNDS];
-    pthread_t thread[MAX_ROUNDS][MAX_PHASES][2], caller;
-    bool helped[MAX_ROUNDS];
-} rounds_tally;
-
-static void round_phase(int phase, int begin, int end, void *ctx) {
-    rounds_tally *t = ctx;
-    const int r = t->rounds_done;
-    if (r >= MAX_ROUNDS || phase < 0 || phase >= t->phases || begin < 0 || end > 2 ||
-        begin >= end) {
-        atomic_fetch_add(&t->bad, 1);
-        return;
-    }
-    for (int h = begin; h < end; h++) {
-        atomic_fetch_add(&t->calls[r][phase][h], 1);
-        t->started[r][phase][h] = atomic_fetch_add(&t->clock, 1);
-        t->thread[r][phase][h] = pthread_self();
-    }
-    for (volatile int spin = 0; spin < ((phase + begin + r) % 2 ? 4000 : 40); spin++) continue;
-    for (int i = 0; r == 0 && phase == 0 && begin == 0 && i < 3; i++) sched_yield();
-    for (int h = begin; h < end; h++) t->ended[r][phase][h] = atomic_fetch_add(&t->clock, 1);
-}
-
-static bool next_round(bool helped, void *ctx) {
-    rounds_tally *t = ctx;
-    const int r = t->rounds_done;
-    if (r >= MAX_ROUNDS || !pthread_equal(pthread_self(), t->caller)) {
-        atomic_fetch_add(&t->bad, 1);
-        return false;
-    }
-    t->helped[r] = helped;
-    t->again_at[r] = atomic_fetch_add(&t->clock, 1);
-    t->rounds_done = r + 1; /* the next round's halves start after this store, or not at all */
-    return t->rounds_done < t->rounds;
-}
-
-/* True when the run of `rounds` rounds of `phases` phases went as the contract says; *split
- * counts rounds that ran on two threads. */
-static bool rounds_once(int phases, int rounds, int *split) {
-    rounds_tally *t = calloc(1, sizeof *t);
-    t->phases = phases, t->rounds = rounds, t->caller = pthread_self();
-    nbt_parallel_phase_rounds(phases, round_phase, next_round, t);
-    bool ok = atomic_load(&t->bad) == 0 && t->rounds_done == rounds;
-    int last_end = -1; /* when the halves before ended */
-    for (int r = 0; ok && r < rounds; r++) {
-        for (int p = 0; p < phases; p++) {
-            for (int h = 0; h < 2; h++)
-                ok = ok && atomic_load(&t->calls[r][p][h]) == 1 && t->started[r][p][h] > last_end;
-            last_end =
-                t->ended[r][p][0] > t->ended[r][p][1] ? t->ended[r][p][0] : t->ended[r][p][1];
-            const bool two = !pthread_equal(t->thread[r][p][0], t->thread[r][p][1]);
-            ok = ok && two == t->helped[r] && pthread_equal(t->thread[r][p][0], t->caller) &&
-                 pthread_equal(t->thread[r][p][1], t->thread[0][0][1]);
-        }
-        ok = ok && t->again_at[r] > last_end;
-        last_end = t->again_at[r];
-        *split += t->helped[r];
-    }
-    free(t);
-    return ok;
-}
-
-static bool rounds_run(int i, int *split) {
-    return rounds_once(1 + i % MAX_PHASES, 1 + i % MAX_ROUNDS, split);
-}
-
-static void test_phase_rounds(void) {
-    at_one_and_two_threads(2000, rounds_run);
 }
 
 /* nbt_set_serial keeps this thread's work on it, returns the previous setting, and leaves
@@ -402,10 +233,6 @@ int main(void) {
         {"a nested call runs on its thread, in order", test_nested_calls_stay_on_their_thread},
         {"two callers at once both finish", test_two_callers_at_once},
         {"sleeping workers join a long job", test_sleeping_workers_join_long_jobs},
-        {"parallel phases: each half once, in phase order, any budget, nested",
-         test_parallel_phases},
-        {"rounds of phases: each half once per round, in order, `again` between rounds",
-         test_phase_rounds},
         {"serial on this thread only", test_serial_here},
         {"a crowded machine gets one thread", test_crowded_machine_plans_one_thread},
         {"cpu count", test_cpu_count},

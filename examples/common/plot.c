@@ -14,60 +14,6 @@ bool plot_available(void) {
     return state == 1;
 }
 
-static bool run_gnuplot(const char *script) {
-    FILE *g = popen("gnuplot 2>&1", "w");
-    if (!g) return false;
-    fputs(script, g);
-    return pclose(g) == 0;
-}
-
-bool plot_curve(const char *csv_path, const char *png_path, const char *title) {
-    if (!plot_available()) return false;
-    char script[2048];
-    snprintf(script, sizeof script,
-             "set terminal pngcairo size 900,500 font ',11'\n"
-             "set output '%s'\n"
-             "set datafile separator ','\n"
-             "set title '%s'\n"
-             "set xlabel 'step'\n"
-             "set ylabel 'loss'\n"
-             "set y2label 'accuracy'\n"
-             "set logscale y\n"
-             "set y2range [0:1]\n"
-             "set ytics nomirror\n"
-             "set y2tics\n"
-             "set grid\n"
-             "set key center right\n"
-             "plot '%s' using 1:2 every ::1 with lines lw 2 title 'loss', "
-             "'' using 1:3 every ::1 axes x1y2 with lines lw 2 title 'accuracy'\n",
-             png_path, title, csv_path);
-    return run_gnuplot(script);
-}
-
-bool plot_train_val(const char *train_csv, const char *val_csv, const char *png_path,
-                    const char *title) {
-    if (!plot_available()) return false;
-    char script[2048];
-    /* bits per character = nats / ln 2; the training loss is a 50-step moving average. */
-    snprintf(script, sizeof script,
-             "set terminal pngcairo noenhanced size 900,500 font ',11'\n"
-             "set output '%s'\n"
-             "set datafile separator ','\n"
-             "set title '%s'\n"
-             "set xlabel 'step'\n"
-             "set ylabel 'bits per character'\n"
-             "set grid\n"
-             "set key top right\n"
-             "n = 50; array buf[50]; do for [i=1:50] { buf[i] = 0 }\n"
-             "avg(x, k) = (buf[(int(k) %% n) + 1] = x, sum [i=1:(k < n ? int(k) + 1 : n)] buf[i] / "
-             "(k < n ? k + 1 : n))\n"
-             "plot '%s' using 1:(avg($2, $0) / log(2)) every ::1 with lines lw 1 "
-             "title 'training (50-step mean)', "
-             "'%s' using 1:3 every ::1 with linespoints lw 2 pt 7 title 'validation'\n",
-             png_path, title, train_csv, val_csv);
-    return run_gnuplot(script);
-}
-
 /* Gnuplot string literal contents: single quotes doubled. */
 static void quote(FILE *f, const char *s) {
     for (; *s; s++) fputs(*s == '\'' ? "''" : (char[]){*s, 0}, f);

@@ -1,5 +1,6 @@
-/* PNG plots through gnuplot (pngcairo): training curves and attention heatmaps. When gnuplot
- * is missing, the functions return false and say once that plots are skipped. */
+/* PNG plots through gnuplot (pngcairo): attention heatmaps and the head analysis (nb_train
+ * draws the training curves). When gnuplot is missing, the functions return false and say once
+ * that plots are skipped. */
 #ifndef NABLA_EXAMPLES_PLOT_H
 #define NABLA_EXAMPLES_PLOT_H
 
@@ -8,13 +9,6 @@
 
 /* True if gnuplot can be run (prints a note the first time it cannot). */
 bool plot_available(void);
-/* Loss (left axis) and accuracy (right axis) against step from a CSV with header
- * "step,loss,accuracy". */
-bool plot_curve(const char *csv_path, const char *png_path, const char *title);
-/* A language model's training loss (CSV "step,loss,accuracy", nats) and validation loss (CSV
- * "step,val_loss,bits_per_char") in bits per character against step. */
-bool plot_train_val(const char *train_csv, const char *val_csv, const char *png_path,
-                    const char *title);
 /* A rows x cols heatmap of weights (row-major), with token labels on the axes like the
  * tutorials' imshow plots: queries down the side, keys along the top. */
 bool plot_heatmap(const char *png_path, const char *title, const double *weights, int64_t rows,

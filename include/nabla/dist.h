@@ -36,10 +36,11 @@ bool nb_dist_built_with_mpi(void);
  * argv may be NULL. Without MPI support this only sets up a world of one. Returns false with
  * an error if MPI fails to start. */
 bool nb_dist_init(int *argc, char ***argv);
-/* Shuts MPI down after the last collective; a no-op without MPI or before nb_dist_init. */
+/* Shuts MPI down after the last collective; a no-op without MPI or before nb_dist_init. The
+ * process keeps its rank and world size; a collective among several ranks then fails. */
 void nb_dist_finalize(void);
-/* This process's rank in [0, world size) and the number of ranks (0 and 1 before init);
- * in libnabla, so any code may ask without linking libnabla_dist. */
+/* This process's rank in [0, world size) and the number of ranks (0 and 1 before init, kept by
+ * finalize); in libnabla, so any code may ask without linking libnabla_dist. */
 int nb_dist_rank(void);
 int nb_dist_world_size(void);
 /* How long a collective waits for the other ranks before failing (default 300 s, or the

@@ -12,6 +12,7 @@
 #include <time.h>
 
 static double timeout_s = 300;
+static bool finalized; /* nb_dist_finalize ended a running MPI world */
 #ifdef NABLA_HAVE_MPI
 static bool mpi_started; /* by nb_dist_init, so nb_dist_finalize ends it */
 static bool mpi_active;
@@ -70,12 +71,21 @@ bool nb_dist_init(int *argc, char ***argv) {
     return true;
 }
 
+/* The rank and size stay: the process is still that rank of the job mpirun started, and code
+ * after the last collective ("print on rank 0 only") must still tell the ranks apart. */
 void nb_dist_finalize(void) {
 #ifdef NABLA_HAVE_MPI
     if (mpi_started) MPI_Finalize();
+    finalized |= mpi_active;
     mpi_started = mpi_active = false;
-    nbn_set_dist_world(0, 1);
 #endif
+}
+
+bool nbd_world_reachable(const char *op) {
+    if (!finalized || nb_dist_world_size() == 1) return true;
+    nbt_error(op, "called after nb_dist_finalize: rank %d can no longer reach the other %d ranks",
+              nb_dist_rank(), nb_dist_world_size() - 1);
+    return false;
 }
 
 bool nb_dist_set_timeout(double seconds) {
@@ -141,6 +151,7 @@ bool nbd_wait(int n, MPI_Request *reqs, const char *what) {
 #endif
 
 bool nb_dist_all_ok(bool ok) {
+    if (!nbd_world_reachable("nb_dist_all_ok")) return false;
 #ifdef NABLA_HAVE_MPI
     if (mpi_active) {
         int mine = ok ? 1 : 0, all = 0;
@@ -157,6 +168,7 @@ bool nb_dist_all_ok(bool ok) {
 bool nb_dist_sum_doubles(double *v, int n) {
     if (n < 0) return nbt_error("nb_dist_sum_doubles", "n is %d, expected >= 0", n) != NULL;
     if (n > 0 && !v) return nbt_error("nb_dist_sum_doubles", "v is NULL (n = %d)", n) != NULL;
+    if (!nbd_world_reachable("nb_dist_sum_doubles")) return false;
 #ifdef NABLA_HAVE_MPI
     if (mpi_active && nb_dist_world_size() > 1 && n > 0) {
         /* Gathered, then added in rank order on every rank: MPI's own sum may add in any order,

@@ -212,6 +212,7 @@ bool nb_grad_reducer_finish(nb_grad_reducer *r) {
     if (!r) return nbt_error("grad_reducer", "finish: NULL reducer") != NULL;
     if (r->micro_batches == 0)
         return nbt_error("grad_reducer", "finish before any nb_grad_reducer_add") != NULL;
+    if (!nbd_world_reachable("grad_reducer")) return false;
 #ifdef NABLA_HAVE_MPI
     if (nbd_mpi_active() && nb_dist_world_size() > 1)
         for (int b = 0; b < r->nbuckets; b++)

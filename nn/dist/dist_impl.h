@@ -6,6 +6,10 @@
 #include "nabla/dist.h"
 #include "tensor/nbt.h"
 
+/* False, with an error naming op, when this process is one of several ranks and
+ * nb_dist_finalize has run: the others can no longer be reached (a world of one always can). */
+bool nbd_world_reachable(const char *op);
+
 #ifdef NABLA_HAVE_MPI
 #include <mpi.h>
 
