@@ -85,9 +85,12 @@ static char *head_ptr(const attention_job *j, heads_t l, int64_t b, int64_t h) {
  * tiles per thread (1 MB in float32 at T_k = 2048). */
 #define ME_ROWS 64
 
+/* Changed only by a test hook (nba_attention_keep_limit), in the test build. */
 static size_t keep_limit = NBA_ATTENTION_KEEP_LIMIT;
+/* Kept in every build (one thread-local store per call); read by a test hook only. */
 static _Thread_local bool last_memory_efficient;
 
+#ifdef NABLA_TESTS /* test hooks: in the test build only (tests/meson.build) */
 bool nba_attention_last_memory_efficient(void) {
     return last_memory_efficient;
 }
@@ -97,6 +100,7 @@ size_t nba_attention_keep_limit(size_t bytes) {
     keep_limit = bytes;
     return old;
 }
+#endif
 
 static int64_t causal_block(const attention_job *j) {
     return j->plan.causal && j->Tq == j->Tk && j->Tq > CAUSAL_BLOCK ? CAUSAL_BLOCK : j->Tq;
@@ -672,6 +676,7 @@ nb_tensor *nb_sdpa(const nb_tensor *q, const nb_tensor *k, const nb_tensor *v,
     return attention(op, q, k, v, false, Hq, Hkv, mask, causal, scale);
 }
 
+#ifdef NABLA_TESTS /* the test build only: see op_def.h */
 /* ---- test metadata (op_def.h): self and cross attention, causal and masked, fully blocked
  * rows, inputs read in place through strides (a narrowed row stride, a broadcast batch),
  * inputs that must be copied (transposed, sliced), one tensor as q, k and v, a constant v,
@@ -864,3 +869,4 @@ static const nba_golden attention_goldens[] = {
                "attention_ref(q, k, v, mask, num_heads, causal, scale)", attention_cases),
     NBA_GOLDEN("sdpa", golden_sdpa, "sdpa_ref(q, k, v, mask, causal, scale)", sdpa_cases)};
 NBA_OP_DEF(nba_op_attention, "attention", attention_entries, attention_goldens);
+#endif /* NABLA_TESTS */

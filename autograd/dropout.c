@@ -83,6 +83,7 @@ nb_tensor *nb_dropout(const nb_tensor *x, double p, bool train, nb_rng *rng) {
     return out;
 }
 
+#ifdef NABLA_TESTS /* the test build only: see op_def.h */
 /* ---- test metadata (op_def.h): each call re-seeds its own generator, so every
  * finite-difference evaluation sees the same mask ---- */
 #include "op_def.h"
@@ -124,3 +125,4 @@ static const nba_golden dropout_goldens[] = {
     NBA_GOLDEN("dropout", golden_dropout, "F.dropout(a, p, train)", dropout_cases)};
 NBA_OP_DEF(nba_op_dropout, "dropout", dropout_entries, dropout_goldens,
            .not_applicable = {[NBA_BROADCAST] = "one input: nothing to broadcast"});
+#endif /* NABLA_TESTS */

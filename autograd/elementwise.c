@@ -2,6 +2,7 @@
  * tensor/elementwise_kernels.h, backwards sit beside them. Binary backwards may produce
  * broadcast-shaped gradients; nba_accumulate sums them down to each input's shape. */
 #include "node.h"
+#include "../tensor/chunked.h"
 #include "../tensor/elementwise_kernels.h"
 #include "../tensor/simd.h"
 #include "../tensor/vecmath.h"
@@ -65,7 +66,6 @@ nb_tensor *nb_div(const nb_tensor *a, const nb_tensor *b) {
 #define V(S, p) nbt_vload_##S(p)
 #define ST(S, p, v) nbt_vstore_##S(p, v)
 #define SPLAT(S, x) nbt_vsplat_##S(x)
-#define CHUNK 256
 #define GRAD_KERNELS(S, T, FN)                                                                     \
     static void neg_grad_##S(int64_t n, T *gx, const T *g, const T *v, T p) {                      \
         (void)v, (void)p;                                                                          \
@@ -119,43 +119,33 @@ nb_tensor *nb_div(const nb_tensor *a, const nb_tensor *b) {
                  ST(S, gx + i, nbt_vselect_##S(~(nbt_vmask_##S)(V(S, y + i) <= 0), V(S, g + i))),  \
                  gx[i] = y[i] <= 0 ? 0 : g[i]);                                                    \
     }                                                                                              \
+    /* The two below run through nbt_chunked (tensor/chunked.h), from the same first step as       \
+     * their forwards: t = f(before(x)), gx = after(x, g, t). */                                   \
     /* d/dx of x/2 (1 + tanh(u)), u = beta (x + kappa x^3), in PyTorch's operation order. */       \
+    static void gelu_tanh_grad_after_##S(int64_t m, T *gx, const T *x, const T *g, const T *t) {   \
+        NBT_VFOR(S, i, m, nbt_v##S v = V(S, x + i); nbt_v##S th = V(S, t + i);                     \
+                 nbt_v##S dright = (T)0.5 * v * (1 - th * th) * (T)NBT_GELU_BETA *                 \
+                                   (1 + 3 * (T)NBT_GELU_KAPPA * v * v);                            \
+                 ST(S, gx + i, V(S, g + i) * ((T)0.5 * (1 + th) + dright)), T v = x[i];            \
+                 T th = t[i]; T dright = (T)0.5 * v * (1 - th * th) * (T)NBT_GELU_BETA *           \
+                                         (1 + 3 * (T)NBT_GELU_KAPPA * v * v);                      \
+                 gx[i] = g[i] * ((T)0.5 * (1 + th) + dright));                                     \
+    }                                                                                              \
     static void gelu_tanh_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {                \
         (void)p;                                                                                   \
-        T t[CHUNK];                                                                                \
-        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
-            int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
-            const T *xc = x + i0, *gc = g + i0;                                                    \
-            T *gxc = gx + i0;                                                                      \
-            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i);                                           \
-                     ST(S, t + i, (T)NBT_GELU_BETA * (v + (T)NBT_GELU_KAPPA * (v * v * v))),       \
-                     t[i] = (T)NBT_GELU_BETA *                                                     \
-                            (xc[i] + (T)NBT_GELU_KAPPA * (xc[i] * xc[i] * xc[i])));                \
-            nbt_vtanh_##S(t, t, m);                                                                \
-            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i); nbt_v##S th = V(S, t + i);                \
-                     nbt_v##S dright = (T)0.5 * v * (1 - th * th) * (T)NBT_GELU_BETA *             \
-                                       (1 + 3 * (T)NBT_GELU_KAPPA * v * v);                        \
-                     ST(S, gxc + i, V(S, gc + i) * ((T)0.5 * (1 + th) + dright)), T v = xc[i];     \
-                     T th = t[i]; T dright = (T)0.5 * v * (1 - th * th) * (T)NBT_GELU_BETA *       \
-                                             (1 + 3 * (T)NBT_GELU_KAPPA * v * v);                  \
-                     gxc[i] = gc[i] * ((T)0.5 * (1 + th) + dright));                               \
-        }                                                                                          \
+        nbt_chunked_##S(n, gx, x, g, nbt_gelu_tanh_arg_##S, nbt_vtanh_##S,                         \
+                        gelu_tanh_grad_after_##S);                                                 \
     }                                                                                              \
     /* d/dx x s(x) = s (1 + x (1 - s)), s = 1 / (1 + exp(-x)), PyTorch's operation order. */       \
+    static void silu_grad_after_##S(int64_t m, T *gx, const T *x, const T *g, const T *e) {        \
+        NBT_VFOR(S, i, m, nbt_v##S sv = 1 / (1 + V(S, e + i));                                     \
+                 ST(S, gx + i, V(S, g + i) * sv * (1 + V(S, x + i) * (1 - sv))),                   \
+                 T sv = 1 / (1 + e[i]);                                                            \
+                 gx[i] = g[i] * sv * (1 + x[i] * (1 - sv)));                                       \
+    }                                                                                              \
     static void silu_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {                     \
         (void)p;                                                                                   \
-        T s[CHUNK];                                                                                \
-        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
-            int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
-            const T *xc = x + i0, *gc = g + i0;                                                    \
-            T *gxc = gx + i0;                                                                      \
-            NBT_VFOR(S, i, m, ST(S, s + i, -V(S, xc + i)), s[i] = -xc[i]);                         \
-            nbt_vexp_##S(s, s, m);                                                                 \
-            NBT_VFOR(S, i, m, nbt_v##S sv = 1 / (1 + V(S, s + i));                                 \
-                     ST(S, gxc + i, V(S, gc + i) * sv * (1 + V(S, xc + i) * (1 - sv))),            \
-                     T sv = 1 / (1 + s[i]);                                                        \
-                     gxc[i] = gc[i] * sv * (1 + xc[i] * (1 - sv)));                                \
-        }                                                                                          \
+        nbt_chunked_##S(n, gx, x, g, nbt_negate_##S, nbt_vexp_##S, silu_grad_after_##S);           \
     }
 
 #define FN_F32(name) name##f
@@ -163,36 +153,34 @@ nb_tensor *nb_div(const nb_tensor *a, const nb_tensor *b) {
 GRAD_KERNELS(f32, float, FN_F32)
 GRAD_KERNELS(f64, double, FN_F64)
 
-/* Each unary op's derivative and whether it reads the output (else the input); add_scalar
- * passes the gradient through and has none. */
-#define DERIVATIVE(name, reads_output)                                                             \
-    { {name##_grad_f32, name##_grad_f64}, reads_output }
-static const struct {
+/* Each unary op's derivative kernel and whether it reads the output (else the input), from
+ * the derivative column of NBT_UNARY_OPS (tensor/elementwise_ops.h): an op listed there without its
+ * <name>_grad_f32/_f64 does not compile. PASS ops pass the gradient on; OWN ops (gelu) record
+ * a backward of their own and never reach unary_backward. */
+typedef struct {
     nbt_map2_kernel kernel;
-    bool reads_output;
-} derivatives[] = {
-    [NBT_NEG] = DERIVATIVE(neg, false),
-    [NBT_MUL_SCALAR] = DERIVATIVE(mul_scalar, false),
-    [NBT_POW_SCALAR] = DERIVATIVE(pow_scalar, false),
-    [NBT_EXP] = DERIVATIVE(exp, true),
-    [NBT_LOG] = DERIVATIVE(log, false),
-    [NBT_SQRT] = DERIVATIVE(sqrt, true),
-    [NBT_TANH] = DERIVATIVE(tanh, true),
-    [NBT_SIGMOID] = DERIVATIVE(sigmoid, true),
-    [NBT_RELU] = DERIVATIVE(relu, true),
-    [NBT_GELU_TANH] = DERIVATIVE(gelu_tanh, false),
-    [NBT_SILU] = DERIVATIVE(silu, false),
-};
-/* Designated entries: an op missing at the end would index past the table. (One missing in
- * the middle is a NULL kernel, which the catalogue's gradcheck of that op finds.) */
-_Static_assert(sizeof derivatives / sizeof derivatives[0] == NBT_NUM_UNARY,
-               "derivatives[] needs an entry for the last nbt_unary_op");
+    bool reads_output, passes;
+} derivative;
+#define DERIVATIVE_INPUT(name)                                                                     \
+    {                                                                                              \
+        .kernel = { name##_grad_f32, name##_grad_f64 }                                             \
+    }
+#define DERIVATIVE_OUTPUT(name)                                                                    \
+    { .kernel = {name##_grad_f32, name##_grad_f64}, .reads_output = true }
+#define DERIVATIVE_PASS(name)                                                                      \
+    { .passes = true }
+#define DERIVATIVE_OWN(name)                                                                       \
+    {                                                                                              \
+        .kernel = { NULL, NULL }                                                                   \
+    }
+#define DERIVATIVE(ENUM, name, reads) [NBT_##ENUM] = DERIVATIVE_##reads(name),
+static const derivative derivatives[] = {NBT_UNARY_OPS(DERIVATIVE)};
+_Static_assert(sizeof derivatives / sizeof derivatives[0] == NBT_NUM_UNARY, "derivatives[]");
 
-/* The node keeps the op and its scalar. gelu never gets here: nb_gelu records its own
- * backward, which reuses the forward's Phi(x). */
+/* The node keeps the op and its scalar. */
 static void unary_backward(nb_node *n, const nb_tensor *gout) {
     nbt_unary_op op = (nbt_unary_op)n->i[0];
-    if (op == NBT_ADD_SCALAR) {
+    if (derivatives[op].passes) {
         nba_accumulate(n, 0, gout);
         return;
     }
@@ -261,6 +249,7 @@ nb_tensor *nb_silu(const nb_tensor *a) {
     return unary(NBT_SILU, a, 0);
 }
 
+#ifdef NABLA_TESTS /* the test build only: see op_def.h */
 /* ---- test metadata (op_def.h): inputs kept away from kinks (relu) and singularities (log,
  * sqrt, pow, div denominators) ---- */
 #include "op_def.h"
@@ -531,3 +520,4 @@ static const nba_entry silu_entries[] = {
 GOLDENS(silu, "F.silu(a)", unary_wide_cases)
 UNARY_OP(silu);
 /* clang-format on */
+#endif /* NABLA_TESTS */

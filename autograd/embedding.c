@@ -83,6 +83,7 @@ nb_tensor *nb_embedding(const nb_tensor *weight, const nb_tensor *indices) {
     return out;
 }
 
+#ifdef NABLA_TESTS /* the test build only: see op_def.h */
 /* ---- test metadata (op_def.h): V = 6, indices built inside each function (constants of the
  * check), repeated so their rows' gradients accumulate ---- */
 #include "op_def.h"
@@ -120,3 +121,4 @@ static const nba_golden embedding_goldens[] = {
 NBA_OP_DEF(nba_op_embedding, "embedding", embedding_entries, embedding_goldens,
            .not_applicable = {[NBA_BROADCAST] = "one differentiable input, the weight table, "
                                                 "gathered by index: nothing broadcasts"});
+#endif /* NABLA_TESTS */

@@ -121,11 +121,13 @@ static void release_node(nbt_owned *o) {
     node_free = n;
 }
 
+#ifdef NABLA_TESTS /* a test hook: in the test build only (tests/meson.build) */
 static void (*record_hook)(const char *op);
 
 void nba_set_record_hook(void (*hook)(const char *op)) {
     record_hook = hook;
 }
+#endif
 
 bool nba_any_requires_grad(int n, const nb_tensor *const *inputs) {
     if (!grad_enabled) return false;
@@ -178,7 +180,9 @@ nb_node *nba_record_outputs(const char *op, int nout, nb_tensor *const *outs, in
     node->noutputs = nout;
     for (int k = 0; k < nout; k++) node->outputs[k] = outs[k];
     nbt_scope_own(&node->owned);
+#ifdef NABLA_TESTS
     if (record_hook) record_hook(op);
+#endif
     /* Only float outputs carry gradients; others (indices, masks) are not differentiable. */
     for (int k = 0; k < nout; k++)
         if (outs[k] && nb_is_float(outs[k])) {

@@ -330,6 +330,7 @@ nb_tensor *nb_index_add(const nb_tensor *x, int dim, const nb_tensor *index,
     return out;
 }
 
+#ifdef NABLA_TESTS /* the test build only: see op_def.h */
 /* ---- test metadata (op_def.h): indices and masks are constants of each entry, made inside
  * its function; indices repeat, so gradients accumulate at the repeated positions ---- */
 #include "op_def.h"
@@ -508,3 +509,4 @@ static const nba_golden index_add_goldens[] = {
                index_add_cases)};
 NBA_OP_DEF(nba_op_index_add, "index_add", index_add_entries, index_add_goldens);
 /* clang-format on */
+#endif /* NABLA_TESTS */

@@ -189,6 +189,7 @@ nb_tensor *nb_layer_norm(const nb_tensor *x, const nb_tensor *weight, const nb_t
     return y;
 }
 
+#ifdef NABLA_TESTS /* the test build only: see op_def.h */
 /* ---- test metadata (op_def.h) ---- */
 #include "op_def.h"
 
@@ -246,3 +247,4 @@ static const nba_golden layer_norm_goldens[] = {
 NBA_OP_DEF(nba_op_layer_norm, "layer_norm", layer_norm_entries, layer_norm_goldens,
            .not_applicable = {[NBA_BROADCAST] = "weight and bias have the normalized shape, as "
                                                 "in F.layer_norm: nothing broadcasts"});
+#endif /* NABLA_TESTS */

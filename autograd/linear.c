@@ -105,6 +105,7 @@ nb_tensor *nb_f_linear(const nb_tensor *x, const nb_tensor *weight, const nb_ten
     return out;
 }
 
+#ifdef NABLA_TESTS /* the test build only: see op_def.h */
 /* ---- test metadata (op_def.h) ---- */
 #include "op_def.h"
 
@@ -152,3 +153,4 @@ NBA_OP_DEF(nba_op_linear, "linear", linear_entries, linear_goldens,
            .not_applicable = {
                [NBA_BROADCAST] = "weight and bias have fixed shapes ([out, in], "
                                  "[out]); x's leading dims are rows, not a broadcast"});
+#endif /* NABLA_TESTS */

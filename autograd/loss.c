@@ -256,6 +256,7 @@ nb_tensor *nb_mse_loss(const nb_tensor *a, const nb_tensor *b, nb_reduction redu
     return out;
 }
 
+#ifdef NABLA_TESTS /* the test build only: see op_def.h */
 /* ---- test metadata (op_def.h). Class targets are built inside each function, so they are
  * constants of the check. ---- */
 #include "op_def.h"
@@ -339,3 +340,4 @@ static const nba_golden mse_loss_goldens[] = {
     NBA_GOLDEN("mse_loss", golden_mse_loss, "mse_ref(a, b, reduction)", mse_loss_cases)};
 NBA_OP_DEF(nba_op_mse_loss, "mse_loss", mse_loss_entries, mse_loss_goldens);
 /* clang-format on */
+#endif /* NABLA_TESTS */

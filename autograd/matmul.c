@@ -250,6 +250,7 @@ nb_tensor *nb_matmul(const nb_tensor *a, const nb_tensor *b) {
     return out;
 }
 
+#ifdef NABLA_TESTS /* the test build only: see op_def.h */
 /* ---- test metadata (op_def.h): every torch.matmul shape case, transposed and sliced
  * operands, broadcast batches, a non-contiguous output gradient, and products big enough for
  * the tiled kernels ---- */
@@ -324,3 +325,4 @@ static const nba_golden_case matmul_cases[] = {
 static const nba_golden matmul_goldens[] = {
     NBA_GOLDEN("matmul", golden_matmul, "torch.matmul(a, b)", matmul_cases)};
 NBA_OP_DEF(nba_op_matmul, "matmul", matmul_entries, matmul_goldens);
+#endif /* NABLA_TESTS */

@@ -78,8 +78,10 @@ void nba_accumulate(nb_node *n, int i, const nb_tensor *g);
  * would; NULL otherwise (then call nba_accumulate). Borrowed. */
 nb_tensor *nba_leaf_grad(const nb_node *n, int i);
 
-/* Test hook: called with the op name of every node recorded (NULL to remove). */
+#ifdef NABLA_TESTS /* a test hook: in the test build only (tests/meson.build) */
+/* Called with the op name of every node recorded (NULL to remove). */
 void nba_set_record_hook(void (*hook)(const char *op));
+#endif
 
 /* ---- raw helpers shared by backward functions ---- */
 /* Sums t down to the given shape (t's shape must broadcast-reduce to it). New tensor. */

@@ -13,11 +13,19 @@
  *     fails for a registered op without golden cases.
  *
  * An entry counts for the op that defines it and for no other, although its function may
- * call other ops as helpers. */
+ * call other ops as helpers.
+ *
+ * All of this is test data: each op file keeps its definition at its end, inside
+ * #ifdef NABLA_TESTS, so it compiles into the test build only (tests/meson.build compiles the
+ * op files a second time, with -DNABLA_TESTS, into the test library nabla_testing) and the
+ * installed libnabla holds no catalogue, golden or registry symbols
+ * (tests/shipped_symbols_check.sh). An op's entries may call the public ops it is built on
+ * (nabla/ops.h, nabla/autograd.h) and nothing above autograd. */
 #ifndef NABLA_OP_DEF_H
 #define NABLA_OP_DEF_H
 
-#include "nabla/nabla.h"
+#include "nabla/autograd.h"
+#include "nabla/ops.h"
 
 /* ---- catalogue entries ---- */
 typedef enum {

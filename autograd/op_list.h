@@ -1,6 +1,7 @@
 /* Every built-in differentiable op, one line each: NB_OP(name) refers to the nba_op_def
  * nba_op_<name> that the op's own file defines (see op_def.h); op_registry.c makes the
- * registry from this list. Nothing else lists ops by hand. X-macro: define NB_OP(name)
+ * registry from this list. The elementwise ops are listed once, in tensor/elementwise_ops.h,
+ * and come in from there. Nothing else lists ops by hand. X-macro: define NB_OP(name)
  * before including. */
 /* views.c */
 NB_OP(view)
@@ -15,24 +16,13 @@ NB_OP(select)
 NB_OP(contiguous)
 NB_OP(concat)
 NB_OP(stack)
-/* elementwise.c */
-NB_OP(add)
-NB_OP(sub)
-NB_OP(mul)
-NB_OP(div)
-NB_OP(neg)
-NB_OP(add_scalar)
-NB_OP(mul_scalar)
-NB_OP(pow_scalar)
-NB_OP(exp)
-NB_OP(log)
-NB_OP(sqrt)
-NB_OP(tanh)
-NB_OP(sigmoid)
-NB_OP(relu)
-NB_OP(gelu)
-NB_OP(gelu_tanh)
-NB_OP(silu)
+/* elementwise.c: the binary and unary ops, one line each in tensor/elementwise_ops.h, which
+ * also makes their kernel tables */
+#include "../tensor/elementwise_ops.h"
+#define NBA_ELEMENTWISE_OP(ENUM, name, ...) NB_OP(name)
+NBT_BINARY_OPS(NBA_ELEMENTWISE_OP)
+NBT_UNARY_OPS(NBA_ELEMENTWISE_OP)
+#undef NBA_ELEMENTWISE_OP
 /* reduce.c (sum_dims records "sum", mean_dims records "mean") */
 NB_OP(sum)
 NB_OP(mean)

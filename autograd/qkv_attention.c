@@ -121,6 +121,7 @@ nb_tensor *nb_f_qkv_attention(const nb_tensor *x, const nb_tensor *wq, const nb_
     return out;
 }
 
+#ifdef NABLA_TESTS /* the test build only: see op_def.h */
 /* ---- test metadata (op_def.h) ---- */
 #include "op_def.h"
 
@@ -174,3 +175,4 @@ static const nba_golden qkv_attention_goldens[] = {NBA_GOLDEN(
 NBA_OP_DEF(nba_op_qkv_attention, "qkv_attention", qkv_attention_entries, qkv_attention_goldens,
            .not_applicable = {[NBA_BROADCAST] = "x's leading dims are rows and the weights have "
                                                 "fixed shapes [D, D_in]: nothing broadcasts"});
+#endif /* NABLA_TESTS */

@@ -134,6 +134,7 @@ nb_tensor *nb_max_dim(const nb_tensor *a, int dim, bool keepdim, nb_tensor **ind
     return values;
 }
 
+#ifdef NABLA_TESTS /* the test build only: see op_def.h */
 /* ---- test metadata (op_def.h): sum and mean over everything and over dims (with and
  * without keepdim, negative dims), max over a dim on distinct values (no ties) ---- */
 #include "op_def.h"
@@ -267,3 +268,4 @@ NBA_OP_DEF(nba_op_max_dim, "max_dim", max_dim_entries, max_dim_goldens,
            .not_applicable = {[NBA_BROADCAST] = "an expanded input repeats values: the max has ties, "
                                                 "where the gradient is not defined"});
 /* clang-format on */
+#endif /* NABLA_TESTS */

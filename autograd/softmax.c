@@ -305,6 +305,7 @@ nb_tensor *nb_masked_softmax(const nb_tensor *a, const nb_tensor *mask, bool cau
     return y;
 }
 
+#ifdef NABLA_TESTS /* the test build only: see op_def.h */
 /* ---- test metadata (op_def.h). Masks are built inside each function, so they are
  * constants of the check. ---- */
 #include "op_def.h"
@@ -491,3 +492,4 @@ static const nba_golden masked_softmax_goldens[] = {
                masked_softmax_cases)};
 NBA_OP_DEF(nba_op_masked_softmax, "masked_softmax", masked_softmax_entries, masked_softmax_goldens);
 /* clang-format on */
+#endif /* NABLA_TESTS */

@@ -344,6 +344,7 @@ nb_tensor *nb_topk(const nb_tensor *x, int64_t k, int dim, bool largest, nb_tens
     return values;
 }
 
+#ifdef NABLA_TESTS /* the test build only: see op_def.h */
 /* ---- test metadata (op_def.h): gradchecks on distinct values (a tie would make the choice,
  * and so the derivative, jump); the golden cases add rows full of ties, where PyTorch's picks
  * must be matched index for index ---- */
@@ -411,3 +412,4 @@ static const nba_golden topk_goldens[] = {
     NBA_GOLDEN("topk", golden_topk, "tuple(torch.topk(a, k, dim=dim, largest=largest))", topk_cases)};
 NBA_OP_DEF(nba_op_topk, "topk", topk_entries, topk_goldens);
 /* clang-format on */
+#endif /* NABLA_TESTS */

@@ -26,8 +26,10 @@ nb_tensor *nb_view(const nb_tensor *t, int ndim, const int64_t *shape) {
 nb_tensor *nb_reshape(const nb_tensor *t, int ndim, const int64_t *shape) {
     if (!nba_check_inputs("reshape", 1, &t)) return NULL;
     if (ndim > 0 && !shape)
-        return nbt_error("reshape", "shape is NULL for a reshape to %d dims of a tensor of "
-                         "shape %s", ndim, nbt_shape(t));
+        return nbt_error("reshape",
+                         "shape is NULL for a reshape to %d dims of a tensor of "
+                         "shape %s",
+                         ndim, nbt_shape(t));
     return record_unary("reshape", nbt_reshape(t, ndim, shape), t, reshape_backward);
 }
 
@@ -74,7 +76,9 @@ nb_tensor *nb_squeeze_all(const nb_tensor *t) {
 }
 
 /* The engine sums a broadcast-shaped gradient down to the input's shape. */
-static void expand_backward(nb_node *n, const nb_tensor *gout) { nba_accumulate(n, 0, gout); }
+static void expand_backward(nb_node *n, const nb_tensor *gout) {
+    nba_accumulate(n, 0, gout);
+}
 
 nb_tensor *nb_expand(const nb_tensor *t, int ndim, const int64_t *shape) {
     if (!nba_check_inputs("expand", 1, &t)) return NULL;
@@ -117,7 +121,9 @@ nb_tensor *nb_select(const nb_tensor *t, int dim, int64_t index) {
     return out;
 }
 
-static void identity_backward(nb_node *n, const nb_tensor *gout) { nba_accumulate(n, 0, gout); }
+static void identity_backward(nb_node *n, const nb_tensor *gout) {
+    nba_accumulate(n, 0, gout);
+}
 
 nb_tensor *nb_contiguous(const nb_tensor *t) {
     if (!nba_check_inputs("contiguous", 1, &t)) return NULL;
@@ -152,7 +158,8 @@ static bool check_join(const char *op, int n, nb_tensor *const *ts) {
     for (int k = 1; k < n; k++)
         if (ts[k]->dtype != ts[0]->dtype)
             return nbt_error(op, "dtype mismatch: tensor 0 is %s, tensor %d is %s",
-                             nb_dtype_name(ts[0]->dtype), k, nb_dtype_name(ts[k]->dtype)), false;
+                             nb_dtype_name(ts[0]->dtype), k, nb_dtype_name(ts[k]->dtype)),
+                   false;
     return true;
 }
 
@@ -221,14 +228,17 @@ int nb_split(const nb_tensor *t, int64_t split_size, int dim, nb_tensor **out, i
     int d = join_dim("split", dim, t->ndim, t);
     if (d < 0) return -1;
     if (!out) return nbt_error("split", "out is NULL for a split of shape %s", nbt_shape(t)), -1;
-    if (split_size <= 0) return nbt_error("split", "split_size must be positive, got %lld",
-                                          (long long)split_size), -1;
+    if (split_size <= 0)
+        return nbt_error("split", "split_size must be positive, got %lld", (long long)split_size),
+               -1;
     int64_t size = t->shape[d];
     int64_t chunks = size == 0 ? 1 : size / split_size + (size % split_size != 0);
     if (chunks > max_out)
-        return nbt_error("split", "dim %d of shape %s makes %lld chunks of %lld, but out has room "
-                         "for %d", dim, nbt_shape(t), (long long)chunks, (long long)split_size,
-                         max_out), -1;
+        return nbt_error("split",
+                         "dim %d of shape %s makes %lld chunks of %lld, but out has room "
+                         "for %d",
+                         dim, nbt_shape(t), (long long)chunks, (long long)split_size, max_out),
+               -1;
     for (int64_t c = 0; c < chunks; c++) {
         int64_t start = c * split_size;
         int64_t len = size - start < split_size ? size - start : split_size;
@@ -238,6 +248,7 @@ int nb_split(const nb_tensor *t, int64_t split_size, int dim, nb_tensor **out, i
     return (int)chunks;
 }
 
+#ifdef NABLA_TESTS /* the test build only: see op_def.h */
 /* ---- test metadata (op_def.h). nb_gradcheck projects the output on a random vector, so
  * each output element carries a different weight and a permuted gradient cannot pass. ---- */
 #include "op_def.h"
@@ -531,3 +542,4 @@ static const nba_golden stack_goldens[] = {
 NBA_OP_DEF(nba_op_stack, "stack", stack_entries, stack_goldens,
            .not_applicable = {[NBA_BROADCAST] = JOIN_NO_BROADCAST});
 /* clang-format on */
+#endif /* NABLA_TESTS */

@@ -10,20 +10,24 @@
 #include <string.h>
 
 /* The integer fields of nb_lm_config and their metadata keys. */
-#define NUM_FIELDS 9
-static const char *const field_keys[NUM_FIELDS] = {
-    "nabla.vocab",        "nabla.d_model",     "nabla.heads",    "nabla.layers",   "nabla.context",
-    "nabla.out_features", "nabla.tie_weights", "nabla.qkv_bias", "nabla.gelu_tanh"};
-static const char *const field_names[NUM_FIELDS] = {"vocab",       "d_model",  "heads",
-                                                    "layers",      "context",  "out_features",
-                                                    "tie_weights", "qkv_bias", "gelu_tanh"};
+#define NUM_FIELDS 10
+static const char *const field_keys[] = {
+    "nabla.vocab",     "nabla.d_model",      "nabla.heads",       "nabla.layers",
+    "nabla.context",   "nabla.out_features", "nabla.tie_weights", "nabla.qkv_bias",
+    "nabla.gelu_tanh", "nabla.no_head_bias"};
+static const char *const field_names[] = {"vocab",     "d_model",      "heads",       "layers",
+                                          "context",   "out_features", "tie_weights", "qkv_bias",
+                                          "gelu_tanh", "no_head_bias"};
+#define FIELD_TABLE(t) _Static_assert(sizeof t / sizeof t[0] == NUM_FIELDS, #t ": one per field")
+FIELD_TABLE(field_keys);
+FIELD_TABLE(field_names);
 /* Fields files from before they existed lack: read as 0. */
-static const bool field_optional[NUM_FIELDS] = {[7] = true, [8] = true};
+static const bool field_optional[NUM_FIELDS] = {[7] = true, [8] = true, [9] = true};
 
 static void config_fields(const nb_lm_config *c, int64_t v[NUM_FIELDS]) {
     v[0] = c->vocab, v[1] = c->dim, v[2] = c->num_heads, v[3] = c->layers, v[4] = c->max_len;
     v[5] = c->out_features ? c->out_features : c->vocab, v[6] = c->tie_weights;
-    v[7] = c->qkv_bias, v[8] = c->gelu_tanh;
+    v[7] = c->qkv_bias, v[8] = c->gelu_tanh, v[9] = c->no_head_bias;
 }
 
 #define MODEL_KEY "nabla.model"
@@ -53,9 +57,11 @@ bool nb_transformer_lm_save(const nb_transformer_lm *lm, nb_optimizer *opt, cons
 }
 
 /* The range of each field (layers: the blocks nb_transformer_lm has room for). */
-static const int64_t field_min[NUM_FIELDS] = {1, 1, 1, 1, 1, 1, 0, 0, 0};
-static const int64_t field_max[NUM_FIELDS] = {INT64_MAX, INT64_MAX, INT64_MAX, 16, INT64_MAX,
-                                              INT64_MAX, 1,         1,         1};
+static const int64_t field_min[] = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+static const int64_t field_max[] = {INT64_MAX, INT64_MAX, INT64_MAX, 16, INT64_MAX,
+                                    INT64_MAX, 1,         1,         1,  1};
+FIELD_TABLE(field_min);
+FIELD_TABLE(field_max);
 
 /* A count as save writes it: decimal digits, no sign, space or leading zero, in [lo, hi].
  * (strtoll takes " +7", and a value past int's range used to be truncated, 2^32 + 1 to 1.) */
@@ -116,7 +122,8 @@ static bool parse_config(const nbst_file *f, nb_lm_config *cfg) {
                           .out_features = v[5],
                           .tie_weights = v[6] != 0,
                           .qkv_bias = v[7] != 0,
-                          .gelu_tanh = v[8] != 0};
+                          .gelu_tanh = v[8] != 0,
+                          .no_head_bias = v[9] != 0};
     if (cfg->dim % cfg->num_heads != 0)
         return nbt_error("TransformerLM", "%s: d_model %lld is not divisible by heads %lld", path,
                          (long long)cfg->dim, (long long)cfg->num_heads),
@@ -182,7 +189,7 @@ static bool expected_tensors(const nb_lm_config *cfg, expected_tensor *e, int *n
     expect(e, n, "norm_f.weight", 1, d, 0);
     expect(e, n, "norm_f.bias", 1, d, 0);
     if (!cfg->tie_weights) expect(e, n, "head.weight", 2, cfg->out_features, d);
-    expect(e, n, "head.bias", 1, cfg->out_features, 0);
+    if (!cfg->no_head_bias) expect(e, n, "head.bias", 1, cfg->out_features, 0);
     return true;
 }
 

@@ -38,7 +38,11 @@ static double cosine_fall(int64_t step, int64_t warmup, int64_t total) {
 }
 
 static bool valid(const char *op, nb_lr_schedule s) {
-    static const char *const names[] = {"constant", "linear", "cosine", "step"};
+    static const char *const names[] = {[NB_LR_CONSTANT] = "constant",
+                                        [NB_LR_LINEAR] = "linear",
+                                        [NB_LR_COSINE] = "cosine",
+                                        [NB_LR_STEP] = "step"};
+    _Static_assert(sizeof names / sizeof names[0] == NB_LR_STEP + 1, "a name per nb_lr_decay");
     if ((int)s.decay < 0 || s.decay > NB_LR_STEP)
         return nbt_error(op, "decay is %d, not one of the nb_lr_decay values", (int)s.decay), false;
     if (s.warmup_steps < 0)

@@ -15,17 +15,18 @@ nb_transformer_lm *nb_transformer_lm_new(nb_module *parent, const char *name, in
 }
 
 /* The head: its own Linear, or with tied weights a module holding only head.bias (initialised
- * as Linear's bias) that multiplies by tok_emb.weight. */
-static bool make_head(nb_transformer_lm *m) {
+ * as Linear's bias; no module without the bias) that multiplies by tok_emb.weight. */
+static bool make_head(nb_transformer_lm *m, bool bias) {
     if (!m->tie_weights) {
-        if (!(m->head = nb_linear_new(&m->base, "head", m->dim, m->out_features, true)))
+        if (!(m->head = nb_linear_new(&m->base, "head", m->dim, m->out_features, bias)))
             return false;
         m->head_weight = m->head->weight;
         m->head_bias = m->head->bias;
         return true;
     }
-    nb_module *head = nb_module_new(&m->base, "head", "TiedHead", sizeof *head);
     m->head_weight = m->tok_emb->weight;
+    if (!bias) return true;
+    nb_module *head = nb_module_new(&m->base, "head", "TiedHead", sizeof *head);
     m->head_bias =
         head ? nb_module_add_param(head, "bias", NB_SHAPE(m->out_features), nb_init_linear(m->dim))
              : NULL;
@@ -70,7 +71,8 @@ nb_transformer_lm *nb_transformer_lm_new_config(nb_module *parent, const char *n
         if (!(m->blocks[i] = nb_transformer_block_new_config(m->blocks_container, idx, &block)))
             return nbn_discard(&m->base);
     }
-    if (!(m->norm_f = nb_layernorm_new(&m->base, "norm_f", m->dim)) || !make_head(m))
+    if (!(m->norm_f = nb_layernorm_new(&m->base, "norm_f", m->dim)) ||
+        !make_head(m, !cfg->no_head_bias))
         return nbn_discard(&m->base);
     return m;
 }
@@ -85,7 +87,8 @@ nb_lm_config nb_transformer_lm_config(const nb_transformer_lm *lm) {
                           .out_features = lm->out_features,
                           .tie_weights = lm->tie_weights,
                           .qkv_bias = lm->blocks[0]->attn->W_query->bias != NULL,
-                          .gelu_tanh = lm->blocks[0]->ff->gelu_tanh};
+                          .gelu_tanh = lm->blocks[0]->ff->gelu_tanh,
+                          .no_head_bias = lm->head_bias == NULL};
 }
 
 nb_tensor *nb_transformer_lm_forward(nb_transformer_lm *m, const nb_tensor *tokens, bool causal,

@@ -25,6 +25,15 @@ ensure_packages() {
     "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
+# The OpenBLAS kernel sets worth timing PyTorch with on this CPU, one a line: Debian's default
+# detection, and the newest set the CPU has, forced (OPENBLAS_CORETYPE; the default misdetects
+# some CPUs, and forcing a set the CPU lacks dies with "Illegal instruction").
+openblas_coretypes() {
+    echo default
+    if grep -qw avx512f /proc/cpuinfo; then echo SkylakeX
+    elif grep -qw avx2 /proc/cpuinfo; then echo Haswell; fi
+}
+
 # configure_build DIR [meson options...]: configure DIR once; when it exists, apply the options
 # (so a directory made before an option was added gets it).
 configure_build() {

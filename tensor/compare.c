@@ -5,8 +5,10 @@
 
 #include <math.h>
 
-typedef enum { CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE } cmp_op;
-static const char *const cmp_names[] = {"eq", "ne", "lt", "le", "gt", "ge"};
+typedef enum { CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE, CMP_COUNT } cmp_op;
+static const char *const cmp_names[] = {[CMP_EQ] = "eq", [CMP_NE] = "ne", [CMP_LT] = "lt",
+                                        [CMP_LE] = "le", [CMP_GT] = "gt", [CMP_GE] = "ge"};
+_Static_assert(sizeof cmp_names / sizeof cmp_names[0] == CMP_COUNT, "a name per cmp_op");
 
 #define APPLY(op, x, y)                                                                            \
     ((op) == CMP_EQ   ? (x) == (y)                                                                 \
@@ -60,7 +62,9 @@ static nb_tensor *compare(cmp_op op, const nb_tensor *a, const nb_tensor *b) {
     nbt_broadcast_strides(a, nd, shape, ops.strides[1]);
     nbt_broadcast_strides(b, nd, shape, ops.strides[2]);
     cmp_ctx ctx = {op, a->dtype, b->dtype};
-    static const nbt_inner_fn same[] = {cmp_f32, cmp_f64, cmp_i64, cmp_bool};
+    static const nbt_inner_fn same[] = {
+        [NB_F32] = cmp_f32, [NB_F64] = cmp_f64, [NB_I64] = cmp_i64, [NB_BOOL] = cmp_bool};
+    _Static_assert(sizeof same / sizeof same[0] == NB_BOOL + 1, "a loop per dtype");
     nbt_iterate(nd, shape, &ops, a->dtype == b->dtype ? same[a->dtype] : cmp_mixed, &ctx);
     return out;
 }

@@ -10,18 +10,13 @@
 
 #include <string.h>
 
+#define NAME(ENUM, name) [NBT_##ENUM] = #name,
+static const char *const names[] = {NBT_BINARY_OPS(NAME)};
+#undef NAME
+_Static_assert(sizeof names / sizeof names[0] == NBT_NUM_BINARY, "a name per nbt_binary_op");
+
 const char *nbt_binary_name(nbt_binary_op op) {
-    switch (op) {
-    case NBT_ADD:
-        return "add";
-    case NBT_SUB:
-        return "sub";
-    case NBT_MUL:
-        return "mul";
-    case NBT_DIV:
-        return "div";
-    }
-    return "binary";
+    return (unsigned)op < NBT_NUM_BINARY ? names[op] : "binary";
 }
 
 /* One run of n elements; strides in elements. The unit-stride and broadcast-scalar cases run
@@ -69,8 +64,13 @@ BINARY_RUN(div_f64, f64, double, DIV)
 typedef void (*run_f32)(int64_t, float *, int64_t, const float *, int64_t, const float *, int64_t);
 typedef void (*run_f64)(int64_t, double *, int64_t, const double *, int64_t, const double *,
                         int64_t);
-static const run_f32 runs_f32[] = {add_f32, sub_f32, mul_f32, div_f32};
-static const run_f64 runs_f64[] = {add_f64, sub_f64, mul_f64, div_f64};
+/* Indexed by nbt_binary_op, from NBT_BINARY_OPS: an op without its runs does not compile. */
+#define RUN_F32(ENUM, name) [NBT_##ENUM] = name##_f32,
+#define RUN_F64(ENUM, name) [NBT_##ENUM] = name##_f64,
+static const run_f32 runs_f32[] = {NBT_BINARY_OPS(RUN_F32)};
+static const run_f64 runs_f64[] = {NBT_BINARY_OPS(RUN_F64)};
+_Static_assert(sizeof runs_f32 / sizeof runs_f32[0] == NBT_NUM_BINARY, "a run per binary op");
+_Static_assert(sizeof runs_f64 / sizeof runs_f64[0] == NBT_NUM_BINARY, "a run per binary op");
 
 typedef struct {
     nbt_binary_op op;
@@ -101,8 +101,8 @@ static void flat_range(int64_t begin, int64_t end, void *vctx) {
         f->b + begin * es * f->sb, f->sb);
 }
 
-static void flat(const binary_ctx *c, int64_t n, char *o, const char *a, int64_t sa,
-                 const char *b, int64_t sb) {
+static void flat(const binary_ctx *c, int64_t n, char *o, const char *a, int64_t sa, const char *b,
+                 int64_t sb) {
     flat_ctx f = {c, o, a, b, sa, sb};
     nbt_parallel_ranges(n, 32768, flat_range, &f);
 }

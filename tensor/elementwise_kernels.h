@@ -12,29 +12,15 @@
 #define NABLA_ELEMENTWISE_KERNELS_H
 
 #include "nbt.h"
+#include "elementwise_ops.h"
 
-typedef enum { NBT_ADD, NBT_SUB, NBT_MUL, NBT_DIV } nbt_binary_op;
-
-/* Unary ops; the *_SCALAR ones take their scalar as `param` (ignored by the others). */
-typedef enum {
-    NBT_NEG,
-    NBT_ADD_SCALAR, /* x + param */
-    NBT_MUL_SCALAR, /* x * param */
-    NBT_POW_SCALAR, /* x ^ param */
-    NBT_EXP,
-    NBT_LOG,
-    NBT_SQRT,
-    NBT_TANH,
-    NBT_SIGMOID,
-    NBT_RELU,      /* x < 0 ? 0 : x, so relu(NaN) = NaN and relu(-0) = -0 as in PyTorch */
-    NBT_GELU,      /* x * Phi(x), exact erf form */
-    NBT_GELU_TANH, /* tanh approximation */
-    NBT_SILU       /* x * sigmoid(x), as x / (1 + exp(-x)) */
-} nbt_unary_op;
-/* How many unary ops there are: the last one plus 1. The tables indexed by nbt_unary_op
- * (forwards in unary_kernels.c, derivatives in autograd/elementwise.c) assert their length
- * against it, so an op added to the enum but not to a table fails to compile. */
-#define NBT_NUM_UNARY (NBT_SILU + 1)
+/* The ops, from their lists in elementwise_ops.h. */
+#define NBT_ENUM_ENTRY(ENUM, ...) NBT_##ENUM,
+typedef enum { NBT_BINARY_OPS(NBT_ENUM_ENTRY) NBT_NUM_BINARY } nbt_binary_op;
+/* The *_SCALAR ones take their scalar as `param` (ignored by the
+ * others). NBT_NUM_UNARY: how many there are, the length every table indexed by them asserts. */
+typedef enum { NBT_UNARY_OPS(NBT_ENUM_ENTRY) NBT_NUM_UNARY } nbt_unary_op;
+#undef NBT_ENUM_ENTRY
 
 /* "add", "exp", ...: the name used in error messages. Static string. */
 const char *nbt_binary_name(nbt_binary_op op);

@@ -74,11 +74,14 @@ static bool gemm_workspaces_acquire(int n, void **ws, int *slots) {
 }
 
 /* ---- how work is split ---- */
+/* Kept in every build (one thread-local store per call); read by a test hook only. */
 static _Thread_local int last_threads;
 
+#ifdef NABLA_TESTS /* a test hook: in the test build only (tests/meson.build) */
 int nbt_gemm_last_threads(void) {
     return last_threads;
 }
+#endif
 
 typedef enum { PATH_TINY, PATH_ROW, PATH_COL, PATH_THIN, PATH_SMALL, PATH_BLOCKED } path_t;
 typedef enum { SPLIT_NONE, SPLIT_BATCH, SPLIT_ROWS, SPLIT_COLS } split_t;

@@ -67,9 +67,11 @@ void nbt_dgemm_rows(bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
                     int64_t a_rs, int64_t a_cs, const double *B, int64_t ldb, double beta,
                     double *C, int64_t ldc);
 
+#ifdef NABLA_TESTS /* a test hook: in the test build only (tests/meson.build) */
 /* How many threads the calling thread's last GEMM call split its work across (1 for work
  * kept on the calling thread, 0 before any call). */
 int nbt_gemm_last_threads(void);
+#endif
 /* The system BLAS that nbt_*gemm* hand products to ("openblas", chosen with meson -Dblas),
  * or NULL when nabla's own kernels do all the work (the default). Products the BLAS
  * cannot take (leading dimensions below the matrix width, nothing to multiply) still go to

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const names[NBT_ISA_COUNT] = {"generic", "avx2", "avx512"};
+static const char *const names[] = {
+    [NBT_ISA_GENERIC] = "generic", [NBT_ISA_AVX2] = "avx2", [NBT_ISA_AVX512] = "avx512"};
+_Static_assert(sizeof names / sizeof names[0] == NBT_ISA_COUNT, "a name per nbt_isa");
 
 static nbt_kernel_table tables[NBT_ISA_COUNT];
 static unsigned supported_sets; /* bit i: the CPU runs set i; written once, under `once` */

@@ -139,15 +139,19 @@ static int size_class(size_t n, size_t *rounded) {
     return cls < NUM_CLASSES ? cls : NUM_CLASSES - 1;
 }
 
+#ifdef NABLA_TESTS /* a test hook: in the test build only (tests/meson.build) */
 static _Thread_local int64_t fail_countdown = -1;
 
 void nbt_fail_storage_after(int64_t n) {
     fail_countdown = n < 0 ? -1 : n;
 }
+#endif
 
 nb_storage *nbt_storage_new(size_t nbytes) {
+#ifdef NABLA_TESTS
     if (fail_countdown >= 0 && fail_countdown-- == 0)
         return nbt_error("alloc", "out of memory allocating %zu bytes (test hook)", nbytes);
+#endif
     size_t rounded;
     int cls = size_class(nbytes ? nbytes : 1, &rounded);
     nb_storage *s = pools.buffer_cache[cls];

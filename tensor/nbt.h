@@ -32,9 +32,11 @@ const char *nbt_dims(int ndim, const int64_t *shape);
 void *nbt_malloc(size_t n);
 void nbt_free(void *p);
 nb_storage *nbt_storage_new(size_t nbytes); /* refcount 1, data 64-byte aligned, uninitialised */
-/* Test hook: after n more storages are allocated on this thread, the next one fails as if
- * out of memory (once); n < 0 turns the hook off. */
+#ifdef NABLA_TESTS /* a test hook: in the test build only (tests/meson.build) */
+/* After n more storages are allocated on this thread, the next one fails as if out of memory
+ * (once); n < 0 turns the hook off. */
 void nbt_fail_storage_after(int64_t n);
+#endif
 void nbt_storage_retain(nb_storage *s);
 void nbt_storage_release(nb_storage *s);
 
@@ -151,10 +153,11 @@ nb_tensor *nbt_contiguous(const nb_tensor *t);
 /* How many threads to use for `work` units when each thread should get at least
  * min_work_per_thread of them (1 inside a parallel region). Use in OpenMP num_threads(). */
 int nbt_threads_for(int64_t work, int64_t min_work_per_thread);
+#ifdef NABLA_TESTS /* a test hook: in the test build only (tests/meson.build) */
 /* While set, work started on this thread runs on it alone (nbt_threads_for gives 1), whatever
- * the budget: for a caller that has measured that other threads do not pay now. Returns the
- * previous setting, to restore. Other threads are unaffected. */
+ * the budget. Returns the previous setting, to restore. Other threads are unaffected. */
 bool nbt_set_serial(bool serial);
+#endif
 /* Calls fn on disjoint [begin, end) slices covering [0, n), in parallel when n is at least two
  * grains. Each index is handled by exactly one call, so per-index results are the same for
  * any thread count. */

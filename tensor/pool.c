@@ -1,17 +1,20 @@
 /* The worker pool (pool.h): pthreads, C11 atomics, and a condition variable to sleep on.
  *
- * One job runs at a time. The caller publishes it (job pointer, then a new generation),
- * wakes sleeping workers, and claims tasks like everyone else. A worker that sees the new
- * generation announces itself in `active`, then checks that the job is still published
- * before touching it; the caller withdraws the job and waits for `active` to drain before
- * returning, so no worker ever reads a job that has gone out of scope. All the atomics are
- * sequentially consistent: that is what makes the announce-then-check handshakes sound, and
- * their cost is small next to a task. */
+ * One job runs at a time, in one static record. Its claim word packs the job's generation
+ * (high bits) with the next task to claim (low bits). The caller fills in the job, publishes
+ * it by storing a new generation with task 0 in the claim word, wakes sleeping workers if the
+ * job is worth it, and claims tasks like everyone else. A worker claims a task by a
+ * compare-and-swap from the claim word it read to the next task: that fails once anything has
+ * changed, a claim or a new job, so a worker that read the fields of a job which has since
+ * finished never runs any of it. The caller therefore waits only for the tasks claimed, not
+ * for workers that are still looking (an earlier design counted them in and out of every job:
+ * a generated token's handful of small jobs each paid that handshake's cache-line passes). */
 #define _GNU_SOURCE
 #include "nbt.h"
 #include "pool.h"
 
 #include <fcntl.h>
+#include <stdalign.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -20,15 +23,23 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef struct {
-    int64_t ntasks;
-    int threads;
-    nbt_task_fn fn;
-    void *ctx;
-    atomic_int_fast64_t next; /* the next task to claim */
-    atomic_int_fast64_t done; /* tasks finished */
-    uint64_t generation;
-} job_t;
+#define GEN_SHIFT 32
+#define TASK_MASK ((UINT64_C(1) << GEN_SHIFT) - 1)
+/* Jobs of more tasks run on the calling thread: the claim word's task count must not reach
+ * its generation bits (no caller comes near). */
+#define MAX_POOLED_TASKS (INT64_C(1) << 30)
+
+/* The fields are atomics only because a worker may read them while the caller fills them in
+ * for the next job; it then fails its claim and drops what it read. */
+static struct {
+    alignas(64) atomic_uint_fast64_t claim; /* generation << GEN_SHIFT | next task */
+    atomic_int_fast64_t ntasks;
+    atomic_int threads;
+    _Atomic(nbt_task_fn) fn;
+    _Atomic(void *) ctx;
+    alignas(64) atomic_int_fast64_t done; /* tasks finished */
+} job;
+static uint32_t last_generation; /* under run_lock */
 
 /* How long a waiting thread spins before it sleeps: longer than the serial gaps between two
  * parallel pieces of a training step (a wake-up from sleep costs tens of microseconds), short
@@ -70,11 +81,8 @@ static pthread_mutex_t sleep_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t work_posted = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t work_done = PTHREAD_COND_INITIALIZER;
 
-static _Atomic(job_t *) current_job;
-static atomic_uint_fast64_t generation;
 static atomic_int sleeping_workers;
 static atomic_int caller_sleeping;
-static atomic_int active;                   /* workers inside the published job */
 static atomic_int_fast64_t next_crowd_poll; /* nbt_now_ns() of crowded()'s next look */
 static atomic_bool crowded_at_poll, crowd_seen_last;
 static int started; /* workers created (under run_lock) */
@@ -164,22 +172,28 @@ static void wake_workers(void) {
     pthread_mutex_unlock(&sleep_lock);
 }
 
-/* Claims and runs tasks of j until none are left; wakes the caller after the last one.
- * Returns how many tasks this thread ran. The caller (worker 0) also wakes sleeping workers
- * once the job has run WAKE_AFTER_NS with tasks left. */
-static int64_t claim_tasks(job_t *j, int worker) {
-    const int64_t start = worker == 0 ? nbt_now_ns() : 0;
-    bool woken = worker != 0;
+/* Runs one claimed task and counts it done; the thread finishing the last task wakes the caller
+ * if it sleeps. */
+static void run_task(int64_t task, int worker, nbt_task_fn fn, void *ctx, int64_t ntasks) {
+    fn(task, worker, ctx);
+    if (atomic_fetch_add(&job.done, 1) + 1 == ntasks && atomic_load(&caller_sleeping)) {
+        pthread_mutex_lock(&sleep_lock);
+        pthread_cond_broadcast(&work_done);
+        pthread_mutex_unlock(&sleep_lock);
+    }
+}
+
+/* The caller's share (worker 0): tasks until none are left. Once the job has run
+ * WAKE_AFTER_NS with tasks left, it wakes sleeping workers. Returns how many tasks it ran. */
+static int64_t claim_as_caller(int64_t ntasks, nbt_task_fn fn, void *ctx) {
+    const int64_t start = nbt_now_ns();
+    bool woken = false;
     for (int64_t ran = 0;; ran++) {
-        int64_t task = atomic_fetch_add(&j->next, 1);
-        if (task >= j->ntasks) return ran;
-        j->fn(task, worker, j->ctx);
-        if (atomic_fetch_add(&j->done, 1) + 1 == j->ntasks && atomic_load(&caller_sleeping)) {
-            pthread_mutex_lock(&sleep_lock);
-            pthread_cond_broadcast(&work_done);
-            pthread_mutex_unlock(&sleep_lock);
-        }
-        if (!woken && atomic_load(&sleeping_workers) > 0 && atomic_load(&j->next) < j->ntasks &&
+        const int64_t task = (int64_t)(atomic_fetch_add(&job.claim, 1) & TASK_MASK);
+        if (task >= ntasks) return ran;
+        run_task(task, 0, fn, ctx, ntasks);
+        if (!woken && atomic_load(&sleeping_workers) > 0 &&
+            (int64_t)(atomic_load(&job.claim) & TASK_MASK) < ntasks &&
             nbt_now_ns() - start > WAKE_AFTER_NS) {
             wake_workers();
             woken = true;
@@ -187,30 +201,49 @@ static int64_t claim_tasks(job_t *j, int worker) {
     }
 }
 
-/* Waits until the generation differs from seen, spinning first; returns the new one. */
+/* A worker's share of the job whose claim word it read as c: one task at a time while that
+ * job has tasks left. The fields read before a claim belong to the job claimed from: the
+ * caller rewrites them only after every task is done, and the claimed one was not. */
+static void claim_as_worker(uint64_t c, int worker) {
+    const uint64_t generation = c >> GEN_SHIFT;
+    for (;;) {
+        const int64_t ntasks = atomic_load_explicit(&job.ntasks, memory_order_relaxed);
+        const int threads = atomic_load_explicit(&job.threads, memory_order_relaxed);
+        const nbt_task_fn fn = atomic_load_explicit(&job.fn, memory_order_relaxed);
+        void *const ctx = atomic_load_explicit(&job.ctx, memory_order_relaxed);
+        if (worker >= threads || (int64_t)(c & TASK_MASK) >= ntasks) return;
+        if (atomic_compare_exchange_weak(&job.claim, &c, c + 1)) {
+            run_task((int64_t)(c & TASK_MASK), worker, fn, ctx, ntasks);
+            c = atomic_load(&job.claim);
+        }
+        if (c >> GEN_SHIFT != generation) return;
+    }
+}
+
+/* Waits until the claim word's generation differs from seen, spinning first (asking whether
+ * the machine is crowded unless nbt_pool_set_crowd_check has turned that off); returns the
+ * claim word. */
 static uint64_t wait_for_work(uint64_t seen) {
-    spin_timer st = {.limit_ns = SPIN_NS, .crowd_check = true};
-    for (uint64_t g; spin_on(&st);)
-        if ((g = atomic_load(&generation)) != seen) return g;
+    spin_timer st = {.limit_ns = SPIN_NS, .crowd_check = atomic_load(&crowd_check)};
+    for (uint64_t c; spin_on(&st);)
+        if ((c = atomic_load(&job.claim)) >> GEN_SHIFT != seen) return c;
     pthread_mutex_lock(&sleep_lock);
     atomic_fetch_add(&sleeping_workers, 1);
-    uint64_t g;
-    while ((g = atomic_load(&generation)) == seen) pthread_cond_wait(&work_posted, &sleep_lock);
+    uint64_t c;
+    while ((c = atomic_load(&job.claim)) >> GEN_SHIFT == seen)
+        pthread_cond_wait(&work_posted, &sleep_lock);
     atomic_fetch_sub(&sleeping_workers, 1);
     pthread_mutex_unlock(&sleep_lock);
-    return g;
+    return c;
 }
 
 static void *worker_main(void *arg) {
     const int worker = (int)(intptr_t)arg;
     in_task = true; /* everything a worker runs is inside a task */
-    uint64_t seen = 0;
-    for (;;) {
-        seen = wait_for_work(seen);
-        atomic_fetch_add(&active, 1);
-        job_t *j = atomic_load(&current_job);
-        if (j && j->generation == seen && worker < j->threads) claim_tasks(j, worker);
-        atomic_fetch_sub(&active, 1);
+    for (uint64_t seen = 0;;) {
+        const uint64_t c = wait_for_work(seen);
+        seen = c >> GEN_SHIFT;
+        claim_as_worker(c, worker);
     }
     return NULL;
 }
@@ -249,6 +282,7 @@ bool nbt_pool_crowded(void) {
     return atomic_load(&crowded_at_poll);
 }
 
+#ifdef NABLA_TESTS /* a test hook: in the test build only (tests/meson.build) */
 void nbt_pool_set_crowd_check(bool on) {
     pthread_once(&loadavg_once, open_loadavg);
     atomic_store(&crowd_check, on);
@@ -256,6 +290,7 @@ void nbt_pool_set_crowd_check(bool on) {
     atomic_store(&crowded_at_poll, false);
     atomic_store(&crowd_seen_last, false);
 }
+#endif
 
 static void run_serially(int64_t ntasks, nbt_task_fn fn, void *ctx) {
     bool was = in_task;
@@ -268,7 +303,8 @@ void nbt_run_tasks(int64_t ntasks, int threads, nbt_task_fn fn, void *ctx) {
     if (ntasks <= 0) return;
     if (threads > NBT_POOL_MAX_THREADS) threads = NBT_POOL_MAX_THREADS;
     if (threads > ntasks) threads = (int)ntasks;
-    if (threads <= 1 || in_task || pthread_mutex_trylock(&run_lock) != 0) {
+    if (threads <= 1 || in_task || ntasks > MAX_POOLED_TASKS ||
+        pthread_mutex_trylock(&run_lock) != 0) {
         run_serially(ntasks, fn, ctx);
         return;
     }
@@ -278,34 +314,30 @@ void nbt_run_tasks(int64_t ntasks, int threads, nbt_task_fn fn, void *ctx) {
         run_serially(ntasks, fn, ctx);
         return;
     }
-    job_t j = {.ntasks = ntasks, .threads = threads, .fn = fn, .ctx = ctx};
-    atomic_init(&j.next, 0);
-    atomic_init(&j.done, 0);
-    j.generation = atomic_load(&generation) + 1;
-    atomic_store(&current_job, &j);
-    atomic_store(&generation, j.generation);
-    /* Workers still spinning take tasks at once; sleeping ones are woken in claim_tasks if
-     * the job runs long enough to be worth it. */
+    if (++last_generation == 0) last_generation = 1; /* workers start having seen 0 */
+    atomic_store_explicit(&job.done, 0, memory_order_relaxed);
+    atomic_store_explicit(&job.ntasks, ntasks, memory_order_relaxed);
+    atomic_store_explicit(&job.threads, threads, memory_order_relaxed);
+    atomic_store_explicit(&job.fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&job.ctx, ctx, memory_order_relaxed);
+    atomic_store(&job.claim, (uint64_t)last_generation << GEN_SHIFT);
+    /* Workers still spinning take tasks at once; sleeping ones are woken in claim_as_caller
+     * if the job runs long enough to be worth it. */
     in_task = true;
     int64_t started_ns = nbt_now_ns();
-    int64_t ran = claim_tasks(&j, 0);
+    int64_t ran = claim_as_caller(ntasks, fn, ctx);
     in_task = false;
     /* Tasks other threads claimed may still be running. */
     int64_t per_task = ran > 0 ? (nbt_now_ns() - started_ns) / ran : 0;
     spin_timer st = {.limit_ns =
                          per_task * WAIT_TASKS > WAIT_MIN_NS ? per_task * WAIT_TASKS : WAIT_MIN_NS};
-    while (atomic_load(&j.done) < ntasks && spin_on(&st)) continue;
-    if (atomic_load(&j.done) < ntasks) {
+    while (atomic_load(&job.done) < ntasks && spin_on(&st)) continue;
+    if (atomic_load(&job.done) < ntasks) {
         pthread_mutex_lock(&sleep_lock);
         atomic_store(&caller_sleeping, 1);
-        while (atomic_load(&j.done) < ntasks) pthread_cond_wait(&work_done, &sleep_lock);
+        while (atomic_load(&job.done) < ntasks) pthread_cond_wait(&work_done, &sleep_lock);
         atomic_store(&caller_sleeping, 0);
         pthread_mutex_unlock(&sleep_lock);
     }
-    /* Withdraw the job, then wait out workers that may still be looking at it. */
-    atomic_store(&current_job, NULL);
-    spin_timer idle = {.limit_ns = SPIN_NS};
-    while (atomic_load(&active) > 0)
-        if (!spin_on(&idle)) sched_yield();
     pthread_mutex_unlock(&run_lock);
 }

@@ -49,9 +49,14 @@ void nbt_run_tasks(int64_t ntasks, int threads, nbt_task_fn fn, void *ctx);
  * workers as runnable (seen at two looks in a row, 5 ms apart; pool.c, CROWD_POLL_NS): work should
  * then stay on its calling thread (nbt_threads_for plans one). */
 bool nbt_pool_crowded(void);
-/* Turns that look on or off (on unless the environment has NABLA_CROWD_CHECK=0; the unit
- * tests turn it off so that their 1- and 2-thread runs really differ on a busy test machine). */
+#ifdef NABLA_TESTS /* a test hook: in the test build only (tests/meson.build) */
+/* Turns that look on or off, and with it a spinning worker's look that sends it to sleep at
+ * once on a crowded machine (on unless the environment has NABLA_CROWD_CHECK=0; the unit
+ * tests turn it off so that their 1- and 2-thread runs really differ on a busy test machine:
+ * with the worker's look on, a worker there slept after every gap of 10 us and joined only
+ * jobs of 20 us, so a 2-thread run of short jobs ran on one thread). */
 void nbt_pool_set_crowd_check(bool on);
+#endif
 /* True inside a task (where nested work should stay on the current thread). */
 bool nbt_in_task(void);
 

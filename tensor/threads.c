@@ -44,6 +44,7 @@ int nb_get_num_threads(void) {
     return n;
 }
 
+#ifdef NABLA_TESTS                     /* a test hook: in the test build only (tests/meson.build) */
 static _Thread_local bool serial_here; /* nbt_set_serial: this thread's work stays on it */
 
 bool nbt_set_serial(bool serial) {
@@ -52,8 +53,17 @@ bool nbt_set_serial(bool serial) {
     return was;
 }
 
+static bool kept_serial(void) {
+    return serial_here;
+}
+#else
+static bool kept_serial(void) {
+    return false;
+}
+#endif
+
 int nbt_threads_for(int64_t work, int64_t min_work_per_thread) {
-    int max = nbt_in_task() || serial_here ? 1 : nb_get_num_threads();
+    int max = nbt_in_task() || kept_serial() ? 1 : nb_get_num_threads();
     int64_t by_work = min_work_per_thread > 0 ? work / min_work_per_thread : max;
     int n = by_work < 1 ? 1 : by_work < max ? (int)by_work : max;
     /* On a crowded machine a second thread costs more than it brings (pool.h); planning for

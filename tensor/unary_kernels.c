@@ -8,48 +8,22 @@
  * Formulas and their operation order follow PyTorch's CPU kernels, so float results agree
  * to rounding. */
 #include "elementwise_kernels.h"
+#include "chunked.h"
 #include "simd.h"
 #include "vecmath.h"
 
 #include <math.h>
 #include <string.h>
 
-#define CHUNK 256
+/* Indexed by nbt_unary_op: every table here is made from NBT_UNARY_OPS (elementwise_ops.h). */
+#define NAME(ENUM, name, derivative) [NBT_##ENUM] = #name,
+static const char *const names[] = {NBT_UNARY_OPS(NAME)};
+#undef NAME
+_Static_assert(sizeof names / sizeof names[0] == NBT_NUM_UNARY, "a name per nbt_unary_op");
 
 const char *nbt_unary_name(nbt_unary_op op) {
-    switch (op) {
-    case NBT_NEG:
-        return "neg";
-    case NBT_ADD_SCALAR:
-        return "add_scalar";
-    case NBT_MUL_SCALAR:
-        return "mul_scalar";
-    case NBT_POW_SCALAR:
-        return "pow_scalar";
-    case NBT_EXP:
-        return "exp";
-    case NBT_LOG:
-        return "log";
-    case NBT_SQRT:
-        return "sqrt";
-    case NBT_TANH:
-        return "tanh";
-    case NBT_SIGMOID:
-        return "sigmoid";
-    case NBT_RELU:
-        return "relu";
-    case NBT_GELU:
-        return "gelu";
-    case NBT_GELU_TANH:
-        return "gelu_tanh";
-    case NBT_SILU:
-        return "silu";
-    }
-    return "unary";
+    return (unsigned)op < NBT_NUM_UNARY ? names[op] : "unary";
 }
-
-#define GELU_BETA NBT_GELU_BETA
-#define GELU_KAPPA NBT_GELU_KAPPA
 
 /* ---- forward kernels: y[i] = f(x[i]) on contiguous arrays; y may alias x ---------------- */
 /* S: dtype suffix; T: element type; FN(name): the libm function for T. V(S, p) loads a
@@ -107,50 +81,40 @@ const char *nbt_unary_name(nbt_unary_op op) {
                  ST(S, y + i, nbt_vselect_##S(~(nbt_vmask_##S)(v < 0), v)),                        \
                  y[i] = x[i] < 0 ? 0 : x[i]);                                                      \
     }                                                                                              \
-    /* x / 2 * (1 + erf(x / sqrt 2)); t holds erf's argument so y may alias x. */                  \
+    /* The three below run through nbt_chunked (chunked.h): t = f(before(x)), y = after(x, t). */  \
+    /* x / 2 * (1 + erf(x / sqrt 2)) */                                                            \
+    static void gelu_before_##S(int64_t m, T *t, const T *x) {                                     \
+        NBT_VFOR(S, i, m, ST(S, t + i, V(S, x + i) * (T)M_SQRT1_2), t[i] = x[i] * (T)M_SQRT1_2);   \
+    }                                                                                              \
+    static void gelu_after_##S(int64_t m, T *y, const T *x, const T *g, const T *t) {              \
+        (void)g;                                                                                   \
+        NBT_VFOR(S, i, m, ST(S, y + i, V(S, x + i) * (T)0.5 * (1 + V(S, t + i))),                  \
+                 y[i] = x[i] * (T)0.5 * (1 + t[i]));                                               \
+    }                                                                                              \
     static void gelu_##S(int64_t n, T *y, const T *x, T p) {                                       \
         (void)p;                                                                                   \
-        T t[CHUNK];                                                                                \
-        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
-            int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
-            const T *xc = x + i0;                                                                  \
-            T *yc = y + i0;                                                                        \
-            NBT_VFOR(S, i, m, ST(S, t + i, V(S, xc + i) * (T)M_SQRT1_2),                           \
-                     t[i] = xc[i] * (T)M_SQRT1_2);                                                 \
-            nbt_verf_##S(t, t, m);                                                                 \
-            NBT_VFOR(S, i, m, ST(S, yc + i, V(S, xc + i) * (T)0.5 * (1 + V(S, t + i))),            \
-                     yc[i] = xc[i] * (T)0.5 * (1 + t[i]));                                         \
-        }                                                                                          \
+        nbt_chunked_##S(n, y, x, NULL, gelu_before_##S, nbt_verf_##S, gelu_after_##S);             \
+    }                                                                                              \
+    /* x / 2 * (1 + tanh(beta (x + kappa x^3))) */                                                 \
+    static void gelu_tanh_after_##S(int64_t m, T *y, const T *x, const T *g, const T *t) {         \
+        (void)g;                                                                                   \
+        NBT_VFOR(S, i, m, ST(S, y + i, (T)0.5 * V(S, x + i) * (1 + V(S, t + i))),                  \
+                 y[i] = (T)0.5 * x[i] * (1 + t[i]));                                               \
     }                                                                                              \
     static void gelu_tanh_##S(int64_t n, T *y, const T *x, T p) {                                  \
         (void)p;                                                                                   \
-        T t[CHUNK];                                                                                \
-        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
-            int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
-            const T *xc = x + i0;                                                                  \
-            T *yc = y + i0;                                                                        \
-            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i);                                           \
-                     ST(S, t + i, (T)GELU_BETA * (v + (T)GELU_KAPPA * (v * v * v))),               \
-                     t[i] = (T)GELU_BETA * (xc[i] + (T)GELU_KAPPA * (xc[i] * xc[i] * xc[i])));     \
-            nbt_vtanh_##S(t, t, m);                                                                \
-            NBT_VFOR(S, i, m, ST(S, yc + i, (T)0.5 * V(S, xc + i) * (1 + V(S, t + i))),            \
-                     yc[i] = (T)0.5 * xc[i] * (1 + t[i]));                                         \
-        }                                                                                          \
+        nbt_chunked_##S(n, y, x, NULL, nbt_gelu_tanh_arg_##S, nbt_vtanh_##S, gelu_tanh_after_##S); \
     }                                                                                              \
-    /* x / (1 + exp(-x)), PyTorch's order; t holds exp(-x) so y may alias x. exp(-x) overflows     \
-     * to inf for very negative x, giving -0 rather than NaN. */                                   \
+    /* x / (1 + exp(-x)), PyTorch's order. exp(-x) overflows to inf for very negative x, giving    \
+     * -0 rather than NaN. */                                                                      \
+    static void silu_after_##S(int64_t m, T *y, const T *x, const T *g, const T *t) {              \
+        (void)g;                                                                                   \
+        NBT_VFOR(S, i, m, ST(S, y + i, V(S, x + i) / (1 + V(S, t + i))),                           \
+                 y[i] = x[i] / (1 + t[i]));                                                        \
+    }                                                                                              \
     static void silu_##S(int64_t n, T *y, const T *x, T p) {                                       \
         (void)p;                                                                                   \
-        T t[CHUNK];                                                                                \
-        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
-            int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
-            const T *xc = x + i0;                                                                  \
-            T *yc = y + i0;                                                                        \
-            NBT_VFOR(S, i, m, ST(S, t + i, -V(S, xc + i)), t[i] = -xc[i]);                         \
-            nbt_vexp_##S(t, t, m);                                                                 \
-            NBT_VFOR(S, i, m, ST(S, yc + i, V(S, xc + i) / (1 + V(S, t + i))),                     \
-                     yc[i] = xc[i] / (1 + t[i]));                                                  \
-        }                                                                                          \
+        nbt_chunked_##S(n, y, x, NULL, nbt_negate_##S, nbt_vexp_##S, silu_after_##S);              \
     }
 
 #define FN_F32(name) name##f
@@ -162,20 +126,12 @@ FORWARD_KERNELS(f64, double, FN_F64)
 typedef void (*fwd_f32)(int64_t, float *, const float *, float);
 typedef void (*fwd_f64)(int64_t, double *, const double *, double);
 
-#define TABLE(S, SUFFIX)                                                                           \
-    {                                                                                              \
-        neg##SUFFIX##S, add_scalar##SUFFIX##S, mul_scalar##SUFFIX##S, pow_scalar##SUFFIX##S,       \
-            exp##SUFFIX##S, log##SUFFIX##S, sqrt##SUFFIX##S, tanh##SUFFIX##S, sigmoid##SUFFIX##S,  \
-            relu##SUFFIX##S, gelu##SUFFIX##S, gelu_tanh##SUFFIX##S, silu##SUFFIX##S                \
-    }
-static const fwd_f32 forward_f32[] = TABLE(f32, _);
-static const fwd_f64 forward_f64[] = TABLE(f64, _);
-/* TABLE is positional: a missing entry would shift every later op onto its neighbour's kernel
- * (or past the end). */
-_Static_assert(sizeof forward_f32 / sizeof forward_f32[0] == NBT_NUM_UNARY,
-               "forward_f32 needs one kernel per nbt_unary_op, in enum order");
-_Static_assert(sizeof forward_f64 / sizeof forward_f64[0] == NBT_NUM_UNARY,
-               "forward_f64 needs one kernel per nbt_unary_op, in enum order");
+#define FORWARD_F32(ENUM, name, derivative) [NBT_##ENUM] = name##_f32,
+#define FORWARD_F64(ENUM, name, derivative) [NBT_##ENUM] = name##_f64,
+static const fwd_f32 forward_f32[] = {NBT_UNARY_OPS(FORWARD_F32)};
+static const fwd_f64 forward_f64[] = {NBT_UNARY_OPS(FORWARD_F64)};
+_Static_assert(sizeof forward_f32 / sizeof forward_f32[0] == NBT_NUM_UNARY, "forward_f32");
+_Static_assert(sizeof forward_f64 / sizeof forward_f64[0] == NBT_NUM_UNARY, "forward_f64");
 
 /* ---- driver: out = kernel(in0[, in1]) over any layout ---- */
 typedef struct {
@@ -244,9 +200,9 @@ static void map_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
         nbt_parallel_ranges(n, PARALLEL_GRAIN, apply_range, &ac);
         return;
     }
-    _Alignas(64) double buf[3][CHUNK]; /* room for CHUNK doubles or floats per operand */
-    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
-        int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
+    _Alignas(64) double buf[3][NBT_CHUNK]; /* room for NBT_CHUNK doubles or floats per operand */
+    for (int64_t i0 = 0; i0 < n; i0 += NBT_CHUNK) {
+        int64_t m = n - i0 < NBT_CHUNK ? n - i0 : NBT_CHUNK;
         const char *in[2] = {NULL, NULL};
         for (int k = 1; k <= nin; k++) {
             const char *src = p[k] + i0 * s[k];
@@ -345,9 +301,9 @@ nb_tensor *nbt_map2(const char *name, const nbt_map2_kernel *kernel, const nb_te
 #define GELU_DERIVATIVE_KERNELS(S, T)                                                              \
     /* In chunks that stay in L1, so x is read from memory once and y and d written once. */       \
     static void gelu_derivative_##S(int64_t n, T *y, T *d, const T *x) {                           \
-        T pdf[CHUNK];                                                                              \
-        for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {                                                \
-            int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;                                           \
+        T pdf[NBT_CHUNK];                                                                          \
+        for (int64_t i0 = 0; i0 < n; i0 += NBT_CHUNK) {                                            \
+            int64_t m = n - i0 < NBT_CHUNK ? n - i0 : NBT_CHUNK;                                   \
             const T *xc = x + i0;                                                                  \
             T *yc = y + i0, *dc = d + i0;                                                          \
             NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i); ST(S, dc + i, v * (T)M_SQRT1_2);          \

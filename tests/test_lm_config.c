@@ -60,6 +60,48 @@ static void test_out_features_and_tying(void) {
     nb_module_free(model);
 }
 
+/* A head without bias (GPT-2's): no head.bias, tied or not, logits norm_f(x) W^T by hand; a
+ * checkpoint says so, and a model with the bias refuses it naming the field. */
+static void test_head_without_bias(void) {
+    nb_module *model = nb_model_new(NB_F64, 4);
+    nb_tensor *tokens = nb_from_array(NB_I64, NB_SHAPE(1, 3), (int64_t[]){4, 0, 6});
+    nb_transformer_lm *untied = NULL;
+    for (int tie = 0; tie < 2; tie++) {
+        const nb_lm_config cfg = {.vocab = 7,
+                                  .max_len = 6,
+                                  .dim = 8,
+                                  .num_heads = 2,
+                                  .layers = 1,
+                                  .tie_weights = tie,
+                                  .no_head_bias = true};
+        nb_transformer_lm *m =
+            nb_transformer_lm_new_config(model, tie ? "tied" : "untied", &cfg, 0);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+        if (!tie) untied = m;
+        CU_ASSERT_PTR_NULL(m->head_bias);
+        CU_ASSERT_PTR_NULL(nb_module_param(model, tie ? "tied.head.bias" : "untied.head.bias"));
+        CU_ASSERT_TRUE(nb_transformer_lm_config(m).no_head_bias);
+        nb_tensor *x = nb_add(nb_embedding(m->tok_emb->weight, tokens),
+                              nb_embedding(m->pos_emb->weight, nb_arange(NB_I64, 0, 3, 1)));
+        x = nb_transformer_block_forward(m->blocks[0], x, &(nb_mha_opts){.causal = true});
+        nb_tensor *want =
+            nb_matmul(nb_layernorm_forward(m->norm_f, x), nb_transpose(m->head_weight, 0, 1));
+        NBT_ASSERT_CLOSE(nb_transformer_lm_forward(m, tokens, true, NULL, NULL), want, 1e-12,
+                         1e-12);
+    }
+    const char *path = temp_path("no_head_bias");
+    CU_ASSERT_TRUE_FATAL(nb_transformer_lm_save(untied, NULL, path, 0, NULL));
+    nb_module *other = nb_model_new(NB_F64, 5);
+    nb_transformer_lm *with_bias =
+        nb_transformer_lm_new(other, "untied", 7, 6, 8, 2, 1, 0.0); /* head.bias, as before */
+    CU_ASSERT_PTR_NOT_NULL(with_bias->head_bias);
+    CU_ASSERT_FALSE(nb_transformer_lm_load(with_bias, NULL, path));
+    NBT_ASSERT_ERROR("no_head_bias: checkpoint 1, model 0");
+    unlink(path);
+    nb_module_free(other);
+    nb_module_free(model);
+}
+
 /* d loss / d tok_emb.weight of a tied model: the embedding lookup and the head both use it. */
 static nb_transformer_lm *grad_lm;
 static nb_tensor *grad_tokens;
@@ -307,6 +349,20 @@ static void test_config_read_of_saved_models(void) {
          "",
          NB_F32,
          true},
+        {{.vocab = 5, .max_len = 3, .dim = 4, .num_heads = 2, .layers = 1, .no_head_bias = true},
+         "",
+         NB_F32,
+         true},
+        {{.vocab = 5,
+          .max_len = 3,
+          .dim = 4,
+          .num_heads = 2,
+          .layers = 1,
+          .tie_weights = true,
+          .no_head_bias = true},
+         "lm",
+         NB_F64,
+         false},
     };
     const char *path = temp_path("saved");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -328,7 +384,8 @@ static void test_config_read_of_saved_models(void) {
         CU_ASSERT_TRUE(read.vocab == want.vocab && read.max_len == want.max_len &&
                        read.dim == want.dim && read.num_heads == want.num_heads &&
                        read.layers == want.layers && read.out_features == want.out_features &&
-                       read.tie_weights == want.tie_weights);
+                       read.tie_weights == want.tie_weights &&
+                       read.no_head_bias == want.no_head_bias);
         struct stat st;
         CU_ASSERT_EQUAL(stat(path, &st), 0);
         CU_ASSERT_TRUE(nb_module_numel(&lm->base) * 4 <= st.st_size);
@@ -344,6 +401,7 @@ int main(void) {
     const nbtest_case cases[] = {
         {"out_features and tied weights", test_out_features_and_tying},
         {"tied weights gradcheck", test_tied_gradcheck},
+        {"a head without bias", test_head_without_bias},
         {"checkpoints carry the configuration", test_checkpoint_carries_config},
         {"configuration numbers are range-checked", test_config_numbers_range_checked},
         {"configuration agrees with the tensors", test_config_agrees_with_tensors},

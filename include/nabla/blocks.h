@@ -388,6 +388,20 @@ int64_t blk_deepseek_lm_active_params(const blk_deepseek_lm *m, int64_t *total);
  * file, the tensor or the vocabulary. */
 bool blk_llama_lm_save_gguf(const blk_llama_lm *m, const char *path, int64_t max_len,
                             const nb_gguf_vocab *vocab, nb_gguf_type type);
+/* Writes m as a GGUF file that llama.cpp runs as its "deepseek2" architecture (DeepSeek-V2),
+ * with the metadata, names and MLA layout of llama.cpp's own converter: deepseek2.* keys
+ * (one kv head of kv_rank + rope_dim, key_length_mla, value_length_mla, q_lora_rank 0 for a
+ * model without wq_a, leading_dense_block_count = n_dense_layers, experts routed by softmax
+ * with their top_k weights renormalised and unscaled, as blk_moe does), wkv_b split into
+ * attn_k_b and attn_v_b, the experts stacked into ffn_{gate,up,down}_exps, the router
+ * ffn_gate_inp always float32, other weights in type (norms float32). llama.cpp always runs a
+ * shared expert: a model without one gets one of zeros, which adds exactly 0. RoPE's rotary
+ * rows of wq (or wq_b) and wkv_a are reordered for llama.cpp's adjacent pairs, as for the
+ * Llama LM. Refused, with an error naming the part, when llama.cpp cannot compute the same
+ * model: attn.norm_eps (q_norm, kv_norm) differing from norm_eps (llama.cpp has one RMSNorm
+ * epsilon), or more than 1024 routed experts. Otherwise as blk_llama_lm_save_gguf. */
+bool blk_deepseek_lm_save_gguf(const blk_deepseek_lm *m, const char *path, int64_t max_len,
+                               const nb_gguf_vocab *vocab, nb_gguf_type type);
 
 #ifdef __cplusplus
 }

@@ -67,6 +67,28 @@ typedef struct {
  * no BOS added by the tokenizer. False with an error naming the bad token, merge or id. */
 bool nb_gguf_set_vocab(nb_gguf *g, const nb_gguf_vocab *v);
 
+/* Adds a model's weight t as nb_gguf_add_tensor does, but a 1-D t (a norm's weight, a bias)
+ * always as float32, as llama.cpp reads them whatever the file's type. */
+bool nb_gguf_add_weight(nb_gguf *g, const char *name, const nb_tensor *t, nb_gguf_type type);
+
+/* What every model export writes besides the model's own keys and tensors. */
+typedef struct {
+    const char *arch;           /* general.architecture ("llama", ...), the prefix of its keys */
+    const char *name;           /* general.name */
+    int64_t max_len;            /* {arch}.context_length, in [1, 2^32) */
+    int64_t n_vocab;            /* the model's vocabulary size ({arch}.vocab_size) */
+    const nb_gguf_vocab *vocab; /* written by nb_gguf_set_vocab; must have n_vocab tokens */
+    nb_gguf_type type;          /* the weights' type (general.file_type 0 or 1) */
+} nb_gguf_model_info;
+
+/* A model exporter's frame: checks info, sets the keys above and the vocabulary, calls
+ * fill(g, model, info->type) to add the model's keys and tensors (tensors it makes in the
+ * current scope are released after the save), and saves to path atomically. False with an
+ * error "op: path: cause" (nothing written) when info, fill or the save fails. */
+bool nb_gguf_save_model(const char *op, const char *path, const nb_gguf_model_info *info,
+                        bool (*fill)(nb_gguf *g, const void *model, nb_gguf_type type),
+                        const void *model);
+
 /* float16 bits of x, rounded to nearest even (for tests and tools). */
 uint16_t nb_gguf_f16_bits(float x);
 

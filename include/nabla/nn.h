@@ -10,6 +10,7 @@
 
 #include "nabla/autograd.h"
 #include "nabla/checkpoint.h"
+#include "nabla/gguf.h"
 #include "nabla/module.h"
 #include "nabla/ops.h"
 #include "nabla/tensor.h"
@@ -196,9 +197,10 @@ nb_tensor *nb_transformer_decoder_block_forward(nb_transformer_decoder_block *m,
 
 /* ---- A small transformer over tokens --------------------------------------------------- */
 /* tok_emb + pos_emb, then blocks.0 .. blocks.{layers-1}, then norm_f and head (logits over
- * out_features classes, the vocabulary unless asked otherwise). With tied weights the head
- * reuses tok_emb.weight as its weight (out_features must equal vocab) and owns only
- * head.bias. The toy tasks, the character LM and the benchmark all use it. */
+ * out_features classes, the vocabulary unless asked otherwise), with a bias unless
+ * no_head_bias. With tied weights the head reuses tok_emb.weight as its weight (out_features
+ * must equal vocab) and owns only head.bias (nothing without the bias). The toy tasks, the
+ * character LM and the benchmark all use it. */
 typedef struct {
     nb_module base;
     nb_embedding_layer *tok_emb, *pos_emb;
@@ -206,7 +208,8 @@ typedef struct {
     nb_transformer_block *blocks[16];
     nb_layernorm *norm_f;
     nb_linear *head;                    /* NULL with tied weights */
-    nb_tensor *head_weight, *head_bias; /* what the head multiplies by: [out, dim], [out] */
+    nb_tensor *head_weight, *head_bias; /* what the head multiplies by: [out, dim], [out] or
+                                           NULL (no_head_bias) */
     int64_t vocab, max_len, dim, num_heads, out_features;
     int num_layers;
     bool tie_weights;
@@ -220,6 +223,7 @@ typedef struct {
     bool tie_weights;     /* head weight = tok_emb.weight (needs out_features == vocab) */
     bool qkv_bias;        /* every block's attention has q/k/v biases (nb_block_config) */
     bool gelu_tanh;       /* every block's GELU is the tanh approximation (nb_block_config) */
+    bool no_head_bias;    /* the head has no bias (GPT-2's); false keeps head.bias */
 } nb_lm_config;
 
 /* layers in 1..16; max_len bounds the sequence length. Owned by the root. */
@@ -256,9 +260,9 @@ nb_tensor *nb_transformer_lm_forward_opts(nb_transformer_lm *m, const nb_tensor 
 /* Saves lm's subtree (and opt's state if opt is not NULL, as nb_module_save_with) with lm's
  * configuration in the file's __metadata__ ("nabla.model" = "TransformerLM", "nabla.block" =
  * "pre_ln", "nabla.vocab", "nabla.d_model", "nabla.heads", "nabla.layers", "nabla.context",
- * "nabla.out_features", "nabla.tie_weights", "nabla.qkv_bias", "nabla.gelu_tanh"; files
- * without the last two are read as 0), plus n_extra entries of the caller's (e.g. a
- * character vocabulary). */
+ * "nabla.out_features", "nabla.tie_weights", "nabla.qkv_bias", "nabla.gelu_tanh",
+ * "nabla.no_head_bias"; files without the last three are read as 0), plus n_extra entries of the
+ * caller's (e.g. a character vocabulary). */
 bool nb_transformer_lm_save(const nb_transformer_lm *lm, nb_optimizer *opt, const char *path,
                             int n_extra, const nb_metadata_entry *extra);
 /* Reads the configuration from path's __metadata__, reading only the header, and checks it
@@ -273,6 +277,22 @@ bool nb_lm_config_read(const char *path, nb_lm_config *cfg);
  * checkpoint 96, model 128"), and nothing changes. Files without a configuration load as
  * nb_module_load_with does (names, dtypes and shapes must match). */
 bool nb_transformer_lm_load(nb_transformer_lm *lm, nb_optimizer *opt, const char *path);
+
+/* ---- Export (nabla/gguf.h) ------------------------------------------------------------- */
+/* Writes lm as a GGUF file that llama.cpp runs as its "gpt2" architecture: gpt2.* metadata
+ * (context_length = lm->max_len, the learned positions), the tensors under llama.cpp's names
+ * (token_embd, position_embd, blk.N.attn_qkv = W_query, W_key, W_value stacked, attn_output,
+ * ffn_up = fc1, ffn_down = fc2, the LayerNorms' weights and biases, output_norm, output unless
+ * the weights are tied) in type (1-D tensors and position_embd float32), q/k/v biases as zeros
+ * when lm has none, and the vocabulary (its n_tokens must be lm->vocab). GPT-2's graph in
+ * llama.cpp fixes what lm must be; refused, with an error naming the part: the exact (erf)
+ * GELU (llama.cpp's gpt2 uses the tanh form: build with gelu_tanh), a head with a bias
+ * (gpt2's output has none: no_head_bias), out_features other than vocab, or LayerNorms of
+ * differing eps (llama.cpp has one). llama.cpp's CPU GELU reads a float16 table, so its
+ * probabilities differ from nabla's by about 1e-3 (docs/guide.md). Replaces path atomically;
+ * false with an error naming the file. */
+bool nb_transformer_lm_save_gguf(const nb_transformer_lm *lm, const char *path,
+                                 const nb_gguf_vocab *vocab, nb_gguf_type type);
 
 #ifdef __cplusplus
 }
