@@ -55,7 +55,7 @@ static void identity_backward(nb_node *n, const nb_tensor *gout) {
     nba_accumulate(n, 0, gout);
 }
 
-nb_tensor *nb_dropout(const nb_tensor *x, double p, bool train, nb_rng *rng) {
+nb_tensor *nb_f_dropout(nb_rng *rng, const nb_tensor *x, double p, bool train) {
     const char *op = "dropout";
     if (!nba_check_inputs(op, 1, &x) || !nba_check_float(op, x)) return NULL;
     if (!(p >= 0 && p <= 1))
@@ -92,22 +92,22 @@ static nb_tensor *cat_train(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
     nb_rng rng;
     nb_rng_seed(&rng, 99);
-    return nb_dropout(in[0], 0.4, true, &rng);
+    return nb_f_dropout(&rng, in[0], 0.4, true);
 }
 static nb_tensor *cat_eval(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
-    return nb_dropout(in[0], 0.4, false, NULL);
+    return nb_f_dropout(NULL, in[0], 0.4, false);
 }
 static nb_tensor *cat_all(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
-    return nb_dropout(in[0], 1.0, true, NULL);
+    return nb_f_dropout(NULL, in[0], 1.0, true);
 }
 
 /* Only eval mode and p = 0 have goldens: nabla's generator is not PyTorch's. */
 static int golden_dropout(nba_golden_call *c, nb_tensor **out) {
     nb_rng rng;
     nb_rng_seed(&rng, 1);
-    out[0] = nb_dropout(c->input(c, "a", true), c->number(c, "p"), c->flag(c, "train"), &rng);
+    out[0] = nb_f_dropout(&rng, c->input(c, "a", true), c->number(c, "p"), c->flag(c, "train"));
     return 1;
 }
 

@@ -33,7 +33,7 @@ static void embedding_backward(nb_node *n, const nb_tensor *gout) {
     nba_accumulate(n, 0, gw);
 }
 
-nb_tensor *nb_embedding(const nb_tensor *weight, const nb_tensor *indices) {
+nb_tensor *nb_f_embedding(const nb_tensor *weight, const nb_tensor *indices) {
     const char *op = "embedding";
     if (!nba_check_inputs(op, 2, (const nb_tensor *[]){weight, indices})) return NULL;
     if (!nba_check_float(op, weight)) return NULL;
@@ -92,15 +92,15 @@ nb_tensor *nb_embedding(const nb_tensor *weight, const nb_tensor *indices) {
 
 static nb_tensor *cat_embedding(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
-    return nb_embedding(in[0], nb_from_array(NB_I64, NB_SHAPE(2, 3), IDX(1, 4, 1, 0, 5, 4)));
+    return nb_f_embedding(in[0], nb_from_array(NB_I64, NB_SHAPE(2, 3), IDX(1, 4, 1, 0, 5, 4)));
 }
 static nb_tensor *cat_embedding_flat(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
-    return nb_embedding(in[0], nb_from_array(NB_I64, NB_SHAPE(4), IDX(2, 2, 2, 0)));
+    return nb_f_embedding(in[0], nb_from_array(NB_I64, NB_SHAPE(4), IDX(2, 2, 2, 0)));
 }
 
 static int golden_embedding(nba_golden_call *c, nb_tensor **out) {
-    out[0] = nb_embedding(c->input(c, "weight", true), c->input(c, "indices", true));
+    out[0] = nb_f_embedding(c->input(c, "weight", true), c->input(c, "indices", true));
     return 1;
 }
 

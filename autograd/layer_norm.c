@@ -163,8 +163,8 @@ static bool check_param(const char *name, const nb_tensor *p, const nb_tensor *x
     return false;
 }
 
-nb_tensor *nb_layer_norm(const nb_tensor *x, const nb_tensor *weight, const nb_tensor *bias,
-                         double eps) {
+nb_tensor *nb_f_layer_norm(const nb_tensor *x, const nb_tensor *weight, const nb_tensor *bias,
+                           double eps) {
     const char *op = "layer_norm";
     if (!nba_check_inputs(op, 1, &x) || !nba_check_float(op, x)) return NULL;
     int k = weight ? weight->ndim : 1;
@@ -195,25 +195,25 @@ nb_tensor *nb_layer_norm(const nb_tensor *x, const nb_tensor *weight, const nb_t
 
 static nb_tensor *cat_affine(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
-    return nb_layer_norm(in[0], in[1], in[2], 1e-5);
+    return nb_f_layer_norm(in[0], in[1], in[2], 1e-5);
 }
 static nb_tensor *cat_plain(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
-    return nb_layer_norm(in[0], NULL, NULL, 1e-5);
+    return nb_f_layer_norm(in[0], NULL, NULL, 1e-5);
 }
 static nb_tensor *cat_weight_only(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
-    return nb_layer_norm(in[0], in[1], NULL, 1e-5);
+    return nb_f_layer_norm(in[0], in[1], NULL, 1e-5);
 }
 static nb_tensor *cat_bias_only(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
-    return nb_layer_norm(in[0], NULL, in[1], 1e-5);
+    return nb_f_layer_norm(in[0], NULL, in[1], 1e-5);
 }
 
 /* Golden runner: inputs "x", optional "weight" and "bias", parameter "eps". */
 static int golden_layer_norm(nba_golden_call *c, nb_tensor **out) {
-    out[0] = nb_layer_norm(c->input(c, "x", true), c->input(c, "weight", false),
-                           c->input(c, "bias", false), c->number(c, "eps"));
+    out[0] = nb_f_layer_norm(c->input(c, "x", true), c->input(c, "weight", false),
+                             c->input(c, "bias", false), c->number(c, "eps"));
     return 1;
 }
 

@@ -180,7 +180,7 @@ static bool train_step(nb_transformer_lm *lm, nb_optimizer *opt, nb_tensor *cons
     }
     nb_optimizer_zero_grad(opt);
     bool ok =
-        loss && nb_backward(loss, NULL) && !isnan(nb_clip_grad_norm(params, n_params, CLIP_NORM)) &&
+        loss && nb_backward(loss, NULL) && !isnan(nb_clip_grad_norm(n_params, params, CLIP_NORM)) &&
         nb_optimizer_set_lr(opt,
                             nb_lr_warmup_cosine(step, max_steps / 20, max_steps, LR, LR / 10)) &&
         nb_optimizer_step(opt);
@@ -192,7 +192,7 @@ static bool train_step(nb_transformer_lm *lm, nb_optimizer *opt, nb_tensor *cons
 static bool export_twin(const char *path, const nb_module *model, const nb_corpus *c,
                         const options *o, int64_t vocab) {
     nb_param params[64];
-    const int n = nb_module_params(model, params, 64);
+    const int n = nb_module_named_params(model, params, 64);
     if (n < 0) return false;
     nb_scope_begin();
     nb_named_tensor all[64 + 4];
@@ -246,9 +246,9 @@ static bool export_twin(const char *path, const nb_module *model, const nb_corpu
 /* Trains until the target; prints the evaluations and the result line. */
 static int run(nb_module *model, nb_transformer_lm *lm, const nb_corpus *c, const options *o) {
     int n_params = 0;
-    nb_tensor **params = nb_module_parameters(model, &n_params);
+    nb_tensor **params = nb_module_param_tensors(model, &n_params);
     nb_adam_opts adamw = nb_adamw_defaults(LR);
-    nb_optimizer *opt = params ? nb_adamw_new(params, n_params, adamw) : NULL;
+    nb_optimizer *opt = params ? nb_adamw_new(n_params, params, adamw) : NULL;
     if (!opt) {
         free(params);
         return fail("creating the optimizer");
@@ -318,7 +318,7 @@ int main(int argc, char **argv) {
         printf("text: %lld training and %lld validation characters, %lld distinct; model: %lld "
                "parameters; target %.4f nats per character\n",
                (long long)c.train_tokens, (long long)c.val_tokens,
-               (long long)nb_tokenizer_vocab_size(tok), (long long)nb_module_numel(model),
+               (long long)nb_tokenizer_vocab_size(tok), (long long)nb_module_param_numel(model),
                o.target);
     if (lm && o.export_path)
         rc = export_twin(o.export_path, model, &c, &o, nb_tokenizer_vocab_size(tok))

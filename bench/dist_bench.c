@@ -58,11 +58,11 @@ int main(int argc, char **argv) {
     nb_module *model = nb_model_new(NB_F32, 0);
     nb_transformer_lm *lm = nb_transformer_lm_new(model, "", V, T, D, H, L, 0.0);
     nb_param p[64];
-    int n = nb_module_params(model, p, 64);
+    int n = nb_module_named_params(model, p, 64);
     nb_tensor *params[64];
     for (int i = 0; i < n; i++) params[i] = p[i].tensor;
-    nb_optimizer *opt = nb_adamw_new(params, n, nb_adamw_defaults(1e-3));
-    nb_grad_reducer *reducer = nb_grad_reducer_new(params, n, 0);
+    nb_optimizer *opt = nb_adamw_new(n, params, nb_adamw_defaults(1e-3));
+    nb_grad_reducer *reducer = nb_grad_reducer_new(n, params, 0);
     if (!lm || !opt || !reducer || !nb_dist_broadcast_module(model)) die("setting up");
     nb_rng rng;
     nb_rng_seed(&rng, 1);
@@ -102,7 +102,7 @@ int main(int argc, char **argv) {
         printf("lm %d rank(s) x %d thread(s): %8.1f us/step, of which averaging %.1f us; "
                "averaging alone %.2f MB in %d bucket(s): %.1f us (%.1f us/MB)\n",
                ranks, nb_get_num_threads(), step * 1e6, sync * 1e6, mb,
-               nb_grad_reducer_buckets(reducer), alone * 1e6, alone * 1e6 / mb);
+               nb_grad_reducer_bucket_count(reducer), alone * 1e6, alone * 1e6 / mb);
     nb_grad_reducer_free(reducer);
     nb_optimizer_free(opt);
     nb_module_free(model);

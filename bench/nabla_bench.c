@@ -113,9 +113,9 @@ static void mha_step(workload *w) {
  * of tokens and targets from a generator seeded with 0. */
 static void training_setup(workload *w) {
     nb_param p[256];
-    w->nparams = nb_module_params(w->model, p, 256);
+    w->nparams = nb_module_named_params(w->model, p, 256);
     for (int i = 0; i < w->nparams; i++) w->params[i] = p[i].tensor;
-    w->opt = nb_adamw_new(w->params, w->nparams, nb_adamw_defaults(1e-3));
+    w->opt = nb_adamw_new(w->nparams, w->params, nb_adamw_defaults(1e-3));
     nb_rng rng;
     nb_rng_seed(&rng, 0);
     nb_scope_push(w->model->scope);

@@ -79,7 +79,7 @@ static val_loss validation_loss(const lm_model *m, const dataset *d) {
     return (val_loss){nats / tokens, nats / chars};
 }
 
-static void print_token(int64_t token, void *ctx) {
+static void print_token(void *ctx, int64_t token) {
     size_t len;
     const char *bytes = nb_tokenizer_token(ctx, token, &len);
     if (bytes) fwrite(bytes, 1, len, stdout);
@@ -371,7 +371,7 @@ static void run_name(char *run, size_t cap, const options *o, const dataset *d, 
 static void describe(const lm_model *m, const char *tokenizer) {
     const lm_shape *s = &m->shape;
     printf("model: %s block, %lld parameters", lm_block_name(s->block),
-           (long long)nb_module_numel(m->module));
+           (long long)nb_module_param_numel(m->module));
     if (s->block == LM_BLOCK_DEEPSEEK)
         printf(" (%lld active per token)", (long long)lm_model_active_params(m));
     printf(", d_model %lld, %lld heads, %lld layers, context %lld, %lld tokens (%s)\n",
@@ -403,8 +403,8 @@ static int run_training(const lm_model *m, const dataset *d, const options *o) {
         .windows = malloc(sizeof *tr.windows * 2 * batch_tokens), .m = m, .d = d, .o = o};
     nb_rng_seed(&tr.data_rng, o->run.seed + 1);
     int nparams = 0;
-    nb_tensor **params = nb_module_parameters(model, &nparams);
-    nb_optimizer *opt = params ? nb_adamw_new(params, nparams, nb_adamw_defaults(o->run.lr)) : NULL;
+    nb_tensor **params = nb_module_param_tensors(model, &nparams);
+    nb_optimizer *opt = params ? nb_adamw_new(nparams, params, nb_adamw_defaults(o->run.lr)) : NULL;
     int rc = 1;
     if (!tr.windows || !opt) {
         rc = fail("creating the optimizer");

@@ -13,10 +13,10 @@
 #define DIM 64
 
 typedef struct {
-    nb_embedding_layer *tok_emb, *pos_emb;
+    nb_embedding *tok_emb, *pos_emb;
     nb_transformer_block *encoder;
     nb_transformer_decoder_block *decoder;
-    nb_layernorm *norm_f;
+    nb_layer_norm *norm_f;
     nb_linear *head;
 } seq2seq;
 
@@ -46,7 +46,7 @@ static nb_tensor *decode(seq2seq *m, const nb_tensor *memory, const nb_tensor *d
     const nb_mha_opts causal = {.causal = true};
     nb_tensor *h =
         nb_transformer_decoder_block_forward(m->decoder, embed(m, dec_in), memory, &causal, NULL);
-    return nb_linear_forward(m->head, nb_layernorm_forward(m->norm_f, h));
+    return nb_linear_forward(m->head, nb_layer_norm_forward(m->norm_f, h));
 }
 
 int main(int argc, char **argv) {
@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
                  .pos_emb = nb_embedding_new(model, "pos_emb", SRC_LEN, DIM),
                  .encoder = nb_transformer_block_new_config(model, "encoder", &layer),
                  .decoder = nb_transformer_decoder_block_new(model, "decoder", &layer),
-                 .norm_f = nb_layernorm_new(model, "norm_f", DIM),
+                 .norm_f = nb_layer_norm_new(model, "norm_f", DIM),
                  .head = nb_linear_new(model, "head", DIM, VOCAB, true)};
     nb_tokenizer *tok = nb_tokenizer_chars("+0123456789=", VOCAB);
     nb_optimizer *opt = nb_adamw_new_decay_split(model, nb_adamw_defaults(3e-3));

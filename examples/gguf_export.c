@@ -145,8 +145,8 @@ static bool save_gguf(const lm_kind *lm, const char *path, const nb_gguf_vocab *
 /* Trains lm on windows of the encoded text (next token prediction), AdamW. */
 static bool train(const lm_kind *lm, nb_module *root, const int64_t *ids, int64_t n_ids) {
     int n = 0;
-    nb_tensor **params = nb_module_parameters(root, &n);
-    nb_optimizer *opt = params ? nb_adamw_new(params, n, nb_adamw_defaults(3e-3)) : NULL;
+    nb_tensor **params = nb_module_param_tensors(root, &n);
+    nb_optimizer *opt = params ? nb_adamw_new(n, params, nb_adamw_defaults(3e-3)) : NULL;
     free(params);
     nb_rng rng;
     nb_rng_seed(&rng, 5);

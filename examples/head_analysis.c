@@ -144,9 +144,9 @@ static double head_lr(void *user, int64_t step, int64_t total) {
 /* Trains lm for o->run.steps AdamW steps on fresh batches. False with nabla's error. */
 static bool train(nb_transformer_lm *lm, const options *o) {
     int nparams;
-    nb_tensor **params = nb_module_parameters(&lm->base, &nparams);
+    nb_tensor **params = nb_module_param_tensors(&lm->base, &nparams);
     nb_optimizer *opt =
-        params ? nb_adamw_new(params, nparams, nb_adamw_defaults(o->task->lr)) : NULL;
+        params ? nb_adamw_new(nparams, params, nb_adamw_defaults(o->task->lr)) : NULL;
     head_trainer tr = {.lm = lm, .o = o};
     nb_train_opts t = nb_train_defaults(o->run.steps);
     t.name = "head_analysis";

@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
     nb_rng rng;
     nb_rng_seed(&rng, 1);
     classifier c = {0};
-    bool ok = all && nb_dataset_split(all, nb_dataset_len(all) / 5, &rng, &train, &c.val);
+    bool ok = all && nb_dataset_split(all, &rng, nb_dataset_len(all) / 5, &train, &c.val);
     c.loader =
         nb_loader_new(train, &(nb_loader_opts){.batch_size = 16, .shuffle = true, .seed = 2});
     nb_module *model = nb_model_new(NB_F32, 3);

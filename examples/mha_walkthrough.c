@@ -110,7 +110,7 @@ int main(void) {
     nb_backward(loss, NULL);
     stage("d sum(out) / d x", nb_grad(xg));
     nb_param params[8];
-    int np = nb_module_params(&mha->base, params, 8);
+    int np = nb_module_named_params(&mha->base, params, 8);
     nb_tensor *inputs[9] = {xg};
     for (int i = 0; i < np; i++) inputs[i + 1] = params[i].tensor;
     nb_gradcheck_result res;

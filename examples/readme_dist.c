@@ -18,13 +18,13 @@ int main(int argc, char **argv) {
     nb_module *model = nb_model_new(NB_F32, /*seed*/ 5);
     nb_linear *fit = nb_linear_new(model, "fit", 1, 1, true);
     int n = 0;
-    nb_tensor **params = nb_module_parameters(model, &n);
-    nb_optimizer *opt = nb_sgd_new(params, n, nb_sgd_defaults(0.2));
+    nb_tensor **params = nb_module_param_tensors(model, &n);
+    nb_optimizer *opt = nb_sgd_new(n, params, nb_sgd_defaults(0.2));
     nb_rng rng;
 
     nb_dist_init(&argc, &argv);                             /* a world of one without mpirun */
     nb_dist_broadcast_module(model);                        /* same model and start on every rank */
-    nb_grad_reducer *r = nb_grad_reducer_new(params, n, 0); /* 4 MiB buckets */
+    nb_grad_reducer *r = nb_grad_reducer_new(n, params, 0); /* 4 MiB buckets */
     nb_rng_seed(&rng, 1 + (uint64_t)nb_dist_rank());        /* each rank its own data */
     for (int step = 0; step < 300; step++) {
         nb_optimizer_zero_grad(opt);

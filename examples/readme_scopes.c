@@ -19,11 +19,11 @@ int main(void) {
     nb_module *root = nb_model_new(NB_F32, /*seed*/ 5);
     nb_linear *model = nb_linear_new(root, "fit", 1, 1, true);
     int n = 0;
-    nb_tensor **params = nb_module_parameters(root, &n);
-    nb_optimizer *opt = nb_sgd_new(params, n, nb_sgd_defaults(0.1));
+    nb_tensor **params = nb_module_param_tensors(root, &n);
+    nb_optimizer *opt = nb_sgd_new(n, params, nb_sgd_defaults(0.1));
     float xs[8], ys[8];
     for (int i = 0; i < 8; i++) xs[i] = (float)i / 8, ys[i] = 2 * xs[i] + 1;
-    nb_scope *data = nb_scope_create();
+    nb_scope *data = nb_scope_new();
     nb_scope_push(data);
     const regression_batch batch = {nb_from_array(NB_F32, NB_SHAPE(8, 1), xs),
                                     nb_from_array(NB_F32, NB_SHAPE(8, 1), ys)};
@@ -48,7 +48,7 @@ int main(void) {
            (unsigned long long)allocs);
     free(params);
     nb_optimizer_free(opt);
-    nb_scope_destroy(data);
+    nb_scope_free(data);
     nb_module_free(root);
     nb_shutdown();
     if (!(last_loss < 1e-3) || fabs(w - 2) > 0.05 || fabs(b - 1) > 0.05 || allocs != 0) {

@@ -44,8 +44,8 @@ int main(int argc, char **argv) {
                     .fc2 = nb_linear_new(model, "fc2", 32, 2, true)};
     nb_rng_seed(&c.data, 7);
     int n;
-    nb_tensor **params = nb_module_parameters(model, &n);
-    nb_optimizer *opt = nb_adamw_new(params, n, nb_adamw_defaults(0.01));
+    nb_tensor **params = nb_module_param_tensors(model, &n);
+    nb_optimizer *opt = nb_adamw_new(n, params, nb_adamw_defaults(0.01));
 
     nb_train_opts o = nb_train_defaults(1000);
     o.step = step, o.user = &c;

@@ -309,8 +309,8 @@ static int run_training(const toy_model *lm, const options *o) {
                       .y = malloc(sizeof *tr.y * batch_tokens)};
     nb_rng_seed(&tr.data_rng, o->run.seed);
     int nparams = 0;
-    nb_tensor **params = nb_module_parameters(model, &nparams);
-    nb_optimizer *opt = params ? nb_adamw_new(params, nparams, nb_adamw_defaults(o->run.lr)) : NULL;
+    nb_tensor **params = nb_module_param_tensors(model, &nparams);
+    nb_optimizer *opt = params ? nb_adamw_new(nparams, params, nb_adamw_defaults(o->run.lr)) : NULL;
     int rc = 1;
     if (!tr.x || !tr.y || !opt) {
         rc = fail("creating the optimizer");
@@ -319,9 +319,10 @@ static int run_training(const toy_model *lm, const options *o) {
     if (!quiet)
         printf("%s: %s\nmodel: %s block, %lld parameters, %d layer(s), %lld heads, d %lld; %lld "
                "steps of batch %lld%s\n",
-               task->name, task->what, toy_block_name(o->block), (long long)nb_module_numel(model),
-               lm->layers, (long long)task->heads, (long long)task->dim, (long long)o->run.steps,
-               (long long)task->batch, o->run.resume ? " (resumed)" : "");
+               task->name, task->what, toy_block_name(o->block),
+               (long long)nb_module_param_numel(model), lm->layers, (long long)task->heads,
+               (long long)task->dim, (long long)o->run.steps, (long long)task->batch,
+               o->run.resume ? " (resumed)" : "");
     if (!quiet && ranks * accum > 1)
         printf("data parallel: %d rank(s) x %d micro-batch(es) of %lld per step\n", ranks, accum,
                (long long)task->batch);

@@ -111,7 +111,7 @@ static void check_accepted(const nb_lm_config *c, const json_t *header, size_t s
     ORACLE(lm, "the accepted configuration does not build: %s", nb_last_error());
     int np = nb_module_param_count(model);
     nb_param *params_of = malloc(sizeof *params_of * (size_t)np);
-    ORACLE(params_of && nb_module_params(model, params_of, np) == np, "listing parameters");
+    ORACLE(params_of && nb_module_named_params(model, params_of, np) == np, "listing parameters");
     ORACLE((size_t)np == in_file, "the model has %d tensors, the file %zu", np, in_file);
     for (int i = 0; i < np; i++) {
         char *name = malloc(prefix_len + strlen(params_of[i].name) + 1);

@@ -22,9 +22,9 @@ static bool save(const char *name, nb_dtype dt, const char *module_name, nb_lm_c
     nb_module *model = nb_model_new(dt, 1);
     nb_transformer_lm *lm = nb_transformer_lm_new_config(model, module_name, &cfg, 0.0);
     int n = 0;
-    nb_tensor **params = lm ? nb_module_parameters(model, &n) : NULL;
+    nb_tensor **params = lm ? nb_module_param_tensors(model, &n) : NULL;
     nb_optimizer *opt =
-        params && with_optimizer ? nb_adamw_new(params, n, nb_adamw_defaults(1e-3)) : NULL;
+        params && with_optimizer ? nb_adamw_new(n, params, nb_adamw_defaults(1e-3)) : NULL;
     bool ok =
         lm && (!with_optimizer || opt) && nb_transformer_lm_save(lm, opt, in_dir(name), 0, NULL);
     nb_optimizer_free(opt);

@@ -192,10 +192,10 @@ nb_transformer_block *nb_transformer_block_new_config(nb_module *parent, const c
                          (long long)dim);
     nb_transformer_block *m = nb_module_new(parent, name, "TransformerBlock", sizeof *m);
     if (!m) return NULL;
-    if (!(m->norm1 = nb_layernorm_new(&m->base, "norm1", dim)) ||
+    if (!(m->norm1 = nb_layer_norm_new(&m->base, "norm1", dim)) ||
         !(m->attn = nb_mha_new(&m->base, "attn", dim, dim, cfg->num_heads, cfg->qkv_bias,
                                cfg->dropout)) ||
-        !(m->norm2 = nb_layernorm_new(&m->base, "norm2", dim)) ||
+        !(m->norm2 = nb_layer_norm_new(&m->base, "norm2", dim)) ||
         !(m->ff = nb_feedforward_new(&m->base, "ff", dim, hidden)))
         return nbn_discard(&m->base);
     m->ff->gelu_tanh = cfg->gelu_tanh;
@@ -211,7 +211,7 @@ nb_transformer_block *nb_transformer_block_new(nb_module *parent, const char *na
 nb_tensor *nb_transformer_block_forward(nb_transformer_block *m, const nb_tensor *x,
                                         const nb_mha_opts *opts) {
     if (!m || !x) return nbn_null_argument("TransformerBlock", m ? &m->base : NULL, "input");
-    nb_tensor *h = nb_add(x, nb_mha_forward(m->attn, nb_layernorm_forward(m->norm1, x), opts));
+    nb_tensor *h = nb_add(x, nb_mha_forward(m->attn, nb_layer_norm_forward(m->norm1, x), opts));
     return nbn_result(&m->base,
-                      nb_add(h, nb_feedforward_forward(m->ff, nb_layernorm_forward(m->norm2, h))));
+                      nb_add(h, nb_feedforward_forward(m->ff, nb_layer_norm_forward(m->norm2, h))));
 }

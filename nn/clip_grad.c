@@ -47,7 +47,7 @@ static void iterate_grad(nb_tensor *g, nbt_inner_fn fn, void *ctx) {
     nbt_iterate(g->ndim, g->shape, &ops, fn, ctx);
 }
 
-double nb_clip_grad_norm(nb_tensor *const *params, int n, double max_norm) {
+double nb_clip_grad_norm(int n, nb_tensor *const *params, double max_norm) {
     const char *op = "nb_clip_grad_norm";
     if (n < 0) return nbt_error(op, "n is %d, expected >= 0", n), NAN;
     if (n > 0 && !params) return nbt_error(op, "params is NULL for n = %d", n), NAN;

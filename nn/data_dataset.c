@@ -22,7 +22,7 @@ nb_dataset *nb_dataset_new(const nb_tensor *inputs, const nb_tensor *targets) {
         return nbt_error(op, "targets %s must have the inputs' %lld examples (inputs %s)",
                          nbt_shape(targets), (long long)inputs->shape[0], nbt_shape(inputs));
     nb_dataset *ds = calloc(1, sizeof *ds);
-    if (!ds || !(ds->scope = nb_scope_create())) {
+    if (!ds || !(ds->scope = nb_scope_new())) {
         free(ds);
         return nbt_error(op, "out of memory");
     }
@@ -40,7 +40,7 @@ nb_dataset *nb_dataset_new(const nb_tensor *inputs, const nb_tensor *targets) {
 
 void nb_dataset_free(nb_dataset *ds) {
     if (!ds) return;
-    nb_scope_destroy(ds->scope);
+    nb_scope_free(ds->scope);
     free(ds);
 }
 
@@ -64,7 +64,7 @@ static nb_dataset *rows_of(const nb_dataset *ds, const nb_tensor *idx) {
     return in && (tg || !ds->targets) ? nb_dataset_new(in, tg) : NULL;
 }
 
-bool nb_dataset_split(const nb_dataset *ds, int64_t n_val, nb_rng *rng, nb_dataset **train,
+bool nb_dataset_split(const nb_dataset *ds, nb_rng *rng, int64_t n_val, nb_dataset **train,
                       nb_dataset **val) {
     const char *op = "nb_dataset_split";
     if (!train || !val) return nbt_error(op, "NULL output"), false;

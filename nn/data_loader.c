@@ -40,7 +40,7 @@ nb_loader *nb_loader_new(const nb_dataset *ds, const nb_loader_opts *opts) {
                          "batches of %lld",
                          (long long)n, (long long)bs);
     nb_loader *l = calloc(1, sizeof *l);
-    if (!l || !(l->scope = nb_scope_create())) {
+    if (!l || !(l->scope = nb_scope_new())) {
         free(l);
         return nbt_error(op, "out of memory");
     }
@@ -66,12 +66,12 @@ nb_loader *nb_loader_new(const nb_dataset *ds, const nb_loader_opts *opts) {
 
 void nb_loader_free(nb_loader *l) {
     if (!l) return;
-    nb_scope_destroy(l->scope);
+    nb_scope_free(l->scope);
     free(l);
 }
 
-int64_t nb_loader_num_batches(const nb_loader *l) {
-    if (!l) return nbt_error("nb_loader_num_batches", "NULL loader"), -1;
+int64_t nb_loader_batch_count(const nb_loader *l) {
+    if (!l) return nbt_error("nb_loader_batch_count", "NULL loader"), -1;
     return (l->end + l->batch_size - 1) / l->batch_size;
 }
 

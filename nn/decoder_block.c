@@ -22,11 +22,11 @@ nb_transformer_decoder_block *nb_transformer_decoder_block_new(nb_module *parent
                                 .qkv_bias = cfg->qkv_bias,
                                 .out_bias = true,
                                 .dropout = cfg->dropout};
-    if (!(m->norm1 = nb_layernorm_new(&m->base, "norm1", dim)) ||
+    if (!(m->norm1 = nb_layer_norm_new(&m->base, "norm1", dim)) ||
         !(m->attn = nb_mha_new_config(&m->base, "attn", &attn)) ||
-        !(m->norm2 = nb_layernorm_new(&m->base, "norm2", dim)) ||
+        !(m->norm2 = nb_layer_norm_new(&m->base, "norm2", dim)) ||
         !(m->cross_attn = nb_mha_new_config(&m->base, "cross_attn", &attn)) ||
-        !(m->norm3 = nb_layernorm_new(&m->base, "norm3", dim)) ||
+        !(m->norm3 = nb_layer_norm_new(&m->base, "norm3", dim)) ||
         !(m->ff = nb_feedforward_new(&m->base, "ff", dim, hidden)))
         return nbn_discard(&m->base);
     m->ff->gelu_tanh = cfg->gelu_tanh;
@@ -40,9 +40,10 @@ nb_tensor *nb_transformer_decoder_block_forward(nb_transformer_decoder_block *m,
     if (!m || !x || !memory)
         return nbn_null_argument("TransformerDecoderBlock", m ? &m->base : NULL,
                                  x ? "memory" : "input");
-    nb_tensor *h = nb_add(x, nb_mha_forward(m->attn, nb_layernorm_forward(m->norm1, x), self_opts));
-    h = nb_add(h, nb_mha_forward_cross(m->cross_attn, nb_layernorm_forward(m->norm2, h), memory,
+    nb_tensor *h =
+        nb_add(x, nb_mha_forward(m->attn, nb_layer_norm_forward(m->norm1, x), self_opts));
+    h = nb_add(h, nb_mha_forward_cross(m->cross_attn, nb_layer_norm_forward(m->norm2, h), memory,
                                        cross_opts));
     return nbn_result(&m->base,
-                      nb_add(h, nb_feedforward_forward(m->ff, nb_layernorm_forward(m->norm3, h))));
+                      nb_add(h, nb_feedforward_forward(m->ff, nb_layer_norm_forward(m->norm3, h))));
 }

@@ -28,7 +28,7 @@ static int64_t token_at(const sequence *g, int64_t i) {
 /* Samples the next token from row and appends it; sets over once the sequence is complete
  * (max_new_tokens, the stop token) or sampling failed (failed). */
 static void take_next(sequence *g, const nb_tensor *row) {
-    const int64_t next = nb_sample_logits(row, g->o, &g->rng);
+    const int64_t next = nb_sample_logits(&g->rng, row, g->o);
     if (next < 0) {
         g->over = g->failed = true;
         return;
@@ -36,7 +36,7 @@ static void take_next(sequence *g, const nb_tensor *row) {
     g->out[g->made++] = next;
     g->total++;
     g->over = next == g->o->stop_token || g->made >= g->o->max_new_tokens;
-    if (g->o->on_token) g->o->on_token(next, g->o->ctx);
+    if (g->o->on_token) g->o->on_token(g->o->ctx, next);
 }
 
 /* Feeds the next n tokens from fed through the model and commits them; the logits row of

@@ -50,7 +50,7 @@ nb_kv_cache *nb_kv_cache_empty(int layers, int64_t batch, int64_t max_len, nb_dt
                          "%lld, %lld and %s",
                          layers, (long long)batch, (long long)max_len, nb_dtype_name(dt));
     nb_kv_cache *c = calloc(1, sizeof *c + sizeof(cache_layer) * (size_t)layers);
-    if (!c || !(c->scope = nb_scope_create())) {
+    if (!c || !(c->scope = nb_scope_new())) {
         free(c);
         return nbt_error("kv_cache", "out of memory");
     }
@@ -211,7 +211,7 @@ int64_t nb_kv_cache_max_len(const nb_kv_cache *c) {
     return c ? c->max_len : -1;
 }
 
-int nb_kv_cache_layers(const nb_kv_cache *c) {
+int nb_kv_cache_layer_count(const nb_kv_cache *c) {
     return c ? c->nlayers : 0;
 }
 
@@ -260,7 +260,7 @@ int64_t nb_kv_cache_bytes(const nb_kv_cache *c) {
 
 void nb_kv_cache_free(nb_kv_cache *c) {
     if (!c) return;
-    if (c->scope) nb_scope_destroy(c->scope);
+    if (c->scope) nb_scope_free(c->scope);
     free(c);
 }
 

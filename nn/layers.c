@@ -3,9 +3,9 @@
 #include "module_error.h"
 #include "tensor/nbt.h" /* nbt_error, nbt_shape */
 
-nb_layernorm *nb_layernorm_new(nb_module *parent, const char *name, int64_t dim) {
+nb_layer_norm *nb_layer_norm_new(nb_module *parent, const char *name, int64_t dim) {
     if (dim <= 0) return nbt_error("LayerNorm", "dim must be positive, got %lld", (long long)dim);
-    nb_layernorm *m = nb_module_new(parent, name, "LayerNorm", sizeof *m);
+    nb_layer_norm *m = nb_module_new(parent, name, "LayerNorm", sizeof *m);
     if (!m) return NULL;
     m->eps = 1e-5;
     if (!(m->weight = nb_module_add_param(&m->base, "weight", NB_SHAPE(dim), nb_init_ones())) ||
@@ -14,40 +14,39 @@ nb_layernorm *nb_layernorm_new(nb_module *parent, const char *name, int64_t dim)
     return m;
 }
 
-nb_tensor *nb_layernorm_forward(nb_layernorm *m, const nb_tensor *x) {
+nb_tensor *nb_layer_norm_forward(nb_layer_norm *m, const nb_tensor *x) {
     if (!m || !x) return nbn_null_argument("LayerNorm", m ? &m->base : NULL, "input");
-    return nbn_result(&m->base, nb_layer_norm(x, m->weight, m->bias, m->eps));
+    return nbn_result(&m->base, nb_f_layer_norm(x, m->weight, m->bias, m->eps));
 }
 
-nb_embedding_layer *nb_embedding_new(nb_module *parent, const char *name, int64_t num,
-                                     int64_t dim) {
+nb_embedding *nb_embedding_new(nb_module *parent, const char *name, int64_t num, int64_t dim) {
     if (num <= 0 || dim <= 0)
         return nbt_error("Embedding", "sizes must be positive, got %lld x %lld", (long long)num,
                          (long long)dim);
-    nb_embedding_layer *m = nb_module_new(parent, name, "Embedding", sizeof *m);
+    nb_embedding *m = nb_module_new(parent, name, "Embedding", sizeof *m);
     if (!m) return NULL;
     m->weight = nb_module_add_param(&m->base, "weight", NB_SHAPE(num, dim), nb_init_embedding());
     return m->weight ? m : nbn_discard(&m->base);
 }
 
-nb_tensor *nb_embedding_forward(nb_embedding_layer *m, const nb_tensor *indices) {
+nb_tensor *nb_embedding_forward(nb_embedding *m, const nb_tensor *indices) {
     if (!m || !indices) return nbn_null_argument("Embedding", m ? &m->base : NULL, "indices");
-    return nbn_result(&m->base, nb_embedding(m->weight, indices));
+    return nbn_result(&m->base, nb_f_embedding(m->weight, indices));
 }
 
-nb_dropout_layer *nb_dropout_new(nb_module *parent, const char *name, double p) {
+nb_dropout *nb_dropout_new(nb_module *parent, const char *name, double p) {
     if (!(p >= 0 && p < 1)) return nbt_error("Dropout", "p must be in [0, 1), got %g", p);
-    nb_dropout_layer *m = nb_module_new(parent, name, "Dropout", sizeof *m);
+    nb_dropout *m = nb_module_new(parent, name, "Dropout", sizeof *m);
     if (!m) return NULL;
     m->p = p;
     nb_rng_seed(&m->rng, nb_rng_next(nb_module_rng(&m->base)));
     return m;
 }
 
-nb_tensor *nb_dropout_forward(nb_dropout_layer *m, const nb_tensor *x) {
+nb_tensor *nb_dropout_forward(nb_dropout *m, const nb_tensor *x) {
     if (!m || !x) return nbn_null_argument("Dropout", m ? &m->base : NULL, "input");
     if (!nb_module_is_training(&m->base) || m->p == 0) return (nb_tensor *)x;
-    return nbn_result(&m->base, nb_dropout(x, m->p, true, &m->rng));
+    return nbn_result(&m->base, nb_f_dropout(&m->rng, x, m->p, true));
 }
 
 nb_feedforward *nb_feedforward_new(nb_module *parent, const char *name, int64_t dim,

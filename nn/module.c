@@ -79,7 +79,7 @@ nb_module *nb_model_new(nb_dtype dt, uint64_t seed) {
     m->path = calloc(1, 1);
     m->root = m;
     m->training = true;
-    m->scope = nb_scope_create();
+    m->scope = nb_scope_new();
     m->dtype = dt;
     nb_rng_seed(&m->rng, seed);
     if (!m->type || !m->path || !m->scope || !nbn_register_root(m)) {
@@ -117,7 +117,7 @@ void nb_module_free(nb_module *root) {
         return;
     }
     nbn_unregister_root(root);
-    nb_scope_destroy(root->scope);
+    nb_scope_free(root->scope);
     free_tree(root, false);
 }
 

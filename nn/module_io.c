@@ -16,7 +16,7 @@ static nb_param *checkpoint_entries(const nb_module *m, nb_optimizer *opt, int *
     if (ns < 0) return NULL;
     nb_param *all = malloc(sizeof *all * (size_t)(np + nb + ns + 1));
     if (!all) return nbt_error("module_save", "out of memory");
-    nb_module_params(m, all, np);
+    nb_module_named_params(m, all, np);
     nbn_saved_buffers(m, all + np, nb);
     for (int i = 0; i < np + nb; i++) all[i].name = nbn_local_name(m, all[i].name);
     for (int i = 0; i < ns; i++) all[np + nb + i] = state[i];

@@ -158,7 +158,7 @@ static nb_tensor *find(const nb_module *m, int lists, const char *name) {
 }
 
 static int list_all(const nb_module *m, int lists, nb_param *out, int max) {
-    const char *op = lists == PARAMS ? "module_params" : "module_buffers";
+    const char *op = lists == PARAMS ? "module_named_params" : "module_named_buffers";
     if (!m || (!out && max > 0)) return nbt_error(op, "NULL argument"), -1;
     int n = walk(m, lists, out, max, 0, NULL, NULL);
     if (n > max)
@@ -183,10 +183,10 @@ int nb_module_param_count(const nb_module *m) {
 int nb_module_buffer_count(const nb_module *m) {
     return m ? walk(m, BUFFERS, NULL, 0, 0, NULL, NULL) : 0;
 }
-int nb_module_params(const nb_module *m, nb_param *out, int max) {
+int nb_module_named_params(const nb_module *m, nb_param *out, int max) {
     return list_all(m, PARAMS, out, max);
 }
-int nb_module_buffers(const nb_module *m, nb_param *out, int max) {
+int nb_module_named_buffers(const nb_module *m, nb_param *out, int max) {
     return list_all(m, BUFFERS, out, max);
 }
 nb_tensor *nb_module_param(const nb_module *m, const char *name) {
@@ -200,11 +200,11 @@ int nbn_saved_buffers(const nb_module *m, nb_param *out, int max) {
     return walk(m, SAVED_BUFFERS, out, max, 0, NULL, NULL);
 }
 
-int64_t nb_module_numel(const nb_module *m) {
+int64_t nb_module_param_numel(const nb_module *m) {
     if (!m) return 0;
     int64_t n = 0;
     for (int i = 0; i < m->nparams; i++) n += nb_numel(m->params[i].tensor);
-    for (int i = 0; i < m->nchildren; i++) n += nb_module_numel(m->children[i]);
+    for (int i = 0; i < m->nchildren; i++) n += nb_module_param_numel(m->children[i]);
     return n;
 }
 
@@ -251,7 +251,7 @@ void nb_module_fprint(FILE *f, const nb_module *m) {
     int64_t buffer_numel = 0;
     print_tree(f, m, &buffer_numel);
     fprintf(f, "  %d tensors, %lld parameters", nb_module_param_count(m),
-            (long long)nb_module_numel(m));
+            (long long)nb_module_param_numel(m));
     int nbuf = nb_module_buffer_count(m);
     if (nbuf) fprintf(f, "; %d buffers, %lld elements", nbuf, (long long)buffer_numel);
     fputc('\n', f);

@@ -14,7 +14,7 @@ const char *nbn_local_name(const nb_module *m, const char *full);
 /* Checks that name is a valid local name not yet used by m's parameters, buffers or children;
  * the error names op, m's path and what kind of name (`what`) was being added. */
 bool nbn_check_new_name(const nb_module *m, const char *op, const char *what, const char *name);
-/* m's subtree's persistent buffers (those checkpoints hold), in nb_module_buffers' order:
+/* m's subtree's persistent buffers (those checkpoints hold), in nb_module_named_buffers' order:
  * stores up to max in out and returns how many there are. */
 int nbn_saved_buffers(const nb_module *m, nb_param *out, int max);
 /* Records that m is about to draw from the root's generator (nb_module_discard's rule). */

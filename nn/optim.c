@@ -97,7 +97,7 @@ nb_optimizer *nbo_create(const char *op, nb_tensor *const *params, int n, double
     o->update = update;
     o->nstate = nstate;
     memcpy(o->kinds, kinds, sizeof *kinds * (size_t)nstate);
-    o->scope = nb_scope_create();
+    o->scope = nb_scope_new();
     if (!o->scope) {
         nb_optimizer_free(o);
         return nbt_error(op, "out of memory");
@@ -135,7 +135,7 @@ bool nbo_make_state(nb_optimizer *o, const char *op, int i) {
 
 void nb_optimizer_free(nb_optimizer *o) {
     if (!o) return;
-    if (o->scope) nb_scope_destroy(o->scope);
+    if (o->scope) nb_scope_free(o->scope);
     nbt_free(o->params);
     nbt_free(o->group_of);
     nbt_free(o->groups);

@@ -83,12 +83,12 @@ nb_optimizer *nbo_adam_create(const char *op, nb_tensor *const *params, int n, n
     return o;
 }
 
-nb_optimizer *nb_adam_new(nb_tensor *const *params, int n, nb_adam_opts opts) {
+nb_optimizer *nb_adam_new(int n, nb_tensor *const *params, nb_adam_opts opts) {
     if (!nbn_check_param_list("nb_adam_new", params, n, 1, false, 0)) return NULL;
     return nbo_adam_create("nb_adam_new", params, n, opts, false);
 }
 
-nb_optimizer *nb_adamw_new(nb_tensor *const *params, int n, nb_adam_opts opts) {
+nb_optimizer *nb_adamw_new(int n, nb_tensor *const *params, nb_adam_opts opts) {
     if (!nbn_check_param_list("nb_adamw_new", params, n, 1, false, 0)) return NULL;
     return nbo_adam_create("nb_adamw_new", params, n, opts, true);
 }

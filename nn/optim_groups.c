@@ -6,7 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-int nb_optimizer_add_group(nb_optimizer *o, nb_tensor *const *params, int n, double lr,
+int nb_optimizer_add_group(nb_optimizer *o, int n, nb_tensor *const *params, double lr,
                            double weight_decay) {
     const char *op = "nb_optimizer_add_group";
     if (!o) return nbt_error(op, "optimizer is NULL"), -1;
@@ -79,13 +79,13 @@ nb_optimizer *nb_adamw_new_decay_split(const nb_module *m, nb_adam_opts opts) {
     const char *op = "nb_adamw_new_decay_split";
     if (!m) return nbt_error(op, "module is NULL");
     int n;
-    nb_tensor **all = nb_module_parameters(m, &n);
+    nb_tensor **all = nb_module_param_tensors(m, &n);
     if (!all) return NULL;
     if (n == 0) {
         free(all);
         return nbt_error(op, "'%s' has no parameters", m->path[0] ? m->path : m->type);
     }
-    /* Stable partition: rank >= 2 first, then the rest, each in nb_module_params order. */
+    /* Stable partition: rank >= 2 first, then the rest, each in nb_module_named_params order. */
     nb_tensor **sorted = malloc(sizeof *sorted * (size_t)n);
     if (!sorted) {
         free(all);

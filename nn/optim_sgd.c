@@ -69,7 +69,7 @@ nb_sgd_opts nb_sgd_defaults(double lr) {
         .lr = lr, .momentum = 0, .dampening = 0, .weight_decay = 0, .nesterov = false};
 }
 
-nb_optimizer *nb_sgd_new(nb_tensor *const *params, int n, nb_sgd_opts opts) {
+nb_optimizer *nb_sgd_new(int n, nb_tensor *const *params, nb_sgd_opts opts) {
     const char *op = "nb_sgd_new";
     if (!nbn_check_param_list(op, params, n, 1, false, 0)) return NULL;
     if (!nbo_check_nonneg(op, "momentum", opts.momentum) ||

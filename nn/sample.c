@@ -57,7 +57,7 @@ bool nbn_check_sampling(const nb_generate_opts *o, const char *who) {
     return true;
 }
 
-int64_t nb_sample_logits(const nb_tensor *logits, const nb_generate_opts *o, nb_rng *rng) {
+int64_t nb_sample_logits(nb_rng *rng, const nb_tensor *logits, const nb_generate_opts *o) {
     if (!logits || !o || !rng) return nbt_error("sample_logits", "NULL argument"), -1;
     if (!nbt_check_live("sample_logits", logits)) return -1; /* a released tensor */
     if (!nb_is_float(logits) || logits->ndim != 1 || logits->shape[0] < 1)

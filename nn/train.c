@@ -83,7 +83,7 @@ static bool list_trainable(trainer *t) {
     t->params = malloc(sizeof *t->params * (size_t)(n > 0 ? n : 1));
     t->trainable = malloc(sizeof *t->trainable * (size_t)(n > 0 ? n : 1));
     if (!t->params || !t->trainable) return nbt_error(OP, "out of memory"), false;
-    if (nb_module_params(t->model, t->params, n) != n) return false;
+    if (nb_module_named_params(t->model, t->params, n) != n) return false;
     for (int i = 0; i < n; i++)
         if (t->params[i].tensor->requires_grad) {
             t->params[t->n_trainable] = t->params[i];
@@ -159,13 +159,13 @@ static bool optimizer_step(trainer *t, int64_t step) {
     for (int k = 0; k < o->accum; k++)
         if (!micro_batch(t, step, k, sums)) return false;
     if (!(t->dist ? t->dist->step_done(t->dist_state) &&
-                        t->dist->sum(t->dist_state, sums, 1 + o->n_metrics)
+                        t->dist->sum(t->dist_state, 1 + o->n_metrics, sums)
                   : mean_of_accumulated(t)))
         return step_failed(t, step, "averaging the gradients");
     t->loss = sums[0] / t->count;
     for (int i = 0; i < o->n_metrics; i++) t->metrics[i] = sums[1 + i] / t->count;
     if (!healthy(t, step)) return false;
-    if (o->clip_norm > 0 && isnan(nb_clip_grad_norm(t->trainable, t->n_trainable, o->clip_norm)))
+    if (o->clip_norm > 0 && isnan(nb_clip_grad_norm(t->n_trainable, t->trainable, o->clip_norm)))
         return step_failed(t, step, "clipping");
     if (o->schedule && !nb_lr_schedule_apply(*o->schedule, t->opt, step))
         return step_failed(t, step, "the schedule");
@@ -201,7 +201,7 @@ static bool evaluate(trainer *t, int64_t done) {
     nb_set_grad_enabled(grad);
     if (!ok) return step_failed(t, done - 1, "the eval callback failed");
     double shared = t->rank == 0 ? metric : 0;
-    if (t->dist && !t->dist->sum(t->dist_state, &shared, 1))
+    if (t->dist && !t->dist->sum(t->dist_state, 1, &shared))
         return step_failed(t, done - 1, "sharing the metric");
     metric = shared;
     nbtr_state *st = &t->st;
@@ -279,7 +279,7 @@ static bool setup(trainer *t) {
         return nbt_error(OP, "%d ranks: set opts.dist to nb_dist_train() (nabla/dist.h)", t->ranks),
                false;
     if (t->dist &&
-        !(t->dist_state = t->dist->start(t->model, t->trainable, t->n_trainable, t->o.accum)))
+        !(t->dist_state = t->dist->start(t->model, t->n_trainable, t->trainable, t->o.accum)))
         return false;
     if (t->main_rank && o->out_dir && !nbtr_make_dirs(o->name, o->out_dir)) return false;
     if (o->resume && !resume_everywhere(t)) return false;

@@ -71,7 +71,7 @@ nb_transformer_lm *nb_transformer_lm_new_config(nb_module *parent, const char *n
         if (!(m->blocks[i] = nb_transformer_block_new_config(m->blocks_container, idx, &block)))
             return nbn_discard(&m->base);
     }
-    if (!(m->norm_f = nb_layernorm_new(&m->base, "norm_f", m->dim)) ||
+    if (!(m->norm_f = nb_layer_norm_new(&m->base, "norm_f", m->dim)) ||
         !make_head(m, !cfg->no_head_bias))
         return nbn_discard(&m->base);
     return m;
@@ -102,13 +102,13 @@ nb_tensor *nb_transformer_lm_forward(nb_transformer_lm *m, const nb_tensor *toke
  * blocks' attention checks each layer's heads against its own and names the layer. */
 static bool check_cache(const nb_transformer_lm *m, const nb_tensor *tokens, const nb_kv_cache *c) {
     const nb_dtype dt = m->base.root->dtype;
-    if (nb_kv_cache_layers(c) != m->num_layers || nb_kv_cache_dtype(c) != dt ||
+    if (nb_kv_cache_layer_count(c) != m->num_layers || nb_kv_cache_dtype(c) != dt ||
         nb_kv_cache_batch(c) != tokens->shape[0])
         return nbn_error(&m->base,
                          "a model of %d blocks in %s, given tokens of batch %lld, cannot use a "
                          "cache of %d layers in %s for batch %lld",
                          m->num_layers, nb_dtype_name(dt), (long long)tokens->shape[0],
-                         nb_kv_cache_layers(c), nb_dtype_name(nb_kv_cache_dtype(c)),
+                         nb_kv_cache_layer_count(c), nb_dtype_name(nb_kv_cache_dtype(c)),
                          (long long)nb_kv_cache_batch(c)),
                false;
     const int64_t len = nb_kv_cache_len(c),
@@ -154,7 +154,7 @@ nb_tensor *nb_transformer_lm_forward_opts(nb_transformer_lm *m, const nb_tensor 
         x = nb_transformer_block_forward(m->blocks[i], x, &layer);
     }
     nb_tensor *logits =
-        nb_f_linear(nb_layernorm_forward(m->norm_f, x), m->head_weight, m->head_bias);
+        nb_f_linear(nb_layer_norm_forward(m->norm_f, x), m->head_weight, m->head_bias);
     nb_set_grad_enabled(grad);
     return nbn_result(&m->base, logits);
 }

@@ -38,7 +38,7 @@ static const char *tensor_name(char buf[64], int layer, const char *what) {
     return buf;
 }
 
-static bool add_norm(nb_gguf *g, int layer, const char *what, const nb_layernorm *n) {
+static bool add_norm(nb_gguf *g, int layer, const char *what, const nb_layer_norm *n) {
     char name[64], what_weight[32], what_bias[32];
     snprintf(what_weight, sizeof what_weight, "%s.weight", what);
     snprintf(what_bias, sizeof what_bias, "%s.bias", what);

@@ -69,7 +69,7 @@ typedef struct {
      * counted and a steady loop still counts none after its first step. */
     int64_t quarantine_mallocs;
 #if NABLA_DEBUG_CHECKS
-    nb_scope *destroyed_scopes; /* made by nb_scope_create, never reused */
+    nb_scope *destroyed_scopes; /* made by nb_scope_new, never reused */
 #endif
 } thread_pools;
 
@@ -301,7 +301,7 @@ static void release_one(nb_tensor *t) {
 bool nbt_report_released(const char *op, const nb_tensor *t) {
     nbt_error(op,
               "the tensor (shape %s, %s) was released when its scope ended; it must not be "
-              "used after nb_scope_end or nb_scope_destroy",
+              "used after nb_scope_end or nb_scope_free",
               nbt_shape(t), nb_dtype_name(t->dtype));
     return false;
 }
@@ -365,12 +365,12 @@ void nbt_scope_own(nbt_owned *o) {
     if (root) pthread_mutex_unlock(&root_lock);
 }
 
-nb_scope *nb_scope_create(void) {
+nb_scope *nb_scope_new(void) {
     nb_scope *s = pools.scope_free;
     if (s)
         pools.scope_free = s->next_free;
     else if (!(s = nbt_malloc(sizeof *s)))
-        return nbt_error("nb_scope_create", "out of memory");
+        return nbt_error("nb_scope_new", "out of memory");
     memset(s, 0, sizeof *s);
     return s;
 }
@@ -396,7 +396,7 @@ static void clear_scope(nb_scope *s) {
 }
 
 /* Puts a scope on this thread's free list. In debug-checks builds a scope made by
- * nb_scope_create is never reused, so destroying it twice is always caught. */
+ * nb_scope_new is never reused, so destroying it twice is always caught. */
 static void free_scope(nb_scope *s) {
     s->destroyed = true;
 #if NABLA_DEBUG_CHECKS
@@ -410,14 +410,14 @@ static void free_scope(nb_scope *s) {
     pools.scope_free = s;
 }
 
-void nb_scope_destroy(nb_scope *s) {
+void nb_scope_free(nb_scope *s) {
     if (!s || s == &root_scope) return;
     if (s->destroyed) {
-        nbt_error("nb_scope_destroy", "the scope was already destroyed");
+        nbt_error("nb_scope_free", "the scope was already destroyed");
         return;
     }
     if (s->on_stack) {
-        nbt_error("nb_scope_destroy", "the scope is still pushed; pop it first");
+        nbt_error("nb_scope_free", "the scope is still pushed; pop it first");
         return;
     }
     clear_scope(s);
@@ -458,7 +458,7 @@ void nb_scope_pop(void) {
 }
 
 void nb_scope_begin(void) {
-    nb_scope *s = nb_scope_create();
+    nb_scope *s = nb_scope_new();
     if (!s) return;
     s->from_begin = true;
     nb_scope_push(s);
@@ -471,7 +471,7 @@ void nb_scope_end(void) {
         return;
     }
     pop_current();
-    nb_scope_destroy(s);
+    nb_scope_free(s);
 }
 
 nb_tensor *nb_keep(nb_tensor *t) {
@@ -552,7 +552,7 @@ void nb_shutdown(void) {
     while (current != &root_scope) {
         nb_scope *s = current;
         pop_current();
-        if (s->from_begin) nb_scope_destroy(s);
+        if (s->from_begin) nb_scope_free(s);
     }
     pthread_mutex_lock(&root_lock);
     nb_tensor *root_tensors = root_scope.tensors;

@@ -63,7 +63,7 @@ int64_t nbt_now_ns(void);
  * Released tensor structs are poisoned (their scope is nbt_released_marker) and quarantined
  * before reuse (tensor/memory.c), in every build, so entry points can report a use after the
  * scope ended. meson -Ddebug_checks=true (NABLA_DEBUG_CHECKS=1) adds never reusing the scopes
- * of nb_scope_create. */
+ * of nb_scope_new. */
 #ifndef NABLA_DEBUG_CHECKS
 #define NABLA_DEBUG_CHECKS 0
 #endif

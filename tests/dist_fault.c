@@ -19,7 +19,7 @@ int main(int argc, char **argv) {
     nb_module *model = nb_model_new(NB_F32, 1);
     nb_linear *fc = nb_linear_new(model, "fc", 8, 8, true);
     nb_tensor *params[2] = {fc->weight, fc->bias};
-    nb_grad_reducer *r = nb_grad_reducer_new(params, 2, 0);
+    nb_grad_reducer *r = nb_grad_reducer_new(2, params, 0);
     for (int step = 0; step < 1000; step++) {
         if (last && step == 3) {
             if (strcmp(mode, "die") == 0) _exit(3);

@@ -95,7 +95,7 @@ static nb_tensor *linear(params_of p, const char *prefix, nb_tensor *x) {
 }
 
 static nb_tensor *layer_norm(params_of p, const char *prefix, nb_tensor *x, double eps) {
-    return nb_layer_norm(x, param(p, prefix, "weight"), param(p, prefix, "bias"), eps);
+    return nb_f_layer_norm(x, param(p, prefix, "weight"), param(p, prefix, "bias"), eps);
 }
 
 /* [B, T, H*hd] -> [B, H, T, hd] */
@@ -153,7 +153,7 @@ nb_tensor *nbtest_layernorm_reference(const json_t *c, const golden_named *list,
 nb_tensor *nbtest_embedding_reference(const json_t *c, const golden_named *list, int n,
                                       const nbtest_call *call) {
     (void)c;
-    return nb_embedding(nbtest_named(list, n, "weight"), call->in[NBTEST_INDICES]);
+    return nb_f_embedding(nbtest_named(list, n, "weight"), call->in[NBTEST_INDICES]);
 }
 nb_tensor *nbtest_mha_reference(const json_t *c, const golden_named *list, int n,
                                 const nbtest_call *call) {

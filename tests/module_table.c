@@ -119,7 +119,7 @@ static nb_module *build_layernorm(nb_module *parent, const char *name, const jso
     int64_t dim;
     double eps;
     if (!get_int(cfg, "normalized_shape", &dim) || !get_double(cfg, "eps", &eps)) return NULL;
-    nb_layernorm *m = nb_layernorm_new(parent, name, dim);
+    nb_layer_norm *m = nb_layer_norm_new(parent, name, dim);
     if (m) m->eps = eps;
     return m ? &m->base : NULL;
 }
@@ -128,7 +128,7 @@ static const char *const embedding_keys[] = {"num_embeddings", "embedding_dim", 
 static nb_module *build_embedding(nb_module *parent, const char *name, const json_t *cfg) {
     int64_t num, dim;
     if (!get_int(cfg, "num_embeddings", &num) || !get_int(cfg, "embedding_dim", &dim)) return NULL;
-    nb_embedding_layer *m = nb_embedding_new(parent, name, num, dim);
+    nb_embedding *m = nb_embedding_new(parent, name, num, dim);
     return m ? &m->base : NULL;
 }
 
@@ -136,7 +136,7 @@ static const char *const dropout_keys[] = {"p", NULL};
 static nb_module *build_dropout(nb_module *parent, const char *name, const json_t *cfg) {
     double p;
     if (!get_double(cfg, "p", &p)) return NULL;
-    nb_dropout_layer *m = nb_dropout_new(parent, name, p);
+    nb_dropout *m = nb_dropout_new(parent, name, p);
     return m ? &m->base : NULL;
 }
 
@@ -222,13 +222,13 @@ static nb_tensor *linear_forward(nb_module *m, const nbtest_call *call) {
     return nb_linear_forward((nb_linear *)m, call->in[NBTEST_X]);
 }
 static nb_tensor *layernorm_forward(nb_module *m, const nbtest_call *call) {
-    return nb_layernorm_forward((nb_layernorm *)m, call->in[NBTEST_X]);
+    return nb_layer_norm_forward((nb_layer_norm *)m, call->in[NBTEST_X]);
 }
 static nb_tensor *embedding_forward(nb_module *m, const nbtest_call *call) {
-    return nb_embedding_forward((nb_embedding_layer *)m, call->in[NBTEST_INDICES]);
+    return nb_embedding_forward((nb_embedding *)m, call->in[NBTEST_INDICES]);
 }
 static nb_tensor *dropout_forward(nb_module *m, const nbtest_call *call) {
-    return nb_dropout_forward((nb_dropout_layer *)m, call->in[NBTEST_X]);
+    return nb_dropout_forward((nb_dropout *)m, call->in[NBTEST_X]);
 }
 static nb_tensor *feedforward_forward(nb_module *m, const nbtest_call *call) {
     return nb_feedforward_forward((nb_feedforward *)m, call->in[NBTEST_X]);
@@ -361,7 +361,7 @@ const nbtest_module nbtest_modules[] = {
      .calls = {B(NBTEST_X)},
      .forward = dropout_forward,
      .no_golden =
-         "random: tests/test_layers.c tests its op, nb_dropout, mask, scaling and generator"},
+         "random: tests/test_layers.c tests its op, nb_f_dropout, mask, scaling and generator"},
     {.type = "FeedForward",
      .example = "{\"dim\": 4, \"hidden\": 8}",
      .config_keys = feedforward_keys,

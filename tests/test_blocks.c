@@ -24,8 +24,8 @@ static void test_rms_norm_values(void) {
     nb_tensor *x = nb_from_array(NB_F64, NB_SHAPE(1, 2), (double[]){3, 4});
     nb_tensor *w = nb_from_array(NB_F64, NB_SHAPE(2), (double[]){1, 2});
     /* rms = sqrt((9 + 16) / 2) = 3.5355339...; with eps 1: sqrt(13.5) = 3.6742346... */
-    NBT_ASSERT_VALUES(blk_rms_norm(x, w, 0), 1e-7, 0.8485281, 2.2627417);
-    NBT_ASSERT_VALUES(blk_rms_norm(x, NULL, 1), 1e-7, 0.8164966, 1.0886621);
+    NBT_ASSERT_VALUES(blk_f_rms_norm(x, w, 0), 1e-7, 0.8485281, 2.2627417);
+    NBT_ASSERT_VALUES(blk_f_rms_norm(x, NULL, 1), 1e-7, 0.8164966, 1.0886621);
 }
 
 static void test_rope_values(void) {
@@ -72,7 +72,7 @@ static void test_swiglu_values(void) {
     /* D = hidden = 1, every weight 1: silu(2) * 2 = 2 sigmoid(2) * 2 = 3.5231883... */
     nb_tensor *one = nb_ones(NB_F64, NB_SHAPE(1, 1));
     nb_tensor *x = nb_full(NB_F64, NB_SHAPE(1, 1), 2);
-    NBT_ASSERT_VALUES(blk_swiglu(x, one, one, one), 1e-7, 3.5231883);
+    NBT_ASSERT_VALUES(blk_f_swiglu(x, one, one, one), 1e-7, 3.5231883);
 }
 
 /* ---- grouped-query attention against references ------------------------------------------ */
@@ -155,7 +155,7 @@ typedef struct {
 
 static nb_tensor *f_rms_norm(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
-    return blk_rms_norm(in[0], in[1], 1e-5);
+    return blk_f_rms_norm(in[0], in[1], 1e-5);
 }
 static nb_tensor *f_rope(nb_tensor *const *in, int n, void *ctx) {
     (void)n;
@@ -163,7 +163,7 @@ static nb_tensor *f_rope(nb_tensor *const *in, int n, void *ctx) {
 }
 static nb_tensor *f_swiglu(nb_tensor *const *in, int n, void *ctx) {
     (void)n, (void)ctx;
-    return blk_swiglu(in[0], in[1], in[2], in[3]);
+    return blk_f_swiglu(in[0], in[1], in[2], in[3]);
 }
 static nb_tensor *f_gqa(nb_tensor *const *in, int n, void *vctx) {
     (void)n;
@@ -219,7 +219,7 @@ static nb_tensor *run_module(nb_tensor *const *in, int n, void *vctx) {
     module_ctx *c = vctx;
     switch (c->kind) {
     case K_RMSNORM:
-        return blk_rmsnorm_forward(c->module, in[0]);
+        return blk_rms_norm_forward(c->module, in[0]);
     case K_SWIGLU:
         return blk_swiglu_forward(c->module, in[0]);
     case K_ATTENTION:
@@ -237,7 +237,7 @@ static void gradcheck_module(module_ctx c, nb_tensor *x) {
     nb_module *m = c.module;
     nb_tensor *inputs[64];
     nb_param params[63];
-    int np = nb_module_params(m, params, 63);
+    int np = nb_module_named_params(m, params, 63);
     CU_ASSERT_TRUE_FATAL(np > 0);
     inputs[0] = nb_requires_grad_(x, true);
     for (int i = 0; i < np; i++) inputs[i + 1] = params[i].tensor;
@@ -252,7 +252,7 @@ static void test_gradcheck_modules(void) {
     nb_module *model = nb_model_new(NB_F64, 3);
     nb_rng rng;
     nb_rng_seed(&rng, 13);
-    blk_rmsnorm *norm = blk_rmsnorm_new(model, "norm", 6, 1e-5);
+    blk_rms_norm *norm = blk_rms_norm_new(model, "norm", 6, 1e-5);
     nb_fill_(norm->weight, 0.7); /* a weight other than ones */
     gradcheck_module((module_ctx){.module = norm, .kind = K_RMSNORM},
                      randn64(&rng, NB_SHAPE(2, 3, 6)));
@@ -299,7 +299,7 @@ static void test_lm_names_and_checkpoint(void) {
     /* tok_embeddings + 2 x (2 norms + 4 attention + 3 feed-forward) + norm + output */
     CU_ASSERT_EQUAL(nb_module_param_count(a), 1 + 2 * 9 + 2);
     /* 7*8 + 2 * (8 + 8*8 + 2 * 4*8 + 8*8 + 8 + 3 * 8*12) + 8 + 8*7 */
-    CU_ASSERT_EQUAL(nb_module_numel(a), 56 + 2 * (8 + 64 + 64 + 64 + 8 + 288) + 8 + 56);
+    CU_ASSERT_EQUAL(nb_module_param_numel(a), 56 + 2 * (8 + 64 + 64 + 64 + 8 + 288) + 8 + 56);
     nb_tensor *wk = nb_module_param(a, "lm.layers.1.attention.wk.weight");
     CU_ASSERT_PTR_NOT_NULL_FATAL(wk);
     NBT_ASSERT_SHAPE(wk, 4, 8);
@@ -329,7 +329,7 @@ static void test_errors(void) {
     CU_ASSERT_PTR_NULL(blk_rope(x, 1, 0, 10000));
     NBT_ASSERT_ERROR("rope: head dim (last of [2, 3, 5]) must be even");
     nb_clear_error();
-    CU_ASSERT_PTR_NULL(blk_rms_norm(x, nb_ones(NB_F32, NB_SHAPE(4)), 1e-5));
+    CU_ASSERT_PTR_NULL(blk_f_rms_norm(x, nb_ones(NB_F32, NB_SHAPE(4)), 1e-5));
     NBT_ASSERT_ERROR("weight must be float32 [5] for x [2, 3, 5], got float32 [4]");
     nb_tensor *q = nb_zeros(NB_F32, NB_SHAPE(1, 4, 2, 2)),
               *k = nb_zeros(NB_F32, NB_SHAPE(1, 3, 2, 2));

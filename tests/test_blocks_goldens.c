@@ -66,7 +66,7 @@ static void *build(const json_t *c, nb_module *root) {
     const char *module = json_string_value(json_object_get(c, "module"));
     blk_llama_config cfg = llama_config(c);
     if (strcmp(module, "RMSNorm") == 0)
-        return blk_rmsnorm_new(root, "m", config_int(c, "dim"), config_double(c, "eps"));
+        return blk_rms_norm_new(root, "m", config_int(c, "dim"), config_double(c, "eps"));
     if (strcmp(module, "SwiGLU") == 0)
         return blk_swiglu_new(root, "m", config_int(c, "dim"), config_int(c, "hidden"));
     if (strcmp(module, "Attention") == 0)
@@ -106,7 +106,7 @@ static nb_tensor *forward(const json_t *c, void *m, nb_tensor *x, const nb_tenso
                           .offset = forward_int(c, "offset")};
     if (strcmp(module, "RoPE") == 0) /* x [B, H, T, hd]: positions along dim -2 */
         return blk_rope(x, -2, config_int(c, "offset"), config_double(c, "base"));
-    if (strcmp(module, "RMSNorm") == 0) return blk_rmsnorm_forward(m, x);
+    if (strcmp(module, "RMSNorm") == 0) return blk_rms_norm_forward(m, x);
     if (strcmp(module, "SwiGLU") == 0) return blk_swiglu_forward(m, x);
     if (strcmp(module, "Attention") == 0) return blk_attention_forward(m, x, &opts);
     if (strcmp(module, "Block") == 0) return blk_llama_block_forward(m, x, &opts);

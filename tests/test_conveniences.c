@@ -104,23 +104,23 @@ static void test_module_parameters(void) {
     nb_module *model = nb_model_new(NB_F32, 1);
     nb_transformer_lm *lm = nb_transformer_lm_new(model, "", 5, 4, 8, 2, 1, 0.0);
     int n = -1;
-    nb_tensor **params = nb_module_parameters(model, &n);
+    nb_tensor **params = nb_module_param_tensors(model, &n);
     nb_param named[64];
-    CU_ASSERT_EQUAL(n, nb_module_params(model, named, 64));
+    CU_ASSERT_EQUAL(n, nb_module_named_params(model, named, 64));
     for (int i = 0; i < n; i++) CU_ASSERT_PTR_EQUAL(params[i], named[i].tensor);
     CU_ASSERT_PTR_EQUAL(params[0], lm->tok_emb->weight);
     /* ready for an optimizer and clipping */
-    nb_optimizer *opt = nb_adamw_new(params, n, nb_adamw_defaults(1e-3));
+    nb_optimizer *opt = nb_adamw_new(n, params, nb_adamw_defaults(1e-3));
     CU_ASSERT_PTR_NOT_NULL(opt);
-    CU_ASSERT_TRUE(nb_clip_grad_norm(params, n, 1.0) >= 0);
+    CU_ASSERT_TRUE(nb_clip_grad_norm(n, params, 1.0) >= 0);
     nb_optimizer_free(opt);
     free(params);
     int m = -1;
-    nb_tensor **sub = nb_module_parameters(&lm->norm_f->base, &m);
+    nb_tensor **sub = nb_module_param_tensors(&lm->norm_f->base, &m);
     CU_ASSERT_EQUAL(m, 2);
     CU_ASSERT_PTR_EQUAL(sub[0], lm->norm_f->weight);
     free(sub);
-    CU_ASSERT_PTR_NULL(nb_module_parameters(NULL, &m));
+    CU_ASSERT_PTR_NULL(nb_module_param_tensors(NULL, &m));
     nb_module_free(model);
 }
 

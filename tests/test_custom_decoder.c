@@ -30,7 +30,7 @@ typedef struct {
 
 typedef struct {
     nb_module base;
-    nb_embedding_layer *tok;
+    nb_embedding *tok;
     nb_tensor *pos; /* learned positions [max_len, D] */
     mla_block *blocks[MAX_LAYERS];
     nb_linear *head; /* D -> vocab */
@@ -130,13 +130,13 @@ static nb_tensor *mla_forward(mla_model *m, const nb_tensor *tokens, nb_kv_cache
     const int64_t B = tokens->shape[0], T = tokens->shape[1];
     const int64_t start = cache ? nb_kv_cache_len(cache) : 0;
     if (cache &&
-        (nb_kv_cache_layers(cache) != m->layers ||
+        (nb_kv_cache_layer_count(cache) != m->layers ||
          nb_kv_cache_dtype(cache) != nb_module_dtype(&m->base) || nb_kv_cache_batch(cache) != B))
         return nb_error("mla",
                         "a model of %d layers in %s for batch %lld cannot use a cache of %d "
                         "layers in %s for batch %lld",
                         m->layers, nb_dtype_name(nb_module_dtype(&m->base)), (long long)B,
-                        nb_kv_cache_layers(cache), nb_dtype_name(nb_kv_cache_dtype(cache)),
+                        nb_kv_cache_layer_count(cache), nb_dtype_name(nb_kv_cache_dtype(cache)),
                         (long long)nb_kv_cache_batch(cache));
     const int64_t room =
         cache && nb_kv_cache_max_len(cache) < m->max_len ? nb_kv_cache_max_len(cache) : m->max_len;
@@ -255,7 +255,7 @@ static void test_trains_through_the_same_forward(void) {
     CU_ASSERT_TRUE_FATAL(loss && loss->requires_grad);
     CU_ASSERT_TRUE(nb_backward(loss, NULL));
     int count = 0;
-    nb_tensor **params = nb_module_parameters(&m->base, &count);
+    nb_tensor **params = nb_module_param_tensors(&m->base, &count);
     CU_ASSERT_EQUAL(count, 4 + 2 * 7); /* tok, pos, head.weight, head.bias; 7 per block */
     for (int i = 0; i < count; i++)
         CU_ASSERT_TRUE(params[i]->grad && nb_count_nonzero(params[i]->grad) > 0);
@@ -268,7 +268,7 @@ typedef struct {
     int n;
 } streamed;
 
-static void on_token(int64_t token, void *ctx) {
+static void on_token(void *ctx, int64_t token) {
     streamed *s = ctx;
     if (s->n < 40) s->seen[s->n++] = token;
 }

@@ -142,7 +142,7 @@ static void test_loader_in_order_keep(void) {
     nb_dataset *ds = numbered(10);
     nb_loader *l = nb_loader_new(ds, &(nb_loader_opts){.batch_size = 4});
     nb_dataset_free(ds); /* the loader shares the storage */
-    CU_ASSERT_EQUAL(nb_loader_num_batches(l), 3);
+    CU_ASSERT_EQUAL(nb_loader_batch_count(l), 3);
     for (int epoch = 0; epoch < 2; epoch++) {
         nb_batch b;
         int64_t ids[4], next = 0;
@@ -180,7 +180,7 @@ static void test_loader_drop_last(void) {
     nb_dataset *ds = numbered(10);
     nb_loader *l =
         nb_loader_new(ds, &(nb_loader_opts){.batch_size = 4, .last_batch = NB_LAST_BATCH_DROP});
-    CU_ASSERT_EQUAL(nb_loader_num_batches(l), 2);
+    CU_ASSERT_EQUAL(nb_loader_batch_count(l), 2);
     nb_batch b;
     int64_t ids[4];
     for (int k = 0; k < 2; k++) {
@@ -297,7 +297,7 @@ static void test_loader_resume_exact(void) {
                                 .seed = 5,
                                 .last_batch = (nb_last_batch)policy};
             nb_loader *probe = nb_loader_new(ds, &o);
-            int per_epoch = (int)nb_loader_num_batches(probe) + 1; /* the batches and the end */
+            int per_epoch = (int)nb_loader_batch_count(probe) + 1; /* the batches and the end */
             nb_loader_free(probe);
             for (int cut = 0; cut <= 3 * per_epoch; cut++) {
                 nb_loader *a = nb_loader_new(ds, &o);
@@ -388,7 +388,7 @@ static void test_loader_errors(void) {
     nb_clear_error();
     CU_ASSERT_EQUAL(nb_loader_next(l, NULL), -1);
     NBT_ASSERT_ERROR("NULL batch");
-    CU_ASSERT_EQUAL(nb_loader_num_batches(NULL), -1);
+    CU_ASSERT_EQUAL(nb_loader_batch_count(NULL), -1);
     nb_loader_free(l);
     nb_loader_free(NULL);
     nb_dataset_free(ds);
@@ -417,7 +417,7 @@ static void test_split(void) {
     nb_dataset *ds = numbered(10), *train, *val;
     nb_rng r;
     nb_rng_seed(&r, 21);
-    CU_ASSERT_TRUE_FATAL(nb_dataset_split(ds, 3, &r, &train, &val));
+    CU_ASSERT_TRUE_FATAL(nb_dataset_split(ds, &r, 3, &train, &val));
     nb_dataset_free(ds); /* the parts have their own rows */
     CU_ASSERT_EQUAL(nb_dataset_len(train), 7);
     CU_ASSERT_EQUAL(nb_dataset_len(val), 3);
@@ -448,9 +448,9 @@ static void test_split(void) {
     /* The same seed, the same split; inputs alone split too. */
     nb_dataset *x = nb_dataset_new(nb_arange(NB_F32, 0, 5, 1), NULL), *t1, *v1, *t2, *v2;
     nb_rng_seed(&r, 4);
-    CU_ASSERT_TRUE_FATAL(nb_dataset_split(x, 1, &r, &t1, &v1));
+    CU_ASSERT_TRUE_FATAL(nb_dataset_split(x, &r, 1, &t1, &v1));
     nb_rng_seed(&r, 4);
-    CU_ASSERT_TRUE_FATAL(nb_dataset_split(x, 1, &r, &t2, &v2));
+    CU_ASSERT_TRUE_FATAL(nb_dataset_split(x, &r, 1, &t2, &v2));
     CU_ASSERT_PTR_NULL(nb_dataset_targets(v1));
     CU_ASSERT_TRUE(nbtest_close(nb_dataset_inputs(t1), nb_dataset_inputs(t2), 0, 0));
     CU_ASSERT_EQUAL(nb_item(nb_dataset_inputs(v1)), nb_item(nb_dataset_inputs(v2)));
@@ -461,15 +461,15 @@ static void test_split(void) {
     /* Errors: both outputs NULL afterwards. */
     train = val = (nb_dataset *)1;
     nb_clear_error();
-    CU_ASSERT_FALSE(nb_dataset_split(x, 0, &r, &train, &val));
+    CU_ASSERT_FALSE(nb_dataset_split(x, &r, 0, &train, &val));
     NBT_ASSERT_ERROR("n_val must be in [1, 4] for a dataset of 5 examples, got 0");
     CU_ASSERT_PTR_NULL(train);
     CU_ASSERT_PTR_NULL(val);
     nb_clear_error();
-    CU_ASSERT_FALSE(nb_dataset_split(x, 5, &r, &train, &val));
+    CU_ASSERT_FALSE(nb_dataset_split(x, &r, 5, &train, &val));
     NBT_ASSERT_ERROR("got 5");
     nb_clear_error();
-    CU_ASSERT_FALSE(nb_dataset_split(x, 2, NULL, &train, &val));
+    CU_ASSERT_FALSE(nb_dataset_split(x, NULL, 2, &train, &val));
     NBT_ASSERT_ERROR("NULL generator");
     nb_dataset_free(x);
 }
@@ -612,7 +612,7 @@ static void test_header_example(void) {
     nb_rng rng;
     nb_rng_seed(&rng, 1);
     nb_dataset *train, *val;
-    CU_ASSERT_TRUE_FATAL(nb_dataset_split(all, nb_dataset_len(all) / 4, &rng, &train, &val));
+    CU_ASSERT_TRUE_FATAL(nb_dataset_split(all, &rng, nb_dataset_len(all) / 4, &train, &val));
     nb_loader *loader =
         nb_loader_new(train, &(nb_loader_opts){.batch_size = 2, .shuffle = true, .seed = 2});
     int64_t live = nb_scope_tensor_count(), examples = 0;

@@ -1,7 +1,7 @@
 /* Built only with meson -Ddebug_checks=true (scripts/test's sanitizer pass): a tensor used
  * after its scope ended is reported by the call that used it, instead of silently reading
  * whatever tensor reuses its memory, at every entry point (every build has this check;
- * tests/test_scope.c tests it there), and scopes made by nb_scope_create are never reused. */
+ * tests/test_scope.c tests it there), and scopes made by nb_scope_new are never reused. */
 #include "harness.h"
 
 #include <stdio.h>
@@ -46,7 +46,7 @@ static void test_use_after_scope_end_is_reported(void) {
     nb_generate_opts greedy = nb_generate_defaults(1);
     nb_rng rng;
     nb_rng_seed(&rng, 0);
-    CU_ASSERT_EQUAL(nb_sample_logits(logits, &greedy, &rng), -1);
+    CU_ASSERT_EQUAL(nb_sample_logits(&rng, logits, &greedy), -1);
     EXPECT_RELEASED("sample_logits");
     CU_ASSERT_TRUE(isnan(nb_get(t, NB_IDX(0, 0))));
     EXPECT_RELEASED("get");
@@ -90,7 +90,7 @@ static void test_use_after_scope_end_is_reported(void) {
 
 /* A tensor of a destroyed long-lived scope, and a view that outlived its base's scope. */
 static void test_destroyed_scope_and_views(void) {
-    nb_scope *params = nb_scope_create();
+    nb_scope *params = nb_scope_new();
     nb_scope_push(params);
     nb_tensor *w = nb_zeros(NB_F64, NB_SHAPE(4));
     nb_scope_pop();
@@ -101,14 +101,14 @@ static void test_destroyed_scope_and_views(void) {
     CU_ASSERT_PTR_NULL(nb_mul(v, v));
     EXPECT_RELEASED("mul");
     CU_ASSERT_PTR_NOT_NULL(nb_mul(w, w)); /* its base is alive */
-    nb_scope_destroy(params);
+    nb_scope_free(params);
     CU_ASSERT_PTR_NULL(nb_exp(w));
     EXPECT_RELEASED("exp");
     /* Created scopes are never reused in this build, so destroying twice is always caught,
      * however many scopes were made in between. */
-    for (int k = 0; k < 3; k++) nb_scope_destroy(nb_scope_create());
-    nb_scope_destroy(params);
-    NBT_ASSERT_ERROR("nb_scope_destroy: the scope was already destroyed");
+    for (int k = 0; k < 3; k++) nb_scope_free(nb_scope_new());
+    nb_scope_free(params);
+    NBT_ASSERT_ERROR("nb_scope_free: the scope was already destroyed");
 }
 
 int main(void) {

@@ -36,7 +36,7 @@ static blk_deepseek_config small_config(int64_t q_rank) {
 /* RMSNorm weights start at ones; random ones make their gradients mean something. */
 static void perturb_norms(nb_module *m, nb_rng *rng) {
     nb_param ps[96];
-    int n = nb_module_params(m, ps, 96);
+    int n = nb_module_named_params(m, ps, 96);
     for (int i = 0; i < n; i++)
         if (strstr(ps[i].name, "norm.weight"))
             CU_ASSERT_TRUE(nb_copy_(
@@ -96,7 +96,7 @@ static void test_active_params(void) {
     blk_deepseek_lm *m = small_lm(&root, NB_F64, 1, 0);
     int64_t total = 0;
     CU_ASSERT_EQUAL(blk_deepseek_lm_active_params(m, &total), total - 2 * 2 * 120);
-    CU_ASSERT_EQUAL(total, nb_module_numel(root));
+    CU_ASSERT_EQUAL(total, nb_module_param_numel(root));
     nb_module_free(root);
 }
 
@@ -117,10 +117,10 @@ static double lm_margin(blk_deepseek_lm *m, const nb_tensor *tokens) {
     double smallest = 1;
     for (int i = 0; i < m->n_layers; i++) {
         blk_deepseek_block *b = m->layers[i];
-        nb_tensor *h = nb_add(x, blk_mla_forward(b->attn, blk_rmsnorm_forward(b->attn_norm, x),
+        nb_tensor *h = nb_add(x, blk_mla_forward(b->attn, blk_rms_norm_forward(b->attn_norm, x),
                                                  &(blk_attn_opts){.causal = true}));
         if (b->moe) {
-            double g = moe_margin(b->moe, blk_rmsnorm_forward(b->ffn_norm, h));
+            double g = moe_margin(b->moe, blk_rms_norm_forward(b->ffn_norm, h));
             smallest = g < smallest ? g : smallest;
         }
         x = blk_deepseek_block_forward(b, x, &(blk_attn_opts){.causal = true}, NULL);
@@ -156,7 +156,7 @@ static void gradcheck_lm(int64_t q_rank, uint64_t seed) {
     CU_ASSERT_TRUE(margin > 1e-3);
     nb_param ps[96];
     nb_tensor *inputs[96];
-    int np = nb_module_params(root, ps, 96);
+    int np = nb_module_named_params(root, ps, 96);
     CU_ASSERT_TRUE_FATAL(np > 50);
     for (int i = 0; i < np; i++) inputs[i] = ps[i].tensor;
     nb_gradcheck_result res;
@@ -177,8 +177,8 @@ static void test_f32_against_f64(void) {
     nb_module *r64, *r32;
     blk_deepseek_lm *a = small_lm(&r64, NB_F64, 21, 0), *b = small_lm(&r32, NB_F32, 22, 0);
     nb_param p64[96], p32[96];
-    int np = nb_module_params(r64, p64, 96);
-    CU_ASSERT_EQUAL_FATAL(nb_module_params(r32, p32, 96), np);
+    int np = nb_module_named_params(r64, p64, 96);
+    CU_ASSERT_EQUAL_FATAL(nb_module_named_params(r32, p32, 96), np);
     for (int i = 0; i < np; i++) CU_ASSERT_TRUE(nb_copy_(p32[i].tensor, p64[i].tensor));
     /* the float64 model holds float32-representable weights, so both compute one function */
     for (int i = 0; i < np; i++) CU_ASSERT_TRUE(nb_copy_(p64[i].tensor, p32[i].tensor));
@@ -237,7 +237,7 @@ static void test_errors(void) {
                                         &(blk_attn_opts){.cache = c}, NULL),
                 "DeepSeekLM", "batch 2");
     nb_kv_cache_free(c);
-    c = blk_mla_cache_new(&m->layers[0]->attn, 1, 1, 4);
+    c = blk_mla_cache_new(1, &m->layers[0]->attn, 1, 4);
     EXPECT_NULL(blk_deepseek_lm_forward(m, nb_zeros(NB_I64, NB_SHAPE(1, 1)),
                                         &(blk_attn_opts){.cache = c}, NULL),
                 "DeepSeekLM", "3 blocks", "cache of 1 layers");
@@ -344,9 +344,9 @@ static nb_tensor *train_steps(int threads, uint64_t *mallocs) {
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     nb_param ps[64];
     nb_tensor *pt[64];
-    int np = nb_module_params(root, ps, 64);
+    int np = nb_module_named_params(root, ps, 64);
     for (int i = 0; i < np; i++) pt[i] = ps[i].tensor;
-    nb_optimizer *opt = nb_adamw_new(pt, np, nb_adamw_defaults(1e-2));
+    nb_optimizer *opt = nb_adamw_new(np, pt, nb_adamw_defaults(1e-2));
     nb_rng rng;
     nb_rng_seed(&rng, 52);
     uint64_t before = 0;

@@ -15,7 +15,7 @@ typedef struct {
 static bool gather_forward(nb_node *ctx, int nin, const nb_tensor *const *in, int nout,
                            nb_tensor **out) {
     (void)nin, (void)nout;
-    nb_tensor *rows = nb_embedding(in[0], in[1]); /* x[idx]; records nothing: grad mode off */
+    nb_tensor *rows = nb_f_embedding(in[0], in[1]); /* x[idx]; records nothing: grad mode off */
     out[0] = nb_mul(rows, in[2]);
     /* Save only what the needed gradients use: dx needs idx and w, dw needs x[idx]. */
     bool ok = nb_ctx_save(ctx, in[1]) && nb_ctx_save(ctx, in[2]) && nb_ctx_save(ctx, rows);

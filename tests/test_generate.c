@@ -321,7 +321,7 @@ typedef struct {
     nb_tensor *swapped;
 } weight_swap;
 
-static void swap_weight(int64_t token, void *ctx) {
+static void swap_weight(void *ctx, int64_t token) {
     (void)token;
     weight_swap *w = ctx;
     nb_tensor *was = w->linear->weight;
@@ -347,7 +347,7 @@ static void test_generate_rechecks_after_on_token(void) {
     o.ctx = &w;
     CU_ASSERT_EQUAL(nb_generate(&clm, prompt, 3, &o, got, NULL), 8);
     CU_ASSERT_EQUAL(memcmp(got, want, sizeof got), 0);
-    if (wq->weight != original) swap_weight(0, &w); /* the model's own weight back */
+    if (wq->weight != original) swap_weight(&w, 0); /* the model's own weight back */
     CU_ASSERT_PTR_EQUAL(wq->weight, original);
     nb_scope_end();
     nb_module_free(model);
@@ -400,7 +400,7 @@ static double chi_square(const double *logits, int64_t V, const nb_generate_opts
     int64_t counts[8] = {0};
     for (int i = 0; i < n; i++) {
         nb_scope_begin();
-        int64_t t = nb_sample_logits(row, o, &rng);
+        int64_t t = nb_sample_logits(&rng, row, o);
         nb_scope_end();
         CU_ASSERT_TRUE_FATAL(t >= 0 && t < V);
         counts[t]++;
@@ -445,11 +445,11 @@ static void test_sampling_distribution(void) {
     nb_rng rng;
     nb_rng_seed(&rng, 1);
     CU_ASSERT_EQUAL(nb_sample_logits(
-                        nb_from_array(NB_F64, NB_SHAPE(4), (const double[]){1, 3, 3, 2}), &g, &rng),
+                        &rng, nb_from_array(NB_F64, NB_SHAPE(4), (const double[]){1, 3, 3, 2}), &g),
                     1);
-    CU_ASSERT_EQUAL(nb_sample_logits(nb_zeros(NB_F32, NB_SHAPE(2, 2)), &g, &rng), -1);
+    CU_ASSERT_EQUAL(nb_sample_logits(&rng, nb_zeros(NB_F32, NB_SHAPE(2, 2)), &g), -1);
     NBT_ASSERT_ERROR("[2, 2]");
-    CU_ASSERT_EQUAL(nb_sample_logits(nb_full(NB_F32, NB_SHAPE(3), NAN), &g, &rng), -1);
+    CU_ASSERT_EQUAL(nb_sample_logits(&rng, nb_full(NB_F32, NB_SHAPE(3), NAN), &g), -1);
     NBT_ASSERT_ERROR("NaN");
     /* Contiguous float32 logits take a scan without the copy to doubles: the same first of equal
      * maxima as a strided row (the copy's path), all -inf included, and the first NaN named. */
@@ -457,12 +457,12 @@ static void test_sampling_distribution(void) {
     nb_tensor *strided = nb_select(
         nb_from_array(NB_F32, NB_SHAPE(4, 2), (const float[]){1, 9, 3, 9, 3, 9, 2, 9}), 1, 0);
     CU_ASSERT_FALSE(nb_is_contiguous(strided));
-    CU_ASSERT_EQUAL(nb_sample_logits(f32_row, &g, &rng), 1);
-    CU_ASSERT_EQUAL(nb_sample_logits(strided, &g, &rng), 1);
-    CU_ASSERT_EQUAL(nb_sample_logits(nb_full(NB_F32, NB_SHAPE(3), -INFINITY), &g, &rng), 0);
+    CU_ASSERT_EQUAL(nb_sample_logits(&rng, f32_row, &g), 1);
+    CU_ASSERT_EQUAL(nb_sample_logits(&rng, strided, &g), 1);
+    CU_ASSERT_EQUAL(nb_sample_logits(&rng, nb_full(NB_F32, NB_SHAPE(3), -INFINITY), &g), 0);
     CU_ASSERT_EQUAL(
-        nb_sample_logits(nb_from_array(NB_F32, NB_SHAPE(4), (const float[]){1, 5, NAN, NAN}), &g,
-                         &rng),
+        nb_sample_logits(&rng, nb_from_array(NB_F32, NB_SHAPE(4), (const float[]){1, 5, NAN, NAN}),
+                         &g),
         -1);
     NBT_ASSERT_ERROR("logit 2 is NaN");
 }
@@ -491,8 +491,8 @@ static void test_sampling_overflow(void) {
             o.top_k = top_k;
             for (int draw = 0; draw < 20; draw++)
                 CU_ASSERT_EQUAL(
-                    nb_sample_logits(nb_from_array(NB_F64, NB_SHAPE(cases[i].V), cases[i].logits),
-                                     &o, &rng),
+                    nb_sample_logits(
+                        &rng, nb_from_array(NB_F64, NB_SHAPE(cases[i].V), cases[i].logits), &o),
                     cases[i].want);
         }
     }
@@ -502,8 +502,8 @@ static void test_sampling_overflow(void) {
     int64_t seen[4] = {0};
     for (int draw = 0; draw < 200; draw++) {
         int64_t t = nb_sample_logits(
-            nb_from_array(NB_F64, NB_SHAPE(4), (const double[]){0, INFINITY, 5, INFINITY}), &o,
-            &rng);
+            &rng, nb_from_array(NB_F64, NB_SHAPE(4), (const double[]){0, INFINITY, 5, INFINITY}),
+            &o);
         CU_ASSERT_TRUE_FATAL(t >= 0 && t < 4);
         seen[t]++;
     }
@@ -511,18 +511,18 @@ static void test_sampling_overflow(void) {
     /* refused: NaN temperature (greedy or not), all -inf when sampling; greedy takes token 0 */
     nb_tensor *row = nb_from_array(NB_F64, NB_SHAPE(3), (const double[]){1, 2, 3});
     o.temperature = NAN;
-    CU_ASSERT_EQUAL(nb_sample_logits(row, &o, &rng), -1);
+    CU_ASSERT_EQUAL(nb_sample_logits(&rng, row, &o), -1);
     NBT_ASSERT_ERROR("must not be NaN");
     o.temperature = 1.0;
     o.top_p = NAN;
-    CU_ASSERT_EQUAL(nb_sample_logits(row, &o, &rng), -1);
+    CU_ASSERT_EQUAL(nb_sample_logits(&rng, row, &o), -1);
     NBT_ASSERT_ERROR("must not be NaN");
     o.top_p = 0;
     nb_tensor *blocked = nb_full(NB_F64, NB_SHAPE(3), -INFINITY);
-    CU_ASSERT_EQUAL(nb_sample_logits(blocked, &o, &rng), -1);
+    CU_ASSERT_EQUAL(nb_sample_logits(&rng, blocked, &o), -1);
     NBT_ASSERT_ERROR("every one of the 3 logits is -inf");
     o.temperature = 0;
-    CU_ASSERT_EQUAL(nb_sample_logits(blocked, &o, &rng), 0);
+    CU_ASSERT_EQUAL(nb_sample_logits(&rng, blocked, &o), 0);
 }
 
 /* An LM whose head bias is +inf on token 4 generates token 4, sampled or greedy. */

@@ -165,20 +165,20 @@ static void test_null_arguments_to_helpers(void) {
 
 /* ---- item 10: scopes ---- */
 static void test_scope_destroyed_twice(void) {
-    nb_scope *s = nb_scope_create();
+    nb_scope *s = nb_scope_new();
     nb_scope_push(s);
     nb_zeros(NB_F32, NB_SHAPE(3));
     nb_scope_pop();
-    nb_scope_destroy(s);
+    nb_scope_free(s);
     nb_clear_error();
-    nb_scope_destroy(s); /* again: an error, and the free list is not corrupted */
-    NBT_ASSERT_ERROR("nb_scope_destroy: ");
-    nb_scope *a = nb_scope_create(), *b = nb_scope_create();
+    nb_scope_free(s); /* again: an error, and the free list is not corrupted */
+    NBT_ASSERT_ERROR("nb_scope_free: ");
+    nb_scope *a = nb_scope_new(), *b = nb_scope_new();
     CU_ASSERT_PTR_NOT_NULL(a);
     CU_ASSERT_PTR_NOT_NULL(b);
     CU_ASSERT_PTR_NOT_EQUAL(a, b);
     /* Pushing a destroyed scope is an error too. */
-    nb_scope_destroy(a);
+    nb_scope_free(a);
     nb_clear_error();
     nb_scope_push(a);
     NBT_ASSERT_ERROR("nb_scope_push: ");
@@ -186,12 +186,12 @@ static void test_scope_destroyed_twice(void) {
     int64_t count = nb_scope_tensor_count();
     nb_zeros(NB_F32, NB_SHAPE(1));
     CU_ASSERT_EQUAL(nb_scope_tensor_count(), count + 1);
-    nb_scope_destroy(b);
+    nb_scope_free(b);
 }
 
 static void test_scope_end_and_pop_without_begin(void) {
     /* The harness's own scope is current: end it once too often from a pushed scope. */
-    nb_scope *s = nb_scope_create();
+    nb_scope *s = nb_scope_new();
     nb_scope_push(s);
     nb_clear_error();
     nb_scope_end();
@@ -200,8 +200,8 @@ static void test_scope_end_and_pop_without_begin(void) {
     nb_clear_error();
     nb_scope_pop(); /* the harness's begun scope is current: not poppable */
     NBT_ASSERT_ERROR("nb_scope_pop: ");
-    nb_scope_destroy(s);
-    nb_scope_destroy(NULL); /* harmless, like free(NULL) */
+    nb_scope_free(s);
+    nb_scope_free(NULL); /* harmless, like free(NULL) */
 }
 
 int main(void) {

@@ -217,7 +217,7 @@ static void test_block_options_gradcheck(void) {
     nb_rng rng;
     nb_rng_seed(&rng, 3);
     nb_param params[32];
-    int np = nb_module_params(&ctx.block->base, params, 32);
+    int np = nb_module_named_params(&ctx.block->base, params, 32);
     CU_ASSERT_EQUAL(np, 16);
     bool grad = nb_set_grad_enabled(false);
     for (int k = 0; k < np; k++) {
@@ -238,7 +238,7 @@ static void test_block_options_gradcheck(void) {
     block_ctx ctx32 = {nb_transformer_block_new_config(model32, "", &cfg)};
     CU_ASSERT_PTR_NOT_NULL_FATAL(ctx32.block);
     nb_param params32[32];
-    CU_ASSERT_EQUAL(nb_module_params(&ctx32.block->base, params32, 32), np);
+    CU_ASSERT_EQUAL(nb_module_named_params(&ctx32.block->base, params32, 32), np);
     grad = nb_set_grad_enabled(false);
     for (int k = 0; k < np; k++)
         nb_copy_(params32[k].tensor, nb_to_dtype(params[k].tensor, NB_F32));

@@ -55,7 +55,7 @@ static void vector_math(nb_dtype dt, results *r) {
 
 static void layer_norm_rows(nb_dtype dt, results *r) {
     nb_tensor *in[3] = {INPUT(2, dt, 1.0, 6, 37), INPUT(3, dt, 1.0, 37), INPUT(4, dt, 1.0, 37)};
-    with_grads(r, nb_layer_norm(in[0], in[1], in[2], 1e-5), 3, in);
+    with_grads(r, nb_f_layer_norm(in[0], in[1], in[2], 1e-5), 3, in);
 }
 
 static void column_sums(nb_dtype dt, results *r) {
@@ -96,7 +96,7 @@ static void gemm_dots(nb_dtype dt, results *r) {
  * second moment. */
 static void adam_update(nb_dtype dt, results *r) {
     nb_tensor *p = INPUT(16, dt, 1.0, 53), *g = nb_detach(INPUT(17, dt, 1.0, 53));
-    nb_optimizer *opt = nb_adamw_new(&p, 1, nb_adamw_defaults(0.01));
+    nb_optimizer *opt = nb_adamw_new(1, &p, nb_adamw_defaults(0.01));
     CU_ASSERT_PTR_NOT_NULL_FATAL(opt);
     for (int step = 0; step < 2; step++) {
         nb_optimizer_zero_grad(opt);

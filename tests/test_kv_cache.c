@@ -305,7 +305,7 @@ static void test_truncate_and_reset(void) {
 static void test_accessors(void) {
     nb_kv_cache *c = nb_kv_cache_empty(3, 2, 10, NB_F64);
     CU_ASSERT_PTR_NOT_NULL_FATAL(c);
-    CU_ASSERT_EQUAL(nb_kv_cache_layers(c), 3);
+    CU_ASSERT_EQUAL(nb_kv_cache_layer_count(c), 3);
     CU_ASSERT_EQUAL(nb_kv_cache_batch(c), 2);
     CU_ASSERT_EQUAL(nb_kv_cache_max_len(c), 10);
     CU_ASSERT_EQUAL(nb_kv_cache_len(c), 0);
@@ -337,11 +337,11 @@ static void test_accessors(void) {
     c = nb_kv_cache_new(2, 1, 8, 4, 4, NB_F32);
     CU_ASSERT_EQUAL(nb_kv_cache_bytes(c), 2 * 1 * 4 * (4 + 4) * 8 * 4);
     CU_ASSERT_EQUAL(nb_kv_cache_dtype(c), NB_F32);
-    CU_ASSERT_EQUAL(nb_kv_cache_layers(c), 2);
+    CU_ASSERT_EQUAL(nb_kv_cache_layer_count(c), 2);
     nb_kv_cache_free(c);
     CU_ASSERT_EQUAL(nb_kv_cache_len(NULL), -1);
     CU_ASSERT_EQUAL(nb_kv_cache_max_len(NULL), -1);
-    CU_ASSERT_EQUAL(nb_kv_cache_layers(NULL), 0);
+    CU_ASSERT_EQUAL(nb_kv_cache_layer_count(NULL), 0);
     CU_ASSERT_EQUAL(nb_kv_cache_batch(NULL), 0);
     CU_ASSERT_EQUAL(nb_kv_cache_dtype(NULL), NB_F32);
     CU_ASSERT_EQUAL(nb_kv_cache_bytes(NULL), 0);

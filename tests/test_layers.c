@@ -36,9 +36,9 @@ static void test_layer_norm_by_hand(void) {
         nb_tensor *x = leaf(dt, NB_SHAPE(2, 4), D(1, 2, 3, 4, 40, 30, 20, 10));
         nb_tensor *w = leaf(dt, NB_SHAPE(4), D(1, 2, 1, 2));
         nb_tensor *b = leaf(dt, NB_SHAPE(4), D(0, 0, 1, 1));
-        NBT_ASSERT_VALUES(nb_layer_norm(x, NULL, NULL, 0.0), tol(dt), -3 * XH, -XH, XH, 3 * XH,
+        NBT_ASSERT_VALUES(nb_f_layer_norm(x, NULL, NULL, 0.0), tol(dt), -3 * XH, -XH, XH, 3 * XH,
                           3 * XH, XH, -XH, -3 * XH);
-        nb_tensor *y = nb_layer_norm(x, w, b, 0.0);
+        nb_tensor *y = nb_f_layer_norm(x, w, b, 0.0);
         NBT_ASSERT_VALUES(y, tol(dt), -3 * XH, -2 * XH, XH + 1, 6 * XH + 1, 3 * XH, 2 * XH, 1 - XH,
                           1 - 6 * XH);
         /* g picks one element per row. With gh = g * w and xh the normalised row,
@@ -70,7 +70,7 @@ static void test_layer_norm_against_torch(void) {
             values(dt, NB_SHAPE(2, 2, 3),
                    D(-2.02, 0.09, -0.45, 2.32, -0.65, -0.79, -0.72, 2.54, 0.52, 0.87, -0.19, 1.51));
         nb_tensor *xs = nb_transpose(nb_contiguous(nb_transpose(x, 1, 2)), 1, 2);
-        nb_tensor *y = nb_layer_norm(xs, w, b, 1e-5);
+        nb_tensor *y = nb_f_layer_norm(xs, w, b, 1e-5);
         NBT_ASSERT_VALUES(y, tol(dt) * 4, 2.0277377445517804, -0.8626210840186251,
                           1.5109015370035954, 2.44077181350357, -4.057264265748793,
                           -1.8790089511814914, 1.580613828532295, -0.5243110312633039,
@@ -93,7 +93,7 @@ static void test_layer_norm_against_torch(void) {
 static void layer_norm_and_grads(nb_tensor *x, nb_tensor *w, nb_tensor *b, nb_tensor *r,
                                  nb_tensor **out) {
     nb_zero_grad(x), nb_zero_grad(w), nb_zero_grad(b);
-    out[0] = nb_layer_norm(x, w, b, 1e-5);
+    out[0] = nb_f_layer_norm(x, w, b, 1e-5);
     CU_ASSERT_TRUE(nb_backward(nb_sum(nb_mul(out[0], r)), NULL));
     out[1] = nb_clone(nb_grad(x)), out[2] = nb_clone(nb_grad(w)), out[3] = nb_clone(nb_grad(b));
 }
@@ -132,24 +132,24 @@ static void test_layer_norm_vector_builds(void) {
 
 static void test_layer_norm_errors(void) {
     nb_tensor *x = nb_zeros(NB_F32, NB_SHAPE(2, 4));
-    CU_ASSERT_PTR_NULL(nb_layer_norm(x, nb_ones(NB_F32, NB_SHAPE(3)), NULL, 1e-5));
+    CU_ASSERT_PTR_NULL(nb_f_layer_norm(x, nb_ones(NB_F32, NB_SHAPE(3)), NULL, 1e-5));
     NBT_ASSERT_ERROR("layer_norm: weight of shape [3] does not match the normalised shape [4] of "
                      "input [2, 4]");
-    CU_ASSERT_PTR_NULL(nb_layer_norm(x, NULL, nb_ones(NB_F32, NB_SHAPE(2, 4)), 1e-5));
+    CU_ASSERT_PTR_NULL(nb_f_layer_norm(x, NULL, nb_ones(NB_F32, NB_SHAPE(2, 4)), 1e-5));
     NBT_ASSERT_ERROR("layer_norm: bias of shape [2, 4] does not match the normalised shape [4]");
-    CU_ASSERT_PTR_NULL(nb_layer_norm(x, nb_ones(NB_F32, NB_SHAPE(3, 2, 4)), NULL, 1e-5));
+    CU_ASSERT_PTR_NULL(nb_f_layer_norm(x, nb_ones(NB_F32, NB_SHAPE(3, 2, 4)), NULL, 1e-5));
     NBT_ASSERT_ERROR("layer_norm: cannot normalise the last 3 dims of input [2, 4] (weight [3, 2, "
                      "4])");
-    CU_ASSERT_PTR_NULL(nb_layer_norm(x, nb_ones(NB_F64, NB_SHAPE(4)), NULL, 1e-5));
+    CU_ASSERT_PTR_NULL(nb_f_layer_norm(x, nb_ones(NB_F64, NB_SHAPE(4)), NULL, 1e-5));
     NBT_ASSERT_ERROR("layer_norm: dtype mismatch: [2, 4] float32 and [4] float64");
-    CU_ASSERT_PTR_NULL(nb_layer_norm(x, NULL, NULL, -1.0));
+    CU_ASSERT_PTR_NULL(nb_f_layer_norm(x, NULL, NULL, -1.0));
     NBT_ASSERT_ERROR("layer_norm: eps must be >= 0, got -1");
-    CU_ASSERT_PTR_NULL(nb_layer_norm(nb_zeros(NB_I64, NB_SHAPE(4)), NULL, NULL, 1e-5));
+    CU_ASSERT_PTR_NULL(nb_f_layer_norm(nb_zeros(NB_I64, NB_SHAPE(4)), NULL, NULL, 1e-5));
     NBT_ASSERT_ERROR("layer_norm: expected a float32 or float64 tensor, got int64");
-    CU_ASSERT_PTR_NULL(nb_layer_norm(zero_d(NB_F32, 1), NULL, NULL, 1e-5));
+    CU_ASSERT_PTR_NULL(nb_f_layer_norm(zero_d(NB_F32, 1), NULL, NULL, 1e-5));
     NBT_ASSERT_ERROR("layer_norm: cannot normalise the last 1 dims of input []");
     nb_clear_error();
-    CU_ASSERT_PTR_NULL(nb_layer_norm(NULL, NULL, NULL, 1e-5));
+    CU_ASSERT_PTR_NULL(nb_f_layer_norm(NULL, NULL, NULL, 1e-5));
     NBT_ASSERT_ERROR("layer_norm: input 0 is NULL");
 }
 
@@ -160,7 +160,7 @@ static void test_embedding(void) {
         nb_dtype dt = dtypes[k];
         nb_tensor *w = leaf(dt, NB_SHAPE(4, 2), D(0, 1, 10, 11, 20, 21, 30, 31));
         nb_tensor *idx = nb_from_array(NB_I64, NB_SHAPE(2, 2), IDX64(3, 1, 1, 1));
-        nb_tensor *y = nb_embedding(w, idx);
+        nb_tensor *y = nb_f_embedding(w, idx);
         CU_ASSERT_PTR_NOT_NULL_FATAL(y);
         CU_ASSERT_EQUAL(y->ndim, 3);
         CU_ASSERT_EQUAL(y->shape[2], 2);
@@ -174,30 +174,31 @@ static void test_embedding(void) {
             nb_transpose(values(dt, NB_SHAPE(2, 4), D(0, 10, 20, 30, 1, 11, 21, 31)), 0, 1);
         nb_tensor *it = nb_transpose(nb_from_array(NB_I64, NB_SHAPE(2, 2), IDX64(3, 0, 2, 1)), 0,
                                      1); /* [[3, 2], [0, 1]] */
-        NBT_ASSERT_VALUES(nb_embedding(wt, it), 0, 30, 31, 20, 21, 0, 1, 10, 11);
+        NBT_ASSERT_VALUES(nb_f_embedding(wt, it), 0, 30, 31, 20, 21, 0, 1, 10, 11);
         /* A 0-d index gives one row. */
-        NBT_ASSERT_VALUES(nb_embedding(wt, zero_d(NB_I64, 2)), 0, 20, 21);
+        NBT_ASSERT_VALUES(nb_f_embedding(wt, zero_d(NB_I64, 2)), 0, 20, 21);
     }
 }
 
 static void test_embedding_errors(void) {
     nb_tensor *w = nb_zeros(NB_F32, NB_SHAPE(4, 2));
-    CU_ASSERT_PTR_NULL(nb_embedding(w, nb_from_array(NB_I64, NB_SHAPE(2, 2), IDX64(0, 1, 4, 2))));
+    CU_ASSERT_PTR_NULL(nb_f_embedding(w, nb_from_array(NB_I64, NB_SHAPE(2, 2), IDX64(0, 1, 4, 2))));
     NBT_ASSERT_ERROR("embedding: index 4 at position [1, 0] is out of range for V = 4 "
                      "(weight [4, 2])");
-    CU_ASSERT_PTR_NULL(nb_embedding(w, nb_from_array(NB_I64, NB_SHAPE(1), IDX64(-1))));
+    CU_ASSERT_PTR_NULL(nb_f_embedding(w, nb_from_array(NB_I64, NB_SHAPE(1), IDX64(-1))));
     NBT_ASSERT_ERROR("embedding: index -1 at position [0] is out of range for V = 4");
-    CU_ASSERT_PTR_NULL(nb_embedding(w, nb_zeros(NB_F32, NB_SHAPE(3))));
+    CU_ASSERT_PTR_NULL(nb_f_embedding(w, nb_zeros(NB_F32, NB_SHAPE(3))));
     NBT_ASSERT_ERROR("embedding: indices must be int64, got float32 of shape [3]");
-    CU_ASSERT_PTR_NULL(nb_embedding(w, nb_zeros(NB_BOOL, NB_SHAPE(3))));
+    CU_ASSERT_PTR_NULL(nb_f_embedding(w, nb_zeros(NB_BOOL, NB_SHAPE(3))));
     NBT_ASSERT_ERROR("embedding: indices must be int64, got bool");
-    CU_ASSERT_PTR_NULL(nb_embedding(nb_zeros(NB_F32, NB_SHAPE(4)), nb_zeros(NB_I64, NB_SHAPE(1))));
+    CU_ASSERT_PTR_NULL(
+        nb_f_embedding(nb_zeros(NB_F32, NB_SHAPE(4)), nb_zeros(NB_I64, NB_SHAPE(1))));
     NBT_ASSERT_ERROR("embedding: weight must be [V, D], got shape [4]");
     CU_ASSERT_PTR_NULL(
-        nb_embedding(nb_zeros(NB_I64, NB_SHAPE(4, 2)), nb_zeros(NB_I64, NB_SHAPE(1))));
+        nb_f_embedding(nb_zeros(NB_I64, NB_SHAPE(4, 2)), nb_zeros(NB_I64, NB_SHAPE(1))));
     NBT_ASSERT_ERROR("embedding: expected a float32 or float64 tensor, got int64");
     nb_clear_error();
-    CU_ASSERT_PTR_NULL(nb_embedding(w, NULL));
+    CU_ASSERT_PTR_NULL(nb_f_embedding(w, NULL));
     NBT_ASSERT_ERROR("embedding: input 1 is NULL");
 }
 
@@ -206,7 +207,7 @@ static void test_embedding_errors(void) {
 static nb_tensor *dropout_seeded(const nb_tensor *x, double p, uint64_t seed) {
     nb_rng rng;
     nb_rng_seed(&rng, seed);
-    return nb_dropout(x, p, true, &rng);
+    return nb_f_dropout(&rng, x, p, true);
 }
 
 static void test_dropout_same_seed_same_mask(void) {
@@ -269,18 +270,18 @@ static void test_dropout_identities(void) {
         /* p = 0 in training: unchanged, and no numbers drawn. */
         nb_rng rng, fresh;
         nb_rng_seed(&rng, 5), nb_rng_seed(&fresh, 5);
-        nb_tensor *y0 = nb_dropout(x, 0.0, true, &rng);
+        nb_tensor *y0 = nb_f_dropout(&rng, x, 0.0, true);
         NBT_ASSERT_VALUES(y0, 0, 1, -2, 3, -4);
         CU_ASSERT_EQUAL(nb_rng_next(&rng), nb_rng_next(&fresh));
         /* Eval: unchanged, a view of x, gradient passed through; no generator needed. */
-        nb_tensor *ye = nb_dropout(x, 0.9, false, NULL);
+        nb_tensor *ye = nb_f_dropout(NULL, x, 0.9, false);
         NBT_ASSERT_VALUES(ye, 0, 1, -2, 3, -4);
         CU_ASSERT_PTR_EQUAL(ye->storage, x->storage);
         CU_ASSERT_TRUE(nb_backward(ye, values(dt, NB_SHAPE(2, 2), D(5, 6, 7, 8))));
         NBT_ASSERT_VALUES(nb_grad(x), 0, 5, 6, 7, 8);
         /* p = 1 in training: zeros and a zero gradient. */
         nb_tensor *x1 = leaf(dt, NB_SHAPE(3), D(1, INFINITY, 3));
-        nb_tensor *y1 = nb_dropout(x1, 1.0, true, NULL);
+        nb_tensor *y1 = nb_f_dropout(NULL, x1, 1.0, true);
         NBT_ASSERT_VALUES(y1, 0, 0, 0, 0);
         CU_ASSERT_TRUE(nb_backward(y1, values(dt, NB_SHAPE(3), D(1, 1, 1))));
         NBT_ASSERT_VALUES(nb_grad(x1), 0, 0, 0, 0);
@@ -291,18 +292,18 @@ static void test_dropout_errors(void) {
     nb_rng rng;
     nb_rng_seed(&rng, 1);
     nb_tensor *x = nb_ones(NB_F32, NB_SHAPE(2, 3));
-    CU_ASSERT_PTR_NULL(nb_dropout(x, -0.1, true, &rng));
+    CU_ASSERT_PTR_NULL(nb_f_dropout(&rng, x, -0.1, true));
     NBT_ASSERT_ERROR("dropout: probability p must be in [0, 1], got -0.1 (input [2, 3])");
-    CU_ASSERT_PTR_NULL(nb_dropout(x, 1.5, false, &rng));
+    CU_ASSERT_PTR_NULL(nb_f_dropout(&rng, x, 1.5, false));
     NBT_ASSERT_ERROR("dropout: probability p must be in [0, 1], got 1.5");
-    CU_ASSERT_PTR_NULL(nb_dropout(x, NAN, true, &rng));
+    CU_ASSERT_PTR_NULL(nb_f_dropout(&rng, x, NAN, true));
     NBT_ASSERT_ERROR("dropout: probability p must be in [0, 1], got nan");
-    CU_ASSERT_PTR_NULL(nb_dropout(x, 0.5, true, NULL));
+    CU_ASSERT_PTR_NULL(nb_f_dropout(NULL, x, 0.5, true));
     NBT_ASSERT_ERROR("dropout: training with p = 0.5 needs a generator, got NULL rng");
-    CU_ASSERT_PTR_NULL(nb_dropout(nb_ones(NB_I64, NB_SHAPE(2)), 0.5, true, &rng));
+    CU_ASSERT_PTR_NULL(nb_f_dropout(&rng, nb_ones(NB_I64, NB_SHAPE(2)), 0.5, true));
     NBT_ASSERT_ERROR("dropout: expected a float32 or float64 tensor, got int64");
     nb_clear_error();
-    CU_ASSERT_PTR_NULL(nb_dropout(NULL, 0.5, true, &rng));
+    CU_ASSERT_PTR_NULL(nb_f_dropout(&rng, NULL, 0.5, true));
     NBT_ASSERT_ERROR("dropout: input 0 is NULL");
 }
 

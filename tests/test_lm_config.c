@@ -40,15 +40,15 @@ static void test_out_features_and_tying(void) {
     /* one parameter fewer than the untied model of the same sizes (7 x 8 weight shared) */
     nb_module *m2 = nb_model_new(NB_F64, 3);
     nb_transformer_lm *untied = nb_transformer_lm_new(m2, "", 7, 6, 8, 2, 1, 0.0);
-    CU_ASSERT_EQUAL(nb_module_numel(&t->base), nb_module_numel(&untied->base) - 7 * 8);
+    CU_ASSERT_EQUAL(nb_module_param_numel(&t->base), nb_module_param_numel(&untied->base) - 7 * 8);
     /* the gradient of the shared weight collects both uses: compare with finite differences */
     nb_tensor *y = nb_transformer_lm_forward(t, tokens, true, NULL, NULL);
     NBT_ASSERT_SHAPE(y, 2, 3, 7);
-    nb_tensor *x = nb_embedding(t->tok_emb->weight, tokens);
-    x = nb_add(x, nb_embedding(t->pos_emb->weight, nb_arange(NB_I64, 0, 3, 1)));
+    nb_tensor *x = nb_f_embedding(t->tok_emb->weight, tokens);
+    x = nb_add(x, nb_f_embedding(t->pos_emb->weight, nb_arange(NB_I64, 0, 3, 1)));
     x = nb_transformer_block_forward(t->blocks[0], x, &(nb_mha_opts){.causal = true});
     nb_tensor *want = nb_add(
-        nb_matmul(nb_layernorm_forward(t->norm_f, x), nb_transpose(t->tok_emb->weight, 0, 1)),
+        nb_matmul(nb_layer_norm_forward(t->norm_f, x), nb_transpose(t->tok_emb->weight, 0, 1)),
         t->head_bias);
     NBT_ASSERT_CLOSE(y, want, 1e-12, 1e-12);
 
@@ -81,11 +81,11 @@ static void test_head_without_bias(void) {
         CU_ASSERT_PTR_NULL(m->head_bias);
         CU_ASSERT_PTR_NULL(nb_module_param(model, tie ? "tied.head.bias" : "untied.head.bias"));
         CU_ASSERT_TRUE(nb_transformer_lm_config(m).no_head_bias);
-        nb_tensor *x = nb_add(nb_embedding(m->tok_emb->weight, tokens),
-                              nb_embedding(m->pos_emb->weight, nb_arange(NB_I64, 0, 3, 1)));
+        nb_tensor *x = nb_add(nb_f_embedding(m->tok_emb->weight, tokens),
+                              nb_f_embedding(m->pos_emb->weight, nb_arange(NB_I64, 0, 3, 1)));
         x = nb_transformer_block_forward(m->blocks[0], x, &(nb_mha_opts){.causal = true});
         nb_tensor *want =
-            nb_matmul(nb_layernorm_forward(m->norm_f, x), nb_transpose(m->head_weight, 0, 1));
+            nb_matmul(nb_layer_norm_forward(m->norm_f, x), nb_transpose(m->head_weight, 0, 1));
         NBT_ASSERT_CLOSE(nb_transformer_lm_forward(m, tokens, true, NULL, NULL), want, 1e-12,
                          1e-12);
     }
@@ -371,9 +371,9 @@ static void test_config_read_of_saved_models(void) {
             nb_transformer_lm_new_config(model, cases[i].name, &cases[i].cfg, 0.0);
         CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
         int np;
-        nb_tensor **params = nb_module_parameters(model, &np);
+        nb_tensor **params = nb_module_param_tensors(model, &np);
         nb_optimizer *opt =
-            cases[i].with_optimizer ? nb_adamw_new(params, np, nb_adamw_defaults(1e-3)) : NULL;
+            cases[i].with_optimizer ? nb_adamw_new(np, params, nb_adamw_defaults(1e-3)) : NULL;
         CU_ASSERT_TRUE_FATAL(nb_transformer_lm_save(lm, opt, path, 0, NULL));
         nb_lm_config read;
         nb_clear_error();
@@ -388,7 +388,7 @@ static void test_config_read_of_saved_models(void) {
                        read.no_head_bias == want.no_head_bias);
         struct stat st;
         CU_ASSERT_EQUAL(stat(path, &st), 0);
-        CU_ASSERT_TRUE(nb_module_numel(&lm->base) * 4 <= st.st_size);
+        CU_ASSERT_TRUE(nb_module_param_numel(&lm->base) * 4 <= st.st_size);
         CU_ASSERT_TRUE(nb_transformer_lm_load(lm, opt, path));
         nb_optimizer_free(opt);
         free(params);

@@ -12,14 +12,14 @@
 typedef struct {
     nb_module *root;
     nb_linear *a, *b;
-    nb_layernorm *n;
+    nb_layer_norm *n;
 } small_model;
 
 static small_model small_new(nb_dtype dt, uint64_t seed) {
     small_model m = {.root = nb_model_new(dt, seed)};
     m.a = nb_linear_new(m.root, "a", 4, 3, true);
     m.b = nb_linear_new(m.root, "b", 3, 2, false);
-    m.n = nb_layernorm_new(m.root, "n", 3);
+    m.n = nb_layer_norm_new(m.root, "n", 3);
     CU_ASSERT_FATAL(m.a && m.b && m.n);
     return m;
 }

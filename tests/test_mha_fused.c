@@ -120,7 +120,7 @@ static bool run(const fused_case *f, bool memory_efficient, run_result *r) {
             return printf("    parameter %s: %s\n", f->params[k].name, nb_last_error()), false;
     }
     nb_param all[MAX_NAMED];
-    if (nb_module_params(&r->mha->base, all, MAX_NAMED) != f->nparams)
+    if (nb_module_named_params(&r->mha->base, all, MAX_NAMED) != f->nparams)
         return printf("    the module and the golden have different parameters\n"), false;
     for (int k = 0; k < f->ninputs; k++)
         if (f->inputs[k].tensor->requires_grad) nb_zero_grad(f->inputs[k].tensor);
@@ -201,7 +201,7 @@ static void compare_output(tally *t, const fused_case *f, const run_result *r) {
 
 static void compare_gradients(tally *t, const fused_case *f, const run_result *r) {
     nb_param params[MAX_NAMED];
-    int n = nb_module_params(&r->mha->base, params, MAX_NAMED);
+    int n = nb_module_named_params(&r->mha->base, params, MAX_NAMED);
     for (int k = 0; k < n; k++)
         note(t,
              golden_compare(nb_grad(params[k].tensor),

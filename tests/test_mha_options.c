@@ -34,15 +34,15 @@ static void test_bias_switches(void) {
     CU_ASSERT_TRUE_FATAL(none && defaults && old);
     nb_param p[16];
     /* bias=False: the four weights and nothing else. */
-    CU_ASSERT_EQUAL(nb_module_params(&none->base, p, 16), 4);
+    CU_ASSERT_EQUAL(nb_module_named_params(&none->base, p, 16), 4);
     CU_ASSERT_STRING_EQUAL(p[3].name, "attn.out_proj.weight");
     CU_ASSERT_PTR_NULL(none->out_proj->bias);
     /* The tutorials' defaults: out_proj has a bias, the projections do not. */
-    CU_ASSERT_EQUAL(nb_module_params(&defaults->base, p, 16), 5);
+    CU_ASSERT_EQUAL(nb_module_named_params(&defaults->base, p, 16), 5);
     CU_ASSERT_STRING_EQUAL(p[4].name, "defaults.out_proj.bias");
     CU_ASSERT_PTR_NULL(defaults->W_query->bias);
     /* The old constructor keeps its out_proj bias. */
-    CU_ASSERT_EQUAL(nb_module_params(&old->base, p, 16), 8);
+    CU_ASSERT_EQUAL(nb_module_named_params(&old->base, p, 16), 8);
     CU_ASSERT_PTR_NOT_NULL(old->out_proj->bias);
     nb_module_free(model);
 }
@@ -83,7 +83,7 @@ static void gradcheck_case(grad_case *c, nb_tensor *x, nb_tensor *float_mask, nb
     c->float_mask_input = float_mask != NULL;
     c->head_mask_input = head_mask != NULL;
     nb_param params[16];
-    int np = nb_module_params(&c->m->base, params, 16);
+    int np = nb_module_named_params(&c->m->base, params, 16);
     for (int i = 0; i < np; i++) inputs[n++] = params[i].tensor;
     nb_gradcheck_result res;
     bool ok = nb_gradcheck(run, n, inputs, c, NULL, &res);

@@ -40,7 +40,7 @@ static const blk_mla_config low_rank = {.dim = 8,
 
 /* RMSNorm weights start at ones; redrawn so a forward that ignored them would show. */
 static void perturb_norms(blk_mla *m, nb_rng *rng) {
-    blk_rmsnorm *norms[2] = {m->kv_norm, m->q_norm};
+    blk_rms_norm *norms[2] = {m->kv_norm, m->q_norm};
     for (int i = 0; i < 2; i++)
         if (norms[i])
             nb_copy_(norms[i]->weight,
@@ -95,7 +95,7 @@ static void gradcheck_mla(const char *what, const blk_mla_config *cfg, blk_attn_
     perturb_norms(m, &rng);
     nb_tensor *inputs[16];
     nb_param params[15];
-    int np = nb_module_params(&m->base, params, 15);
+    int np = nb_module_named_params(&m->base, params, 15);
     CU_ASSERT_TRUE_FATAL(np >= 5);
     inputs[0] = strided ? nb_transpose(randn64(&rng, NB_SHAPE(T, B, cfg->dim)), 0, 1)
                         : randn64(&rng, NB_SHAPE(B, T, cfg->dim));
@@ -163,8 +163,8 @@ static void check_f32_against_f64(const blk_mla_config *cfg) {
     nb_rng_seed(&rng, 31);
     perturb_norms(m64, &rng);
     nb_param p64[16], p32[16];
-    int n = nb_module_params(r64, p64, 16);
-    CU_ASSERT_EQUAL_FATAL(nb_module_params(r32, p32, 16), n);
+    int n = nb_module_named_params(r64, p64, 16);
+    CU_ASSERT_EQUAL_FATAL(nb_module_named_params(r32, p32, 16), n);
     for (int i = 0; i < n; i++) CU_ASSERT_TRUE(nb_copy_(p32[i].tensor, p64[i].tensor));
     nb_tensor *pad = nb_zeros(NB_BOOL, NB_SHAPE(2, 6));
     nb_set(pad, NB_IDX(0, 5), 1);
@@ -197,7 +197,7 @@ static void test_f32_against_f64(void) {
  * its own width. */
 typedef struct {
     nb_module base;
-    nb_embedding_layer *tok;
+    nb_embedding *tok;
     blk_mla *layers[2];
     nb_linear *head;
     int64_t vocab;
@@ -242,7 +242,7 @@ static nb_tensor *lm_forward(void *model, const nb_tensor *tokens, nb_kv_cache *
 
 static nb_kv_cache *lm_cache(void *model, int64_t batch, int64_t max_len) {
     mla_lm *m = model;
-    return blk_mla_cache_new(m->layers, 2, batch, max_len);
+    return blk_mla_cache_new(2, m->layers, batch, max_len);
 }
 
 static nb_causal_lm lm_causal(mla_lm *m, int64_t max_len) {
@@ -305,7 +305,7 @@ static void test_layer_cached_equals_full(void) {
     perturb_norms(m, &rng);
     nb_tensor *x = randn64(&rng, NB_SHAPE(2, 7, 8));
     nb_tensor *full = blk_mla_forward(m, x, &(blk_attn_opts){.causal = true});
-    nb_kv_cache *c = blk_mla_cache_new(&m, 1, 2, 7);
+    nb_kv_cache *c = blk_mla_cache_new(1, &m, 2, 7);
     blk_attn_opts o = {.cache = c}; /* causal whatever .causal says */
     CU_ASSERT_PTR_NOT_NULL(blk_mla_forward(m, nb_narrow(x, 1, 0, 3), &o));
     CU_ASSERT_TRUE(nb_kv_cache_commit(c, 3));
@@ -343,7 +343,7 @@ static void test_bytes_per_token(void) {
     /* second: (6 + 4) * 4; 3 heads of (3 + 4) + 2: 27 * 4 */
     CU_ASSERT_EQUAL(blk_mla_cache_bytes_per_token(m->layers[1], &mha1), 40);
     CU_ASSERT_EQUAL(mha1, 108);
-    nb_kv_cache *latent = blk_mla_cache_new(m->layers, 2, 3, 10);
+    nb_kv_cache *latent = blk_mla_cache_new(2, m->layers, 3, 10);
     CU_ASSERT_EQUAL(nb_kv_cache_bytes(latent), (28 + 40) * 3 * 10);
     nb_kv_cache *mha = nb_kv_cache_empty(2, 3, 10, NB_F32);
     CU_ASSERT_TRUE(nb_kv_cache_add_heads(mha, 0, 2, 4, 3) &&
@@ -395,7 +395,7 @@ static void test_errors(void) {
     EXPECT_NULL(blk_mla_forward(m, x, &(blk_attn_opts){.offset = -1}),
                 "MLA: 'blocks.attn': offset must be >= 0, got -1");
     /* caches */
-    nb_kv_cache *c = blk_mla_cache_new(&m, 1, 2, 4);
+    nb_kv_cache *c = blk_mla_cache_new(1, &m, 2, 4);
     CU_ASSERT_PTR_NOT_NULL_FATAL(c);
     nb_tensor *pad3 = nb_zeros(NB_BOOL, NB_SHAPE(2, 3));
     EXPECT_NULL(blk_mla_forward(m, x, &(blk_attn_opts){.cache = c, .key_padding_mask = pad3}),
@@ -427,9 +427,9 @@ static void test_errors(void) {
     EXPECT_NULL(blk_mla_forward(m, x, &(blk_attn_opts){.cache = f32}),
                 "cache of 1 layers in float32");
     nb_kv_cache_free(f32);
-    EXPECT_NULL(blk_mla_cache_new(NULL, 1, 1, 4), "MLA: blk_mla_cache_new needs 1 or more layers");
-    EXPECT_NULL(blk_mla_cache_new((blk_mla *[]){m, NULL}, 2, 1, 4), "layer 1 is NULL");
-    EXPECT_NULL(blk_mla_cache_new(&m, 1, 0, 4), "kv_cache");
+    EXPECT_NULL(blk_mla_cache_new(1, NULL, 1, 4), "MLA: blk_mla_cache_new needs 1 or more layers");
+    EXPECT_NULL(blk_mla_cache_new(2, (blk_mla *[]){m, NULL}, 1, 4), "layer 1 is NULL");
+    EXPECT_NULL(blk_mla_cache_new(1, &m, 0, 4), "kv_cache");
     nb_clear_error();
     CU_ASSERT_EQUAL(blk_mla_cache_bytes_per_token(NULL, NULL), -1);
     NBT_ASSERT_ERROR("MLA: NULL argument");

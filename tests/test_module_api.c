@@ -54,12 +54,12 @@ static void test_tree_names_and_accessors(void) {
     NBT_ASSERT_ERROR("'stack' has 1 children, no child 1");
     /* Parameters: gain, proj.weight, proj.bias; the buffer is not one of them. */
     nb_param p[8];
-    CU_ASSERT_EQUAL(nb_module_params(model, p, 8), 3);
+    CU_ASSERT_EQUAL(nb_module_named_params(model, p, 8), 3);
     CU_ASSERT_STRING_EQUAL(p[0].name, "stack.g0.gain");
     CU_ASSERT_STRING_EQUAL(p[1].name, "stack.g0.proj.weight");
-    CU_ASSERT_EQUAL(nb_module_numel(model), 4 + 8 + 2);
+    CU_ASSERT_EQUAL(nb_module_param_numel(model), 4 + 8 + 2);
     CU_ASSERT_EQUAL(nb_module_buffer_count(model), 1);
-    CU_ASSERT_EQUAL(nb_module_buffers(model, p, 8), 1);
+    CU_ASSERT_EQUAL(nb_module_named_buffers(model, p, 8), 1);
     CU_ASSERT_STRING_EQUAL(p[0].name, "stack.g0.keep");
     CU_ASSERT_PTR_EQUAL(nb_module_buffer(model, "stack.g0.keep"), g->keep);
     CU_ASSERT_FALSE(g->keep->requires_grad);
@@ -272,16 +272,16 @@ static void test_buffers_in_checkpoints_not_optimized(void) {
     CU_ASSERT_PTR_NULL(nb_module_add_nonpersistent_buffer(&g->base, "stats", table));
     NBT_ASSERT_ERROR("already has a buffer named 'stats'");
     nb_param b[4];
-    CU_ASSERT_EQUAL(nb_module_buffers(model, b, 4), 3);
+    CU_ASSERT_EQUAL(nb_module_named_buffers(model, b, 4), 3);
     CU_ASSERT_STRING_EQUAL(b[0].name, "g.keep");
     CU_ASSERT_STRING_EQUAL(b[1].name, "g.stats");
     CU_ASSERT_STRING_EQUAL(b[2].name, "g.table");
     CU_ASSERT_PTR_EQUAL(nb_module_buffer(model, "g.table"), table);
     nb_param p[4];
-    int np = nb_module_params(model, p, 4);
+    int np = nb_module_named_params(model, p, 4);
     nb_tensor *params[4];
     for (int i = 0; i < np; i++) params[i] = p[i].tensor;
-    nb_optimizer *opt = nb_sgd_new(params, np, nb_sgd_defaults(0.1));
+    nb_optimizer *opt = nb_sgd_new(np, params, nb_sgd_defaults(0.1));
     nb_tensor *gain_before = nb_clone(g->gain);
     nb_scope_begin();
     nb_tensor *x = nb_full(NB_F32, NB_SHAPE(2, 3), 1.0);
@@ -365,7 +365,7 @@ static void test_gradcheck_custom_module(void) {
     nb_rng_seed(&rng, 8);
     nb_tensor *in[4] = {nb_requires_grad_(nb_randn(&rng, NB_F64, NB_SHAPE(2, 3)), true)};
     nb_param p[3];
-    CU_ASSERT_EQUAL_FATAL(nb_module_params(model, p, 3), 3);
+    CU_ASSERT_EQUAL_FATAL(nb_module_named_params(model, p, 3), 3);
     for (int i = 0; i < 3; i++) in[i + 1] = p[i].tensor;
     nb_gradcheck_result res;
     CU_ASSERT_TRUE(nb_gradcheck(run_gated, 4, in, g, NULL, &res));
@@ -385,8 +385,8 @@ static void test_requires_grad_subtree(void) {
     CU_ASSERT_TRUE(fc2->weight->requires_grad);
     CU_ASSERT_TRUE(fc2->bias->requires_grad);
     int n;
-    nb_tensor **params = nb_module_parameters(model, &n);
-    nb_optimizer *opt = nb_sgd_new(params, n, nb_sgd_defaults(0.5));
+    nb_tensor **params = nb_module_param_tensors(model, &n);
+    nb_optimizer *opt = nb_sgd_new(n, params, nb_sgd_defaults(0.5));
     CU_ASSERT_PTR_NOT_NULL_FATAL(opt);
     nb_tensor *w1 = nb_clone(fc1->weight), *b2 = nb_clone(fc2->bias);
     nb_scope_begin();

@@ -73,7 +73,7 @@ static void test_a_null_input_keeps_the_earlier_error(void) {
     char cause[1024];
     snprintf(cause, sizeof cause, "%s", nb_last_error());
     CU_ASSERT_PTR_NOT_NULL(strstr(cause, "matmul"));
-    expect(nb_layernorm_forward(lm->norm_f, nb_linear_forward(lm->head, failed)), cause);
+    expect(nb_layer_norm_forward(lm->norm_f, nb_linear_forward(lm->head, failed)), cause);
 }
 
 static void test_empty_sequence(void) {

@@ -60,7 +60,7 @@ static bool copy_parameters(const json_t *c, const built_module *b) {
     golden_named golden[MAX_NAMED];
     nb_param params[MAX_NAMED];
     int ngolden = golden_named_tensors(c, "parameters", golden, MAX_NAMED);
-    int nparams = nb_module_params(b->module, params, MAX_NAMED);
+    int nparams = nb_module_named_params(b->module, params, MAX_NAMED);
     if (ngolden < 0 || nparams < 0) return printf("    cannot list the parameters\n"), false;
     bool ok = true;
     for (int k = 0; k < ngolden; k++) {
@@ -157,7 +157,7 @@ static bool parse_case_dtype(const json_t *c, nb_dtype *dt, int *which) {
 static void compare_gradients(tally *t, const json_t *c, const built_module *b,
                               const case_inputs *in) {
     nb_param params[MAX_NAMED];
-    int nparams = nb_module_params(b->module, params, MAX_NAMED);
+    int nparams = nb_module_named_params(b->module, params, MAX_NAMED);
     for (int k = 0; k < nparams; k++)
         compare(t, nb_grad(params[k].tensor),
                 golden_named_spec(c, "parameter_grads", params[k].name), params[k].name);
@@ -309,7 +309,8 @@ static bool bitwise_equal(const nb_tensor *a, const nb_tensor *b) {
 /* The same parameter values in the same order, and the same names if `names`. */
 static bool same_values(const nb_module *a, const nb_module *b, bool names) {
     nb_param pa[MAX_NAMED], pb[MAX_NAMED];
-    int na = nb_module_params(a, pa, MAX_NAMED), nb = nb_module_params(b, pb, MAX_NAMED);
+    int na = nb_module_named_params(a, pa, MAX_NAMED),
+        nb = nb_module_named_params(b, pb, MAX_NAMED);
     bool ok = na > 0 && na == nb;
     for (int k = 0; ok && k < na; k++)
         ok = (!names || strcmp(pa[k].name, pb[k].name) == 0) &&
@@ -342,7 +343,7 @@ typedef struct {
 } snapshot;
 
 static void take_snapshot(const nb_module *m, snapshot *s) {
-    s->n = nb_module_params(m, s->params, MAX_NAMED);
+    s->n = nb_module_named_params(m, s->params, MAX_NAMED);
     for (int k = 0; k < s->n; k++) s->copies[k] = nb_clone(s->params[k].tensor);
 }
 
@@ -464,7 +465,7 @@ static void test_block_from_pytorch(void) {
         CU_ASSERT_TRUE(loaded);
         /* Exactly the case's parameters... */
         nb_param params[MAX_NAMED];
-        int n = nb_module_params(b.module, params, MAX_NAMED);
+        int n = nb_module_named_params(b.module, params, MAX_NAMED);
         CU_ASSERT_EQUAL(n, 13);
         for (int k = 0; k < n; k++) {
             golden_cmp r = golden_compare_tol(

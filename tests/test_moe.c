@@ -198,7 +198,7 @@ static void gradcheck_moe(blk_moe *m, nb_tensor *x) {
     CU_ASSERT_TRUE(routing_margin(m, x) > 1e-3);
     nb_tensor *inputs[64];
     nb_param params[63];
-    int np = nb_module_params(&m->base, params, 63);
+    int np = nb_module_named_params(&m->base, params, 63);
     CU_ASSERT_TRUE_FATAL(np > 0);
     inputs[0] = nb_requires_grad_(x, true);
     for (int i = 0; i < np; i++) inputs[i + 1] = params[i].tensor;
@@ -248,8 +248,8 @@ static void test_f32_against_f64(void) {
         .dim = 8, .hidden = 6, .n_experts = 4, .top_k = 2, .n_shared = 1, .aux_alpha = 0.1};
     blk_moe *a = blk_moe_new(m64, "moe", &cfg), *b = blk_moe_new(m32, "moe", &cfg);
     nb_param p64[32], p32[32];
-    int np = nb_module_params(m64, p64, 32);
-    CU_ASSERT_EQUAL_FATAL(nb_module_params(m32, p32, 32), np);
+    int np = nb_module_named_params(m64, p64, 32);
+    CU_ASSERT_EQUAL_FATAL(nb_module_named_params(m32, p32, 32), np);
     for (int i = 0; i < np; i++) CU_ASSERT_TRUE(nb_copy_(p32[i].tensor, p64[i].tensor));
     nb_rng rng;
     nb_rng_seed(&rng, 23);
@@ -283,7 +283,7 @@ static void test_names(void) {
     CU_ASSERT_PTR_NOT_NULL_FATAL(m);
     /* gate + 3 experts x (w1, w2, w3) + shared (w1, w2, w3) */
     CU_ASSERT_EQUAL(nb_module_param_count(model), 1 + 3 * 3 + 3);
-    CU_ASSERT_EQUAL(nb_module_numel(model), 3 * 8 + 3 * 3 * 8 * 4 + 3 * 8 * 8);
+    CU_ASSERT_EQUAL(nb_module_param_numel(model), 3 * 8 + 3 * 3 * 8 * 4 + 3 * 8 * 8);
     NBT_ASSERT_SHAPE(nb_module_param(model, "layers.ffn.gate.weight"), 3, 8);
     NBT_ASSERT_SHAPE(nb_module_param(model, "layers.ffn.experts.2.w1.weight"), 4, 8);
     NBT_ASSERT_SHAPE(nb_module_param(model, "layers.ffn.experts.0.w2.weight"), 8, 4);
@@ -335,10 +335,10 @@ static void test_no_mallocs_per_step(void) {
         .dim = 16, .hidden = 24, .n_experts = 4, .top_k = 2, .n_shared = 1, .aux_alpha = 0.01};
     blk_moe *m = blk_moe_new(model, "moe", &cfg);
     nb_param params[32];
-    int np = nb_module_params(model, params, 32);
+    int np = nb_module_named_params(model, params, 32);
     nb_tensor *pt[32];
     for (int i = 0; i < np; i++) pt[i] = params[i].tensor;
-    nb_optimizer *opt = nb_adamw_new(pt, np, nb_adamw_defaults(1e-2));
+    nb_optimizer *opt = nb_adamw_new(np, pt, nb_adamw_defaults(1e-2));
     nb_rng rng;
     nb_rng_seed(&rng, 32);
     enum { STEPS = 8 };
@@ -390,7 +390,7 @@ static nb_tensor *threaded_run(int threads) {
     nb_tensor *y = blk_moe_forward(m, x, &r);
     CU_ASSERT_TRUE(nb_backward(nb_add(nb_mean(nb_mul(y, y)), r.aux_loss), NULL));
     nb_param params[32];
-    int np = nb_module_params(model, params, 32);
+    int np = nb_module_named_params(model, params, 32);
     nb_tensor *parts[40] = {nb_reshape(y, NB_SHAPE(-1)), nb_reshape(r.aux_loss, NB_SHAPE(1)),
                             nb_reshape(nb_grad(x), NB_SHAPE(-1))};
     for (int i = 0; i < np; i++) parts[3 + i] = nb_reshape(nb_grad(params[i].tensor), NB_SHAPE(-1));

@@ -11,7 +11,7 @@ static void test_names_order_and_count(void) {
     CU_ASSERT_PTR_NOT_NULL(nb_transformer_block_new(blocks, "0", 8, 2, 0.0));
     CU_ASSERT_PTR_NOT_NULL(nb_transformer_block_new(blocks, "1", 8, 2, 0.0));
     nb_param params[64];
-    int n = nb_module_params(model, params, 64);
+    int n = nb_module_named_params(model, params, 64);
     /* per block: norm1 (2) + attn (3 weights + out_proj 2) + norm2 (2) + ff (4) = 13 */
     CU_ASSERT_EQUAL(n, 26);
     CU_ASSERT_EQUAL(nb_module_param_count(model), 26);
@@ -21,12 +21,12 @@ static void test_names_order_and_count(void) {
     CU_ASSERT_STRING_EQUAL(params[12].name, "blocks.0.ff.fc2.bias");
     CU_ASSERT_STRING_EQUAL(params[13].name, "blocks.1.norm1.weight");
     /* D=8: 2*8 + 3*64 + 64+8 + 2*8 + (8*32+32) + (32*8+8) = 848 per block */
-    CU_ASSERT_EQUAL(nb_module_numel(model), 2 * 848);
+    CU_ASSERT_EQUAL(nb_module_param_numel(model), 2 * 848);
     CU_ASSERT_PTR_EQUAL(nb_module_param(model, "blocks.1.attn.W_key.weight"),
                         ((nb_transformer_block *)blocks->children[1])->attn->W_key->weight);
     CU_ASSERT_PTR_NULL(nb_module_param(model, "blocks.2.attn.W_key.weight"));
     NBT_ASSERT_ERROR("blocks.2.attn.W_key.weight");
-    CU_ASSERT_EQUAL(nb_module_params(model, params, 10), -1);
+    CU_ASSERT_EQUAL(nb_module_named_params(model, params, 10), -1);
     NBT_ASSERT_ERROR("room for only 10");
     nb_module_free(model);
 }
@@ -75,13 +75,15 @@ static nb_tensor *run_module(nb_tensor *const *in, int n, void *vctx) {
     nb_mha_opts opts = {.causal = c->causal, .key_padding_mask = c->mask};
     switch (c->kind) {
     case 0: return nb_linear_forward((nb_linear *)c->module, in[0]);
-    case 1: return nb_layernorm_forward((nb_layernorm *)c->module, in[0]);
+    case 1:
+        return nb_layer_norm_forward((nb_layer_norm *)c->module, in[0]);
     case 2: return nb_mha_forward((nb_mha *)c->module, in[0], &opts);
     case 3: return nb_transformer_block_forward((nb_transformer_block *)c->module, in[0], &opts);
     case 4: return nb_feedforward_forward((nb_feedforward *)c->module, in[0]);
     /* Embedding: the weight is the only differentiable input; in[0] is a dummy that the
      * output adds in so the check also sees a gradient flowing to it. */
-    case 5: return nb_add(nb_embedding_forward((nb_embedding_layer *)c->module, c->aux), in[0]);
+    case 5:
+        return nb_add(nb_embedding_forward((nb_embedding *)c->module, c->aux), in[0]);
     /* Cross-attention: in[0] holds 3 query rows then 5 key/value rows, so both get checked. */
     case 6:
         return nb_mha_forward_cross((nb_mha *)c->module, nb_narrow(in[0], 1, 0, 3),
@@ -94,7 +96,7 @@ static void gradcheck_module_aux(nb_module *m, int kind, nb_tensor *x, const nb_
                                  bool causal, const nb_tensor *aux) {
     nb_tensor *inputs[32];
     nb_param params[31];
-    int np = nb_module_params(m, params, 31);
+    int np = nb_module_named_params(m, params, 31);
     CU_ASSERT_TRUE_FATAL(np > 0);
     inputs[0] = nb_requires_grad_(x, true);
     for (int i = 0; i < np; i++) inputs[i + 1] = params[i].tensor;
@@ -122,7 +124,7 @@ static void test_gradcheck_linear_layernorm_ff(void) {
                      randn64(&rng, NB_SHAPE(2, 4, 5)), NULL, false);
     gradcheck_module(&nb_linear_new(model, "nobias", 5, 3, false)->base, 0,
                      nb_transpose(randn64(&rng, NB_SHAPE(5, 2)), 0, 1), NULL, false);
-    nb_layernorm *ln = nb_layernorm_new(model, "ln", 6);
+    nb_layer_norm *ln = nb_layer_norm_new(model, "ln", 6);
     /* Non-trivial affine parameters so their gradients matter. */
     nb_copy_(ln->weight, randn64(&rng, NB_SHAPE(6)));
     nb_copy_(ln->bias, randn64(&rng, NB_SHAPE(6)));
@@ -155,7 +157,7 @@ static void test_gradcheck_embedding_and_cross_attention(void) {
     nb_module *model = nb_model_new(NB_F64, 8);
     nb_rng rng;
     nb_rng_seed(&rng, 14);
-    nb_embedding_layer *emb = nb_embedding_new(model, "emb", 5, 3);
+    nb_embedding *emb = nb_embedding_new(model, "emb", 5, 3);
     /* index 2 appears twice: its row's gradient must sum both uses */
     nb_tensor *idx = nb_from_array(NB_I64, NB_SHAPE(2, 2), (int64_t[]){2, 0, 4, 2});
     gradcheck_module_aux(&emb->base, 5, randn64(&rng, NB_SHAPE(2, 2, 3)), NULL, false, idx);
@@ -188,7 +190,7 @@ static void tiny_new(tiny_trainer *t) {
     t->model = nb_model_new(NB_F32, 21);
     t->lin = nb_linear_new(t->model, "lin", 4, 3, true);
     t->params[0] = t->lin->weight, t->params[1] = t->lin->bias;
-    t->opt = nb_adamw_new(t->params, 2, nb_adamw_defaults(0.05));
+    t->opt = nb_adamw_new(2, t->params, nb_adamw_defaults(0.05));
 }
 
 static void tiny_steps(tiny_trainer *t, int from, int to) {

@@ -49,7 +49,7 @@ static void make_params(nb_scope *s, nb_dtype dt, bool transposed, nb_tensor **p
 
 static nb_optimizer *make_optimizer(const optg_case *c, nb_tensor *const *params) {
     if (c->kind == OPTG_SGD)
-        return nb_sgd_new(params, 2,
+        return nb_sgd_new(2, params,
                           (nb_sgd_opts){.lr = c->lr,
                                         .momentum = c->momentum,
                                         .dampening = c->dampening,
@@ -60,7 +60,7 @@ static nb_optimizer *make_optimizer(const optg_case *c, nb_tensor *const *params
                       .beta2 = c->beta2,
                       .eps = c->eps,
                       .weight_decay = c->weight_decay};
-    return c->kind == OPTG_ADAM ? nb_adam_new(params, 2, a) : nb_adamw_new(params, 2, a);
+    return c->kind == OPTG_ADAM ? nb_adam_new(2, params, a) : nb_adamw_new(2, params, a);
 }
 
 static nb_tensor *state_named(nb_optimizer *opt, const char *name) {
@@ -85,7 +85,7 @@ static void run_steps(nb_optimizer *opt, const optg_case *c, nb_tensor *p0, nb_t
 
 static void check_case(const optg_case *c, nb_dtype dt, bool transposed) {
     char what[128];
-    nb_scope *model = nb_scope_create();
+    nb_scope *model = nb_scope_new();
     nb_tensor *p[2];
     make_params(model, dt, transposed, &p[0], &p[1]);
     CU_ASSERT_EQUAL(nb_is_contiguous(p[0]), !transposed);
@@ -125,7 +125,7 @@ static void check_case(const optg_case *c, nb_dtype dt, bool transposed) {
         }
     }
     nb_optimizer_free(opt);
-    nb_scope_destroy(model);
+    nb_scope_free(model);
 }
 
 static void test_matches_torch(void) {
@@ -140,29 +140,29 @@ static void test_matches_torch(void) {
 /* Hand check of one Adam step from zero state: m = 0.1 g, v = 0.001 g^2, the bias
  * corrections make m^ = g and v^ = g^2, so p -= lr * g / (|g| + eps). */
 static void test_adam_first_step_by_hand(void) {
-    nb_scope *model = nb_scope_create();
+    nb_scope *model = nb_scope_new();
     nb_scope_push(model);
     nb_tensor *p = nb_requires_grad_(nb_from_array(NB_F64, NB_SHAPE(2), (double[]){1, -2}), true);
     nb_scope_pop();
-    nb_optimizer *opt = nb_adam_new(&p, 1, nb_adam_defaults(0.1));
+    nb_optimizer *opt = nb_adam_new(1, &p, nb_adam_defaults(0.1));
     nb_backward(p, nb_from_array(NB_F64, NB_SHAPE(2), (double[]){0.5, -4}));
     CU_ASSERT_TRUE(nb_optimizer_step(opt));
     NBT_ASSERT_VALUES(p, 1e-12, 1 - 0.1 * 0.5 / (0.5 + 1e-8), -2 + 0.1 * 4 / (4 + 1e-8));
     nb_optimizer_free(opt);
-    nb_scope_destroy(model);
+    nb_scope_free(model);
 }
 
 /* A training-loop shaped run: after the first step, step() never allocates, in the same
  * scope (so temporaries would pile up and need fresh memory) or across step scopes. */
 static void check_no_alloc(nb_dtype dt, int which) {
-    nb_scope *model = nb_scope_create();
+    nb_scope *model = nb_scope_new();
     nb_tensor *p[2];
     make_params(model, dt, which == 1, &p[0], &p[1]);
     nb_optimizer *opt =
-        which == 0 ? nb_adam_new(p, 2, nb_adam_defaults(0.01))
+        which == 0 ? nb_adam_new(2, p, nb_adam_defaults(0.01))
         : which == 1
-            ? nb_adamw_new(p, 2, nb_adamw_defaults(0.01))
-            : nb_sgd_new(p, 2, (nb_sgd_opts){.lr = 0.1, .momentum = 0.9, .nesterov = true});
+            ? nb_adamw_new(2, p, nb_adamw_defaults(0.01))
+            : nb_sgd_new(2, p, (nb_sgd_opts){.lr = 0.1, .momentum = 0.9, .nesterov = true});
     CU_ASSERT_PTR_NOT_NULL_FATAL(opt);
     nb_tensor *g0 = from_doubles(dt, NB_SHAPE(2, 3), optg_p0_grads[1]);
     nb_tensor *g1 = from_doubles(dt, NB_SHAPE(4), optg_p1_grads[1]);
@@ -190,7 +190,7 @@ static void check_no_alloc(nb_dtype dt, int which) {
     }
     CU_ASSERT_EQUAL(nb_alloc_count(), before);
     nb_optimizer_free(opt);
-    nb_scope_destroy(model);
+    nb_scope_free(model);
 }
 
 /* ---- AdamW on parameters large enough for the wide kernels and for the step's one job to be
@@ -225,11 +225,11 @@ static nb_tensor *wide_param(nb_scope *s, nb_dtype dt, int i, bool transposed) {
 /* The parameters after WIDE_STEPS AdamW steps at `threads` threads, as doubles (caller frees). */
 static double *wide_run(nb_dtype dt, int threads, bool transposed) {
     nb_set_num_threads(threads);
-    nb_scope *model = nb_scope_create();
+    nb_scope *model = nb_scope_new();
     nb_tensor *p[WIDE_PARAMS];
     for (int i = 0; i < WIDE_PARAMS; i++) p[i] = wide_param(model, dt, i, transposed);
     CU_ASSERT_EQUAL(nb_is_contiguous(p[0]), !transposed);
-    nb_optimizer *opt = nb_adamw_new(p, WIDE_PARAMS, nb_adamw_defaults(0.01));
+    nb_optimizer *opt = nb_adamw_new(WIDE_PARAMS, p, nb_adamw_defaults(0.01));
     CU_ASSERT_PTR_NOT_NULL_FATAL(opt);
     int64_t total = 0;
     for (int i = 0; i < WIDE_PARAMS; i++) total += nb_numel(p[i]);
@@ -252,7 +252,7 @@ static double *wide_run(nb_dtype dt, int threads, bool transposed) {
     }
     free(g);
     nb_optimizer_free(opt);
-    nb_scope_destroy(model);
+    nb_scope_free(model);
     nb_set_num_threads(0);
     return out;
 }
@@ -315,7 +315,7 @@ static void test_adamw_wide_split_and_strided(void) {
 static void test_params_sharing_a_storage(void) {
     double *separate = wide_run(NB_F32, 2, false);
     nb_set_num_threads(2);
-    nb_scope *model = nb_scope_create();
+    nb_scope *model = nb_scope_new();
     nb_scope_push(model);
     double v[2 * 40];
     for (int64_t k = 0; k < 80; k++) v[k] = wide_value(k % 40);
@@ -324,7 +324,7 @@ static void test_params_sharing_a_storage(void) {
                        nb_view(nb_select(rows, 0, 1), NB_SHAPE(5, 8))};
     for (int i = 0; i < 2; i++) nb_requires_grad_(p[i], true);
     nb_scope_pop();
-    nb_optimizer *opt = nb_adamw_new(p, 2, nb_adamw_defaults(0.01));
+    nb_optimizer *opt = nb_adamw_new(2, p, nb_adamw_defaults(0.01));
     CU_ASSERT_PTR_NOT_NULL_FATAL(opt);
     double g[40];
     for (int step = 0; step < WIDE_STEPS; step++) {
@@ -343,7 +343,7 @@ static void test_params_sharing_a_storage(void) {
     CU_ASSERT_EQUAL(memcmp(got, want, sizeof(double) * 40), 0);
     CU_ASSERT_EQUAL(memcmp(got + 40, want, sizeof(double) * 40), 0);
     nb_optimizer_free(opt);
-    nb_scope_destroy(model);
+    nb_scope_free(model);
     nb_set_num_threads(0);
     free(separate);
 }
@@ -358,28 +358,28 @@ static void test_no_alloc_after_first_step(void) {
 /* Params without a gradient are skipped: they do not move and get no state (torch's None
  * grad). */
 static void test_skips_params_without_grad(void) {
-    nb_scope *model = nb_scope_create();
+    nb_scope *model = nb_scope_new();
     nb_scope_push(model);
     nb_tensor *p[2] = {nb_requires_grad_(nb_full(NB_F32, NB_SHAPE(3), 1.0), true),
                        nb_requires_grad_(nb_full(NB_F32, NB_SHAPE(2), 2.0), true)};
     nb_scope_pop();
-    nb_optimizer *opt = nb_adamw_new(p, 2, nb_adamw_defaults(0.5));
+    nb_optimizer *opt = nb_adamw_new(2, p, nb_adamw_defaults(0.5));
     nb_backward(p[0], nb_full(NB_F32, NB_SHAPE(3), 1.0));
     CU_ASSERT_TRUE(nb_optimizer_step(opt));
     NBT_ASSERT_VALUES(p[1], 0, 2, 2); /* not even decayed */
     CU_ASSERT_EQUAL(nb_item(state_named(opt, "step.0")), 1);
     CU_ASSERT_PTR_NULL(state_named(opt, "step.1")); /* no state until its first step */
     nb_optimizer_free(opt);
-    nb_scope_destroy(model);
+    nb_scope_free(model);
 }
 
 static void test_state_names(void) {
-    nb_scope *model = nb_scope_create();
+    nb_scope *model = nb_scope_new();
     nb_scope_push(model);
     nb_tensor *p[2] = {nb_requires_grad_(nb_zeros(NB_F32, NB_SHAPE(2, 3)), true),
                        nb_requires_grad_(nb_zeros(NB_F32, NB_SHAPE(5)), true)};
     nb_scope_pop();
-    nb_optimizer *opt = nb_adam_new(p, 2, nb_adam_defaults(1e-3));
+    nb_optimizer *opt = nb_adam_new(2, p, nb_adam_defaults(1e-3));
     const nb_named_tensor *st;
     CU_ASSERT_EQUAL(nb_optimizer_state(opt, "optim.", &st), 0); /* made on the first step */
     nb_backward(p[1], nb_ones(NB_F32, NB_SHAPE(5)));
@@ -401,17 +401,17 @@ static void test_state_names(void) {
     CU_ASSERT_STRING_EQUAL(st[1].name, "exp_avg_sq.0");
     nb_optimizer_free(opt);
 
-    opt = nb_sgd_new(p, 2, (nb_sgd_opts){.lr = 0.1, .momentum = 0.5});
+    opt = nb_sgd_new(2, p, (nb_sgd_opts){.lr = 0.1, .momentum = 0.5});
     CU_ASSERT_TRUE(nb_optimizer_step(opt));
     CU_ASSERT_EQUAL_FATAL(nb_optimizer_state(opt, "o/", &st), 4);
     CU_ASSERT_STRING_EQUAL(st[0].name, "o/momentum_buffer.0");
     CU_ASSERT_STRING_EQUAL(st[3].name, "o/step.1");
     nb_optimizer_free(opt);
-    opt = nb_sgd_new(p, 2, nb_sgd_defaults(0.1));
+    opt = nb_sgd_new(2, p, nb_sgd_defaults(0.1));
     CU_ASSERT_TRUE(nb_optimizer_step(opt));
     CU_ASSERT_EQUAL(nb_optimizer_state(opt, "o/", &st), 0);
     nb_optimizer_free(opt);
-    nb_scope_destroy(model);
+    nb_scope_free(model);
 }
 
 /* ---- frozen parameters and groups against torch (optf_cases) ---- */
@@ -448,7 +448,7 @@ static nb_optimizer *optf_optimizer(const optf_case *c, nb_module *model, nb_ten
     for (int j = 0; j < 3; j++) groups[c->group_of[j]][n[c->group_of[j]]++] = q[j];
     nb_optimizer *opt;
     if (c->kind == OPTG_SGD)
-        opt = nb_sgd_new(groups[0], n[0],
+        opt = nb_sgd_new(n[0], groups[0],
                          (nb_sgd_opts){.lr = c->group_lr[0],
                                        .momentum = c->momentum,
                                        .weight_decay = c->group_wd[0]});
@@ -458,12 +458,12 @@ static nb_optimizer *optf_optimizer(const optf_case *c, nb_module *model, nb_ten
                           .beta2 = c->beta2,
                           .eps = c->eps,
                           .weight_decay = c->group_wd[0]};
-        opt = c->kind == OPTG_ADAM ? nb_adam_new(groups[0], n[0], a)
-                                   : nb_adamw_new(groups[0], n[0], a);
+        opt = c->kind == OPTG_ADAM ? nb_adam_new(n[0], groups[0], a)
+                                   : nb_adamw_new(n[0], groups[0], a);
     }
     if (opt && c->ngroups == 2)
         CU_ASSERT_EQUAL(
-            nb_optimizer_add_group(opt, groups[1], n[1], c->group_lr[1], c->group_wd[1]), 1);
+            nb_optimizer_add_group(opt, n[1], groups[1], c->group_lr[1], c->group_wd[1]), 1);
     return opt;
 }
 
@@ -579,17 +579,17 @@ static void test_decay_split_groups(void) {
 /* Group learning rates: set one by one, together, or scaled from the rates they were made
  * with; and the groups' bad input. */
 static void test_group_rates(void) {
-    nb_scope *s = nb_scope_create();
+    nb_scope *s = nb_scope_new();
     nb_scope_push(s);
     nb_tensor *a = nb_requires_grad_(nb_zeros(NB_F64, NB_SHAPE(2)), true),
               *b = nb_requires_grad_(nb_zeros(NB_F64, NB_SHAPE(3)), true),
               *c = nb_requires_grad_(nb_zeros(NB_F32, NB_SHAPE(3)), true);
     nb_scope_pop();
-    nb_optimizer *opt = nb_sgd_new(&a, 1, nb_sgd_defaults(0.5));
-    CU_ASSERT_EQUAL(nb_optimizer_add_group(opt, NULL, 0, 0.5, 0), 1); /* an empty group */
+    nb_optimizer *opt = nb_sgd_new(1, &a, nb_sgd_defaults(0.5));
+    CU_ASSERT_EQUAL(nb_optimizer_add_group(opt, 0, NULL, 0.5, 0), 1); /* an empty group */
     CU_ASSERT_TRUE(nb_optimizer_set_lr(opt, 0.25));                   /* same rates: one for all */
     CU_ASSERT_EQUAL(nb_optimizer_group_lr(opt, 1), 0.25);
-    CU_ASSERT_EQUAL(nb_optimizer_add_group(opt, &b, 1, 2.0, 0.1), 2);
+    CU_ASSERT_EQUAL(nb_optimizer_add_group(opt, 1, &b, 2.0, 0.1), 2);
     CU_ASSERT_EQUAL(nb_optimizer_group_count(opt), 3);
     CU_ASSERT_FALSE(nb_optimizer_set_lr(opt, 0.1));
     NBT_ASSERT_ERROR("nb_optimizer_set_lr: groups 0 and 2 were made with different learning "
@@ -616,23 +616,23 @@ static void test_group_rates(void) {
     NBT_ASSERT_ERROR("nb_optimizer_set_group_lr: lr is -0.1");
     CU_ASSERT_FALSE(nb_optimizer_set_lr_factor(opt, NAN));
     NBT_ASSERT_ERROR("nb_optimizer_set_lr_factor: factor is nan");
-    CU_ASSERT_EQUAL(nb_optimizer_add_group(opt, &b, 1, 0.1, 0), -1);
+    CU_ASSERT_EQUAL(nb_optimizer_add_group(opt, 1, &b, 0.1, 0), -1);
     NBT_ASSERT_ERROR("nb_optimizer_add_group: parameter 2 (shape [3]) is already in group 2, as "
                      "parameter 1");
-    CU_ASSERT_EQUAL(nb_optimizer_add_group(opt, &c, 1, 0.1, 0), -1);
+    CU_ASSERT_EQUAL(nb_optimizer_add_group(opt, 1, &c, 0.1, 0), -1);
     NBT_ASSERT_ERROR("parameter 2 (shape [3]) is float32 but the optimizer's parameters are "
                      "float64");
-    CU_ASSERT_EQUAL(nb_optimizer_add_group(opt, &c, -1, 0.1, 0), -1);
+    CU_ASSERT_EQUAL(nb_optimizer_add_group(opt, -1, &c, 0.1, 0), -1);
     NBT_ASSERT_ERROR("n is -1");
-    CU_ASSERT_EQUAL(nb_optimizer_add_group(opt, &a, 0, -1, 0), -1);
+    CU_ASSERT_EQUAL(nb_optimizer_add_group(opt, 0, &a, -1, 0), -1);
     NBT_ASSERT_ERROR("nb_optimizer_add_group: lr is -1");
-    CU_ASSERT_EQUAL(nb_optimizer_add_group(opt, NULL, 0, 0.1, -2), -1);
+    CU_ASSERT_EQUAL(nb_optimizer_add_group(opt, 0, NULL, 0.1, -2), -1);
     NBT_ASSERT_ERROR("weight_decay is -2");
     CU_ASSERT_EQUAL(nb_optimizer_group_count(opt), 3);
-    CU_ASSERT_EQUAL(nb_optimizer_add_group(NULL, &c, 1, 0.1, 0), -1);
+    CU_ASSERT_EQUAL(nb_optimizer_add_group(NULL, 1, &c, 0.1, 0), -1);
     CU_ASSERT_EQUAL(nb_optimizer_group_count(NULL), -1);
     nb_optimizer_free(opt);
-    nb_scope_destroy(s);
+    nb_scope_free(s);
 }
 
 /* Messages name a model's parameter by its path, whoever made the list. */
@@ -641,18 +641,18 @@ static void test_errors_name_module_paths(void) {
     nb_module *layer = nb_module_container(nb_module_container(model, "layers"), "0");
     nb_linear_new(nb_module_container(layer, "attention"), "wq", 32, 12, false);
     int n;
-    nb_tensor **params = nb_module_parameters(model, &n);
+    nb_tensor **params = nb_module_param_tensors(model, &n);
     CU_ASSERT_EQUAL_FATAL(n, 1);
     nb_tensor *twice[2] = {params[0], params[0]};
-    CU_ASSERT_PTR_NULL(nb_adamw_new(twice, 2, nb_adamw_defaults(0.1)));
+    CU_ASSERT_PTR_NULL(nb_adamw_new(2, twice, nb_adamw_defaults(0.1)));
     NBT_ASSERT_ERROR("nb_adamw_new: parameter 'layers.0.attention.wq.weight' (shape [12, 32]) is "
                      "listed twice, as parameters 0 and 1");
     nb_tensor *mixed[2] = {params[0], nb_requires_grad_(nb_zeros(NB_F64, NB_SHAPE(4)), true)};
-    CU_ASSERT_PTR_NULL(nb_sgd_new(mixed, 2, nb_sgd_defaults(0.1)));
+    CU_ASSERT_PTR_NULL(nb_sgd_new(2, mixed, nb_sgd_defaults(0.1)));
     NBT_ASSERT_ERROR("nb_sgd_new: parameter 1 (shape [4]) is float64 but parameter "
                      "'layers.0.attention.wq.weight' (shape [12, 32]) is float32");
-    nb_optimizer *opt = nb_adamw_new(params, n, nb_adamw_defaults(0.1));
-    CU_ASSERT_EQUAL(nb_optimizer_add_group(opt, params, 1, 0.1, 0), -1);
+    nb_optimizer *opt = nb_adamw_new(n, params, nb_adamw_defaults(0.1));
+    CU_ASSERT_EQUAL(nb_optimizer_add_group(opt, 1, params, 0.1, 0), -1);
     NBT_ASSERT_ERROR("nb_optimizer_add_group: parameter 'layers.0.attention.wq.weight' (shape "
                      "[12, 32]) is already in group 0, as parameter 0");
     nb_scope_begin();
@@ -664,7 +664,7 @@ static void test_errors_name_module_paths(void) {
     nb_scope_end();
     /* A tensor outside any model keeps its index, also once its model is gone. */
     nb_tensor *loose = nb_zeros(NB_F32, NB_SHAPE(1, 2));
-    CU_ASSERT_EQUAL(nb_optimizer_add_group(opt, (nb_tensor *[]){loose, loose}, 2, 0.1, 0), -1);
+    CU_ASSERT_EQUAL(nb_optimizer_add_group(opt, 2, (nb_tensor *[]){loose, loose}, 0.1, 0), -1);
     NBT_ASSERT_ERROR("parameter 2 (shape [1, 2]) is listed twice, as parameters 1 and 2");
     nb_optimizer_free(opt);
     free(params);
@@ -724,8 +724,8 @@ static void test_schedules_by_hand(void) {
     /* Every group follows its own initial rate. */
     nb_tensor *p[2] = {nb_requires_grad_(nb_zeros(NB_F32, NB_SHAPE(1)), true),
                        nb_requires_grad_(nb_zeros(NB_F32, NB_SHAPE(1)), true)};
-    nb_optimizer *opt = nb_adamw_new(&p[0], 1, nb_adamw_defaults(0.1));
-    nb_optimizer_add_group(opt, &p[1], 1, 0.3, 0);
+    nb_optimizer *opt = nb_adamw_new(1, &p[0], nb_adamw_defaults(0.1));
+    nb_optimizer_add_group(opt, 1, &p[1], 0.3, 0);
     CU_ASSERT_TRUE(nb_lr_schedule_apply(nb_lr_cosine(0, 8, 0), opt, 4));
     CU_ASSERT_DOUBLE_EQUAL(nb_optimizer_group_lr(opt, 0), 0.05, 1e-17);
     CU_ASSERT_DOUBLE_EQUAL(nb_optimizer_group_lr(opt, 1), 0.15, 1e-17);
@@ -781,8 +781,8 @@ static frozen_run frozen_run_new(void) {
     CU_ASSERT_PTR_NOT_NULL(b);
     nb_requires_grad_(r.w2, false);
     int n;
-    nb_tensor **params = nb_module_parameters(r.model, &n);
-    r.opt = nb_adamw_new(params, n, nb_adamw_defaults(0.05));
+    nb_tensor **params = nb_module_param_tensors(r.model, &n);
+    r.opt = nb_adamw_new(n, params, nb_adamw_defaults(0.05));
     free(params);
     return r;
 }
@@ -887,9 +887,9 @@ static nb_optimizer *trained_linear(nb_module **model) {
     *model = nb_model_new(NB_F32, 3);
     nb_linear *lin = nb_linear_new(*model, "lin", 3, 2, true);
     nb_param ps[2];
-    int np = nb_module_params(*model, ps, 2);
+    int np = nb_module_named_params(*model, ps, 2);
     nb_tensor *pt[2] = {ps[0].tensor, ps[1].tensor};
-    nb_optimizer *opt = nb_adam_new(pt, np, nb_adam_defaults(1e-2));
+    nb_optimizer *opt = nb_adam_new(np, pt, nb_adam_defaults(1e-2));
     for (int k = 0; k < 2; k++) {
         nb_scope_begin();
         nb_optimizer_zero_grad(opt);
@@ -904,7 +904,7 @@ static nb_optimizer *trained_linear(nb_module **model) {
 /* Every parameter and state value of model and opt, flattened. */
 static int64_t snapshot(nb_module *model, nb_optimizer *opt, double *out) {
     nb_param ps[2];
-    int np = nb_module_params(model, ps, 2);
+    int np = nb_module_named_params(model, ps, 2);
     const nb_named_tensor *st;
     int ns = nb_optimizer_state(opt, "optim.", &st);
     int64_t k = 0;
@@ -970,7 +970,7 @@ static void test_bad_optimizer_state_refused(void) {
     *(int64_t *)nb_data(st[2].tensor) = -1; /* optim.step.0 */
     nb_scope_begin();
     nb_param ps[2];
-    nb_module_params(model, ps, 2);
+    nb_module_named_params(model, ps, 2);
     nb_backward(nb_sum(ps[0].tensor), NULL);
     snapshot(model, opt, before);
     nb_clear_error();
@@ -1002,21 +1002,21 @@ static void test_clip_grad_norm(void) {
         nb_tensor *p[3];
         make_clip_params(dt, p);
         /* Below the threshold: untouched. */
-        CU_ASSERT_DOUBLE_EQUAL(nb_clip_grad_norm(p, 3, 20), 13, 1e-12);
+        CU_ASSERT_DOUBLE_EQUAL(nb_clip_grad_norm(3, p, 20), 13, 1e-12);
         NBT_ASSERT_VALUES(nb_grad(p[0]), 0, 3, 4);
         NBT_ASSERT_VALUES(nb_grad(p[1]), 0, 12);
         CU_ASSERT_PTR_NULL(nb_grad(p[2]));
         /* Above: scaled by max_norm / (norm + 1e-6). */
         double coef = 6.5 / (13 + 1e-6);
-        CU_ASSERT_DOUBLE_EQUAL(nb_clip_grad_norm(p, 3, 6.5), 13, 1e-12);
+        CU_ASSERT_DOUBLE_EQUAL(nb_clip_grad_norm(3, p, 6.5), 13, 1e-12);
         NBT_ASSERT_VALUES(nb_grad(p[0]), tol, 3 * coef, 4 * coef);
         NBT_ASSERT_VALUES(nb_grad(p[1]), 1e-15, 12 * coef);
         /* The clipped norm is now just under 6.5. */
-        CU_ASSERT_DOUBLE_EQUAL(nb_clip_grad_norm(p, 3, 100), 13 * coef, 1e-5);
+        CU_ASSERT_DOUBLE_EQUAL(nb_clip_grad_norm(3, p, 100), 13 * coef, 1e-5);
     }
     nb_tensor *none[1] = {nb_requires_grad_(nb_zeros(NB_F32, NB_SHAPE(2)), true)};
-    CU_ASSERT_EQUAL(nb_clip_grad_norm(none, 1, 1.0), 0);
-    CU_ASSERT_EQUAL(nb_clip_grad_norm(NULL, 0, 1.0), 0);
+    CU_ASSERT_EQUAL(nb_clip_grad_norm(1, none, 1.0), 0);
+    CU_ASSERT_EQUAL(nb_clip_grad_norm(0, NULL, 1.0), 0);
 }
 
 static void test_clip_grad_norm_nan(void) {
@@ -1025,22 +1025,22 @@ static void test_clip_grad_norm_nan(void) {
     p[1] = nb_requires_grad_(nb_zeros(NB_F64, NB_SHAPE(1)), true);
     nb_backward(p[0], nb_from_array(NB_F64, NB_SHAPE(2), (double[]){NAN, 1}));
     nb_backward(p[1], nb_from_array(NB_F64, NB_SHAPE(1), (double[]){2}));
-    CU_ASSERT_TRUE(isnan(nb_clip_grad_norm(p, 2, 1.0)));
+    CU_ASSERT_TRUE(isnan(nb_clip_grad_norm(2, p, 1.0)));
     /* torch multiplies by the NaN coefficient: every gradient becomes NaN. */
     CU_ASSERT_TRUE(isnan(nb_item(nb_grad(p[1]))));
 }
 
 static void test_clip_grad_norm_errors(void) {
     nb_tensor *p[2] = {nb_requires_grad_(nb_zeros(NB_F32, NB_SHAPE(2)), true), NULL};
-    CU_ASSERT_TRUE(isnan(nb_clip_grad_norm(NULL, 1, 1.0)));
+    CU_ASSERT_TRUE(isnan(nb_clip_grad_norm(1, NULL, 1.0)));
     NBT_ASSERT_ERROR("nb_clip_grad_norm: params is NULL");
-    CU_ASSERT_TRUE(isnan(nb_clip_grad_norm(p, 2, 1.0)));
+    CU_ASSERT_TRUE(isnan(nb_clip_grad_norm(2, p, 1.0)));
     NBT_ASSERT_ERROR("parameter 1 is NULL");
-    CU_ASSERT_TRUE(isnan(nb_clip_grad_norm(p, 1, -1.0)));
+    CU_ASSERT_TRUE(isnan(nb_clip_grad_norm(1, p, -1.0)));
     NBT_ASSERT_ERROR("max_norm is -1");
-    CU_ASSERT_TRUE(isnan(nb_clip_grad_norm(p, 1, NAN)));
+    CU_ASSERT_TRUE(isnan(nb_clip_grad_norm(1, p, NAN)));
     NBT_ASSERT_ERROR("max_norm is nan");
-    CU_ASSERT_TRUE(isnan(nb_clip_grad_norm(p, -1, 1.0)));
+    CU_ASSERT_TRUE(isnan(nb_clip_grad_norm(-1, p, 1.0)));
     NBT_ASSERT_ERROR("n is -1");
 }
 
@@ -1083,61 +1083,61 @@ static void test_bad_params(void) {
     nb_sgd_opts sgd = nb_sgd_defaults(0.1);
 
     nb_tensor *nonleaf[2] = {other, nb_view(leaf, NB_SHAPE(6))};
-    CU_ASSERT_PTR_NULL(nb_sgd_new(nonleaf, 2, sgd));
+    CU_ASSERT_PTR_NULL(nb_sgd_new(2, nonleaf, sgd));
     NBT_ASSERT_ERROR("nb_sgd_new: parameter 1 (shape [6]) is not a leaf");
-    CU_ASSERT_PTR_NULL(nb_adam_new(NULL, 1, nb_adam_defaults(0.1)));
+    CU_ASSERT_PTR_NULL(nb_adam_new(1, NULL, nb_adam_defaults(0.1)));
     NBT_ASSERT_ERROR("nb_adam_new: params is NULL");
     nb_tensor *with_null[2] = {leaf, NULL};
-    CU_ASSERT_PTR_NULL(nb_adamw_new(with_null, 2, nb_adamw_defaults(0.1)));
+    CU_ASSERT_PTR_NULL(nb_adamw_new(2, with_null, nb_adamw_defaults(0.1)));
     NBT_ASSERT_ERROR("nb_adamw_new: parameter 1 is NULL");
-    CU_ASSERT_PTR_NULL(nb_sgd_new(&leaf, 0, sgd));
+    CU_ASSERT_PTR_NULL(nb_sgd_new(0, &leaf, sgd));
     NBT_ASSERT_ERROR("empty parameter list");
     nb_tensor *mixed[2] = {leaf, nb_requires_grad_(nb_zeros(NB_F64, NB_SHAPE(4)), true)};
-    CU_ASSERT_PTR_NULL(nb_adam_new(mixed, 2, nb_adam_defaults(0.1)));
+    CU_ASSERT_PTR_NULL(nb_adam_new(2, mixed, nb_adam_defaults(0.1)));
     NBT_ASSERT_ERROR(
         "parameter 1 (shape [4]) is float64 but parameter 0 (shape [2, 3]) is float32");
     nb_tensor *ints = nb_zeros(NB_I64, NB_SHAPE(3));
-    CU_ASSERT_PTR_NULL(nb_sgd_new(&ints, 1, sgd));
+    CU_ASSERT_PTR_NULL(nb_sgd_new(1, &ints, sgd));
     NBT_ASSERT_ERROR("is int64, expected float32 or float64");
     nb_tensor *twice[3] = {leaf, other, leaf};
-    CU_ASSERT_PTR_NULL(nb_sgd_new(twice, 3, sgd));
+    CU_ASSERT_PTR_NULL(nb_sgd_new(3, twice, sgd));
     NBT_ASSERT_ERROR("parameter 2 (shape [2, 3]) is listed twice, as parameters 0 and 2");
     nb_tensor *expanded =
         nb_requires_grad_(nb_expand(nb_zeros(NB_F32, NB_SHAPE(1, 3)), NB_SHAPE(4, 3)), true);
     CU_ASSERT_PTR_NOT_NULL_FATAL(expanded);
-    CU_ASSERT_PTR_NULL(nb_sgd_new(&expanded, 1, sgd));
+    CU_ASSERT_PTR_NULL(nb_sgd_new(1, &expanded, sgd));
     NBT_ASSERT_ERROR("is an expanded view");
 }
 
 static void test_bad_hyperparameters(void) {
     nb_tensor *p = nb_requires_grad_(nb_zeros(NB_F32, NB_SHAPE(2)), true);
-    CU_ASSERT_PTR_NULL(nb_sgd_new(&p, 1, nb_sgd_defaults(-0.1)));
+    CU_ASSERT_PTR_NULL(nb_sgd_new(1, &p, nb_sgd_defaults(-0.1)));
     NBT_ASSERT_ERROR("nb_sgd_new: lr is -0.1");
-    CU_ASSERT_PTR_NULL(nb_adam_new(&p, 1, nb_adam_defaults(NAN)));
+    CU_ASSERT_PTR_NULL(nb_adam_new(1, &p, nb_adam_defaults(NAN)));
     NBT_ASSERT_ERROR("nb_adam_new: lr is nan");
-    CU_ASSERT_PTR_NULL(nb_adamw_new(&p, 1, nb_adamw_defaults(-1)));
+    CU_ASSERT_PTR_NULL(nb_adamw_new(1, &p, nb_adamw_defaults(-1)));
     NBT_ASSERT_ERROR("nb_adamw_new: lr is -1");
     nb_adam_opts a = nb_adam_defaults(0.1);
     a.beta1 = 1.0;
-    CU_ASSERT_PTR_NULL(nb_adam_new(&p, 1, a));
+    CU_ASSERT_PTR_NULL(nb_adam_new(1, &p, a));
     NBT_ASSERT_ERROR("beta1 is 1, expected a value in [0, 1)");
     a = nb_adam_defaults(0.1);
     a.eps = -1e-8;
-    CU_ASSERT_PTR_NULL(nb_adam_new(&p, 1, a));
+    CU_ASSERT_PTR_NULL(nb_adam_new(1, &p, a));
     NBT_ASSERT_ERROR("eps is -1e-08");
     a = nb_adamw_defaults(0.1);
     a.weight_decay = -0.01;
-    CU_ASSERT_PTR_NULL(nb_adamw_new(&p, 1, a));
+    CU_ASSERT_PTR_NULL(nb_adamw_new(1, &p, a));
     NBT_ASSERT_ERROR("weight_decay is -0.01");
-    CU_ASSERT_PTR_NULL(nb_sgd_new(&p, 1, (nb_sgd_opts){.lr = 0.1, .nesterov = true}));
+    CU_ASSERT_PTR_NULL(nb_sgd_new(1, &p, (nb_sgd_opts){.lr = 0.1, .nesterov = true}));
     NBT_ASSERT_ERROR("Nesterov momentum requires a momentum > 0 and zero dampening");
-    CU_ASSERT_PTR_NULL(nb_sgd_new(&p, 1, (nb_sgd_opts){.lr = 0.1, .momentum = -0.5}));
+    CU_ASSERT_PTR_NULL(nb_sgd_new(1, &p, (nb_sgd_opts){.lr = 0.1, .momentum = -0.5}));
     NBT_ASSERT_ERROR("momentum is -0.5");
     CU_ASSERT_PTR_NULL(
-        nb_sgd_new(&p, 1, (nb_sgd_opts){.lr = 0.1, .momentum = 0.5, .dampening = 2}));
+        nb_sgd_new(1, &p, (nb_sgd_opts){.lr = 0.1, .momentum = 0.5, .dampening = 2}));
     NBT_ASSERT_ERROR("dampening is 2");
 
-    nb_optimizer *opt = nb_sgd_new(&p, 1, nb_sgd_defaults(0.1));
+    nb_optimizer *opt = nb_sgd_new(1, &p, nb_sgd_defaults(0.1));
     CU_ASSERT_FALSE(nb_optimizer_set_lr(opt, -0.5));
     NBT_ASSERT_ERROR("nb_optimizer_set_lr: lr is -0.5");
     CU_ASSERT_FALSE(nb_optimizer_set_lr(opt, NAN));
@@ -1161,7 +1161,7 @@ static void test_bad_hyperparameters(void) {
 static void test_step_rejects_mismatched_grad(void) {
     nb_tensor *p[2] = {nb_requires_grad_(nb_ones(NB_F64, NB_SHAPE(2)), true),
                        nb_requires_grad_(nb_ones(NB_F64, NB_SHAPE(3)), true)};
-    nb_optimizer *opt = nb_sgd_new(p, 2, nb_sgd_defaults(0.5));
+    nb_optimizer *opt = nb_sgd_new(2, p, nb_sgd_defaults(0.5));
     nb_backward(p[0], nb_ones(NB_F64, NB_SHAPE(2)));
     p[1]->grad = nb_ones(NB_F64, NB_SHAPE(4)); /* deliberately corrupt */
     CU_ASSERT_FALSE(nb_optimizer_step(opt));

@@ -127,7 +127,7 @@ static void test_keep_leaf_with_grad(void) {
 /* Parameters in a long-lived scope; grads allocated in it; steps in short scopes. */
 static void test_long_lived_scope(void) {
     int64_t outer_count = nb_scope_tensor_count();
-    nb_scope *params = nb_scope_create();
+    nb_scope *params = nb_scope_new();
     CU_ASSERT_PTR_NOT_NULL_FATAL(params);
     nb_scope_push(params);
     CU_ASSERT_EQUAL(nb_scope_tensor_count(), 0);
@@ -154,19 +154,19 @@ static void test_long_lived_scope(void) {
     nb_scope_push(params);
     CU_ASSERT_EQUAL(nb_scope_tensor_count(), 4); /* w, b and their grads */
     nb_scope_pop();
-    nb_scope_destroy(params);
+    nb_scope_free(params);
     CU_ASSERT_EQUAL(nb_scope_tensor_count(), outer_count);
     /* A destroyed scope is recycled by the next create and starts empty. */
-    nb_scope *again = nb_scope_create();
+    nb_scope *again = nb_scope_new();
     nb_scope_push(again);
     CU_ASSERT_EQUAL(nb_scope_tensor_count(), 0);
     nb_scope_pop();
-    nb_scope_destroy(again);
+    nb_scope_free(again);
 }
 
 /* Scopes can be pushed inside begun scopes and the other way round. */
 static void test_push_inside_begin(void) {
-    nb_scope *s = nb_scope_create();
+    nb_scope *s = nb_scope_new();
     nb_scope_begin();
     nb_zeros(NB_F32, NB_SHAPE(2));
     nb_scope_push(s);
@@ -183,11 +183,11 @@ static void test_push_inside_begin(void) {
     nb_scope_end();
     NBT_ASSERT_VALUES(x, 0, 4, 4);
     NBT_ASSERT_VALUES(kept, 0, 1, 1);
-    nb_scope_destroy(s);
+    nb_scope_free(s);
 }
 
 static void test_scope_misuse_errors(void) {
-    nb_scope *s = nb_scope_create();
+    nb_scope *s = nb_scope_new();
     nb_scope_push(s);
     /* nb_scope_end must not end a pushed scope */
     nb_clear_error();
@@ -201,11 +201,11 @@ static void test_scope_misuse_errors(void) {
     nb_scope_push(s);
     NBT_ASSERT_ERROR("nb_scope_push: ");
     nb_clear_error();
-    nb_scope_destroy(s);
-    NBT_ASSERT_ERROR("nb_scope_destroy: ");
+    nb_scope_free(s);
+    NBT_ASSERT_ERROR("nb_scope_free: ");
     CU_ASSERT_EQUAL(nb_scope_tensor_count(), 1);
     nb_scope_pop();
-    nb_scope_destroy(s);
+    nb_scope_free(s);
     /* nb_scope_pop must not pop a scope opened by nb_scope_begin (that one is ended) */
     int64_t count = nb_scope_tensor_count();
     nb_scope_begin();
@@ -219,7 +219,7 @@ static void test_scope_misuse_errors(void) {
     nb_clear_error();
     nb_scope_push(NULL);
     NBT_ASSERT_ERROR("nb_scope_push: ");
-    nb_scope_destroy(NULL); /* harmless */
+    nb_scope_free(NULL); /* harmless */
 }
 
 /* One training-like step: parameters in a long-lived scope, a chain of views, backward. */
@@ -237,7 +237,7 @@ static void step(nb_tensor *w) {
 }
 
 static void test_steady_loop_stops_allocating(void) {
-    nb_scope *params = nb_scope_create();
+    nb_scope *params = nb_scope_new();
     nb_scope_push(params);
     nb_tensor *w = nb_requires_grad_(nb_zeros(NB_F32, NB_SHAPE(24)), true);
     nb_scope_pop();
@@ -258,7 +258,7 @@ static void test_steady_loop_stops_allocating(void) {
         double per_step = (a < 2 ? 3 : 2) * 2 * 3;
         CU_ASSERT_DOUBLE_EQUAL(nb_get(grad, &k), 6 * per_step, 0);
     }
-    nb_scope_destroy(params);
+    nb_scope_free(params);
 }
 
 /* The issue's case: a training step's loss read after its scope ended. The struct behind the

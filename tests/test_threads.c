@@ -52,10 +52,10 @@ static double *train(const lm_kind *kind, int threads, double *losses, int64_t *
     void *lm = kind->build(model);
     CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
     nb_param params[64];
-    int np = nb_module_params(model, params, 64);
+    int np = nb_module_named_params(model, params, 64);
     nb_tensor *pt[64];
     for (int i = 0; i < np; i++) pt[i] = params[i].tensor;
-    nb_optimizer *opt = nb_adamw_new(pt, np, nb_adamw_defaults(1e-2));
+    nb_optimizer *opt = nb_adamw_new(np, pt, nb_adamw_defaults(1e-2));
     for (int s = 0; s < STEPS; s++) {
         nb_rng rng; /* the same batch every step, so the loss must fall */
         nb_rng_seed(&rng, 9);
@@ -71,7 +71,7 @@ static double *train(const lm_kind *kind, int threads, double *losses, int64_t *
         losses[s] = loss ? nb_item(loss) : NAN;
         nb_scope_end();
     }
-    *count = nb_module_numel(model);
+    *count = nb_module_param_numel(model);
     double *flat = malloc(sizeof(double) * (size_t)*count);
     int64_t k = 0;
     for (int i = 0; i < np && flat; i++) {
@@ -118,7 +118,7 @@ static double *adamw_steps(int threads) {
     nb_rng_seed(&rng, 4);
     nb_tensor *p = nb_randn(&rng, NB_F32, NB_SHAPE(200, 200));
     nb_requires_grad_(p, true);
-    nb_optimizer *opt = nb_adamw_new(&p, 1, nb_adamw_defaults(1e-2));
+    nb_optimizer *opt = nb_adamw_new(1, &p, nb_adamw_defaults(1e-2));
     for (int s = 0; s < 3; s++) {
         nb_scope_begin();
         nb_optimizer_zero_grad(opt);

@@ -43,9 +43,9 @@ static void fixture_init(fixture *f, uint64_t seed, nb_dtype dt, bool sgd) {
     f->model = nb_model_new(dt, seed);
     f->fc = nb_linear_new(f->model, "fc", IN, 1, true);
     int n;
-    nb_tensor **params = nb_module_parameters(f->model, &n);
-    f->opt = sgd ? nb_sgd_new(params, n, nb_sgd_defaults(0.05))
-                 : nb_adamw_new(params, n, nb_adamw_defaults(0.05));
+    nb_tensor **params = nb_module_param_tensors(f->model, &n);
+    f->opt = sgd ? nb_sgd_new(n, params, nb_sgd_defaults(0.05))
+                 : nb_adamw_new(n, params, nb_adamw_defaults(0.05));
     free(params);
     nb_rng_seed(&f->data.rng, 99);
     f->batch = 8;
@@ -306,7 +306,7 @@ static void test_frozen_parameter(void) {
     fixture_init(&f, 5, NB_F64, false);
     nb_optimizer_free(f.opt);
     nb_requires_grad_(f.fc->bias, false);
-    f.opt = nb_adamw_new(&f.fc->weight, 1, nb_adamw_defaults(0.05));
+    f.opt = nb_adamw_new(1, &f.fc->weight, nb_adamw_defaults(0.05));
     double before[IN + 1], after[IN + 1];
     params_of(&f, before);
     nb_train_opts o = base_opts(&f, 4, NULL);

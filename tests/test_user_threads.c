@@ -32,10 +32,10 @@ static void *train(void *arg) {
     nb_module *model = nb_model_new(NB_F32, r->seed);
     nb_transformer_lm *lm = nb_transformer_lm_new(model, "", V, T, 32, 4, 2, 0.0);
     nb_param params[64];
-    int np = nb_module_params(model, params, 64);
+    int np = nb_module_named_params(model, params, 64);
     nb_tensor *pt[64];
     for (int i = 0; i < np; i++) pt[i] = params[i].tensor;
-    nb_optimizer *opt = nb_adamw_new(pt, np, nb_adamw_defaults(1e-2));
+    nb_optimizer *opt = nb_adamw_new(np, pt, nb_adamw_defaults(1e-2));
     for (int s = 0; s < STEPS && r->ok; s++) {
         nb_rng rng; /* the same batch every step, so the loss must fall */
         nb_rng_seed(&rng, r->seed * 7 + 1);
@@ -59,7 +59,7 @@ static void *train(void *arg) {
         }
         nb_scope_end();
     }
-    r->count = nb_module_numel(model);
+    r->count = nb_module_param_numel(model);
     r->params = malloc(sizeof(double) * (size_t)r->count);
     int64_t k = 0;
     for (int i = 0; i < np; i++) {

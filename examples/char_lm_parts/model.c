@@ -70,7 +70,7 @@ static bool build(lm_model *m, nb_module *root, const lm_shape *s, int64_t hidde
 static int64_t params_of(const lm_shape *s, int64_t hidden) {
     nb_module *root = nb_model_new(NB_F32, 0);
     lm_model m;
-    int64_t n = root && build(&m, root, s, hidden) ? nb_module_numel(root) : -1;
+    int64_t n = root && build(&m, root, s, hidden) ? nb_module_param_numel(root) : -1;
     nb_module_free(root);
     return n;
 }
@@ -109,7 +109,7 @@ nb_causal_lm lm_model_causal(const lm_model *m) {
 
 int64_t lm_model_active_params(const lm_model *m) {
     if (m->deepseek) return blk_deepseek_lm_active_params(m->deepseek, NULL);
-    return nb_module_numel(m->module);
+    return nb_module_param_numel(m->module);
 }
 
 /* The shape's metadata keys, in lm_shape's order after the block. */

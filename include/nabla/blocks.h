@@ -22,7 +22,7 @@ extern "C" {
 
 /* ---- Functions ------------------------------------------------------------------------- */
 /* RMSNorm over the last dim: x * rsqrt(mean(x^2) + eps) * weight, weight [D] (or NULL). */
-nb_tensor *blk_rms_norm(const nb_tensor *x, const nb_tensor *weight, double eps);
+nb_tensor *blk_f_rms_norm(const nb_tensor *x, const nb_tensor *weight, double eps);
 
 /* Rotary position embedding, rotate-half convention: x [..., hd] (hd even) holds positions
  * offset, offset + 1, ... along dim seq_dim (not the last). Pair i < hd/2, made of elements i
@@ -46,8 +46,8 @@ nb_tensor *blk_rope_apply(const nb_tensor *x, int seq_dim, const blk_rope_tables
 
 /* SwiGLU feed-forward: (silu(x w1^T) * (x w3^T)) w2^T with w1, w3 [hidden, D], w2 [D, hidden],
  * no biases. */
-nb_tensor *blk_swiglu(const nb_tensor *x, const nb_tensor *w1, const nb_tensor *w3,
-                      const nb_tensor *w2);
+nb_tensor *blk_f_swiglu(const nb_tensor *x, const nb_tensor *w1, const nb_tensor *w3,
+                        const nb_tensor *w2);
 
 /* Grouped-query scaled dot-product attention written op by op: q [B, H, T_q, hd] reads
  * k [B, KV, T_k, hd] and v [B, KV, T_k, vd] (vd may differ from hd, as in MLA), KV dividing
@@ -67,18 +67,18 @@ typedef struct {
     nb_module base;
     nb_tensor *weight;
     double eps;
-} blk_rmsnorm;
-blk_rmsnorm *blk_rmsnorm_new(nb_module *parent, const char *name, int64_t dim, double eps);
-nb_tensor *blk_rmsnorm_forward(blk_rmsnorm *m, const nb_tensor *x);
+} blk_rms_norm;
+blk_rms_norm *blk_rms_norm_new(nb_module *parent, const char *name, int64_t dim, double eps);
+nb_tensor *blk_rms_norm_forward(blk_rms_norm *m, const nb_tensor *x);
 
 /* SwiGLU feed-forward D -> hidden -> D: Linear children w1, w3 (gate, up) and w2 (down),
  * without biases, initialised as PyTorch's nn.Linear. */
 typedef struct {
     nb_module base;
     nb_linear *w1, *w2, *w3;
-} blk_swiglu_ff;
-blk_swiglu_ff *blk_swiglu_new(nb_module *parent, const char *name, int64_t dim, int64_t hidden);
-nb_tensor *blk_swiglu_forward(blk_swiglu_ff *m, const nb_tensor *x);
+} blk_swiglu;
+blk_swiglu *blk_swiglu_new(nb_module *parent, const char *name, int64_t dim, int64_t hidden);
+nb_tensor *blk_swiglu_forward(blk_swiglu *m, const nb_tensor *x);
 
 /* ---- Mixture of experts (DeepSeek-style) ------------------------------------------------ */
 /* A feed-forward of n_experts routed SwiGLU experts, of which each token uses top_k, plus
@@ -125,9 +125,9 @@ typedef struct {
     nb_module base;
     nb_linear *gate;
     nb_module *experts_container;
-    blk_swiglu_ff *shared_experts; /* NULL without shared experts */
+    blk_swiglu *shared_experts; /* NULL without shared experts */
     blk_moe_config cfg;
-    blk_swiglu_ff **experts; /* n_experts of them (stored after the struct) */
+    blk_swiglu **experts; /* n_experts of them (stored after the struct) */
 } blk_moe;
 /* NULL with an error naming "MoE" and the bad setting. */
 blk_moe *blk_moe_new(nb_module *parent, const char *name, const blk_moe_config *cfg);
@@ -223,9 +223,9 @@ typedef struct {
     nb_module base;
     nb_linear *wq;          /* q_rank 0, else NULL */
     nb_linear *wq_a, *wq_b; /* q_rank > 0, else NULL */
-    blk_rmsnorm *q_norm;    /* q_rank > 0, else NULL */
+    blk_rms_norm *q_norm;   /* q_rank > 0, else NULL */
     nb_linear *wkv_a, *wkv_b, *wo;
-    blk_rmsnorm *kv_norm;
+    blk_rms_norm *kv_norm;
     blk_mla_config cfg;
 } blk_mla;
 /* A new MLA module "MLA" under parent, owned by its root. NULL with an error naming the
@@ -239,7 +239,7 @@ nb_tensor *blk_mla_forward(blk_mla *m, const nb_tensor *x, const blk_attn_opts *
  * layer the rows "latent_rope" of kv_rank + rope_dim numbers a position, for batch sequences
  * of up to max_len positions, in layers[0]'s dtype. Caller owns (nb_kv_cache_free). NULL with
  * an error. */
-nb_kv_cache *blk_mla_cache_new(blk_mla *const *layers, int n_layers, int64_t batch,
+nb_kv_cache *blk_mla_cache_new(int n_layers, blk_mla *const *layers, int64_t batch,
                                int64_t max_len);
 /* Bytes m's cache keeps per position and sequence ((kv_rank + rope_dim) numbers of the
  * model's dtype; nb_kv_cache_bytes of blk_mla_cache_new's cache is this times layers, batch
@@ -257,9 +257,9 @@ typedef struct {
  * feed_forward(ffn_norm(h)). */
 typedef struct {
     nb_module base;
-    blk_rmsnorm *attention_norm, *ffn_norm;
+    blk_rms_norm *attention_norm, *ffn_norm;
     blk_attention *attention;
-    blk_swiglu_ff *feed_forward;
+    blk_swiglu *feed_forward;
 } blk_llama_block;
 blk_llama_block *blk_llama_block_new(nb_module *parent, const char *name,
                                      const blk_llama_config *cfg);
@@ -272,10 +272,10 @@ nb_tensor *blk_llama_block_forward(blk_llama_block *m, const nb_tensor *x,
 #define BLK_MAX_LAYERS 16
 typedef struct {
     nb_module base;
-    nb_embedding_layer *tok_embeddings;
+    nb_embedding *tok_embeddings;
     nb_module *layers_container;
     blk_llama_block *layers[BLK_MAX_LAYERS];
-    blk_rmsnorm *norm;
+    blk_rms_norm *norm;
     nb_linear *output;
     int64_t vocab;
     int n_layers;
@@ -318,13 +318,13 @@ typedef struct {
 } blk_deepseek_config;
 
 /* Pre-RMSNorm block, DeepSeek's model.py Block: h = x + attn(attn_norm(x)),
- * out = h + ffn(ffn_norm(h)), ffn a blk_moe or (a dense block) a blk_swiglu_ff. */
+ * out = h + ffn(ffn_norm(h)), ffn a blk_moe or (a dense block) a blk_swiglu. */
 typedef struct {
     nb_module base;
-    blk_rmsnorm *attn_norm, *ffn_norm;
+    blk_rms_norm *attn_norm, *ffn_norm;
     blk_mla *attn;
     blk_moe *moe;         /* "ffn" of an MoE block, else NULL */
-    blk_swiglu_ff *dense; /* "ffn" of a dense block, else NULL */
+    blk_swiglu *dense;    /* "ffn" of a dense block, else NULL */
 } blk_deepseek_block;
 /* A block under parent (owned by its root); dense chooses the SwiGLU feed-forward. NULL with
  * an error naming the bad setting. */
@@ -342,10 +342,10 @@ nb_tensor *blk_deepseek_block_forward(blk_deepseek_block *m, const nb_tensor *x,
  * embedding: MLA's decoupled RoPE gives positions. */
 typedef struct {
     nb_module base;
-    nb_embedding_layer *embed;
+    nb_embedding *embed;
     nb_module *layers_container;
     blk_deepseek_block *layers[BLK_MAX_LAYERS];
-    blk_rmsnorm *norm;
+    blk_rms_norm *norm;
     nb_linear *head;
     int64_t vocab;
     int n_layers;

@@ -7,7 +7,7 @@
  *     nb_rng rng;
  *     nb_rng_seed(&rng, 1);
  *     nb_dataset *train, *val;
- *     nb_dataset_split(all, nb_dataset_len(all) / 5, &rng, &train, &val);
+ *     nb_dataset_split(all, &rng, nb_dataset_len(all) / 5, &train, &val);
  *     nb_loader *loader = nb_loader_new(train, &(nb_loader_opts){.batch_size = 16,
  *                                                                .shuffle = true, .seed = 2});
  *     for (int epoch = 0; epoch < 10; epoch++) {
@@ -58,7 +58,7 @@ nb_tensor *nb_dataset_targets(const nb_dataset *ds);
  * permutation: the generators differ). The same rng state gives the same split. Each part gets
  * its own copy of its rows, so ds may be freed after. Caller owns both (nb_dataset_free);
  * on failure both are set to NULL. */
-bool nb_dataset_split(const nb_dataset *ds, int64_t n_val, nb_rng *rng, nb_dataset **train,
+bool nb_dataset_split(const nb_dataset *ds, nb_rng *rng, int64_t n_val, nb_dataset **train,
                       nb_dataset **val);
 
 /* ---- Batches ------------------------------------------------------------------------------ */
@@ -91,7 +91,7 @@ nb_loader *nb_loader_new(const nb_dataset *ds, const nb_loader_opts *opts);
 void nb_loader_free(nb_loader *l);
 /* Batches per epoch: ceil(N / batch_size) with KEEP, floor with DROP; -1 with an error for
  * NULL. */
-int64_t nb_loader_num_batches(const nb_loader *l);
+int64_t nb_loader_batch_count(const nb_loader *l);
 
 /* Returns 1 and sets *b to the next batch of the epoch; at the end of the epoch returns 0 with
  * b's tensors NULL, and the next call starts the next epoch (so `while (nb_loader_next(l, &b)

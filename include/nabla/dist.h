@@ -56,7 +56,7 @@ _Noreturn void nb_dist_abort(int code, const char *msg);
 bool nb_dist_all_ok(bool ok);
 /* Replaces v[0..n) on every rank by the sum over ranks, added in rank order starting from 0.
  * False with an error for n < 0, a NULL v with n > 0, or a failed exchange. */
-bool nb_dist_sum_doubles(double *v, int n);
+bool nb_dist_sum_doubles(int n, double *v);
 /* Copies rank 0's values of the n tensors into every rank's (contiguous float, int or bool
  * tensors of the same dtype and shape on every rank; checked first: a mismatch is an error on
  * every rank, naming the tensor's index). */
@@ -86,7 +86,7 @@ typedef struct nb_grad_reducer nb_grad_reducer;
 /* params: distinct float leaves of one dtype that require grad (copied array; they must
  * outlive the reducer). Gives every parameter a zeroed gradient if it has none yet. Caller frees
  * with nb_grad_reducer_free; NULL with an error on bad input. */
-nb_grad_reducer *nb_grad_reducer_new(nb_tensor *const *params, int n, double bucket_bytes);
+nb_grad_reducer *nb_grad_reducer_new(int n, nb_tensor *const *params, double bucket_bytes);
 void nb_grad_reducer_free(nb_grad_reducer *r);
 /* Adds the parameters' current gradients into the reducer's running sum (elementwise, in call
  * order, starting from zero) and zeroes the gradients: call it after each micro-batch's
@@ -98,7 +98,7 @@ bool nb_grad_reducer_add(nb_grad_reducer *r);
  * this rank) if no micro-batch was added or the exchange fails or times out. */
 bool nb_grad_reducer_finish(nb_grad_reducer *r);
 /* Number of buckets, and the bytes exchanged per rank per finish (for benchmarks). */
-int nb_grad_reducer_buckets(const nb_grad_reducer *r);
+int nb_grad_reducer_bucket_count(const nb_grad_reducer *r);
 int64_t nb_grad_reducer_bytes(const nb_grad_reducer *r);
 
 /* ---- The training loop ------------------------------------------------------------------ */

@@ -96,7 +96,7 @@ int64_t nb_kv_cache_len(const nb_kv_cache *c);
 /* Most positions the cache can hold, or -1 for NULL. */
 int64_t nb_kv_cache_max_len(const nb_kv_cache *c);
 /* Layers, sequences and dtype the cache was made for (0, 0 and NB_F32 for NULL). */
-int nb_kv_cache_layers(const nb_kv_cache *c);
+int nb_kv_cache_layer_count(const nb_kv_cache *c);
 int64_t nb_kv_cache_batch(const nb_kv_cache *c);
 nb_dtype nb_kv_cache_dtype(const nb_kv_cache *c);
 /* What layer `layer` keeps, for a model to check a cache before writing to it: its heads
@@ -148,7 +148,7 @@ typedef struct {
     uint64_t seed;          /* the same seed (and model and prompt) gives the same tokens */
     /* Called with each new token as it is chosen (for streaming output); may be NULL. It may
      * even change the model: the parameters are checked again after each call. */
-    void (*on_token)(int64_t token, void *ctx);
+    void (*on_token)(void *ctx, int64_t token);
     void *ctx;
     int64_t prompt_chunk; /* prompt tokens per forward; 0 = the whole prompt at once */
 } nb_generate_opts;
@@ -175,7 +175,7 @@ int64_t nb_generate(const nb_causal_lm *lm, const int64_t *prompt, int64_t promp
  * them, and +inf logits share the probability among themselves. Returns the token, or -1 with
  * an error for a NaN logit or temperature, or logits all -inf when sampling (no token has a
  * probability). Scratch lives in the current scope. */
-int64_t nb_sample_logits(const nb_tensor *logits, const nb_generate_opts *opts, nb_rng *rng);
+int64_t nb_sample_logits(nb_rng *rng, const nb_tensor *logits, const nb_generate_opts *opts);
 
 #ifdef __cplusplus
 }

@@ -14,7 +14,7 @@
  *         return m;
  *     }
  *
- * Parameters are trainable (requires_grad, returned by nb_module_params, so optimizers,
+ * Parameters are trainable (requires_grad, returned by nb_module_named_params, so optimizers,
  * zero_grad, save and load see them). Buffers are state that is saved and loaded with the
  * parameters but never trained or zeroed (PyTorch's register_buffer): masks, running
  * statistics, rotary tables. Constructors are all-or-nothing: a constructor that fails after
@@ -161,21 +161,21 @@ nb_tensor *nb_module_add_nonpersistent_buffer(nb_module *m, const char *name,
 
 /* Number of parameter tensors in m's subtree, and their total element count. */
 int nb_module_param_count(const nb_module *m);
-int64_t nb_module_numel(const nb_module *m);
+int64_t nb_module_param_numel(const nb_module *m);
 /* Fills out (capacity max) with m's subtree's parameters in a stable order: a module's own
  * parameters in creation order, then its children depth-first in creation order. Names and
  * tensors are owned by the model. Returns the count, or -1 with an error if max is too small. */
-int nb_module_params(const nb_module *m, nb_param *out, int max);
+int nb_module_named_params(const nb_module *m, nb_param *out, int max);
 /* The parameter with this dotted name, or NULL with an error. Owned by the model. */
 nb_tensor *nb_module_param(const nb_module *m, const char *name);
-/* m's subtree's parameter tensors, in nb_module_params order, as a new array of *count
+/* m's subtree's parameter tensors, in nb_module_named_params order, as a new array of *count
  * pointers for optimizers and nb_clip_grad_norm (PyTorch's model.parameters()). The caller
  * frees the array with free(); the tensors belong to the model. NULL with an error. */
-nb_tensor **nb_module_parameters(const nb_module *m, int *count);
+nb_tensor **nb_module_param_tensors(const nb_module *m, int *count);
 /* The same three for buffers, persistent and not: each module's persistent buffers, then its
  * non-persistent ones, then its children's. */
 int nb_module_buffer_count(const nb_module *m);
-int nb_module_buffers(const nb_module *m, nb_param *out, int max);
+int nb_module_named_buffers(const nb_module *m, nb_param *out, int max);
 nb_tensor *nb_module_buffer(const nb_module *m, const char *name);
 
 /* Zeroes every parameter gradient in the subtree (buffers are left alone). */

@@ -36,26 +36,26 @@ typedef struct {
     nb_module base;
     nb_tensor *weight, *bias;
     double eps;
-} nb_layernorm;
-nb_layernorm *nb_layernorm_new(nb_module *parent, const char *name, int64_t dim);
-nb_tensor *nb_layernorm_forward(nb_layernorm *m, const nb_tensor *x);
+} nb_layer_norm;
+nb_layer_norm *nb_layer_norm_new(nb_module *parent, const char *name, int64_t dim);
+nb_tensor *nb_layer_norm_forward(nb_layer_norm *m, const nb_tensor *x);
 
 /* Lookup table [num, dim] initialised N(0, 1) (PyTorch's default). */
 typedef struct {
     nb_module base;
     nb_tensor *weight;
-} nb_embedding_layer;
-nb_embedding_layer *nb_embedding_new(nb_module *parent, const char *name, int64_t num, int64_t dim);
-nb_tensor *nb_embedding_forward(nb_embedding_layer *m, const nb_tensor *indices);
+} nb_embedding;
+nb_embedding *nb_embedding_new(nb_module *parent, const char *name, int64_t num, int64_t dim);
+nb_tensor *nb_embedding_forward(nb_embedding *m, const nb_tensor *indices);
 
 /* Dropout with its own generator, seeded from the model's at creation. */
 typedef struct {
     nb_module base;
     double p;
     nb_rng rng;
-} nb_dropout_layer;
-nb_dropout_layer *nb_dropout_new(nb_module *parent, const char *name, double p);
-nb_tensor *nb_dropout_forward(nb_dropout_layer *m, const nb_tensor *x);
+} nb_dropout;
+nb_dropout *nb_dropout_new(nb_module *parent, const char *name, double p);
+nb_tensor *nb_dropout_forward(nb_dropout *m, const nb_tensor *x);
 
 /* D -> hidden -> D with GELU between: fc1, fc2. The exact erf form, or with gelu_tanh set (after
  * construction, or through nb_block_config) the tanh approximation GPT-2 uses
@@ -102,7 +102,7 @@ nb_tensor *nb_feedforward_forward(nb_feedforward *m, const nb_tensor *x);
 typedef struct {
     nb_module base;
     nb_linear *W_query, *W_key, *W_value, *out_proj;
-    nb_dropout_layer *dropout;
+    nb_dropout *dropout;
     int64_t d_in, d_out, num_heads, head_dim;
 } nb_mha;
 
@@ -152,7 +152,7 @@ nb_tensor *nb_mha_forward_cross(nb_mha *m, const nb_tensor *q_in, const nb_tenso
  * gelu_tanh. */
 typedef struct {
     nb_module base;
-    nb_layernorm *norm1, *norm2;
+    nb_layer_norm *norm1, *norm2;
     nb_mha *attn;
     nb_feedforward *ff;
 } nb_transformer_block;
@@ -180,7 +180,7 @@ nb_tensor *nb_transformer_block_forward(nb_transformer_block *m, const nb_tensor
  * ff.fc2). Both attentions are built from cfg (out_proj with a bias). */
 typedef struct {
     nb_module base;
-    nb_layernorm *norm1, *norm2, *norm3;
+    nb_layer_norm *norm1, *norm2, *norm3;
     nb_mha *attn, *cross_attn;
     nb_feedforward *ff;
 } nb_transformer_decoder_block;
@@ -203,10 +203,10 @@ nb_tensor *nb_transformer_decoder_block_forward(nb_transformer_decoder_block *m,
  * character LM and the benchmark all use it. */
 typedef struct {
     nb_module base;
-    nb_embedding_layer *tok_emb, *pos_emb;
+    nb_embedding *tok_emb, *pos_emb;
     nb_module *blocks_container;
     nb_transformer_block *blocks[16];
-    nb_layernorm *norm_f;
+    nb_layer_norm *norm_f;
     nb_linear *head;                    /* NULL with tied weights */
     nb_tensor *head_weight, *head_bias; /* what the head multiplies by: [out, dim], [out] or
                                            NULL (no_head_bias) */

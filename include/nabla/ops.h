@@ -169,13 +169,13 @@ nb_tensor *nb_mse_loss(const nb_tensor *a, const nb_tensor *b, nb_reduction redu
 /* ---- Layers as functions ---------------------------------------------------------------- */
 /* Normalises over the last weight->ndim dims (1 if weight is NULL) with biased variance:
  * (x - mean) / sqrt(var + eps) * weight + bias. weight and bias may be NULL. */
-nb_tensor *nb_layer_norm(const nb_tensor *x, const nb_tensor *weight, const nb_tensor *bias,
-                         double eps);
+nb_tensor *nb_f_layer_norm(const nb_tensor *x, const nb_tensor *weight, const nb_tensor *bias,
+                           double eps);
 /* weight [V, D], indices NB_I64 [...] in [0, V): returns [..., D]. */
-nb_tensor *nb_embedding(const nb_tensor *weight, const nb_tensor *indices);
+nb_tensor *nb_f_embedding(const nb_tensor *weight, const nb_tensor *indices);
 /* In training, zeroes each element with probability p (drawn from rng) and scales the rest
  * by 1/(1-p); in eval (train false) returns x unchanged (as a differentiable view). */
-nb_tensor *nb_dropout(const nb_tensor *x, double p, bool train, nb_rng *rng);
+nb_tensor *nb_f_dropout(nb_rng *rng, const nb_tensor *x, double p, bool train);
 
 #ifdef __cplusplus
 }

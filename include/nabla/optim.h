@@ -63,9 +63,9 @@ nb_adam_opts nb_adamw_defaults(double lr);
  * group 0, with opts.lr and opts.weight_decay. The pointer array is copied. Returns a new
  * optimizer the caller frees with nb_optimizer_free, or NULL with an error naming the bad
  * parameter or hyperparameter. */
-nb_optimizer *nb_sgd_new(nb_tensor *const *params, int n, nb_sgd_opts opts);
-nb_optimizer *nb_adam_new(nb_tensor *const *params, int n, nb_adam_opts opts);
-nb_optimizer *nb_adamw_new(nb_tensor *const *params, int n, nb_adam_opts opts);
+nb_optimizer *nb_sgd_new(int n, nb_tensor *const *params, nb_sgd_opts opts);
+nb_optimizer *nb_adam_new(int n, nb_tensor *const *params, nb_adam_opts opts);
+nb_optimizer *nb_adamw_new(int n, nb_tensor *const *params, nb_adam_opts opts);
 
 /* Releases the optimizer and its state tensors (not the parameters). NULL is fine. */
 void nb_optimizer_free(nb_optimizer *opt);
@@ -73,7 +73,7 @@ void nb_optimizer_free(nb_optimizer *opt);
 /* AdamW over every parameter of m with PyTorch's usual weight-decay recipe: group 0 holds
  * those of rank >= 2 (matmul weights, embeddings) with opts.weight_decay, group 1 those of
  * rank < 2 (biases, norm weights) with weight decay 0; both start at opts.lr. Either group
- * may be empty. Parameters are numbered group 0's first, each group in nb_module_params
+ * may be empty. Parameters are numbered group 0's first, each group in nb_module_named_params
  * order. Caller frees with nb_optimizer_free; NULL with an error. */
 nb_optimizer *nb_adamw_new_decay_split(const nb_module *m, nb_adam_opts opts);
 
@@ -81,7 +81,7 @@ nb_optimizer *nb_adamw_new_decay_split(const nb_module *m, nb_adam_opts opts);
  * in opt and of opt's dtype) as a new group with its own lr and weight_decay; the other
  * hyperparameters are opt's. Its parameters are numbered after opt's. Returns the group's
  * index, or -1 with an error (opt unchanged). */
-int nb_optimizer_add_group(nb_optimizer *opt, nb_tensor *const *params, int n, double lr,
+int nb_optimizer_add_group(nb_optimizer *opt, int n, nb_tensor *const *params, double lr,
                            double weight_decay);
 /* The number of groups (-1 with an error for NULL). */
 int nb_optimizer_group_count(const nb_optimizer *opt);
@@ -137,7 +137,7 @@ int nb_optimizer_state(nb_optimizer *opt, const char *prefix, const nb_named_ten
  * squared) over the params that have a gradient; if max_norm / (total + 1e-6) < 1 every such
  * gradient is multiplied by it in place. Returns total (0 when no param has a gradient), or
  * NaN with an error for NULL params, a NULL entry, n < 0 or a negative or NaN max_norm. */
-double nb_clip_grad_norm(nb_tensor *const *params, int n, double max_norm);
+double nb_clip_grad_norm(int n, nb_tensor *const *params, double max_norm);
 
 /* ---- Learning-rate schedules ------------------------------------------------------------
  * A schedule gives a factor for each 0-based step; nb_lr_schedule_apply sets every group's

@@ -84,16 +84,16 @@ void nb_scope_begin(void);
  * Not caught: a use after the struct was reused (the handle then names a live tensor, and
  * reads it); reads of the struct's fields or of functions that read only them (nb_numel,
  * nb_size, nb_is_contiguous, nb_shape_text: the old metadata); a data pointer taken with
- * nb_data before the end (AddressSanitizer builds catch that); a second nb_scope_destroy of
- * a scope since reused (-Ddebug_checks=true never reuses them). nb_scope_destroy is alike. */
+ * nb_data before the end (AddressSanitizer builds catch that); a second nb_scope_free of
+ * a scope since reused (-Ddebug_checks=true never reuses them). nb_scope_free is alike. */
 void nb_scope_end(void);
 /* Moves t into the parent of the current scope so it survives nb_scope_end. Returns t.
  * Its autograd history does not survive: backward through it afterwards is an error. */
 nb_tensor *nb_keep(nb_tensor *t);
 /* A scope that is not on the stack, e.g. a model's parameters. Caller owns; destroy releases
  * every tensor in it. */
-nb_scope *nb_scope_create(void);
-void nb_scope_destroy(nb_scope *s);
+nb_scope *nb_scope_new(void);
+void nb_scope_free(nb_scope *s);
 /* Makes s the current scope until the matching nb_scope_pop. */
 void nb_scope_push(nb_scope *s);
 void nb_scope_pop(void);

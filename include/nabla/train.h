@@ -68,11 +68,11 @@ typedef struct {
     /* Before the first step: checks that every rank built the same model, copies rank 0's
      * parameters to all and prepares to average the n params' gradients over `count`
      * micro-batches (accum on each rank). Returns the state passed to the others. */
-    void *(*start)(nb_module *model, nb_tensor *const *params, int n, int accum);
+    void *(*start)(nb_module *model, int n, nb_tensor *const *params, int accum);
     bool (*micro_done)(void *state); /* after each micro-batch's backward */
     bool (*step_done)(
         void *state); /* the gradients become their mean over the step's micro-batches */
-    bool (*sum)(void *state, double *v, int n); /* v summed over ranks, in rank order */
+    bool (*sum)(void *state, int n, double *v); /* v summed over ranks, in rank order */
     bool (*all_ok)(void *state, bool ok);       /* true on every rank when ok on every rank */
     void (*end)(void *state);                   /* frees the state */
 } nb_train_dist;

@@ -19,9 +19,9 @@ blk_deepseek_block *blk_deepseek_block_new(nb_module *parent, const char *name,
     blk_deepseek_block *m = nb_module_new(parent, name, "DeepSeekBlock", sizeof *m);
     if (!m) return NULL;
     const int64_t D = cfg->attn.dim;
-    if (!(m->attn_norm = blk_rmsnorm_new(&m->base, "attn_norm", D, cfg->norm_eps)) ||
+    if (!(m->attn_norm = blk_rms_norm_new(&m->base, "attn_norm", D, cfg->norm_eps)) ||
         !(m->attn = blk_mla_new(&m->base, "attn", &cfg->attn)) ||
-        !(m->ffn_norm = blk_rmsnorm_new(&m->base, "ffn_norm", D, cfg->norm_eps)) ||
+        !(m->ffn_norm = blk_rms_norm_new(&m->base, "ffn_norm", D, cfg->norm_eps)) ||
         !(dense ? (void *)(m->dense = blk_swiglu_new(&m->base, "ffn", D, cfg->dense_hidden))
                 : (void *)(m->moe = blk_moe_new(&m->base, "ffn", &cfg->moe))))
         return nb_module_discard(&m->base);
@@ -34,8 +34,8 @@ nb_tensor *blk_deepseek_block_forward(blk_deepseek_block *m, const nb_tensor *x,
     if (!m) return blk_null_argument("DeepSeekBlock");
     /* cached: inference, no graph for the norms, residuals and feed-forward either */
     const bool grad = opts && opts->cache ? nb_set_grad_enabled(false) : nb_is_grad_enabled();
-    nb_tensor *h = nb_add(x, blk_mla_forward(m->attn, blk_rmsnorm_forward(m->attn_norm, x), opts));
-    nb_tensor *normed = blk_rmsnorm_forward(m->ffn_norm, h), *ffn;
+    nb_tensor *h = nb_add(x, blk_mla_forward(m->attn, blk_rms_norm_forward(m->attn_norm, x), opts));
+    nb_tensor *normed = blk_rms_norm_forward(m->ffn_norm, h), *ffn;
     blk_moe_routing routing = {0};
     if (m->dense) {
         ffn = blk_swiglu_forward(m->dense, normed);
@@ -74,7 +74,7 @@ blk_deepseek_lm *blk_deepseek_lm_new(nb_module *parent, const char *name, int64_
                   blk_deepseek_block_new(m->layers_container, idx, cfg, i < cfg->n_dense_layers)))
             return nb_module_discard(&m->base);
     }
-    if (!(m->norm = blk_rmsnorm_new(&m->base, "norm", D, cfg->norm_eps)) ||
+    if (!(m->norm = blk_rms_norm_new(&m->base, "norm", D, cfg->norm_eps)) ||
         !(m->head = nb_linear_new(&m->base, "head", D, vocab, false)))
         return nb_module_discard(&m->base);
     return m;
@@ -101,7 +101,7 @@ nb_tensor *blk_deepseek_lm_forward(blk_deepseek_lm *m, const nb_tensor *tokens,
         if (x && aux_loss) aux = aux ? nb_add(aux, block_aux) : block_aux;
     }
     /* nb_linear_forward would replace the first error with its own */
-    nb_tensor *logits = x ? nb_linear_forward(m->head, blk_rmsnorm_forward(m->norm, x)) : NULL;
+    nb_tensor *logits = x ? nb_linear_forward(m->head, blk_rms_norm_forward(m->norm, x)) : NULL;
     nb_set_grad_enabled(grad);
     if (logits && aux_loss && !(*aux_loss = aux)) return NULL;
     return logits;
@@ -111,7 +111,7 @@ nb_kv_cache *blk_deepseek_lm_cache_new(const blk_deepseek_lm *m, int64_t batch, 
     if (!m) return blk_null_argument("DeepSeekLM");
     blk_mla *attn[BLK_MAX_LAYERS];
     for (int i = 0; i < m->n_layers; i++) attn[i] = m->layers[i]->attn;
-    return blk_mla_cache_new(attn, m->n_layers, batch, max_len);
+    return blk_mla_cache_new(m->n_layers, attn, batch, max_len);
 }
 
 static nb_tensor *causal_forward(void *model, const nb_tensor *tokens, nb_kv_cache *c) {
@@ -130,12 +130,13 @@ nb_causal_lm blk_deepseek_lm_causal(blk_deepseek_lm *m, int64_t max_len) {
 
 int64_t blk_deepseek_lm_active_params(const blk_deepseek_lm *m, int64_t *total) {
     if (!m) return blk_null_argument("DeepSeekLM"), -1;
-    const int64_t all = nb_module_numel(&m->base);
+    const int64_t all = nb_module_param_numel(&m->base);
     int64_t idle = 0;
     for (int i = 0; i < m->n_layers; i++) {
         const blk_moe *moe = m->layers[i]->moe;
         if (moe) /* the routed experts are all of one size */
-            idle += (moe->cfg.n_experts - moe->cfg.top_k) * nb_module_numel(&moe->experts[0]->base);
+            idle += (moe->cfg.n_experts - moe->cfg.top_k) *
+                    nb_module_param_numel(&moe->experts[0]->base);
     }
     if (total) *total = all;
     return all - idle;

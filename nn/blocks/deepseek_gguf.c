@@ -33,7 +33,7 @@ static nb_tensor *stack_experts(const blk_moe *moe, int which) {
     nb_tensor **ws = malloc(sizeof *ws * (size_t)E);
     if (!ws) return nb_error("deepseek2 export", "out of memory");
     for (int64_t e = 0; e < E; e++) {
-        const blk_swiglu_ff *x = moe->experts[e];
+        const blk_swiglu *x = moe->experts[e];
         ws[e] = (which == 1 ? x->w1 : which == 2 ? x->w2 : x->w3)->weight;
     }
     nb_tensor *t = nb_stack((int)E, ws, 0);
@@ -46,7 +46,7 @@ static nb_tensor *stack_experts(const blk_moe *moe, int which) {
  * without one, one of zeros (silu(0) * 0 = 0) stands for it. */
 static bool add_moe(nb_gguf *g, const blk_moe *moe, int i, nb_gguf_type type) {
     char name[64];
-    const blk_swiglu_ff *s = moe->shared_experts;
+    const blk_swiglu *s = moe->shared_experts;
     const int64_t D = moe->cfg.dim, H = moe->cfg.hidden;
     nb_tensor *up = s ? s->w3->weight : nb_zeros(NB_F32, NB_SHAPE(H, D));
     nb_tensor *gate = s ? s->w1->weight : up;
@@ -64,7 +64,7 @@ static bool add_moe(nb_gguf *g, const blk_moe *moe, int i, nb_gguf_type type) {
            nb_gguf_add_weight(g, blk_gguf_name(name, i, "ffn_down_shexp"), down, type);
 }
 
-static bool add_dense(nb_gguf *g, const blk_swiglu_ff *f, int i, nb_gguf_type type) {
+static bool add_dense(nb_gguf *g, const blk_swiglu *f, int i, nb_gguf_type type) {
     char name[64];
     return nb_gguf_add_weight(g, blk_gguf_name(name, i, "ffn_gate"), f->w1->weight, type) &&
            nb_gguf_add_weight(g, blk_gguf_name(name, i, "ffn_up"), f->w3->weight, type) &&

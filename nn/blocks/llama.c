@@ -12,10 +12,10 @@ blk_llama_block *blk_llama_block_new(nb_module *parent, const char *name,
     blk_llama_block *m = nb_module_new(parent, name, "LlamaBlock", sizeof *m);
     if (!m) return NULL;
     if (!(m->attention_norm =
-              blk_rmsnorm_new(&m->base, "attention_norm", cfg->dim, cfg->norm_eps)) ||
+              blk_rms_norm_new(&m->base, "attention_norm", cfg->dim, cfg->norm_eps)) ||
         !(m->attention = blk_attention_new(&m->base, "attention", cfg->dim, cfg->n_heads,
                                            cfg->n_kv_heads, cfg->rope_base)) ||
-        !(m->ffn_norm = blk_rmsnorm_new(&m->base, "ffn_norm", cfg->dim, cfg->norm_eps)) ||
+        !(m->ffn_norm = blk_rms_norm_new(&m->base, "ffn_norm", cfg->dim, cfg->norm_eps)) ||
         !(m->feed_forward = blk_swiglu_new(&m->base, "feed_forward", cfg->dim, cfg->hidden)))
         return nb_module_discard(&m->base);
     return m;
@@ -27,9 +27,9 @@ nb_tensor *blk_llama_block_forward(blk_llama_block *m, const nb_tensor *x,
     /* cached: inference, no graph for the norms, residuals and feed-forward either */
     const bool grad = opts && opts->cache ? nb_set_grad_enabled(false) : nb_is_grad_enabled();
     nb_tensor *h = nb_add(
-        x, blk_attention_forward(m->attention, blk_rmsnorm_forward(m->attention_norm, x), opts));
+        x, blk_attention_forward(m->attention, blk_rms_norm_forward(m->attention_norm, x), opts));
     nb_tensor *out =
-        nb_add(h, blk_swiglu_forward(m->feed_forward, blk_rmsnorm_forward(m->ffn_norm, h)));
+        nb_add(h, blk_swiglu_forward(m->feed_forward, blk_rms_norm_forward(m->ffn_norm, h)));
     nb_set_grad_enabled(grad);
     return out;
 }
@@ -53,7 +53,7 @@ blk_llama_lm *blk_llama_lm_new(nb_module *parent, const char *name, int64_t voca
         if (!(m->layers[i] = blk_llama_block_new(m->layers_container, idx, cfg)))
             return nb_module_discard(&m->base);
     }
-    if (!(m->norm = blk_rmsnorm_new(&m->base, "norm", cfg->dim, cfg->norm_eps)) ||
+    if (!(m->norm = blk_rms_norm_new(&m->base, "norm", cfg->dim, cfg->norm_eps)) ||
         !(m->output = nb_linear_new(&m->base, "output", cfg->dim, vocab, false)))
         return nb_module_discard(&m->base);
     return m;
@@ -77,7 +77,7 @@ nb_tensor *blk_llama_lm_forward(blk_llama_lm *m, const nb_tensor *tokens,
         x = blk_llama_block_forward(m->layers[i], x, &layer);
     }
     /* nb_linear_forward would replace the first error with its own */
-    nb_tensor *logits = x ? nb_linear_forward(m->output, blk_rmsnorm_forward(m->norm, x)) : NULL;
+    nb_tensor *logits = x ? nb_linear_forward(m->output, blk_rms_norm_forward(m->norm, x)) : NULL;
     nb_set_grad_enabled(grad);
     return logits;
 }

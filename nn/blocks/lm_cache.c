@@ -4,13 +4,13 @@ bool blk_lm_cache_fits(const nb_module *lm, int n_layers, const nb_tensor *token
                        const nb_kv_cache *c) {
     const nb_dtype dt = nb_module_dtype(lm);
     const int64_t B = tokens->shape[0], T = tokens->shape[1], len = nb_kv_cache_len(c);
-    if (nb_kv_cache_layers(c) != n_layers || nb_kv_cache_dtype(c) != dt ||
+    if (nb_kv_cache_layer_count(c) != n_layers || nb_kv_cache_dtype(c) != dt ||
         nb_kv_cache_batch(c) != B) {
         nb_error(nb_module_type(lm),
                  "'%s': a model of %d blocks in %s, given tokens of batch %lld, cannot use a "
                  "cache of %d layers in %s for batch %lld",
                  nb_module_path(lm), n_layers, nb_dtype_name(dt), (long long)B,
-                 nb_kv_cache_layers(c), nb_dtype_name(nb_kv_cache_dtype(c)),
+                 nb_kv_cache_layer_count(c), nb_dtype_name(nb_kv_cache_dtype(c)),
                  (long long)nb_kv_cache_batch(c));
         return false;
     }

@@ -28,11 +28,11 @@ blk_mla *blk_mla_new(nb_module *parent, const char *name, const blk_mla_config *
     bool ok = c.q_rank == 0
                   ? (m->wq = nb_linear_new(&m->base, "wq", c.dim, H * qk, false)) != NULL
                   : (m->wq_a = nb_linear_new(&m->base, "wq_a", c.dim, c.q_rank, false)) &&
-                        (m->q_norm = blk_rmsnorm_new(&m->base, "q_norm", c.q_rank, c.norm_eps)) &&
+                        (m->q_norm = blk_rms_norm_new(&m->base, "q_norm", c.q_rank, c.norm_eps)) &&
                         (m->wq_b = nb_linear_new(&m->base, "wq_b", c.q_rank, H * qk, false));
     ok = ok &&
          (m->wkv_a = nb_linear_new(&m->base, "wkv_a", c.dim, c.kv_rank + c.rope_dim, false)) &&
-         (m->kv_norm = blk_rmsnorm_new(&m->base, "kv_norm", c.kv_rank, c.norm_eps)) &&
+         (m->kv_norm = blk_rms_norm_new(&m->base, "kv_norm", c.kv_rank, c.norm_eps)) &&
          (m->wkv_b =
               nb_linear_new(&m->base, "wkv_b", c.kv_rank, H * (c.nope_dim + c.v_dim), false)) &&
          (m->wo = nb_linear_new(&m->base, "wo", H * c.v_dim, c.dim, false));
@@ -45,7 +45,7 @@ bool blk_mla_query(const blk_mla *m, const nb_tensor *x, const blk_rope_tables *
     nb_tensor *q =
         m->wq ? nb_linear_forward(m->wq, x)
               : nb_linear_forward(m->wq_b,
-                                  blk_rmsnorm_forward(m->q_norm, nb_linear_forward(m->wq_a, x)));
+                                  blk_rms_norm_forward(m->q_norm, nb_linear_forward(m->wq_a, x)));
     if (!q) return false;
     q = nb_view(q, NB_SHAPE(x->shape[0], x->shape[1], c->n_heads, c->nope_dim + c->rope_dim));
     *nope = nb_narrow(q, 3, 0, c->nope_dim);
@@ -57,7 +57,7 @@ bool blk_mla_latent(const blk_mla *m, const nb_tensor *x, const blk_rope_tables 
                     nb_tensor **latent, nb_tensor **k_pe) {
     const blk_mla_config *c = &m->cfg;
     nb_tensor *kv = nb_linear_forward(m->wkv_a, x); /* [B, T, kv_rank + rope_dim] */
-    *latent = kv ? blk_rmsnorm_forward(m->kv_norm, nb_narrow(kv, 2, 0, c->kv_rank)) : NULL;
+    *latent = kv ? blk_rms_norm_forward(m->kv_norm, nb_narrow(kv, 2, 0, c->kv_rank)) : NULL;
     *k_pe = *latent ? blk_rope_apply(nb_narrow(kv, 2, c->kv_rank, c->rope_dim), 1, rope) : NULL;
     return *k_pe != NULL;
 }

@@ -21,13 +21,13 @@ static bool cache_fits(const blk_mla *m, const nb_tensor *x, const blk_attn_opts
     const nb_kv_cache *c = o->cache;
     const int64_t want = m->cfg.kv_rank + m->cfg.rope_dim;
     const nb_dtype dt = nb_module_dtype(&m->base);
-    if (o->cache_layer < 0 || o->cache_layer >= nb_kv_cache_layers(c) ||
+    if (o->cache_layer < 0 || o->cache_layer >= nb_kv_cache_layer_count(c) ||
         nb_kv_cache_dtype(c) != dt || nb_kv_cache_batch(c) != x->shape[0]) {
         nb_error("MLA",
                  "'%s': a layer in %s for x %s cannot use layer %d of a cache of %d layers in "
                  "%s for batch %lld",
                  nb_module_path(&m->base), nb_dtype_name(dt), nb_shape_text(x), o->cache_layer,
-                 nb_kv_cache_layers(c), nb_dtype_name(nb_kv_cache_dtype(c)),
+                 nb_kv_cache_layer_count(c), nb_dtype_name(nb_kv_cache_dtype(c)),
                  (long long)nb_kv_cache_batch(c));
         return false;
     }
@@ -94,7 +94,7 @@ nb_tensor *blk_mla_forward_cached(blk_mla *m, const nb_tensor *x, const blk_attn
     return y ? y : blk_module_error(&m->base);
 }
 
-nb_kv_cache *blk_mla_cache_new(blk_mla *const *layers, int n_layers, int64_t batch,
+nb_kv_cache *blk_mla_cache_new(int n_layers, blk_mla *const *layers, int64_t batch,
                                int64_t max_len) {
     if (!layers || n_layers < 1)
         return nb_error("MLA", "blk_mla_cache_new needs 1 or more layers, got %d", n_layers);

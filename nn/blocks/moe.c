@@ -20,11 +20,11 @@ blk_moe *blk_moe_new(nb_module *parent, const char *name, const blk_moe_config *
                         (long long)cfg->dim, (long long)cfg->hidden, (long long)cfg->n_experts,
                         (long long)cfg->top_k, (long long)cfg->n_shared, (long long)cfg->tile_rows,
                         cfg->aux_alpha);
-    const size_t size = sizeof(blk_moe) + sizeof(blk_swiglu_ff *) * (size_t)cfg->n_experts;
+    const size_t size = sizeof(blk_moe) + sizeof(blk_swiglu *) * (size_t)cfg->n_experts;
     blk_moe *m = nb_module_new(parent, name, "MoE", size);
     if (!m) return NULL;
     m->cfg = *cfg;
-    m->experts = (blk_swiglu_ff **)(m + 1);
+    m->experts = (blk_swiglu **)(m + 1);
     if (!(m->gate = nb_linear_new(&m->base, "gate", cfg->dim, cfg->n_experts, false)) ||
         !(m->experts_container = nb_module_container(&m->base, "experts")))
         return nb_module_discard(&m->base);
@@ -72,9 +72,9 @@ static nb_tensor *run_experts(const blk_moe *m, const nb_tensor *x, const moe_pl
     nb_tensor **outs = nb_data(list);
     const int64_t *tile_expert = nb_data(p->tile_expert);
     for (int64_t t = 0; t < T; t++) {
-        const blk_swiglu_ff *e = m->experts[tile_expert[t]];
-        if (!(outs[t] = blk_swiglu(nb_narrow(rows, 0, t * R, R), e->w1->weight, e->w3->weight,
-                                   e->w2->weight)))
+        const blk_swiglu *e = m->experts[tile_expert[t]];
+        if (!(outs[t] = blk_f_swiglu(nb_narrow(rows, 0, t * R, R), e->w1->weight, e->w3->weight,
+                                     e->w2->weight)))
             return NULL;
     }
     return join_rows(T, outs);
@@ -90,9 +90,9 @@ static nb_tensor *moe_tokens(const blk_moe *m, const nb_tensor *x, blk_moe_routi
         return NULL;
     nb_tensor *slots = nb_index_select(run_experts(m, x, &plan), 0, plan.row_of_slot);
     nb_tensor *weighted = nb_mul(slots, nb_reshape(routes.weights, NB_SHAPE(N * k, 1)));
-    const blk_swiglu_ff *shared = m->shared_experts;
+    const blk_swiglu *shared = m->shared_experts;
     nb_tensor *base =
-        shared ? blk_swiglu(x, shared->w1->weight, shared->w3->weight, shared->w2->weight)
+        shared ? blk_f_swiglu(x, shared->w1->weight, shared->w3->weight, shared->w2->weight)
                : nb_zeros(x->dtype, NB_SHAPE(N, D));
     nb_tensor *y = nb_index_add(base, 0, plan.token_of_slot, weighted, 1.0);
     if (y && routing) {

@@ -135,7 +135,7 @@ static bool rms_backward(nb_node *ctx, int nout, const nb_tensor *const *gout, i
 
 static const nb_function rms_norm_fn = {"rms_norm", rms_forward, rms_backward};
 
-nb_tensor *blk_rms_norm(const nb_tensor *x, const nb_tensor *weight, double eps) {
+nb_tensor *blk_f_rms_norm(const nb_tensor *x, const nb_tensor *weight, double eps) {
     if (!x) return blk_null_argument("rms_norm");
     if (!nb_is_float(x) || x->ndim < 1)
         return nb_error("rms_norm", "expects a float tensor [..., D], got %s %s",
@@ -151,11 +151,11 @@ nb_tensor *blk_rms_norm(const nb_tensor *x, const nb_tensor *weight, double eps)
     return nb_function_apply1(&rms_norm_fn, 2, (const nb_tensor *[]){x, w}, &eps);
 }
 
-blk_rmsnorm *blk_rmsnorm_new(nb_module *parent, const char *name, int64_t dim, double eps) {
+blk_rms_norm *blk_rms_norm_new(nb_module *parent, const char *name, int64_t dim, double eps) {
     if (dim <= 0 || !(eps >= 0))
         return nb_error("RMSNorm", "needs dim > 0 and eps >= 0, got %lld and %g", (long long)dim,
                         eps);
-    blk_rmsnorm *m = nb_module_new(parent, name, "RMSNorm", sizeof *m);
+    blk_rms_norm *m = nb_module_new(parent, name, "RMSNorm", sizeof *m);
     if (!m) return NULL;
     m->eps = eps;
     if (!(m->weight = nb_module_add_param(&m->base, "weight", NB_SHAPE(dim), nb_init_ones())))
@@ -163,9 +163,9 @@ blk_rmsnorm *blk_rmsnorm_new(nb_module *parent, const char *name, int64_t dim, d
     return m;
 }
 
-nb_tensor *blk_rmsnorm_forward(blk_rmsnorm *m, const nb_tensor *x) {
+nb_tensor *blk_rms_norm_forward(blk_rms_norm *m, const nb_tensor *x) {
     if (!m) return blk_null_argument("RMSNorm");
-    nb_tensor *y = blk_rms_norm(x, m->weight, m->eps);
+    nb_tensor *y = blk_f_rms_norm(x, m->weight, m->eps);
     if (!y && x) return blk_module_error(&m->base);
     return y;
 }

@@ -73,8 +73,8 @@ static bool silu_gate_backward(nb_node *ctx, int nout, const nb_tensor *const *g
 
 static const nb_function silu_gate_fn = {"silu_gate", silu_gate_forward, silu_gate_backward};
 
-nb_tensor *blk_swiglu(const nb_tensor *x, const nb_tensor *w1, const nb_tensor *w3,
-                      const nb_tensor *w2) {
+nb_tensor *blk_f_swiglu(const nb_tensor *x, const nb_tensor *w1, const nb_tensor *w3,
+                        const nb_tensor *w2) {
     if (!x || !w1 || !w3 || !w2) return blk_null_argument("swiglu");
     if (x->ndim < 1 || w1->ndim != 2 || w3->ndim != 2 || w2->ndim != 2 ||
         w1->shape[1] != x->shape[x->ndim - 1] || !nb_same_shape(w1, w3) ||
@@ -88,11 +88,11 @@ nb_tensor *blk_swiglu(const nb_tensor *x, const nb_tensor *w1, const nb_tensor *
     return nb_f_linear(nb_function_apply1(&silu_gate_fn, 2, gate_up, NULL), w2, NULL);
 }
 
-blk_swiglu_ff *blk_swiglu_new(nb_module *parent, const char *name, int64_t dim, int64_t hidden) {
+blk_swiglu *blk_swiglu_new(nb_module *parent, const char *name, int64_t dim, int64_t hidden) {
     if (dim <= 0 || hidden <= 0)
         return nb_error("SwiGLU", "dim %lld and hidden %lld must be positive", (long long)dim,
                         (long long)hidden);
-    blk_swiglu_ff *m = nb_module_new(parent, name, "SwiGLU", sizeof *m);
+    blk_swiglu *m = nb_module_new(parent, name, "SwiGLU", sizeof *m);
     if (!m) return NULL;
     if (!(m->w1 = nb_linear_new(&m->base, "w1", dim, hidden, false)) ||
         !(m->w2 = nb_linear_new(&m->base, "w2", hidden, dim, false)) ||
@@ -101,9 +101,9 @@ blk_swiglu_ff *blk_swiglu_new(nb_module *parent, const char *name, int64_t dim, 
     return m;
 }
 
-nb_tensor *blk_swiglu_forward(blk_swiglu_ff *m, const nb_tensor *x) {
+nb_tensor *blk_swiglu_forward(blk_swiglu *m, const nb_tensor *x) {
     if (!m) return blk_null_argument("SwiGLU");
-    nb_tensor *y = blk_swiglu(x, m->w1->weight, m->w3->weight, m->w2->weight);
+    nb_tensor *y = blk_f_swiglu(x, m->w1->weight, m->w3->weight, m->w2->weight);
     if (!y && x) return blk_module_error(&m->base);
     return y;
 }

@@ -165,7 +165,7 @@ bool nb_dist_all_ok(bool ok) {
     return ok;
 }
 
-bool nb_dist_sum_doubles(double *v, int n) {
+bool nb_dist_sum_doubles(int n, double *v) {
     if (n < 0) return nbt_error("nb_dist_sum_doubles", "n is %d, expected >= 0", n) != NULL;
     if (n > 0 && !v) return nbt_error("nb_dist_sum_doubles", "v is NULL (n = %d)", n) != NULL;
     if (!nbd_world_reachable("nb_dist_sum_doubles")) return false;
@@ -269,7 +269,8 @@ static nb_param *module_state(const nb_module *m, int *count) {
     int np = nb_module_param_count(m), nbuf = nb_module_buffer_count(m);
     nb_param *all = np >= 0 && nbuf >= 0 ? malloc(sizeof *all * (size_t)(np + nbuf + 1)) : NULL;
     if (!all) return nbt_error("dist", "out of memory listing a model of %d tensors", np + nbuf);
-    if (nb_module_params(m, all, np) != np || nb_module_buffers(m, all + np, nbuf) != nbuf) {
+    if (nb_module_named_params(m, all, np) != np ||
+        nb_module_named_buffers(m, all + np, nbuf) != nbuf) {
         free(all);
         return NULL;
     }

@@ -86,7 +86,7 @@ static bool plan_buckets(nb_grad_reducer *r, double bucket_bytes) {
     return true;
 }
 
-nb_grad_reducer *nb_grad_reducer_new(nb_tensor *const *params, int n, double bucket_bytes) {
+nb_grad_reducer *nb_grad_reducer_new(int n, nb_tensor *const *params, double bucket_bytes) {
     if (!nbn_check_param_list("nb_grad_reducer_new", params, n, 1, true, 0)) return NULL;
     if (!(bucket_bytes > 0)) bucket_bytes = DEFAULT_BUCKET_BYTES;
     nb_grad_reducer *r = calloc(1, sizeof *r);
@@ -124,7 +124,7 @@ nb_grad_reducer *nb_grad_reducer_new(nb_tensor *const *params, int n, double buc
     return r;
 }
 
-int nb_grad_reducer_buckets(const nb_grad_reducer *r) {
+int nb_grad_reducer_bucket_count(const nb_grad_reducer *r) {
     return r ? r->nbuckets : 0;
 }
 int64_t nb_grad_reducer_bytes(const nb_grad_reducer *r) {

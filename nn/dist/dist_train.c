@@ -8,11 +8,11 @@ typedef struct {
     nb_grad_reducer *reducer; /* NULL alone with one micro-batch: the step is the plain one */
 } dist_state;
 
-static void *start(nb_module *model, nb_tensor *const *params, int n, int accum) {
+static void *start(nb_module *model, int n, nb_tensor *const *params, int accum) {
     dist_state *s = calloc(1, sizeof *s);
     if (!s) return nb_error("nb_dist_train", "out of memory");
     if ((nb_dist_world_size() > 1 && !nb_dist_broadcast_module(model)) ||
-        (nb_dist_world_size() * accum > 1 && !(s->reducer = nb_grad_reducer_new(params, n, 0)))) {
+        (nb_dist_world_size() * accum > 1 && !(s->reducer = nb_grad_reducer_new(n, params, 0)))) {
         free(s);
         return NULL;
     }
@@ -29,9 +29,9 @@ static bool step_done(void *state) {
     return !s->reducer || nb_grad_reducer_finish(s->reducer);
 }
 
-static bool sum(void *state, double *v, int n) {
+static bool sum(void *state, int n, double *v) {
     (void)state;
-    return nb_dist_sum_doubles(v, n);
+    return nb_dist_sum_doubles(n, v);
 }
 
 static bool all_ok(void *state, bool ok) {

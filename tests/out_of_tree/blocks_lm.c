@@ -23,8 +23,8 @@ static nb_tensor *deepseek_forward(void *lm, const nb_tensor *in, nb_tensor **au
 static bool train_and_generate(const char *what, nb_module *root, void *lm, forward_fn forward,
                                nb_causal_lm causal) {
     int n_params = 0;
-    nb_tensor **params = nb_module_parameters(root, &n_params);
-    nb_optimizer *opt = lm ? nb_adamw_new(params, n_params, nb_adamw_defaults(1e-2)) : NULL;
+    nb_tensor **params = nb_module_param_tensors(root, &n_params);
+    nb_optimizer *opt = lm ? nb_adamw_new(n_params, params, nb_adamw_defaults(1e-2)) : NULL;
     free(params);
     if (!opt) return fprintf(stderr, "blocks_lm: %s: %s\n", what, nb_last_error()), false;
     int64_t seq[17];

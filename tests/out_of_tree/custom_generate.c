@@ -7,7 +7,7 @@
 
 typedef struct {
     nb_module base;
-    nb_embedding_layer *tok;
+    nb_embedding *tok;
     nb_linear *q, *down, *up_k, *up_v, *head;
 } tiny_lm;
 

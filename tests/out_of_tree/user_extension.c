@@ -117,7 +117,7 @@ static void gradchecks(void) {
     gate *g = gate_new(model, "gate", 4);
     CHECK(g);
     nb_param p[3];
-    CHECK(nb_module_params(model, p, 3) == 3); /* scale, proj.weight, proj.bias */
+    CHECK(nb_module_named_params(model, p, 3) == 3); /* scale, proj.weight, proj.bias */
     nb_tensor *in[4] = {x, p[0].tensor, p[1].tensor, p[2].tensor};
     CHECK(nb_gradcheck(run_gate, 4, in, g, NULL, &res));
     printf("Gate: %s\n", res.message);
@@ -188,10 +188,10 @@ static double train(nb_module *model, gate *g, nb_optimizer *opt, int steps) {
 static nb_optimizer *adam_for(nb_module *model) {
     static nb_tensor *params[8];
     nb_param p[8];
-    int n = nb_module_params(model, p, 8);
+    int n = nb_module_named_params(model, p, 8);
     CHECK(n == 3);
     for (int i = 0; i < n; i++) params[i] = p[i].tensor;
-    return nb_adam_new(params, n, nb_adam_defaults(0.05));
+    return nb_adam_new(n, params, nb_adam_defaults(0.05));
 }
 
 int main(void) {
