@@ -6,8 +6,8 @@
  *   char_lm_nabla [--threads N] [--target NATS] [--max-steps N] [--eval-every N] [--seed S]
  *                 [--fortunes DIR] [--export FILE] [--quiet]
  *
- * The run. The corpus is the fortunes as examples/char_lm reads them (fortunes.h), tokenized
- * by their characters. Each step draws BATCH windows of CONTEXT + 1 training tokens with
+ * The run. The corpus is the fortunes as examples/char_lm reads them (its corpus_fortunes),
+ * tokenized by their characters. Each step draws BATCH windows of CONTEXT + 1 training tokens with
  * nb_corpus_batch from a generator seeded with seed + 1, and takes one AdamW step (PyTorch's
  * defaults, weight decay 0.01) on their mean cross-entropy, after clipping the gradient norm to
  * 1, at the learning rate nb_lr_warmup_cosine(step, max_steps / 20, max_steps, LR, LR / 10):
@@ -32,7 +32,7 @@
  * run's settings in its metadata under "ttl." keys. Exit status: 0 when the target was
  * reached (or the file written), 1 when it was not or on an error, 2 on bad flags. */
 #define _POSIX_C_SOURCE 200809L
-#include "fortunes.h"
+#include "corpus.h"
 
 #include <math.h>
 #include <nabla/nabla.h>
@@ -299,16 +299,17 @@ int main(int argc, char **argv) {
     options o;
     if (!parse(argc, argv, &o)) return 2;
     if (o.threads > 0) nb_set_num_threads(o.threads);
-    nb_corpus c;
-    if (!fortunes_read(&c, o.fortunes)) {
-        nb_corpus_free(&c);
+    corpus fortunes;
+    if (!corpus_fortunes(&fortunes, o.fortunes)) {
+        corpus_free(&fortunes);
         return 1;
     }
-    nb_tokenizer *tok = characters_of(&c);
+    nb_corpus *c = &fortunes.text;
+    nb_tokenizer *tok = characters_of(c);
     nb_module *model = NULL;
     nb_transformer_lm *lm = NULL;
     int rc = 1;
-    if (!tok || !nb_corpus_encode(&c, tok))
+    if (!tok || !nb_corpus_encode(c, tok))
         rc = fail("tokenizing the fortunes");
     else if (!(model = nb_model_new(NB_F32, o.seed)) ||
              !(lm = nb_transformer_lm_new(model, "", nb_tokenizer_vocab_size(tok), CONTEXT, DIM,
@@ -317,18 +318,18 @@ int main(int argc, char **argv) {
     else if (!o.quiet && !o.export_path)
         printf("text: %lld training and %lld validation characters, %lld distinct; model: %lld "
                "parameters; target %.4f nats per character\n",
-               (long long)c.train_tokens, (long long)c.val_tokens,
+               (long long)c->train_tokens, (long long)c->val_tokens,
                (long long)nb_tokenizer_vocab_size(tok), (long long)nb_module_param_numel(model),
                o.target);
     if (lm && o.export_path)
-        rc = export_twin(o.export_path, model, &c, &o, nb_tokenizer_vocab_size(tok))
+        rc = export_twin(o.export_path, model, c, &o, nb_tokenizer_vocab_size(tok))
                  ? 0
                  : fail("writing the twin's file");
     else if (lm)
-        rc = run(model, lm, &c, &o);
+        rc = run(model, lm, c, &o);
     nb_module_free(model);
     nb_tokenizer_free(tok);
-    nb_corpus_free(&c);
+    corpus_free(&fortunes);
     nb_shutdown();
     return rc;
 }
