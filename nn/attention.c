@@ -114,11 +114,12 @@ static nb_tensor *attention_cached(nb_mha *m, const nb_tensor *q_in, const nb_te
                          (long long)m->num_heads, (long long)m->head_dim, opts->cache_layer,
                          (long long)kvh, (long long)kd, (long long)vd);
     const bool grad = nb_set_grad_enabled(false);
-    nb_tensor *q = nb_linear_forward(m->W_query, q_in);
-    nb_tensor *k = q ? nb_linear_forward(m->W_key, q_in) : NULL;
-    nb_tensor *v = k ? nb_linear_forward(m->W_value, q_in) : NULL;
-    nb_tensor *ctx =
-        v ? nb_kv_cache_attend(opts->cache, opts->cache_layer, q, k, v, m->num_heads) : NULL;
+    nb_tensor *qkv[3]; /* one job for the three products of a decoded token */
+    const bool projected =
+        nb_linears_forward(3, (nb_linear *[]){m->W_query, m->W_key, m->W_value}, q_in, qkv);
+    nb_tensor *ctx = projected ? nb_kv_cache_attend(opts->cache, opts->cache_layer, qkv[0], qkv[1],
+                                                    qkv[2], m->num_heads)
+                               : NULL;
     nb_tensor *y =
         ctx ? nb_linear_forward(m->out_proj, apply_head_mask(m, ctx, opts->head_mask)) : NULL;
     nb_set_grad_enabled(grad);

@@ -2,6 +2,7 @@
 #include "nabla/nn.h"
 #include "module_error.h"
 #include "tensor/nbt.h" /* nbt_error, nbt_shape */
+#include "tensor/row_products.h"
 
 nb_linear *nb_linear_new(nb_module *parent, const char *name, int64_t in, int64_t out, bool bias) {
     if (in <= 0 || out <= 0)
@@ -27,4 +28,61 @@ nb_tensor *nb_linear_forward(nb_linear *m, const nb_tensor *x) {
                          nbt_shape(x));
     /* One fused op: W is read through a transpose flag and the bias added in place. */
     return nbn_result(&m->base, nb_f_linear(x, m->weight, m->bias));
+}
+
+/* The grouped one-row path of nb_linears_forward: every layer's weight read in place (rows
+ * contiguous), its bias contiguous, no gradient to record, x one row. */
+static bool group_fits(int n, nb_linear *const *layers, const nb_tensor *x) {
+    if (nb_is_grad_enabled() && x->requires_grad) return false;
+    if (nbt_numel(x) != x->shape[x->ndim - 1]) return false;
+    for (int i = 0; i < n; i++) {
+        const nb_tensor *w = layers[i]->weight, *b = layers[i]->bias;
+        if ((nb_is_grad_enabled() && (w->requires_grad || (b && b->requires_grad))) ||
+            w->dtype != x->dtype || w->strides[1] != 1 || (b && b->strides[0] != 1))
+            return false;
+    }
+    return true;
+}
+
+bool nb_linears_forward(int n, nb_linear *const *layers, const nb_tensor *x, nb_tensor **out) {
+    if (n < 1 || n > NB_LINEARS_MAX || !layers || !x || !out)
+        return nbt_error("Linear",
+                         "nb_linears_forward needs 1 to %d layers, an input and room "
+                         "for the outputs, got %d%s%s%s",
+                         NB_LINEARS_MAX, n, layers ? "" : ", NULL layers", x ? "" : ", NULL input",
+                         out ? "" : ", NULL outputs"),
+               false;
+    for (int i = 0; i < n; i++) out[i] = NULL;
+    if (!nbt_check_live("linear", x)) return false;
+    for (int i = 0; i < n; i++) {
+        if (!layers[i]) return nbn_null_argument("Linear", NULL, "layer"), false;
+        if (x->ndim < 1 || x->shape[x->ndim - 1] != layers[i]->in_features)
+            return nbn_error(&layers[i]->base, "expects inputs [..., %lld], got %s",
+                             (long long)layers[i]->in_features, nbt_shape(x)),
+                   false;
+    }
+    if (!nb_is_float(x) || !group_fits(n, layers, x)) { /* one op each, as nb_linear_forward */
+        for (int i = 0; i < n; i++)
+            if (!(out[i] = nb_linear_forward(layers[i], x))) return false;
+        return true;
+    }
+    const nb_tensor *xs = x->strides[x->ndim - 1] == 0 ? nbt_contiguous(x) : x;
+    if (!xs) return nbn_result(&layers[0]->base, NULL), false;
+    nbt_row_product products[NB_LINEARS_MAX];
+    int64_t shape[NB_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) shape[d] = x->shape[d];
+    for (int i = 0; i < n; i++) {
+        shape[x->ndim - 1] = layers[i]->out_features;
+        if (!(out[i] = nbt_new("linear", x->dtype, x->ndim, shape)))
+            return nbn_result(&layers[i]->base, NULL), false;
+        const nb_tensor *w = layers[i]->weight, *b = layers[i]->bias;
+        products[i] = (nbt_row_product){.w = nbt_ptr(w),
+                                        .ldw = w->strides[0],
+                                        .n = layers[i]->out_features,
+                                        .bias = b ? nbt_ptr(b) : NULL,
+                                        .out = nbt_ptr(out[i])};
+    }
+    nbt_row_products(x->dtype == NB_F64, x->shape[x->ndim - 1], nbt_ptr(xs),
+                     xs->strides[xs->ndim - 1], n, products);
+    return true;
 }

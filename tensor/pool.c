@@ -23,23 +23,30 @@
 #include <time.h>
 #include <unistd.h>
 
-#define GEN_SHIFT 32
-#define TASK_MASK ((UINT64_C(1) << GEN_SHIFT) - 1)
-/* Jobs of more tasks run on the calling thread: the claim word's task count must not reach
- * its generation bits (no caller comes near). */
-#define MAX_POOLED_TASKS (INT64_C(1) << 30)
+/* The claim word: tasks claimed from the front (bits 0-19), from the back (bits 20-39), and
+ * the job's generation (bits 40-63). */
+#define BACK_SHIFT 20
+#define GEN_SHIFT 40
+#define COUNT_MASK ((UINT64_C(1) << BACK_SHIFT) - 1)
+#define GEN_MASK ((UINT64_C(1) << (64 - GEN_SHIFT)) - 1)
+#define FRONT_OF(c) ((int64_t)((c)&COUNT_MASK))
+#define BACK_OF(c) ((int64_t)(((c) >> BACK_SHIFT) & COUNT_MASK))
+/* Jobs of more tasks run on the calling thread: the front count, which the caller's last
+ * failed claim takes one past the tasks, must not reach the back count's bits (no caller
+ * comes near: jobs are a few pieces a thread). */
+#define MAX_POOLED_TASKS (INT64_C(1) << (BACK_SHIFT - 1))
 
 /* The fields are atomics only because a worker may read them while the caller fills them in
  * for the next job; it then fails its claim and drops what it read. */
 static struct {
-    alignas(64) atomic_uint_fast64_t claim; /* generation << GEN_SHIFT | next task */
+    alignas(64) atomic_uint_fast64_t claim; /* generation, back and front counts */
     atomic_int_fast64_t ntasks;
     atomic_int threads;
     _Atomic(nbt_task_fn) fn;
     _Atomic(void *) ctx;
     alignas(64) atomic_int_fast64_t done; /* tasks finished */
 } job;
-static uint32_t last_generation; /* under run_lock */
+static uint64_t last_generation; /* under run_lock */
 
 /* How long a waiting thread spins before it sleeps: longer than the serial gaps between two
  * parallel pieces of a training step (a wake-up from sleep costs tens of microseconds), short
@@ -183,37 +190,48 @@ static void run_task(int64_t task, int worker, nbt_task_fn fn, void *ctx, int64_
     }
 }
 
-/* The caller's share (worker 0): tasks until none are left. Once the job has run
- * WAKE_AFTER_NS with tasks left, it wakes sleeping workers. Returns how many tasks it ran. */
+/* The caller's share (worker 0): tasks from the front until none are left. Once the job has
+ * run WAKE_AFTER_NS with tasks left, it wakes sleeping workers. Returns how many tasks it ran.
+ * A front claim at counts (f, b) gets task f if f + b < ntasks; one that fails leaves the
+ * front one past, which fails every later claim too. */
 static int64_t claim_as_caller(int64_t ntasks, nbt_task_fn fn, void *ctx) {
     const int64_t start = nbt_now_ns();
     bool woken = false;
     for (int64_t ran = 0;; ran++) {
-        const int64_t task = (int64_t)(atomic_fetch_add(&job.claim, 1) & TASK_MASK);
-        if (task >= ntasks) return ran;
-        run_task(task, 0, fn, ctx, ntasks);
-        if (!woken && atomic_load(&sleeping_workers) > 0 &&
-            (int64_t)(atomic_load(&job.claim) & TASK_MASK) < ntasks &&
-            nbt_now_ns() - start > WAKE_AFTER_NS) {
-            wake_workers();
-            woken = true;
+        const uint64_t c = atomic_fetch_add(&job.claim, 1);
+        if (FRONT_OF(c) + BACK_OF(c) >= ntasks) return ran;
+        run_task(FRONT_OF(c), 0, fn, ctx, ntasks);
+        if (!woken && atomic_load(&sleeping_workers) > 0 && nbt_now_ns() - start > WAKE_AFTER_NS) {
+            const uint64_t now = atomic_load(&job.claim);
+            if (FRONT_OF(now) + BACK_OF(now) < ntasks) {
+                wake_workers();
+                woken = true;
+            }
         }
     }
 }
 
 /* A worker's share of the job whose claim word it read as c: one task at a time while that
- * job has tasks left. The fields read before a claim belong to the job claimed from: the
- * caller rewrites them only after every task is done, and the claimed one was not. */
+ * job has tasks left. Worker 1 claims from the back (task ntasks - 1 - b at counts (f, b)),
+ * the others from the front as the caller does: on two threads the caller then takes the
+ * first pieces of a job and the worker the last ones, the same pieces job after job when
+ * both keep pace, so a product split by output features reads the same part of its weights
+ * on the same core token after token (and finds it in that core's cache). The fields read
+ * before a claim belong to the job claimed from: the caller rewrites them only after every
+ * task is done, and the claimed one was not. */
 static void claim_as_worker(uint64_t c, int worker) {
     const uint64_t generation = c >> GEN_SHIFT;
+    const bool from_back = worker == 1;
     for (;;) {
         const int64_t ntasks = atomic_load_explicit(&job.ntasks, memory_order_relaxed);
         const int threads = atomic_load_explicit(&job.threads, memory_order_relaxed);
         const nbt_task_fn fn = atomic_load_explicit(&job.fn, memory_order_relaxed);
         void *const ctx = atomic_load_explicit(&job.ctx, memory_order_relaxed);
-        if (worker >= threads || (int64_t)(c & TASK_MASK) >= ntasks) return;
-        if (atomic_compare_exchange_weak(&job.claim, &c, c + 1)) {
-            run_task((int64_t)(c & TASK_MASK), worker, fn, ctx, ntasks);
+        if (worker >= threads || FRONT_OF(c) + BACK_OF(c) >= ntasks) return;
+        const int64_t task = from_back ? ntasks - 1 - BACK_OF(c) : FRONT_OF(c);
+        if (atomic_compare_exchange_weak(&job.claim, &c,
+                                         c + (from_back ? UINT64_C(1) << BACK_SHIFT : 1))) {
+            run_task(task, worker, fn, ctx, ntasks);
             c = atomic_load(&job.claim);
         }
         if (c >> GEN_SHIFT != generation) return;
@@ -314,13 +332,14 @@ void nbt_run_tasks(int64_t ntasks, int threads, nbt_task_fn fn, void *ctx) {
         run_serially(ntasks, fn, ctx);
         return;
     }
-    if (++last_generation == 0) last_generation = 1; /* workers start having seen 0 */
+    last_generation = (last_generation + 1) & GEN_MASK;
+    if (last_generation == 0) last_generation = 1; /* workers start having seen 0 */
     atomic_store_explicit(&job.done, 0, memory_order_relaxed);
     atomic_store_explicit(&job.ntasks, ntasks, memory_order_relaxed);
     atomic_store_explicit(&job.threads, threads, memory_order_relaxed);
     atomic_store_explicit(&job.fn, fn, memory_order_relaxed);
     atomic_store_explicit(&job.ctx, ctx, memory_order_relaxed);
-    atomic_store(&job.claim, (uint64_t)last_generation << GEN_SHIFT);
+    atomic_store(&job.claim, last_generation << GEN_SHIFT);
     /* Workers still spinning take tasks at once; sleeping ones are woken in claim_as_caller
      * if the job runs long enough to be worth it. */
     in_task = true;

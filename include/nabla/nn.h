@@ -30,6 +30,14 @@ typedef struct {
 } nb_linear;
 nb_linear *nb_linear_new(nb_module *parent, const char *name, int64_t in, int64_t out, bool bias);
 nb_tensor *nb_linear_forward(nb_linear *m, const nb_tensor *x);
+/* Several Linear layers reading the same x (a block's query, key and value projections):
+ * out[i] = nb_linear_forward(layers[i], x) for i < n (1 to NB_LINEARS_MAX), new tensors in
+ * the current scope. The same values, bit for bit; but a single row with no gradient to
+ * record (decoding one token) is multiplied by every weight in one job split across threads
+ * by all their outputs, where each product alone may be too small to split. False with an
+ * error naming the layer (the outputs made so far stay in the scope). */
+#define NB_LINEARS_MAX 8
+bool nb_linears_forward(int n, nb_linear *const *layers, const nb_tensor *x, nb_tensor **out);
 
 /* Normalises the last dim; weight ones, bias zeros, eps 1e-5 (PyTorch's defaults). */
 typedef struct {

@@ -61,9 +61,11 @@ static nb_tensor *attention_cached(blk_attention *m, const nb_tensor *x, const b
     nb_tensor *y = NULL;
     if (blk_rope_tables_make(x->dtype, x->shape[1], m->head_dim, nb_kv_cache_len(o->cache),
                              m->rope_base, &rope)) {
-        nb_tensor *q = rotated(m, nb_linear_forward(m->wq, x), m->n_heads, &rope);
-        nb_tensor *k = q ? rotated(m, nb_linear_forward(m->wk, x), m->n_kv_heads, &rope) : NULL;
-        nb_tensor *v = k ? nb_linear_forward(m->wv, x) : NULL;
+        nb_tensor *qkv[3]; /* one job for the three products of a decoded token */
+        const bool projected = nb_linears_forward(3, (nb_linear *[]){m->wq, m->wk, m->wv}, x, qkv);
+        nb_tensor *q = projected ? rotated(m, qkv[0], m->n_heads, &rope) : NULL;
+        nb_tensor *k = q ? rotated(m, qkv[1], m->n_kv_heads, &rope) : NULL;
+        nb_tensor *v = k ? qkv[2] : NULL;
         nb_tensor *ctx = v ? nb_kv_cache_attend(o->cache, o->cache_layer, q, k, v, m->n_heads)
                            : NULL; /* [B, T, dim] */
         y = ctx ? nb_linear_forward(m->wo, ctx) : NULL;

@@ -1,0 +1,26 @@
+/* Several one-row products of one input as one job: the query, key and value projections of
+ * one decoded token, say. Internal to the library. */
+#ifndef NABLA_ROW_PRODUCTS_H
+#define NABLA_ROW_PRODUCTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* One product: out [n] = x W^T (+ bias), W [n, K] with rows ldw elements apart, bias [n]
+ * contiguous or NULL, out contiguous. */
+typedef struct {
+    const void *w;
+    int64_t ldw, n;
+    const void *bias;
+    void *out;
+} nbt_row_product;
+
+/* Every product of x [K] (elements incx apart; float64 if f64, else float32) as one job split
+ * across threads by the outputs of all of them, where each product alone would have been
+ * too small to split. Every output is the dot product the GEMM's one-row path computes for
+ * that product alone (nbt_*gemm_bias with a bias, nbt_*gemm with beta 0 without), so the
+ * results equal `count` separate products, bit for bit, for any thread count. Cannot fail. */
+void nbt_row_products(bool f64, int64_t K, const void *x, int64_t incx, int count,
+                      const nbt_row_product *products);
+
+#endif
