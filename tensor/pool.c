@@ -1,7 +1,10 @@
 /* The worker pool (pool.h): pthreads, C11 atomics, and a condition variable to sleep on.
  *
  * One job runs at a time, in one static record. Its claim word packs the job's generation
- * (high bits) with the next task to claim (low bits). The caller fills in the job, publishes
+ * (high bits) with the counts of tasks claimed from the front and from the back (low bits):
+ * the caller and most workers claim from the front, worker 1 from the back, so on two
+ * threads each keeps the same pieces of a job from one job to the next (a decoded token's
+ * products then find their weights in that core's cache). The caller fills in the job, publishes
  * it by storing a new generation with task 0 in the claim word, wakes sleeping workers if the
  * job is worth it, and claims tasks like everyone else. A worker claims a task by a
  * compare-and-swap from the claim word it read to the next task: that fails once anything has
