@@ -62,8 +62,8 @@ static nb_tensor *scale_by_2_5(const nb_tensor *x) {
         for (int64_t i = 0; i < n; i++) pos[i] = FN(fabs)(x[i]) + (T)0.25;                         \
         nb_tensor *b0 = nb_full(DT, 0, (const int64_t[1]){0}, -1.75);                              \
         const T s = (T)-1.75;                                                                      \
-        T *w = malloc(sizeof(T) * (size_t)(n + 1)), *e = malloc(sizeof(T) * (size_t)(n + 1));      \
-        T *d = malloc(sizeof(T) * (size_t)(n + 1));                                                \
+        T *w = calloc((size_t)n + 1, sizeof(T)), *e = calloc((size_t)n + 1, sizeof(T));            \
+        T *d = calloc((size_t)n + 1, sizeof(T));                                                   \
         /* binary: both contiguous, then each side a single element */                             \
         for (int64_t i = 0; i < n; i++) w[i] = x[i] + b[i];                                        \
         assert_bits("add", n, nb_add(xt, bt), w, sizeof(T));                                       \
