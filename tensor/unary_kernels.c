@@ -80,19 +80,12 @@ const char *nbt_unary_name(nbt_unary_op op) {
         NBT_VFOR(S, i, n, nbt_v##S v = V(S, x + i);                                                \
                  ST(S, y + i, nbt_vselect_##S(~(nbt_vmask_##S)(v < 0), v)));                       \
     }                                                                                              \
-    /* The three below run through nbt_chunked (chunked.h): t = f(before(x)), y = after(x, t). */  \
-    /* x / 2 * (1 + erf(x / sqrt 2)) */                                                            \
-    static void gelu_before_##S(int64_t m, T *t, const T *x) {                                     \
-        NBT_VFOR(S, i, m, ST(S, t + i, V(S, x + i) * (T)M_SQRT1_2));                               \
-    }                                                                                              \
-    static void gelu_after_##S(int64_t m, T *y, const T *x, const T *g, const T *t) {              \
-        (void)g;                                                                                   \
-        NBT_VFOR(S, i, m, ST(S, y + i, V(S, x + i) * (T)0.5 * (1 + V(S, t + i))));                 \
-    }                                                                                              \
+    /* x / 2 * (1 + erf(x / sqrt 2)), in one pass of the set's widest vectors */                   \
     static void gelu_##S(int64_t n, T *y, const T *x, T p) {                                       \
         (void)p;                                                                                   \
-        nbt_chunked_##S(n, y, x, NULL, gelu_before_##S, nbt_verf_##S, gelu_after_##S);             \
+        nbt_vgelu_##S(y, x, n);                                                                    \
     }                                                                                              \
+    /* The two below run through nbt_chunked (chunked.h): t = f(before(x)), y = after(x, t). */    \
     /* x / 2 * (1 + tanh(beta (x + kappa x^3))) */                                                 \
     static void gelu_tanh_after_##S(int64_t m, T *y, const T *x, const T *g, const T *t) {         \
         (void)g;                                                                                   \
@@ -286,35 +279,8 @@ nb_tensor *nbt_map2(const char *name, const nbt_map2_kernel *kernel, const nb_te
     return out;
 }
 
-/* ---- gelu with its derivative kept for the backward ---- */
-/* 1 / sqrt(2 pi), the standard normal density at 0. */
-#define INV_SQRT_2PI 0.3989422804014327
-/* y = x Phi(x) and d = gelu'(x) = Phi(x) + x phi(x) on contiguous arrays, Phi = (1 + erf(x /
- * sqrt 2)) / 2 and phi the normal density, with y's roundings those of gelu_##S (halving is
- * exact, so x / 2 * (1 + e) = x * ((1 + e) / 2)) and d's those of PyTorch's backward (Phi
- * rounded, then Phi + x (phi)). The derivative is taken here, while x and Phi are in L1, so
- * the backward is one product g * d instead of a pass that reads x and Phi again. */
-#define GELU_DERIVATIVE_KERNELS(S, T)                                                              \
-    /* In chunks that stay in L1, so x is read from memory once and y and d written once. */       \
-    static void gelu_derivative_##S(int64_t n, T *y, T *d, const T *x) {                           \
-        T pdf[NBT_CHUNK];                                                                          \
-        for (int64_t i0 = 0; i0 < n; i0 += NBT_CHUNK) {                                            \
-            int64_t m = n - i0 < NBT_CHUNK ? n - i0 : NBT_CHUNK;                                   \
-            const T *xc = x + i0;                                                                  \
-            T *yc = y + i0, *dc = d + i0;                                                          \
-            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i); ST(S, dc + i, v * (T)M_SQRT1_2);          \
-                     ST(S, pdf + i, v * v * (T)-0.5));                                             \
-            nbt_verf_##S(dc, dc, m);                                                               \
-            nbt_vexp_##S(pdf, pdf, m);                                                             \
-            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i); nbt_v##S c = (T)0.5 * (1 + V(S, dc + i)); \
-                     ST(S, yc + i, v * c);                                                         \
-                     ST(S, dc + i, c + v * ((T)INV_SQRT_2PI * V(S, pdf + i))));                    \
-        }                                                                                          \
-    }
-
-GELU_DERIVATIVE_KERNELS(f32, float)
-GELU_DERIVATIVE_KERNELS(f64, double)
-
+/* ---- gelu with its derivative kept for the backward: the backward is then one product g * d
+ * instead of a pass that reads x and erf again (kernels/gelu_rows.c takes both in one pass) ---- */
 /* Contiguous operands of the fused gelu kernel: y, d, x. */
 typedef struct {
     nb_dtype dtype;
@@ -326,11 +292,11 @@ static void gelu_range(int64_t begin, int64_t end, void *vjob) {
     const gelu_job *j = vjob;
     int64_t n = end - begin;
     if (j->dtype == NB_F32)
-        gelu_derivative_f32(n, (float *)j->y + begin, (float *)j->d + begin,
-                            (const float *)j->x + begin);
+        nbt_vgelu_derivative_f32((float *)j->y + begin, (float *)j->d + begin,
+                                 (const float *)j->x + begin, n);
     else
-        gelu_derivative_f64(n, (double *)j->y + begin, (double *)j->d + begin,
-                            (const double *)j->x + begin);
+        nbt_vgelu_derivative_f64((double *)j->y + begin, (double *)j->d + begin,
+                                 (const double *)j->x + begin, n);
 }
 
 nb_tensor *nbt_gelu_with_derivative(const nb_tensor *x, nb_tensor **derivative) {

@@ -59,6 +59,12 @@ typedef struct {
     void (*vtanh_f64)(double *y, const double *x, int64_t n);
     void (*verf_f32)(float *y, const float *x, int64_t n);
     void (*verf_f64)(double *y, const double *x, int64_t n);
+    /* Exact GELU over n contiguous elements (gelu_rows.c): y, and with it the derivative d
+     * when the backward will need it; y may be x. */
+    void (*gelu_f32)(int64_t n, float *y, const float *x);
+    void (*gelu_f64)(int64_t n, double *y, const double *x);
+    void (*gelu_derivative_f32)(int64_t n, float *y, float *d, const float *x);
+    void (*gelu_derivative_f64)(int64_t n, double *y, double *d, const double *x);
     /* GEMM microkernels (gemm_kernels.h). */
     nbt_gemm_kernels_f32 gemm_f32;
     nbt_gemm_kernels_f64 gemm_f64;
@@ -109,6 +115,10 @@ NBK_DECLARE_VECMATH(exp)
 NBK_DECLARE_VECMATH(log)
 NBK_DECLARE_VECMATH(tanh)
 NBK_DECLARE_VECMATH(erf)
+void NBK_FN(nbk_gelu_f32)(int64_t n, float *y, const float *x);
+void NBK_FN(nbk_gelu_f64)(int64_t n, double *y, const double *x);
+void NBK_FN(nbk_gelu_derivative_f32)(int64_t n, float *y, float *d, const float *x);
+void NBK_FN(nbk_gelu_derivative_f64)(int64_t n, double *y, double *d, const double *x);
 void NBK_FN(nbt_gemm_kernels)(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64);
 void NBK_FN(nbk_layer_norm_rows_f32)(int64_t rows, int64_t D, const float *x, const float *w,
                                      const float *b, double eps, float *y, float *mean,
