@@ -11,16 +11,23 @@ DISPATCH_BOTH(exp)
 DISPATCH_BOTH(log)
 DISPATCH_BOTH(tanh)
 DISPATCH_BOTH(erf)
+DISPATCH_BOTH(gelu)
+DISPATCH_BOTH(gelu_tanh)
+DISPATCH_BOTH(silu)
+DISPATCH_BOTH(sigmoid)
 
-void nbt_vgelu_f32(float *y, const float *x, int64_t n) {
-    nbt_kernels()->gelu_f32(n, y, x);
-}
-void nbt_vgelu_f64(double *y, const double *x, int64_t n) {
-    nbt_kernels()->gelu_f64(n, y, x);
-}
+#define DISPATCH_GRAD(fn, T, suffix)                                                               \
+    void nbt_v##fn##_##suffix(T *gx, const T *g, const T *x, int64_t n) {                          \
+        nbt_kernels()->v##fn##_##suffix(gx, g, x, n);                                              \
+    }
+DISPATCH_GRAD(gelu_tanh_grad, float, f32)
+DISPATCH_GRAD(gelu_tanh_grad, double, f64)
+DISPATCH_GRAD(silu_grad, float, f32)
+DISPATCH_GRAD(silu_grad, double, f64)
+
 void nbt_vgelu_derivative_f32(float *y, float *d, const float *x, int64_t n) {
-    nbt_kernels()->gelu_derivative_f32(n, y, d, x);
+    nbt_kernels()->vgelu_derivative_f32(y, d, x, n);
 }
 void nbt_vgelu_derivative_f64(double *y, double *d, const double *x, int64_t n) {
-    nbt_kernels()->gelu_derivative_f64(n, y, d, x);
+    nbt_kernels()->vgelu_derivative_f64(y, d, x, n);
 }
