@@ -29,7 +29,7 @@ BY_SOURCE = [
 ]
 
 # Objects whose symbols count: the library, its per-ISA kernels, the blocks, the benchmark.
-COUNTED = re.compile(r"libnabla\.so\.p|libkernels_|libnabla_blocks|nabla_bench\.p")
+COUNTED = re.compile(r"libnabla\.so[0-9.]*\.p|libkernels_|libnabla_blocks|nabla_bench\.p")
 
 
 def part_of_source(obj):
