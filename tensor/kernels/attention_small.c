@@ -5,13 +5,15 @@
  * A row of scores or probabilities is one vector over the keys, padded with zeros (or -inf
  * before the exp) past T_k. Sums run in a fixed order, so a pair's result does not depend on
  * which thread computes it. Products skip the causally blocked terms, which are exact zeros.
- * Without -ffast-math nothing is fused or reordered: each multiply and add rounds as written. */
+ * The products' sums are fused multiply-adds on the sets that have them (mul_add), so AVX-512
+ * and AVX2 agree bit for bit and the generic set within rounding; everything else rounds as
+ * written (no -ffast-math). */
 #include "kernels.h"
 #include "vec64.h"
 
 #include <math.h>
 #include <string.h>
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__FMA__)
 #include <immintrin.h>
 #endif
 
@@ -42,6 +44,74 @@ static inline void store_n(float *p, v16 v, int n) {
     for (int i = 0; i < n; i++) p[i] = v[i];
 #endif
 }
+/* A row's sums of products (16 lanes) as the loops over keys or head dims carry them. Each step
+ * is acc + a * b lane by lane with one rounding (a fused multiply-add) on the sets that have
+ * FMA, as their GEMM kernels sum, so AVX-512 and AVX2 agree bit for bit; the generic set
+ * rounds the product and the sum apart, as its GEMM does. On AVX-512 a step is then one
+ * instruction where a multiply and an add were two (the loops were port-bound).
+ * On AVX2 the sums are two 8-float halves: GCC has no register mode for a 16-float vector
+ * there, so a v16 variable lives on the stack, and every step of these loops went through
+ * memory and general registers (toy's attention was 62% of its samples with the AVX2
+ * kernels, 31% with AVX-512's). */
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+typedef struct {
+    __m256 lo, hi;
+} row_acc;
+static inline row_acc acc_zero(void) {
+    return (row_acc){_mm256_setzero_ps(), _mm256_setzero_ps()};
+}
+static inline row_acc acc_load(const float *p) {
+    return (row_acc){_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
+}
+static inline row_acc acc_load_n(const float *p, int n) {
+    if (n == W) return acc_load(p);
+    float t[W] = {0};
+    for (int i = 0; i < n; i++) t[i] = p[i];
+    return acc_load(t);
+}
+static inline row_acc acc_mul_add(row_acc acc, float a, row_acc b) {
+    const __m256 av = _mm256_set1_ps(a);
+    return (row_acc){_mm256_fmadd_ps(av, b.lo, acc.lo), _mm256_fmadd_ps(av, b.hi, acc.hi)};
+}
+static inline v16 acc_v16(row_acc acc) {
+    float t[W];
+    _mm256_storeu_ps(t, acc.lo), _mm256_storeu_ps(t + 8, acc.hi);
+    return v16_load(t);
+}
+static inline void acc_store_n(float *p, row_acc acc, int n) {
+    if (n == W) {
+        _mm256_storeu_ps(p, acc.lo), _mm256_storeu_ps(p + 8, acc.hi);
+        return;
+    }
+    float t[W];
+    _mm256_storeu_ps(t, acc.lo), _mm256_storeu_ps(t + 8, acc.hi);
+    for (int i = 0; i < n; i++) p[i] = t[i];
+}
+#else
+typedef v16 row_acc;
+static inline row_acc acc_zero(void) {
+    return v16_splat(0);
+}
+static inline row_acc acc_load(const float *p) {
+    return v16_load(p);
+}
+static inline row_acc acc_load_n(const float *p, int n) {
+    return load_n(p, n);
+}
+static inline row_acc acc_mul_add(row_acc acc, float a, row_acc b) {
+#ifdef __AVX512F__
+    return (v16)_mm512_fmadd_ps(_mm512_set1_ps(a), (__m512)b, (__m512)acc);
+#else
+    return acc + a * b;
+#endif
+}
+static inline v16 acc_v16(row_acc acc) {
+    return acc;
+}
+static inline void acc_store_n(float *p, row_acc acc, int n) {
+    store_n(p, acc, n);
+}
+#endif
 /* Lanes below limit keep v, the others become fill. */
 static inline v16 keep_below(v16 v, int64_t limit, float fill) {
     const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
@@ -154,20 +224,20 @@ static void shifted_scores(const nba_small_head *h, const float *kt, float *rows
     const int64_t Tq = h->Tq, hd = h->hd;
     for (int64_t t0 = 0; t0 < Tq; t0 += RB) {
         const float *qr[RB];
-        v16 acc[RB];
+        row_acc acc[RB];
 #pragma GCC unroll 4
         for (int r = 0; r < RB; r++)
-            qr[r] = h->q + clamp_row(t0 + r, Tq) * h->q_row, acc[r] = v16_splat(0);
+            qr[r] = h->q + clamp_row(t0 + r, Tq) * h->q_row, acc[r] = acc_zero();
         for (int64_t d = 0; d < hd; d++) {
-            v16 kv = v16_load(kt + d * W);
+            row_acc kv = acc_load(kt + d * W);
 #pragma GCC unroll 4
-            for (int r = 0; r < RB; r++) acc[r] += qr[r][d] * kv;
+            for (int r = 0; r < RB; r++) acc[r] = acc_mul_add(acc[r], qr[r][d], kv);
         }
 #pragma GCC unroll 4
         for (int r = 0; r < RB; r++) {
             if (!(t0 + r < Tq)) break;
             int64_t limit = key_limit(h, t0 + r);
-            v16 x = keep_below(h->scale * acc[r], limit, -INFINITY);
+            v16 x = keep_below(h->scale * acc_v16(acc[r]), limit, -INFINITY);
             float max = lane_max(x);
             bool blocked = max == -INFINITY; /* all -inf (or NaN: then the sums make NaN) */
             for (int i = 0; blocked && i < limit; i++) blocked = !isnan(x[i]);
@@ -190,17 +260,17 @@ static void padded_rows_times(const nba_small_head *h, const float *x, const flo
         for (int r = 0; r < RB; r++) xr[r] = x + clamp_row(t0 + r, Tq) * W;
         for (int64_t c = 0; c < hd; c += W) {
             int n = hd - c < W ? (int)(hd - c) : W;
-            v16 acc[RB];
+            row_acc acc[RB];
 #pragma GCC unroll 4
-            for (int r = 0; r < RB; r++) acc[r] = v16_splat(0);
+            for (int r = 0; r < RB; r++) acc[r] = acc_zero();
             for (int64_t s = 0; s < limit; s++) {
-                v16 yv = load_n(y + s * y_row + c, n);
+                row_acc yv = acc_load_n(y + s * y_row + c, n);
 #pragma GCC unroll 4
-                for (int r = 0; r < RB; r++) acc[r] += xr[r][s] * yv;
+                for (int r = 0; r < RB; r++) acc[r] = acc_mul_add(acc[r], xr[r][s], yv);
             }
 #pragma GCC unroll 4
             for (int r = 0; r < RB; r++)
-                if (t0 + r < Tq) store_n(out + (t0 + r) * out_row + c, acc[r], n);
+                if (t0 + r < Tq) acc_store_n(out + (t0 + r) * out_row + c, acc[r], n);
         }
     }
 }
@@ -229,17 +299,17 @@ static void transposed_block(const nba_small_head *h, const float *x, const floa
                              float *out, int64_t s0) {
     for (int64_t c = 0; c < h->hd; c += W) {
         int n = h->hd - c < W ? (int)(h->hd - c) : W;
-        v16 acc[RB];
+        row_acc acc[RB];
 #pragma GCC unroll 4
-        for (int r = 0; r < RB; r++) acc[r] = v16_splat(0);
+        for (int r = 0; r < RB; r++) acc[r] = acc_zero();
         for (int64_t t = h->causal ? s0 : 0; t < h->Tq; t++) {
-            v16 yv = load_n(y + t * y_row + c, n);
+            row_acc yv = acc_load_n(y + t * y_row + c, n);
 #pragma GCC unroll 4
-            for (int r = 0; r < RB; r++) acc[r] += x[t * W + s0 + r] * yv;
+            for (int r = 0; r < RB; r++) acc[r] = acc_mul_add(acc[r], x[t * W + s0 + r], yv);
         }
 #pragma GCC unroll 4
         for (int r = 0; r < RB; r++)
-            if (s0 + r < h->Tk) store_n(out + (s0 + r) * h->d_row + c, acc[r], n);
+            if (s0 + r < h->Tk) acc_store_n(out + (s0 + r) * h->d_row + c, acc[r], n);
     }
 }
 
@@ -259,21 +329,21 @@ void NBK_FN(nba_small_head_backward)(const nba_small_head *h) {
     transpose_keys(h->v, h->v_row, Tk, hd, vt);
     for (int64_t t0 = 0; t0 < Tq; t0 += RB) { /* dP = grad v^T, then the softmax backward */
         const float *gr[RB];
-        v16 dp[RB];
+        row_acc dp[RB];
 #pragma GCC unroll 4
         for (int r = 0; r < RB; r++)
-            gr[r] = h->grad + clamp_row(t0 + r, Tq) * h->grad_row, dp[r] = v16_splat(0);
+            gr[r] = h->grad + clamp_row(t0 + r, Tq) * h->grad_row, dp[r] = acc_zero();
         for (int64_t d = 0; d < hd; d++) {
-            v16 vv = v16_load(vt + d * W);
+            row_acc vv = acc_load(vt + d * W);
 #pragma GCC unroll 4
-            for (int r = 0; r < RB; r++) dp[r] += gr[r][d] * vv;
+            for (int r = 0; r < RB; r++) dp[r] = acc_mul_add(dp[r], gr[r][d], vv);
         }
 #pragma GCC unroll 4
         for (int r = 0; r < RB; r++) {
             if (!(t0 + r < Tq)) break;
-            v16 pt = v16_load(p + (t0 + r) * W);
-            float dot = lane_sum(pt * dp[r]);
-            v16_store(ds + (t0 + r) * W, h->scale * pt * (dp[r] - dot));
+            v16 pt = v16_load(p + (t0 + r) * W), dpr = acc_v16(dp[r]);
+            float dot = lane_sum(pt * dpr);
+            v16_store(ds + (t0 + r) * W, h->scale * pt * (dpr - dot));
         }
     }
     if (h->dq) padded_rows_times(h, ds, h->k, h->k_row, h->dq, h->d_row); /* dq = dS k */
