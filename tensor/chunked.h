@@ -34,13 +34,12 @@
     }                                                                                              \
     /* -x: before exp in silu and its derivative */                                                \
     static inline void nbt_negate_##S(int64_t m, T *t, const T *x) {                               \
-        NBT_VFOR(S, i, m, nbt_vstore_##S(t + i, -nbt_vload_##S(x + i)), t[i] = -x[i]);             \
+        NBT_VFOR(S, i, m, NBT_VSTORE(S, t + i, -NBT_VLOAD(S, x + i)));                             \
     }                                                                                              \
     /* beta (x + kappa x^3): before tanh in gelu_tanh and its derivative */                        \
     static inline void nbt_gelu_tanh_arg_##S(int64_t m, T *t, const T *x) {                        \
-        NBT_VFOR(S, i, m, nbt_v##S v = nbt_vload_##S(x + i);                                       \
-                 nbt_vstore_##S(t + i, (T)NBT_GELU_BETA * (v + (T)NBT_GELU_KAPPA * (v * v * v))),  \
-                 t[i] = (T)NBT_GELU_BETA * (x[i] + (T)NBT_GELU_KAPPA * (x[i] * x[i] * x[i])));     \
+        NBT_VFOR(S, i, m, nbt_v##S v = NBT_VLOAD(S, x + i);                                        \
+                 NBT_VSTORE(S, t + i, (T)NBT_GELU_BETA * (v + (T)NBT_GELU_KAPPA * (v * v * v))));  \
     }
 NBT_CHUNKED(f32, float)
 NBT_CHUNKED(f64, double)

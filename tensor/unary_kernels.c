@@ -26,27 +26,27 @@ const char *nbt_unary_name(nbt_unary_op op) {
 }
 
 /* ---- forward kernels: y[i] = f(x[i]) on contiguous arrays; y may alias x ---------------- */
-/* S: dtype suffix; T: element type; FN(name): the libm function for T. V(S, p) loads a
- * vector, ST(S, p, v) stores one, SPLAT(S, x) broadcasts a scalar. */
-#define V(S, p) nbt_vload_##S(p)
-#define ST(S, p, v) nbt_vstore_##S(p, v)
+/* S: dtype suffix; T: element type; FN(name): the libm function for T. In NBT_VFOR's body
+ * V(S, p) loads a vector and ST(S, p, v) stores one; SPLAT(S, x) broadcasts a scalar. */
+#define V(S, p) NBT_VLOAD(S, p)
+#define ST(S, p, v) NBT_VSTORE(S, p, v)
 #define SPLAT(S, x) nbt_vsplat_##S(x)
 #define FORWARD_KERNELS(S, T, FN)                                                                  \
     static void neg_##S(int64_t n, T *y, const T *x, T p) {                                        \
         (void)p;                                                                                   \
-        NBT_VFOR(S, i, n, ST(S, y + i, -V(S, x + i)), y[i] = -x[i]);                               \
+        NBT_VFOR(S, i, n, ST(S, y + i, -V(S, x + i)));                                             \
     }                                                                                              \
     static void add_scalar_##S(int64_t n, T *y, const T *x, T p) {                                 \
         const nbt_v##S vp = SPLAT(S, p);                                                           \
-        NBT_VFOR(S, i, n, ST(S, y + i, V(S, x + i) + vp), y[i] = x[i] + p);                        \
+        NBT_VFOR(S, i, n, ST(S, y + i, V(S, x + i) + vp));                                         \
     }                                                                                              \
     static void mul_scalar_##S(int64_t n, T *y, const T *x, T p) {                                 \
         const nbt_v##S vp = SPLAT(S, p);                                                           \
-        NBT_VFOR(S, i, n, ST(S, y + i, V(S, x + i) * vp), y[i] = x[i] * p);                        \
+        NBT_VFOR(S, i, n, ST(S, y + i, V(S, x + i) * vp));                                         \
     }                                                                                              \
     static void pow_scalar_##S(int64_t n, T *y, const T *x, T p) {                                 \
         if (p == 2) { /* squares are common and x * x is exactly rounded */                        \
-            NBT_VFOR(S, i, n, ST(S, y + i, V(S, x + i) * V(S, x + i)), y[i] = x[i] * x[i]);        \
+            NBT_VFOR(S, i, n, ST(S, y + i, V(S, x + i) * V(S, x + i)));                            \
             return;                                                                                \
         }                                                                                          \
         for (int64_t i = 0; i < n; i++) y[i] = FN(pow)(x[i], p);                                   \
@@ -70,26 +70,24 @@ const char *nbt_unary_name(nbt_unary_op op) {
     /* 1 / (1 + exp(-x)): exp overflows to inf for very negative x, giving exactly 0. */           \
     static void sigmoid_##S(int64_t n, T *y, const T *x, T p) {                                    \
         (void)p;                                                                                   \
-        NBT_VFOR(S, i, n, ST(S, y + i, -V(S, x + i)), y[i] = -x[i]);                               \
+        NBT_VFOR(S, i, n, ST(S, y + i, -V(S, x + i)));                                             \
         nbt_vexp_##S(y, y, n);                                                                     \
-        NBT_VFOR(S, i, n, ST(S, y + i, 1 / (1 + V(S, y + i))), y[i] = 1 / (1 + y[i]));             \
+        NBT_VFOR(S, i, n, ST(S, y + i, 1 / (1 + V(S, y + i))));                                    \
     }                                                                                              \
     /* Keeps x unless x < 0, so NaN and -0 pass through. */                                        \
     static void relu_##S(int64_t n, T *y, const T *x, T p) {                                       \
         (void)p;                                                                                   \
         NBT_VFOR(S, i, n, nbt_v##S v = V(S, x + i);                                                \
-                 ST(S, y + i, nbt_vselect_##S(~(nbt_vmask_##S)(v < 0), v)),                        \
-                 y[i] = x[i] < 0 ? 0 : x[i]);                                                      \
+                 ST(S, y + i, nbt_vselect_##S(~(nbt_vmask_##S)(v < 0), v)));                       \
     }                                                                                              \
     /* The three below run through nbt_chunked (chunked.h): t = f(before(x)), y = after(x, t). */  \
     /* x / 2 * (1 + erf(x / sqrt 2)) */                                                            \
     static void gelu_before_##S(int64_t m, T *t, const T *x) {                                     \
-        NBT_VFOR(S, i, m, ST(S, t + i, V(S, x + i) * (T)M_SQRT1_2), t[i] = x[i] * (T)M_SQRT1_2);   \
+        NBT_VFOR(S, i, m, ST(S, t + i, V(S, x + i) * (T)M_SQRT1_2));                               \
     }                                                                                              \
     static void gelu_after_##S(int64_t m, T *y, const T *x, const T *g, const T *t) {              \
         (void)g;                                                                                   \
-        NBT_VFOR(S, i, m, ST(S, y + i, V(S, x + i) * (T)0.5 * (1 + V(S, t + i))),                  \
-                 y[i] = x[i] * (T)0.5 * (1 + t[i]));                                               \
+        NBT_VFOR(S, i, m, ST(S, y + i, V(S, x + i) * (T)0.5 * (1 + V(S, t + i))));                 \
     }                                                                                              \
     static void gelu_##S(int64_t n, T *y, const T *x, T p) {                                       \
         (void)p;                                                                                   \
@@ -98,8 +96,7 @@ const char *nbt_unary_name(nbt_unary_op op) {
     /* x / 2 * (1 + tanh(beta (x + kappa x^3))) */                                                 \
     static void gelu_tanh_after_##S(int64_t m, T *y, const T *x, const T *g, const T *t) {         \
         (void)g;                                                                                   \
-        NBT_VFOR(S, i, m, ST(S, y + i, (T)0.5 * V(S, x + i) * (1 + V(S, t + i))),                  \
-                 y[i] = (T)0.5 * x[i] * (1 + t[i]));                                               \
+        NBT_VFOR(S, i, m, ST(S, y + i, (T)0.5 * V(S, x + i) * (1 + V(S, t + i))));                 \
     }                                                                                              \
     static void gelu_tanh_##S(int64_t n, T *y, const T *x, T p) {                                  \
         (void)p;                                                                                   \
@@ -109,8 +106,7 @@ const char *nbt_unary_name(nbt_unary_op op) {
      * -0 rather than NaN. */                                                                      \
     static void silu_after_##S(int64_t m, T *y, const T *x, const T *g, const T *t) {              \
         (void)g;                                                                                   \
-        NBT_VFOR(S, i, m, ST(S, y + i, V(S, x + i) / (1 + V(S, t + i))),                           \
-                 y[i] = x[i] / (1 + t[i]));                                                        \
+        NBT_VFOR(S, i, m, ST(S, y + i, V(S, x + i) / (1 + V(S, t + i))));                          \
     }                                                                                              \
     static void silu_##S(int64_t n, T *y, const T *x, T p) {                                       \
         (void)p;                                                                                   \
@@ -307,15 +303,12 @@ nb_tensor *nbt_map2(const char *name, const nbt_map2_kernel *kernel, const nb_te
             const T *xc = x + i0;                                                                  \
             T *yc = y + i0, *dc = d + i0;                                                          \
             NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i); ST(S, dc + i, v * (T)M_SQRT1_2);          \
-                     ST(S, pdf + i, v * v * (T)-0.5), dc[i] = xc[i] * (T)M_SQRT1_2;                \
-                     pdf[i] = xc[i] * xc[i] * (T)-0.5);                                            \
+                     ST(S, pdf + i, v * v * (T)-0.5));                                             \
             nbt_verf_##S(dc, dc, m);                                                               \
             nbt_vexp_##S(pdf, pdf, m);                                                             \
             NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i); nbt_v##S c = (T)0.5 * (1 + V(S, dc + i)); \
                      ST(S, yc + i, v * c);                                                         \
-                     ST(S, dc + i, c + v * ((T)INV_SQRT_2PI * V(S, pdf + i))),                     \
-                     T c = (T)0.5 * (1 + dc[i]);                                                   \
-                     yc[i] = xc[i] * c; dc[i] = c + xc[i] * ((T)INV_SQRT_2PI * pdf[i]));           \
+                     ST(S, dc + i, c + v * ((T)INV_SQRT_2PI * V(S, pdf + i))));                    \
         }                                                                                          \
     }
 
