@@ -173,19 +173,23 @@ static inline row_acc row_keep_below(row_acc v, int64_t limit, float fill) {
 static inline __m256 max2_8(__m256 a, __m256 b) { /* lane_max2 */
     return _mm256_blendv_ps(b, a, _mm256_cmp_ps(a, b, _CMP_GT_OQ));
 }
-static inline float row_max(row_acc v) { /* lane_max's tree */
-    __m256 m = max2_8(v.lo, v.hi);
-    m = max2_8(m, _mm256_permute2f128_ps(m, m, 1));
-    m = max2_8(m, _mm256_shuffle_ps(m, m, _MM_SHUFFLE(1, 0, 3, 2)));
-    m = max2_8(m, _mm256_shuffle_ps(m, m, _MM_SHUFFLE(2, 3, 0, 1)));
+static inline __m256 add8(__m256 a, __m256 b) {
+    return _mm256_add_ps(a, b);
+}
+/* Lane 0 of the 16-float code's tree of op over SWAP8, SWAP4, SWAP2, SWAP1 (lane_max,
+ * lane_sum): the same pairs in the same order. */
+static inline float lane0_tree(row_acc v, __m256 (*op)(__m256, __m256)) {
+    __m256 m = op(v.lo, v.hi);
+    m = op(m, _mm256_permute2f128_ps(m, m, 1));
+    m = op(m, _mm256_shuffle_ps(m, m, _MM_SHUFFLE(1, 0, 3, 2)));
+    m = op(m, _mm256_shuffle_ps(m, m, _MM_SHUFFLE(2, 3, 0, 1)));
     return _mm256_cvtss_f32(m);
 }
-static inline float row_sum(row_acc v) { /* lane_sum's tree */
-    __m256 m = _mm256_add_ps(v.lo, v.hi);
-    m = _mm256_add_ps(m, _mm256_permute2f128_ps(m, m, 1));
-    m = _mm256_add_ps(m, _mm256_shuffle_ps(m, m, _MM_SHUFFLE(1, 0, 3, 2)));
-    m = _mm256_add_ps(m, _mm256_shuffle_ps(m, m, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm256_cvtss_f32(m);
+static inline float row_max(row_acc v) {
+    return lane0_tree(v, max2_8);
+}
+static inline float row_sum(row_acc v) {
+    return lane0_tree(v, add8);
 }
 #else
 static inline row_acc row_scale(float a, row_acc x) {
