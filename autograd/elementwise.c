@@ -2,7 +2,6 @@
  * tensor/elementwise_kernels.h, backwards sit beside them. Binary backwards may produce
  * broadcast-shaped gradients; nba_accumulate sums them down to each input's shape. */
 #include "node.h"
-#include "../tensor/chunked.h"
 #include "../tensor/elementwise_kernels.h"
 #include "../tensor/simd.h"
 #include "../tensor/vecmath.h"
@@ -114,28 +113,14 @@ nb_tensor *nb_div(const nb_tensor *a, const nb_tensor *b) {
         NBT_VFOR(S, i, n,                                                                          \
                  ST(S, gx + i, nbt_vselect_##S(~(nbt_vmask_##S)(V(S, y + i) <= 0), V(S, g + i)))); \
     }                                                                                              \
-    /* The two below run through nbt_chunked (tensor/chunked.h), from the same first step as       \
-     * their forwards: t = f(before(x)), gx = after(x, g, t). */                                   \
-    /* d/dx of x/2 (1 + tanh(u)), u = beta (x + kappa x^3), in PyTorch's operation order. */       \
-    static void gelu_tanh_grad_after_##S(int64_t m, T *gx, const T *x, const T *g, const T *t) {   \
-        NBT_VFOR(S, i, m, nbt_v##S v = V(S, x + i); nbt_v##S th = V(S, t + i);                     \
-                 nbt_v##S dright = (T)0.5 * v * (1 - th * th) * (T)NBT_GELU_BETA *                 \
-                                   (1 + 3 * (T)NBT_GELU_KAPPA * v * v);                            \
-                 ST(S, gx + i, V(S, g + i) * ((T)0.5 * (1 + th) + dright)));                       \
-    }                                                                                              \
+    /* The two below in one pass of the set's widest vectors (tensor/kernels/activations.c). */    \
     static void gelu_tanh_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {                \
         (void)p;                                                                                   \
-        nbt_chunked_##S(n, gx, x, g, nbt_gelu_tanh_arg_##S, nbt_vtanh_##S,                         \
-                        gelu_tanh_grad_after_##S);                                                 \
-    }                                                                                              \
-    /* d/dx x s(x) = s (1 + x (1 - s)), s = 1 / (1 + exp(-x)), PyTorch's operation order. */       \
-    static void silu_grad_after_##S(int64_t m, T *gx, const T *x, const T *g, const T *e) {        \
-        NBT_VFOR(S, i, m, nbt_v##S sv = 1 / (1 + V(S, e + i));                                     \
-                 ST(S, gx + i, V(S, g + i) * sv * (1 + V(S, x + i) * (1 - sv))));                  \
+        nbt_vgelu_tanh_grad_##S(gx, g, x, n);                                                      \
     }                                                                                              \
     static void silu_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {                     \
         (void)p;                                                                                   \
-        nbt_chunked_##S(n, gx, x, g, nbt_negate_##S, nbt_vexp_##S, silu_grad_after_##S);           \
+        nbt_vsilu_grad_##S(gx, g, x, n);                                                           \
     }
 
 #define FN_F32(name) name##f
