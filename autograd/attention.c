@@ -457,10 +457,14 @@ static void job_layout(attention_job *j, const nb_tensor *q, const nb_tensor *k,
     j->v = heads_of(v, packed, j->hd);
 }
 
+bool nba_attention_keeps(nb_dtype dt, int64_t B, int64_t Hq, int64_t Tq, int64_t Tk) {
+    double bytes = (double)nbt_esize(dt) * (double)B * (double)Hq * (double)Tq * (double)Tk;
+    return bytes <= (double)keep_limit;
+}
+
 /* True when the kept probabilities would take more than the keep limit. */
 static bool too_large_to_keep(const attention_job *j) {
-    double bytes = (double)j->es * (double)j->B * (double)j->Hq * (double)j->Tq * (double)j->Tk;
-    return bytes > (double)keep_limit;
+    return !nba_attention_keeps(j->dtype, j->B, j->Hq, j->Tq, j->Tk);
 }
 
 /* Sets the path (memory-efficient or kept) and whether its products take the rows kernel. */

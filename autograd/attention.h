@@ -19,6 +19,10 @@ size_t nba_attention_keep_limit(size_t bytes);
 bool nba_attention_last_memory_efficient(void);
 #endif
 
+/* True when attention of B x H_q heads of T_q queries over T_k keys keeps its probabilities
+ * for backward (under the keep limit); false when it takes the memory-efficient path. */
+bool nba_attention_keeps(nb_dtype dt, int64_t B, int64_t Hq, int64_t Tq, int64_t Tk);
+
 /* One attention call as its forward and its gradients see it, for the ops built on it
  * (attention.c's two entries, qkv_attention.c). */
 typedef struct {

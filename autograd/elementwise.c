@@ -2,7 +2,6 @@
  * tensor/elementwise_kernels.h, backwards sit beside them. Binary backwards may produce
  * broadcast-shaped gradients; nba_accumulate sums them down to each input's shape. */
 #include "node.h"
-#include "../tensor/chunked.h"
 #include "../tensor/elementwise_kernels.h"
 #include "../tensor/simd.h"
 #include "../tensor/vecmath.h"
@@ -63,18 +62,18 @@ nb_tensor *nb_div(const nb_tensor *a, const nb_tensor *b) {
  * input x or the output y = f(x), whichever the derivative is cheapest from. Run over any
  * layout by nbt_map2; operation orders follow PyTorch's CPU kernels. ---- */
 /* S: dtype suffix; T: element type; FN(name): the libm function for T. */
-#define V(S, p) nbt_vload_##S(p)
-#define ST(S, p, v) nbt_vstore_##S(p, v)
+#define V(S, p) NBT_VLOAD(S, p)
+#define ST(S, p, v) NBT_VSTORE(S, p, v)
 #define SPLAT(S, x) nbt_vsplat_##S(x)
 #define GRAD_KERNELS(S, T, FN)                                                                     \
     static void neg_grad_##S(int64_t n, T *gx, const T *g, const T *v, T p) {                      \
         (void)v, (void)p;                                                                          \
-        NBT_VFOR(S, i, n, ST(S, gx + i, -V(S, g + i)), gx[i] = -g[i]);                             \
+        NBT_VFOR(S, i, n, ST(S, gx + i, -V(S, g + i)));                                            \
     }                                                                                              \
     static void mul_scalar_grad_##S(int64_t n, T *gx, const T *g, const T *v, T p) {               \
         (void)v;                                                                                   \
         const nbt_v##S vp = SPLAT(S, p);                                                           \
-        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * vp), gx[i] = g[i] * p);                      \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * vp));                                        \
     }                                                                                              \
     /* p x^(p-1); PyTorch makes the gradient of x^0 zero everywhere, even at x = 0. */             \
     static void pow_scalar_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {               \
@@ -83,69 +82,45 @@ nb_tensor *nb_div(const nb_tensor *a, const nb_tensor *b) {
             return;                                                                                \
         }                                                                                          \
         if (p == 2) {                                                                              \
-            NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * (2 * V(S, x + i))),                      \
-                     gx[i] = g[i] * (2 * x[i]));                                                   \
+            NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * (2 * V(S, x + i))));                     \
             return;                                                                                \
         }                                                                                          \
         for (int64_t i = 0; i < n; i++) gx[i] = g[i] * (p * FN(pow)(x[i], p - 1));                 \
     }                                                                                              \
     static void exp_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                      \
         (void)p;                                                                                   \
-        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * V(S, y + i)), gx[i] = g[i] * y[i]);          \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * V(S, y + i)));                               \
     }                                                                                              \
     static void log_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {                      \
         (void)p;                                                                                   \
-        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) / V(S, x + i)), gx[i] = g[i] / x[i]);          \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) / V(S, x + i)));                               \
     }                                                                                              \
     static void sqrt_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                     \
         (void)p;                                                                                   \
-        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) / (2 * V(S, y + i))),                          \
-                 gx[i] = g[i] / (2 * y[i]));                                                       \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) / (2 * V(S, y + i))));                         \
     }                                                                                              \
     static void tanh_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                     \
         (void)p;                                                                                   \
-        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * (1 - V(S, y + i) * V(S, y + i))),            \
-                 gx[i] = g[i] * (1 - y[i] * y[i]));                                                \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * (1 - V(S, y + i) * V(S, y + i))));           \
     }                                                                                              \
     static void sigmoid_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                  \
         (void)p;                                                                                   \
-        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * (1 - V(S, y + i)) * V(S, y + i)),            \
-                 gx[i] = g[i] * (1 - y[i]) * y[i]);                                                \
+        NBT_VFOR(S, i, n, ST(S, gx + i, V(S, g + i) * (1 - V(S, y + i)) * V(S, y + i)));           \
     }                                                                                              \
     /* Passes the gradient where y > 0 (and where y is NaN, as PyTorch does). */                   \
     static void relu_grad_##S(int64_t n, T *gx, const T *g, const T *y, T p) {                     \
         (void)p;                                                                                   \
         NBT_VFOR(S, i, n,                                                                          \
-                 ST(S, gx + i, nbt_vselect_##S(~(nbt_vmask_##S)(V(S, y + i) <= 0), V(S, g + i))),  \
-                 gx[i] = y[i] <= 0 ? 0 : g[i]);                                                    \
+                 ST(S, gx + i, nbt_vselect_##S(~(nbt_vmask_##S)(V(S, y + i) <= 0), V(S, g + i)))); \
     }                                                                                              \
-    /* The two below run through nbt_chunked (tensor/chunked.h), from the same first step as       \
-     * their forwards: t = f(before(x)), gx = after(x, g, t). */                                   \
-    /* d/dx of x/2 (1 + tanh(u)), u = beta (x + kappa x^3), in PyTorch's operation order. */       \
-    static void gelu_tanh_grad_after_##S(int64_t m, T *gx, const T *x, const T *g, const T *t) {   \
-        NBT_VFOR(S, i, m, nbt_v##S v = V(S, x + i); nbt_v##S th = V(S, t + i);                     \
-                 nbt_v##S dright = (T)0.5 * v * (1 - th * th) * (T)NBT_GELU_BETA *                 \
-                                   (1 + 3 * (T)NBT_GELU_KAPPA * v * v);                            \
-                 ST(S, gx + i, V(S, g + i) * ((T)0.5 * (1 + th) + dright)), T v = x[i];            \
-                 T th = t[i]; T dright = (T)0.5 * v * (1 - th * th) * (T)NBT_GELU_BETA *           \
-                                         (1 + 3 * (T)NBT_GELU_KAPPA * v * v);                      \
-                 gx[i] = g[i] * ((T)0.5 * (1 + th) + dright));                                     \
-    }                                                                                              \
+    /* The two below in one pass of the set's widest vectors (tensor/kernels/activations.c). */    \
     static void gelu_tanh_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {                \
         (void)p;                                                                                   \
-        nbt_chunked_##S(n, gx, x, g, nbt_gelu_tanh_arg_##S, nbt_vtanh_##S,                         \
-                        gelu_tanh_grad_after_##S);                                                 \
-    }                                                                                              \
-    /* d/dx x s(x) = s (1 + x (1 - s)), s = 1 / (1 + exp(-x)), PyTorch's operation order. */       \
-    static void silu_grad_after_##S(int64_t m, T *gx, const T *x, const T *g, const T *e) {        \
-        NBT_VFOR(S, i, m, nbt_v##S sv = 1 / (1 + V(S, e + i));                                     \
-                 ST(S, gx + i, V(S, g + i) * sv * (1 + V(S, x + i) * (1 - sv))),                   \
-                 T sv = 1 / (1 + e[i]);                                                            \
-                 gx[i] = g[i] * sv * (1 + x[i] * (1 - sv)));                                       \
+        nbt_vgelu_tanh_grad_##S(gx, g, x, n);                                                      \
     }                                                                                              \
     static void silu_grad_##S(int64_t n, T *gx, const T *g, const T *x, T p) {                     \
         (void)p;                                                                                   \
-        nbt_chunked_##S(n, gx, x, g, nbt_negate_##S, nbt_vexp_##S, silu_grad_after_##S);           \
+        nbt_vsilu_grad_##S(gx, g, x, n);                                                           \
     }
 
 #define FN_F32(name) name##f

@@ -2,13 +2,24 @@
  * MultiHeadAttention's three bias-free nb_f_linear calls and nb_f_attention record four nodes
  * and make six tensors (q, k, v and their gradients); this records one and makes two. In the
  * tutorials' small models that bookkeeping is a large part of the step (the seed workload's
- * forward+backward is about 2 us); the arithmetic is the same products in the same order.
+ * forward+backward is about 2 us).
  *
- *   forward   qkv = [x Wq^T; x Wk^T; x Wv^T]  (one [3, B, T, D] buffer, three GEMMs into its
- *             blocks), then attention on the heads packed in them (attention.c)
- *   backward  dqkv = the attention's gradients into the same blocks, then
- *             dWi = dqkv_i^T x (straight into a weight's gradient when it has one) and
- *             dx = dqkv_q Wq + dqkv_k Wk + dqkv_v Wv, the last two added in the GEMM.
+ * Two layouts of the one q/k/v buffer, chosen by the attention's path (shape only):
+ * - side by side, [B, T, 3D] (the probabilities are kept): the three projections are one
+ *   product with Wq, Wk, Wv stacked as [3D, D_in] (read in place when they already lie so,
+ *   else copied), and so is dx (dqkv [M, 3D] times the stacked weights). On two threads every
+ *   product is a pool job or two whose last piece the other thread waits for, and toy's step
+ *   had 16 jobs, 9 of them products of 512 x 64 x 64. Each weight's gradient stays a product
+ *   of its own (dqkv's columns of that weight, straight into its gradient): as one
+ *   [3D, D_in] product mid's (768 x 256 x 1024) packed its operands, which at 256 x 256 the
+ *   AVX-512 GEMM reads in place (pack_n 10% of mid's samples at 1 thread, none before).
+ * - blocks, [3, B, T, D] (the memory-efficient path, long sequences): three products into
+ *   the blocks, dx as three products added in order q, k, v, each weight's gradient its own
+ *   product straight into the gradient (nba_weight_grad). Side by side, the long workload was
+ *   2-3% slower at 2 threads (its key packing read rows 3D apart), and at its sizes a job's
+ *   start and end cost nothing.
+ * Either way the attention reads its heads in place (attention.c) and writes dq, dk, dv into
+ * a gradient buffer of the same layout.
  *
  * No mask input (a fifth input): nn/attention.c takes this path for causal or unmasked
  * self-attention only. */
@@ -16,27 +27,28 @@
 #include "attention.h"
 #include "gemm_operand.h"
 
-/* q, k or v of a contiguous [3, B, T, D] buffer: its block i, a contiguous [B, T, D], as a
- * view held by the caller. The attention only reads a block's layout and data; a tensor of
- * the scope for each block would be nine a step. Filled field by field: a copy of the whole
- * struct, then a change, stalled the loads that read it back. (Blocks side by side in
- * [B, T, 3D] rows made the long workload 2-3% slower at 2 threads: its packing read rows 3D
- * apart.) */
-static void block_of(const nb_tensor *qkv, int i, nb_tensor *t) {
-    const int64_t B = qkv->shape[1], T = qkv->shape[2], D = qkv->shape[3];
+
+/* q, k or v (i = 0, 1, 2) of the op's buffer qkv ([B, T, 3D] side by side or [3, B, T, D]
+ * blocks) as a [B, T, D] view held by the caller. The attention only reads a block's layout
+ * and data; a tensor of the scope for each block would be nine a step. Filled field by field:
+ * a copy of the whole struct, then a change, stalled the loads that read it back. */
+static void block_of(const nb_tensor *qkv, bool side_by_side, int i, nb_tensor *t) {
+    const int64_t B = qkv->shape[side_by_side ? 0 : 1], T = qkv->shape[side_by_side ? 1 : 2];
+    const int64_t D = side_by_side ? qkv->shape[2] / 3 : qkv->shape[3],
+                  row = side_by_side ? 3 * D : D;
     t->dtype = qkv->dtype, t->ndim = 3;
     t->shape[0] = B, t->shape[1] = T, t->shape[2] = D;
-    t->strides[0] = T * D, t->strides[1] = D, t->strides[2] = 1;
-    t->offset = qkv->offset + i * B * T * D, t->storage = qkv->storage;
+    t->strides[0] = T * row, t->strides[1] = row, t->strides[2] = 1;
+    t->offset = qkv->offset + (side_by_side ? i * D : i * B * T * D), t->storage = qkv->storage;
     t->requires_grad = t->graph_released = false;
     t->grad = NULL, t->node = NULL;
     t->scope = qkv->scope, t->scope_prev = t->scope_next = NULL;
 }
 
-/* The attention call reading q, k, v from the blocks of qkv, their views kept in blocks. */
-static nba_attention_call call_on(const nb_tensor *qkv, int64_t H, bool causal, double scale,
-                                  nb_tensor blocks[3]) {
-    for (int i = 0; i < 3; i++) block_of(qkv, i, &blocks[i]);
+/* The attention call reading q, k, v from qkv, their views kept in blocks. */
+static nba_attention_call call_on(const nb_tensor *qkv, bool side_by_side, int64_t H, bool causal,
+                                  double scale, nb_tensor blocks[3]) {
+    for (int i = 0; i < 3; i++) block_of(qkv, side_by_side, i, &blocks[i]);
     return (nba_attention_call){.q = &blocks[0],
                                 .k = &blocks[1],
                                 .v = &blocks[2],
@@ -47,22 +59,70 @@ static nba_attention_call call_on(const nb_tensor *qkv, int64_t H, bool causal, 
                                 .scale = scale};
 }
 
-/* inputs: x, Wq, Wk, Wv. saved[0]: the attention's probabilities or row stats; saved[1]: qkv.
- * f[0]: scale; i[0]: heads; i[1]: causal; i[2]: memory-efficient. */
+/* Wq, Wk, Wv (inputs 1-3 of the op) as one [3D, D_in] matrix: in place when they already lie
+ * so (one contiguous run, in order), else from *copy, a new [3, D, D_in] tensor filled here
+ * when fill is set (the forward), the forward's copy otherwise. False when the copy fails. */
+static bool stacked_weights(const nb_tensor *const w[3], nb_tensor **copy, bool fill,
+                            nba_matrix *m) {
+    const int64_t D = w[0]->shape[0], Din = w[0]->shape[1];
+    const size_t bytes = nbt_esize(w[0]->dtype) * (size_t)(D * Din);
+    bool adjacent = true;
+    for (int i = 0; i < 3; i++)
+        adjacent = adjacent && nb_is_contiguous(w[i]) && w[i]->storage == w[0]->storage &&
+                   (const char *)nbt_ptr(w[i]) == (const char *)nbt_ptr(w[0]) + i * bytes;
+    const char *ptr = nbt_ptr(w[0]);
+    if (!adjacent) {
+        if (fill) {
+            *copy = nbt_new("qkv_attention", w[0]->dtype, 3, (int64_t[]){3, D, Din});
+            for (int i = 0; *copy && i < 3; i++) {
+                nb_tensor *block = nbt_select(*copy, 0, i);
+                if (!block || !nbt_copy(block, w[i])) *copy = NULL;
+            }
+        }
+        if (!*copy) return false;
+        ptr = nbt_ptr(*copy);
+    }
+    *m = (nba_matrix){.ptr = ptr, .rows = 3 * D, .cols = Din, .ld = Din, .trans = false};
+    return true;
+}
+
+/* inputs: x, Wq, Wk, Wv. saved[0]: the attention's probabilities or row stats; saved[1]: qkv;
+ * saved[2]: the stacked weights' copy (side by side, when they were not stacked already).
+ * f[0]: scale; i[0]: heads; i[1]: causal; i[2]: memory-efficient; i[3]: side by side. */
 static void qkv_attention_backward(nb_node *n, const nb_tensor *gout) {
     const nb_tensor *x = n->inputs[0], *qkv = n->saved[1];
-    const int64_t D = qkv->shape[3], M = qkv->shape[1] * qkv->shape[2], Din = x->shape[2];
+    const bool side = n->i[3];
+    const int64_t D = n->inputs[1]->shape[0], M = x->shape[0] * x->shape[1], Din = x->shape[2];
     nb_tensor blocks[3], dblocks[3];
-    nba_attention_call c = call_on(qkv, n->i[0], n->i[1], n->f[0], blocks);
+    nba_attention_call c = call_on(qkv, side, n->i[0], n->i[1], n->f[0], blocks);
     c.memory_efficient = n->i[2], c.saved = n->saved[0];
-    nb_tensor *dqkv = nbt_new("qkv_attention", qkv->dtype, 4, qkv->shape);
+    nb_tensor *dqkv = nbt_new("qkv_attention", qkv->dtype, qkv->ndim, qkv->shape);
     if (!dqkv) return;
     nb_tensor *d[3];
-    for (int i = 0; i < 3; i++) block_of(dqkv, i, &dblocks[i]), d[i] = &dblocks[i];
+    for (int i = 0; i < 3; i++) block_of(dqkv, side, i, &dblocks[i]), d[i] = &dblocks[i];
     if (!nba_attention_grads(&c, gout, d)) return;
 
     nba_matrix xm, w;
     if (!nba_matrix_of(x, &xm)) return;
+    if (side) {
+        const nba_matrix g = {.ptr = nbt_ptr(dqkv), .rows = M, .cols = 3 * D, .ld = 3 * D};
+        for (int i = 0; i < 3; i++) { /* dWi = g_i^T x, g_i: g's columns [iD, (i+1)D) */
+            const nba_matrix gi = {.ptr = g.ptr + nbt_esize(x->dtype) * (size_t)(i * D),
+                                   .rows = M,
+                                   .cols = D,
+                                   .ld = 3 * D};
+            if (nba_input_needs_grad(n, 1 + i))
+                nba_weight_grad(n, 1 + i, "qkv_attention", &gi, &xm, x->dtype, D, Din);
+        }
+        if (nba_input_needs_grad(n, 0)) { /* dx = dqkv [Wq; Wk; Wv] */
+            nb_tensor *dx = nbt_new("qkv_attention", x->dtype, x->ndim, x->shape);
+            nb_tensor *copy = n->saved[2];
+            if (dx && stacked_weights((const nb_tensor *const *)&n->inputs[1], &copy, false, &w) &&
+                nba_gemm(&g, false, &w, false, x->dtype, nbt_ptr(dx), Din, M, Din, false))
+                nba_accumulate(n, 0, dx);
+        }
+        return;
+    }
     for (int i = 0; i < 3; i++) {
         const nba_matrix g = {.ptr = nbt_ptr(d[i]), .rows = M, .cols = D, .ld = D};
         if (nba_input_needs_grad(n, 1 + i))
@@ -93,30 +153,39 @@ nb_tensor *nb_f_qkv_attention(const nb_tensor *x, const nb_tensor *wq, const nb_
                          "expected x [B, T, D_in] and Wq, Wk, Wv [D, D_in], got x %s, Wq %s, "
                          "Wk %s, Wv %s",
                          nbt_shape(x), nbt_shape(wq), nbt_shape(wk), nbt_shape(wv));
-    const int64_t D = wq->shape[0];
+    const int64_t B = x->shape[0], T = x->shape[1], D = wq->shape[0];
     if (num_heads <= 0 || D % num_heads != 0)
         return nbt_error(op, "num_heads %lld must be positive and divide D = %lld (Wq %s)",
                          (long long)num_heads, (long long)D, nbt_shape(wq));
+    const bool side = nba_attention_keeps(x->dtype, B, num_heads, T, T);
     nba_matrix xm, wm;
     if (!nba_matrix_of(x, &xm)) return NULL;
-    nb_tensor *qkv = nbt_new(op, x->dtype, 4, (int64_t[]){3, x->shape[0], x->shape[1], D});
+    nb_tensor *qkv = side ? nbt_new(op, x->dtype, 3, (int64_t[]){B, T, 3 * D})
+                          : nbt_new(op, x->dtype, 4, (int64_t[]){3, B, T, D});
     if (!qkv) return NULL;
-    for (int i = 0; i < 3; i++) /* block i = x Wi^T */
-        if (!nba_matrix_of(w[i], &wm) ||
-            !nba_gemm(&xm, false, &wm, true, x->dtype,
-                      (char *)nbt_ptr(qkv) + nbt_esize(x->dtype) * (size_t)(i * xm.rows * D), D,
-                      xm.rows, D, false))
+    nb_tensor *copy = NULL;
+    if (side) { /* qkv = x [Wq; Wk; Wv]^T */
+        if (!stacked_weights(w, &copy, true, &wm) ||
+            !nba_gemm(&xm, false, &wm, true, x->dtype, nbt_ptr(qkv), 3 * D, xm.rows, 3 * D, false))
             return NULL;
+    } else {
+        for (int i = 0; i < 3; i++) /* block i = x Wi^T */
+            if (!nba_matrix_of(w[i], &wm) ||
+                !nba_gemm(&xm, false, &wm, true, x->dtype,
+                          (char *)nbt_ptr(qkv) + nbt_esize(x->dtype) * (size_t)(i * xm.rows * D), D,
+                          xm.rows, D, false))
+                return NULL;
+    }
     nb_tensor blocks[3];
-    nba_attention_call c = call_on(qkv, num_heads, causal, scale, blocks);
+    nba_attention_call c = call_on(qkv, side, num_heads, causal, scale, blocks);
     nb_tensor *out = nba_attention_forward(op, &c);
     if (!out) return NULL;
     nb_node *n =
         nba_record(op, out, 4, (const nb_tensor *[]){x, wq, wk, wv}, qkv_attention_backward);
     if (n) {
-        n->saved[0] = c.saved, n->saved[1] = qkv;
+        n->saved[0] = c.saved, n->saved[1] = qkv, n->saved[2] = copy;
         n->f[0] = scale;
-        n->i[0] = num_heads, n->i[1] = causal, n->i[2] = c.memory_efficient;
+        n->i[0] = num_heads, n->i[1] = causal, n->i[2] = c.memory_efficient, n->i[3] = side;
     }
     return out;
 }

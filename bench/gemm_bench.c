@@ -3,7 +3,11 @@
  * independent FMAs on one core (times the thread count); then the time per call of the
  * products the bench workloads make, from seed's tiny ones to mid's attention heads.
  * Usage: gemm_bench [--isa avx512|avx2|generic] [--reps N] [--threads N] [--peak]
+ *                   [--sizes N,N,...] [--shapes TEXT] [--cpu-time]
  * --peak prints only the one-core FMA peak (best of reps runs), for bench/compare's header.
+ * --sizes replaces the square sizes (0: none); --shapes keeps the products whose name contains
+ * TEXT ("none": none), so two builds can be timed in turn on a few lines. --cpu-time times
+ * by the thread's CPU time (one thread), which a busy shared machine disturbs far less.
  * A timing is an output, never a pass/fail check. The machine may be shared: each figure is
  * the best of a few repetitions. */
 #include "tensor/gemm.h"
@@ -16,9 +20,13 @@
 #include <string.h>
 #include <time.h>
 
+/* --cpu-time: the calling thread's CPU time instead of the wall clock, so that time spent
+ * descheduled on a shared machine is not counted (one thread only). */
+static bool cpu_time;
+
 static double now(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(cpu_time ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -120,9 +128,10 @@ static double sgemm_gflops(int64_t n, int reps, nbt_isa isa, double *peak) {
 }
 
 /* Microseconds per call of one strided-batched product (batch 1: a plain product), the best
- * of reps runs of about 0.05 s each. A and B are read in place; C is written. */
-static double product_us(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch,
-                         int reps) {
+ * of reps runs of about 0.05 s each. A and B are read in place; C is written. Each run is
+ * followed by a run of the peak loop, as in sgemm_gflops; *peak gets the best of those. */
+static double product_us(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch, int reps,
+                         nbt_isa isa, double *peak) {
     unsigned state = 11;
     int64_t sa = M * K, sb = K * N, sc = M * N, side = 1;
     while (side * side < batch * (sa > sb ? (sa > sc ? sa : sc) : (sb > sc ? sb : sc))) side++;
@@ -132,12 +141,15 @@ static double product_us(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int6
     nbt_sgemm_batched(ta, tb, M, N, K, 1.0f, A, lda, sa, B, ldb, sb, 0.0f, C, N, sc, batch);
     double flops = 2.0 * (double)(M * N * K * batch), best = 1e30;
     int calls = (int)(0.05 * 20e9 / (flops + 2e4)) + 1;
+    *peak = 0;
     for (int rep = 0; rep < reps; rep++) {
         double t0 = now();
         for (int c = 0; c < calls; c++)
             nbt_sgemm_batched(ta, tb, M, N, K, 1.0f, A, lda, sa, B, ldb, sb, 0.0f, C, N, sc, batch);
         double us = (now() - t0) / calls * 1e6;
         if (us < best) best = us;
+        double p = peak_once(isa);
+        if (p > *peak) *peak = p;
     }
     free(A), free(B), free(C);
     return best;
@@ -146,6 +158,9 @@ static double product_us(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int6
 int main(int argc, char **argv) {
     int reps = 5, threads = 1;
     bool peak_only = false;
+    int64_t sizes[16] = {64, 128, 256, 384, 512, 768, 1024};
+    int nsizes = 7;
+    const char *only = "";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--isa") == 0 && i + 1 < argc) {
             const char *name = argv[++i];
@@ -164,12 +179,28 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             threads = atoi(argv[++i]);
             if (threads < 1) threads = 1;
+        } else if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
+            nsizes = 0;
+            for (char *s = argv[++i], *end; *s && nsizes < 16; s = *end ? end + 1 : end) {
+                long long n = strtoll(s, &end, 10);
+                if (n > 0) sizes[nsizes++] = n;
+                if (end == s) break;
+            }
+        } else if (strcmp(argv[i], "--shapes") == 0 && i + 1 < argc) {
+            only = argv[++i];
+        } else if (strcmp(argv[i], "--cpu-time") == 0) {
+            cpu_time = true;
         } else {
             fprintf(stderr,
-                    "usage: %s [--isa avx512|avx2|generic] [--reps N] [--threads N] [--peak]\n",
+                    "usage: %s [--isa avx512|avx2|generic] [--reps N] [--threads N] [--peak] "
+                    "[--sizes N,N,...] [--shapes TEXT] [--cpu-time]\n",
                     argv[0]);
             return 1;
         }
+    }
+    if (cpu_time && threads != 1) {
+        fprintf(stderr, "gemm_bench: --cpu-time times one thread only\n");
+        return 1;
     }
     nb_set_num_threads(threads);
     nbt_isa isa = nbt_isa_current();
@@ -191,15 +222,15 @@ int main(int argc, char **argv) {
            what, blas ? "" : " kernels", threads, threads,
            isa == NBT_ISA_GENERIC ? "scalar" : nbt_isa_name(isa), reps);
     printf("%6s %10s %10s %10s\n", "n", "GFLOP/s", "peak", "% of peak");
-    const int64_t sizes[] = {64, 128, 256, 512, 1024};
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    for (int i = 0; i < nsizes; i++) {
         double p, g = sgemm_gflops(sizes[i], reps, isa, &p);
         p *= threads;
         printf("%6lld %10.1f %10.1f %9.1f%%\n", (long long)sizes[i], g, p, 100.0 * g / p);
     }
     /* The products of the bench workloads: seed's projections and their gradients, its two
      * heads, toy's projections, its weight gradients and its 128 attention heads, mid's 64 heads in
-     * one call each; and vector products. */
+     * one call each; vector products; lm's, mid's and lmbig's projections and the products of
+     * their backward (dx = g W, dW = g^T x). */
     static const struct {
         const char *name;
         bool ta, tb;
@@ -223,13 +254,28 @@ int main(int argc, char **argv) {
         {"lm g^T h    128x512x1024", true, false, 128, 512, 1024, 1},
         {"lm x Wq^T   1024x128x128", false, true, 1024, 128, 128, 1},
         {"lm heads 64 x 64x64x32", false, true, 64, 64, 32, 64},
+        {"mid x W1^T  1024x1024x256", false, true, 1024, 1024, 256, 1},
+        {"mid g W1    1024x256x1024", false, false, 1024, 256, 1024, 1},
+        {"mid g^T x   1024x256x1024", true, false, 1024, 256, 1024, 1},
+        {"mid g^T x   256x256x1024", true, false, 256, 256, 1024, 1},
+        {"lmbig x W^T 2048x1152x384", false, true, 2048, 1152, 384, 1},
+        {"lmbig x W1^T 2048x1536x384", false, true, 2048, 1536, 384, 1},
+        {"lmbig x W1  2048x1536x384", false, false, 2048, 1536, 384, 1},
+        {"lmbig h W2^T 2048x384x1536", false, true, 2048, 384, 1536, 1},
+        {"lmbig g W1  2048x384x1536", false, false, 2048, 384, 1536, 1},
+        {"lmbig g^T x 1536x384x2048", true, false, 1536, 384, 2048, 1},
+        {"lmbig g^T h 384x1536x2048", true, false, 384, 1536, 2048, 1},
     };
-    printf("%-28s %12s %10s\n", "product", "us/call", "GFLOP/s");
+    if (strcmp(only, "none") == 0) return 0;
+    printf("%-28s %12s %10s %10s\n", "product", "us/call", "GFLOP/s", "% of peak");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        double us = product_us(shapes[i].ta, shapes[i].tb, shapes[i].M, shapes[i].N, shapes[i].K,
-                               shapes[i].batch, reps);
+        if (!strstr(shapes[i].name, only)) continue;
+        double peak, us = product_us(shapes[i].ta, shapes[i].tb, shapes[i].M, shapes[i].N,
+                                     shapes[i].K, shapes[i].batch, reps, isa, &peak);
+        peak *= threads;
         double flops = 2.0 * (double)(shapes[i].M * shapes[i].N * shapes[i].K * shapes[i].batch);
-        printf("%-28s %12.3f %10.1f\n", shapes[i].name, us, flops / us * 1e-3);
+        printf("%-28s %12.3f %10.1f %9.1f%%\n", shapes[i].name, us, flops / us * 1e-3,
+               100.0 * flops / us * 1e-3 / peak);
     }
     return 0;
 }

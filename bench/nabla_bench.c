@@ -3,12 +3,16 @@
  * until min_time has passed, reporting the loop's mean time per step (outliers included, as on
  * PyTorch's side).
  *
- *   nabla_bench [--threads N] [--min-time SECONDS] [--steps N] [--busy-neighbour | --alternate]
+ *   nabla_bench [--threads N] [--min-time SECONDS] [--steps N] [--no-op-shares]
+ *               [--busy-neighbour | --alternate]
  *               [workload...]
  *
  * --steps N times exactly N steps instead of running for min_time: under
  * `perf stat -e cycles:u`, two runs' difference over the difference in N is the cycles one step
  * takes, counted for this process alone (steadier than time on a shared machine).
+ *
+ * --no-op-shares skips timing the softmax and GELU alone after the steps (the shares below), so
+ * that a profile of the run (bench/profile) holds the steps only.
  *
  * --busy-neighbour starts a process that keeps one core busy at normal priority (a spinning
  * child, killed at the end) and times each workload at 1 and at 2 threads in turn within one
@@ -390,6 +394,7 @@ static double read_rate(double bytes) {
 /* Runs in the child: as torch_bench.py's timeit, 5 warm-up steps (the allocations of the last
  * one counted), then steps until min_time has passed; the mean over that loop. */
 static int64_t fixed_steps; /* --steps: this many timed steps, not min_time's worth */
+static bool no_op_shares;   /* --no-op-shares */
 
 static void run(workload *w, double min_time) {
     w->setup(w);
@@ -408,7 +413,8 @@ static void run(workload *w, double min_time) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru); /* before the share measurements allocate anything */
     double softmax = 0, gelu = 0;
-    if (!w->per_step) op_shares(w, mean, &softmax, &gelu); /* training-step shapes only */
+    if (!w->per_step && !no_op_shares) /* training-step shapes only */
+        op_shares(w, mean, &softmax, &gelu);
     printf("%-5s %-24s threads %d  %10.1f us/step  %7.2f GFLOP/s  peak RSS %6.1f MB  "
            "mallocs/step %llu  softmax %4.1f%%  gelu %4.1f%%\n",
            w->name, w->shape, nb_get_num_threads(), mean * 1e6, w->flops / mean * 1e-9,
@@ -509,6 +515,8 @@ int main(int argc, char **argv) {
             min_time = atof(argv[++i]);
         else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
             fixed_steps = atoll(argv[++i]);
+        else if (strcmp(argv[i], "--no-op-shares") == 0)
+            no_op_shares = true;
         else if (strcmp(argv[i], "--busy-neighbour") == 0)
             busy = true;
         else if (strcmp(argv[i], "--alternate") == 0)

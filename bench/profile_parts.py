@@ -29,7 +29,7 @@ BY_SOURCE = [
 ]
 
 # Objects whose symbols count: the library, its per-ISA kernels, the blocks, the benchmark.
-COUNTED = re.compile(r"libnabla\.so\.p|libkernels_|libnabla_blocks|nabla_bench\.p")
+COUNTED = re.compile(r"libnabla\.so[0-9.]*\.p|libkernels_|libnabla_blocks|nabla_bench\.p")
 
 
 def part_of_source(obj):
@@ -71,8 +71,8 @@ def main():
                 pct, kind, sym = float(m.group(1)), m.group(2), m.group(3)
                 share[part_of_symbol(sym, kind == "k", owners)] += pct
     if "--header" in sys.argv:
-        print("%-6s %3s " % ("work", "thr") + " ".join("%8s" % p for p in PARTS) + "   (% of samples)")
-    print("%-6s %3s " % (workload, threads) + " ".join("%8.1f" % share[p] for p in PARTS))
+        print("%-8s %3s " % ("work", "thr") + " ".join("%8s" % p for p in PARTS) + "   (% of samples)")
+    print("%-8s %3s " % (workload, threads) + " ".join("%8.1f" % share[p] for p in PARTS))
 
 
 main()

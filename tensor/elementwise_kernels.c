@@ -27,22 +27,19 @@ const char *nbt_binary_name(nbt_binary_op op) {
                       int64_t sb) {                                                                \
         if (so == 1 && sa == 1 && sb == 1) {                                                       \
             NBT_VFOR(S, i, n,                                                                      \
-                     nbt_vstore_##S(o + i, EXPR(nbt_vload_##S(a + i), nbt_vload_##S(b + i))),      \
-                     o[i] = EXPR(a[i], b[i]));                                                     \
+                     NBT_VSTORE(S, o + i, EXPR(NBT_VLOAD(S, a + i), NBT_VLOAD(S, b + i))));        \
             return;                                                                                \
         }                                                                                          \
         if (so == 1 && sa == 1 && sb == 0) {                                                       \
             const T y = *b;                                                                        \
             const nbt_v##S vy = nbt_vsplat_##S(y);                                                 \
-            NBT_VFOR(S, i, n, nbt_vstore_##S(o + i, EXPR(nbt_vload_##S(a + i), vy)),               \
-                     o[i] = EXPR(a[i], y));                                                        \
+            NBT_VFOR(S, i, n, NBT_VSTORE(S, o + i, EXPR(NBT_VLOAD(S, a + i), vy)));                \
             return;                                                                                \
         }                                                                                          \
         if (so == 1 && sa == 0 && sb == 1) {                                                       \
             const T x = *a;                                                                        \
             const nbt_v##S vx = nbt_vsplat_##S(x);                                                 \
-            NBT_VFOR(S, i, n, nbt_vstore_##S(o + i, EXPR(vx, nbt_vload_##S(b + i))),               \
-                     o[i] = EXPR(x, b[i]));                                                        \
+            NBT_VFOR(S, i, n, NBT_VSTORE(S, o + i, EXPR(vx, NBT_VLOAD(S, b + i))));                \
             return;                                                                                \
         }                                                                                          \
         for (int64_t i = 0; i < n; i++) o[i * so] = EXPR(a[i * sa], b[i * sb]);                    \

@@ -48,10 +48,6 @@ typedef struct {
 nb_tensor *nbt_map2(const char *name, const nbt_map2_kernel *kernel, const nb_tensor *a,
                     const nb_tensor *b, double param);
 
-/* sqrt(2 / pi) and the cubic coefficient of the tanh approximation of gelu. */
-#define NBT_GELU_BETA 0.7978845608028654
-#define NBT_GELU_KAPPA 0.044715
-
 /* Exact gelu that also returns its derivative gelu'(x) = Phi(x) + x phi(x) in *derivative, so
  * the backward is one product. y and *derivative are new contiguous tensors in the current
  * scope with x's shape. */

@@ -8,7 +8,6 @@
  * Formulas and their operation order follow PyTorch's CPU kernels, so float results agree
  * to rounding. */
 #include "elementwise_kernels.h"
-#include "chunked.h"
 #include "simd.h"
 #include "vecmath.h"
 
@@ -26,27 +25,27 @@ const char *nbt_unary_name(nbt_unary_op op) {
 }
 
 /* ---- forward kernels: y[i] = f(x[i]) on contiguous arrays; y may alias x ---------------- */
-/* S: dtype suffix; T: element type; FN(name): the libm function for T. V(S, p) loads a
- * vector, ST(S, p, v) stores one, SPLAT(S, x) broadcasts a scalar. */
-#define V(S, p) nbt_vload_##S(p)
-#define ST(S, p, v) nbt_vstore_##S(p, v)
+/* S: dtype suffix; T: element type; FN(name): the libm function for T. In NBT_VFOR's body
+ * V(S, p) loads a vector and ST(S, p, v) stores one; SPLAT(S, x) broadcasts a scalar. */
+#define V(S, p) NBT_VLOAD(S, p)
+#define ST(S, p, v) NBT_VSTORE(S, p, v)
 #define SPLAT(S, x) nbt_vsplat_##S(x)
 #define FORWARD_KERNELS(S, T, FN)                                                                  \
     static void neg_##S(int64_t n, T *y, const T *x, T p) {                                        \
         (void)p;                                                                                   \
-        NBT_VFOR(S, i, n, ST(S, y + i, -V(S, x + i)), y[i] = -x[i]);                               \
+        NBT_VFOR(S, i, n, ST(S, y + i, -V(S, x + i)));                                             \
     }                                                                                              \
     static void add_scalar_##S(int64_t n, T *y, const T *x, T p) {                                 \
         const nbt_v##S vp = SPLAT(S, p);                                                           \
-        NBT_VFOR(S, i, n, ST(S, y + i, V(S, x + i) + vp), y[i] = x[i] + p);                        \
+        NBT_VFOR(S, i, n, ST(S, y + i, V(S, x + i) + vp));                                         \
     }                                                                                              \
     static void mul_scalar_##S(int64_t n, T *y, const T *x, T p) {                                 \
         const nbt_v##S vp = SPLAT(S, p);                                                           \
-        NBT_VFOR(S, i, n, ST(S, y + i, V(S, x + i) * vp), y[i] = x[i] * p);                        \
+        NBT_VFOR(S, i, n, ST(S, y + i, V(S, x + i) * vp));                                         \
     }                                                                                              \
     static void pow_scalar_##S(int64_t n, T *y, const T *x, T p) {                                 \
         if (p == 2) { /* squares are common and x * x is exactly rounded */                        \
-            NBT_VFOR(S, i, n, ST(S, y + i, V(S, x + i) * V(S, x + i)), y[i] = x[i] * x[i]);        \
+            NBT_VFOR(S, i, n, ST(S, y + i, V(S, x + i) * V(S, x + i)));                            \
             return;                                                                                \
         }                                                                                          \
         for (int64_t i = 0; i < n; i++) y[i] = FN(pow)(x[i], p);                                   \
@@ -70,51 +69,27 @@ const char *nbt_unary_name(nbt_unary_op op) {
     /* 1 / (1 + exp(-x)): exp overflows to inf for very negative x, giving exactly 0. */           \
     static void sigmoid_##S(int64_t n, T *y, const T *x, T p) {                                    \
         (void)p;                                                                                   \
-        NBT_VFOR(S, i, n, ST(S, y + i, -V(S, x + i)), y[i] = -x[i]);                               \
-        nbt_vexp_##S(y, y, n);                                                                     \
-        NBT_VFOR(S, i, n, ST(S, y + i, 1 / (1 + V(S, y + i))), y[i] = 1 / (1 + y[i]));             \
+        nbt_vsigmoid_##S(y, x, n);                                                                 \
     }                                                                                              \
     /* Keeps x unless x < 0, so NaN and -0 pass through. */                                        \
     static void relu_##S(int64_t n, T *y, const T *x, T p) {                                       \
         (void)p;                                                                                   \
         NBT_VFOR(S, i, n, nbt_v##S v = V(S, x + i);                                                \
-                 ST(S, y + i, nbt_vselect_##S(~(nbt_vmask_##S)(v < 0), v)),                        \
-                 y[i] = x[i] < 0 ? 0 : x[i]);                                                      \
+                 ST(S, y + i, nbt_vselect_##S(~(nbt_vmask_##S)(v < 0), v)));                       \
     }                                                                                              \
-    /* The three below run through nbt_chunked (chunked.h): t = f(before(x)), y = after(x, t). */  \
-    /* x / 2 * (1 + erf(x / sqrt 2)) */                                                            \
-    static void gelu_before_##S(int64_t m, T *t, const T *x) {                                     \
-        NBT_VFOR(S, i, m, ST(S, t + i, V(S, x + i) * (T)M_SQRT1_2), t[i] = x[i] * (T)M_SQRT1_2);   \
-    }                                                                                              \
-    static void gelu_after_##S(int64_t m, T *y, const T *x, const T *g, const T *t) {              \
-        (void)g;                                                                                   \
-        NBT_VFOR(S, i, m, ST(S, y + i, V(S, x + i) * (T)0.5 * (1 + V(S, t + i))),                  \
-                 y[i] = x[i] * (T)0.5 * (1 + t[i]));                                               \
-    }                                                                                              \
+    /* The activations around one SLEEF function, each in one pass of the set's widest vectors     \
+     * (vecmath.h: kernels/activations.c). */                                                      \
     static void gelu_##S(int64_t n, T *y, const T *x, T p) {                                       \
         (void)p;                                                                                   \
-        nbt_chunked_##S(n, y, x, NULL, gelu_before_##S, nbt_verf_##S, gelu_after_##S);             \
-    }                                                                                              \
-    /* x / 2 * (1 + tanh(beta (x + kappa x^3))) */                                                 \
-    static void gelu_tanh_after_##S(int64_t m, T *y, const T *x, const T *g, const T *t) {         \
-        (void)g;                                                                                   \
-        NBT_VFOR(S, i, m, ST(S, y + i, (T)0.5 * V(S, x + i) * (1 + V(S, t + i))),                  \
-                 y[i] = (T)0.5 * x[i] * (1 + t[i]));                                               \
+        nbt_vgelu_##S(y, x, n);                                                                    \
     }                                                                                              \
     static void gelu_tanh_##S(int64_t n, T *y, const T *x, T p) {                                  \
         (void)p;                                                                                   \
-        nbt_chunked_##S(n, y, x, NULL, nbt_gelu_tanh_arg_##S, nbt_vtanh_##S, gelu_tanh_after_##S); \
-    }                                                                                              \
-    /* x / (1 + exp(-x)), PyTorch's order. exp(-x) overflows to inf for very negative x, giving    \
-     * -0 rather than NaN. */                                                                      \
-    static void silu_after_##S(int64_t m, T *y, const T *x, const T *g, const T *t) {              \
-        (void)g;                                                                                   \
-        NBT_VFOR(S, i, m, ST(S, y + i, V(S, x + i) / (1 + V(S, t + i))),                           \
-                 y[i] = x[i] / (1 + t[i]));                                                        \
+        nbt_vgelu_tanh_##S(y, x, n);                                                               \
     }                                                                                              \
     static void silu_##S(int64_t n, T *y, const T *x, T p) {                                       \
         (void)p;                                                                                   \
-        nbt_chunked_##S(n, y, x, NULL, nbt_negate_##S, nbt_vexp_##S, silu_after_##S);              \
+        nbt_vsilu_##S(y, x, n);                                                                    \
     }
 
 #define FN_F32(name) name##f
@@ -188,6 +163,9 @@ static void scatter(char *dst, int64_t stride, const char *src, int64_t m, size_
         for (int64_t i = 0; i < m; i++) *(double *)(dst + i * stride) = ((const double *)src)[i];
 }
 
+/* Elements of a strided run gathered into a contiguous buffer at a time (on the stack). */
+#define GATHER_CHUNK 256
+
 /* One run from nbt_iterate: p[0] is the output, p[1] (and p[2] for two inputs) the inputs. */
 static void map_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
     const map_ctx *c = vctx;
@@ -200,9 +178,9 @@ static void map_inner(int64_t n, char **p, const int64_t *s, void *vctx) {
         nbt_parallel_ranges(n, PARALLEL_GRAIN, apply_range, &ac);
         return;
     }
-    _Alignas(64) double buf[3][NBT_CHUNK]; /* room for NBT_CHUNK doubles or floats per operand */
-    for (int64_t i0 = 0; i0 < n; i0 += NBT_CHUNK) {
-        int64_t m = n - i0 < NBT_CHUNK ? n - i0 : NBT_CHUNK;
+    _Alignas(64) double buf[3][GATHER_CHUNK]; /* room for GATHER_CHUNK doubles or floats */
+    for (int64_t i0 = 0; i0 < n; i0 += GATHER_CHUNK) {
+        int64_t m = n - i0 < GATHER_CHUNK ? n - i0 : GATHER_CHUNK;
         const char *in[2] = {NULL, NULL};
         for (int k = 1; k <= nin; k++) {
             const char *src = p[k] + i0 * s[k];
@@ -290,38 +268,8 @@ nb_tensor *nbt_map2(const char *name, const nbt_map2_kernel *kernel, const nb_te
     return out;
 }
 
-/* ---- gelu with its derivative kept for the backward ---- */
-/* 1 / sqrt(2 pi), the standard normal density at 0. */
-#define INV_SQRT_2PI 0.3989422804014327
-/* y = x Phi(x) and d = gelu'(x) = Phi(x) + x phi(x) on contiguous arrays, Phi = (1 + erf(x /
- * sqrt 2)) / 2 and phi the normal density, with y's roundings those of gelu_##S (halving is
- * exact, so x / 2 * (1 + e) = x * ((1 + e) / 2)) and d's those of PyTorch's backward (Phi
- * rounded, then Phi + x (phi)). The derivative is taken here, while x and Phi are in L1, so
- * the backward is one product g * d instead of a pass that reads x and Phi again. */
-#define GELU_DERIVATIVE_KERNELS(S, T)                                                              \
-    /* In chunks that stay in L1, so x is read from memory once and y and d written once. */       \
-    static void gelu_derivative_##S(int64_t n, T *y, T *d, const T *x) {                           \
-        T pdf[NBT_CHUNK];                                                                          \
-        for (int64_t i0 = 0; i0 < n; i0 += NBT_CHUNK) {                                            \
-            int64_t m = n - i0 < NBT_CHUNK ? n - i0 : NBT_CHUNK;                                   \
-            const T *xc = x + i0;                                                                  \
-            T *yc = y + i0, *dc = d + i0;                                                          \
-            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i); ST(S, dc + i, v * (T)M_SQRT1_2);          \
-                     ST(S, pdf + i, v * v * (T)-0.5), dc[i] = xc[i] * (T)M_SQRT1_2;                \
-                     pdf[i] = xc[i] * xc[i] * (T)-0.5);                                            \
-            nbt_verf_##S(dc, dc, m);                                                               \
-            nbt_vexp_##S(pdf, pdf, m);                                                             \
-            NBT_VFOR(S, i, m, nbt_v##S v = V(S, xc + i); nbt_v##S c = (T)0.5 * (1 + V(S, dc + i)); \
-                     ST(S, yc + i, v * c);                                                         \
-                     ST(S, dc + i, c + v * ((T)INV_SQRT_2PI * V(S, pdf + i))),                     \
-                     T c = (T)0.5 * (1 + dc[i]);                                                   \
-                     yc[i] = xc[i] * c; dc[i] = c + xc[i] * ((T)INV_SQRT_2PI * pdf[i]));           \
-        }                                                                                          \
-    }
-
-GELU_DERIVATIVE_KERNELS(f32, float)
-GELU_DERIVATIVE_KERNELS(f64, double)
-
+/* ---- gelu with its derivative kept for the backward: the backward is then one product g * d
+ * instead of a pass that reads x and erf again (kernels/gelu_rows.c takes both in one pass) ---- */
 /* Contiguous operands of the fused gelu kernel: y, d, x. */
 typedef struct {
     nb_dtype dtype;
@@ -333,11 +281,11 @@ static void gelu_range(int64_t begin, int64_t end, void *vjob) {
     const gelu_job *j = vjob;
     int64_t n = end - begin;
     if (j->dtype == NB_F32)
-        gelu_derivative_f32(n, (float *)j->y + begin, (float *)j->d + begin,
-                            (const float *)j->x + begin);
+        nbt_vgelu_derivative_f32((float *)j->y + begin, (float *)j->d + begin,
+                                 (const float *)j->x + begin, n);
     else
-        gelu_derivative_f64(n, (double *)j->y + begin, (double *)j->d + begin,
-                            (const double *)j->x + begin);
+        nbt_vgelu_derivative_f64((double *)j->y + begin, (double *)j->d + begin,
+                                 (const double *)j->x + begin, n);
 }
 
 nb_tensor *nbt_gelu_with_derivative(const nb_tensor *x, nb_tensor **derivative) {

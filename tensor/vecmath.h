@@ -14,5 +14,23 @@ void nbt_vtanh_f32(float *y, const float *x, int64_t n);
 void nbt_vtanh_f64(double *y, const double *x, int64_t n);
 void nbt_verf_f32(float *y, const float *x, int64_t n);
 void nbt_verf_f64(double *y, const double *x, int64_t n);
+/* Activations in one pass of SLEEF's vectors (kernels/activations.c): y = f(x), y may be x.
+ * gelu is exact (erf), gelu_tanh its tanh approximation, sigmoid 1 / (1 + exp(-x)), silu
+ * x sigmoid(x). */
+void nbt_vgelu_f32(float *y, const float *x, int64_t n);
+void nbt_vgelu_f64(double *y, const double *x, int64_t n);
+void nbt_vgelu_tanh_f32(float *y, const float *x, int64_t n);
+void nbt_vgelu_tanh_f64(double *y, const double *x, int64_t n);
+void nbt_vsilu_f32(float *y, const float *x, int64_t n);
+void nbt_vsilu_f64(double *y, const double *x, int64_t n);
+void nbt_vsigmoid_f32(float *y, const float *x, int64_t n);
+void nbt_vsigmoid_f64(double *y, const double *x, int64_t n);
+/* Their derivatives gx = g f'(x) (gx may be g or x), and gelu's y with gelu'(x) in d. */
+void nbt_vgelu_tanh_grad_f32(float *gx, const float *g, const float *x, int64_t n);
+void nbt_vgelu_tanh_grad_f64(double *gx, const double *g, const double *x, int64_t n);
+void nbt_vsilu_grad_f32(float *gx, const float *g, const float *x, int64_t n);
+void nbt_vsilu_grad_f64(double *gx, const double *g, const double *x, int64_t n);
+void nbt_vgelu_derivative_f32(float *y, float *d, const float *x, int64_t n);
+void nbt_vgelu_derivative_f64(double *y, double *d, const double *x, int64_t n);
 
 #endif

@@ -168,16 +168,20 @@ static void test_bad_input(void) {
 
 /* nb_f_qkv_attention's output and the gradients of x, Wq, Wk, Wv (sum(out * w)); with
  * `twice`, two backward passes, the second adding into the gradients the first made. When
- * shared_qk, Wk is Wq. */
+ * shared_qk, Wk is Wq. When stacked, Wq, Wk and Wv are the slices of one [3, D, D_in] leaf,
+ * lying one after another as the op reads them in place (their gradients: that leaf's). */
 typedef struct {
     nb_tensor *out, *dx, *dw[3];
 } qkv_result;
 
-static qkv_result run_qkv(bool fused, bool twice, bool shared_qk, const nb_tensor *x0,
+static qkv_result run_qkv(bool fused, bool twice, bool shared_qk, bool stacked, const nb_tensor *x0,
                           nb_tensor *const w0[3], const nb_tensor *w, int64_t H, bool causal) {
     nb_tensor *x = nb_requires_grad_(nb_clone(x0), true), *ws[3];
     for (int i = 0; i < 3; i++) ws[i] = nb_requires_grad_(nb_clone(w0[i]), true);
     if (shared_qk) ws[1] = ws[0];
+    nb_tensor *all = stacked ? nb_requires_grad_(nb_stack(3, w0, 0), true) : NULL;
+    if (stacked)
+        for (int i = 0; i < 3; i++) ws[i] = nb_select(all, 0, i);
     nb_tensor *out = NULL;
     for (int pass = 0; pass < (twice ? 2 : 1); pass++) {
         double scale = 1.0 / sqrt((double)(w0[0]->shape[0] / H));
@@ -187,6 +191,11 @@ static qkv_result run_qkv(bool fused, bool twice, bool shared_qk, const nb_tenso
         CU_ASSERT_FATAL(out != NULL);
         CU_ASSERT_TRUE(nb_backward(nb_sum(nb_mul(out, w)), NULL));
     }
+    if (stacked)
+        return (qkv_result){
+            nb_detach(out),
+            x->grad,
+            {nb_select(all->grad, 0, 0), nb_select(all->grad, 0, 1), nb_select(all->grad, 0, 2)}};
     return (qkv_result){nb_detach(out), x->grad, {ws[0]->grad, ws[1]->grad, ws[2]->grad}};
 }
 
@@ -210,10 +219,12 @@ static void test_qkv_attention_matches_composed(void) {
             w0[i] = nb_mul_scalar(nb_randn(&rng, dt, NB_SHAPE(cases[c].D, cases[c].Din)), 0.4);
         nb_tensor *w = nb_randn(&rng, dt, NB_SHAPE(cases[c].B, cases[c].T, cases[c].D));
         const double tol = cases[c].tol;
-        for (int variant = 0; variant < 3; variant++) { /* once; twice; Wk = Wq */
-            bool twice = variant == 1, shared = variant == 2;
-            qkv_result a = run_qkv(true, twice, shared, x, w0, w, cases[c].H, cases[c].causal);
-            qkv_result b = run_qkv(false, twice, shared, x, w0, w, cases[c].H, cases[c].causal);
+        for (int variant = 0; variant < 4; variant++) { /* once; twice; Wk = Wq; stacked */
+            bool twice = variant == 1, shared = variant == 2, stacked = variant == 3;
+            qkv_result a =
+                run_qkv(true, twice, shared, stacked, x, w0, w, cases[c].H, cases[c].causal);
+            qkv_result b =
+                run_qkv(false, twice, shared, stacked, x, w0, w, cases[c].H, cases[c].causal);
             NBT_ASSERT_CLOSE(a.out, b.out, tol, tol);
             NBT_ASSERT_CLOSE(a.dx, b.dx, tol, tol);
             for (int i = 0; i < 3; i++) NBT_ASSERT_CLOSE(a.dw[i], b.dw[i], tol, tol);

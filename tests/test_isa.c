@@ -1,12 +1,14 @@
 /* Every instruction set this CPU runs (tensor/isa.h), in one process: the same float32 inputs
  * through each set's kernels must agree with the float64 result within float32 parity
  * tolerances, and bit for bit with each other where docs/design.md says they do:
- *   - all three sets: vector math (SLEEF), layer norm's rows, column sums, the small
- *     attention heads, Adam's update (written once with vector types, no fused operations);
+ *   - all three sets: vector math (SLEEF), layer norm's rows, column sums, Adam's update
+ *     (written once with vector types, no fused operations);
  *   - AVX-512 and AVX2: the GEMM's tile and rows kernels (each element one fused
  *     multiply-add chain in order of k) and everything built on them, such as attention
- *     heads through the rows kernel or the full GEMM; the generic kernels round the multiply
- *     and the add apart, and the dots kernel sums in as many lanes as the set's vectors hold.
+ *     heads through the rows kernel or the full GEMM, and the small attention heads (their
+ *     products' sums are fused multiply-add chains too); the generic kernels round the
+ *     multiply and the add apart, and the dots kernel sums in as many lanes as the set's
+ *     vectors hold.
  * Also how NABLA_ISA is read (nbt_isa_parse on pretended CPUs) and that the set in use is
  * the one NABLA_ISA names (scripts/test runs every suite once per set). */
 #include "harness.h"
@@ -197,8 +199,9 @@ static void test_bitwise_everywhere(void) {
     check_family("vector math", vector_math, ALL_SETS, ALL_SETS);
     check_family("layer norm rows", layer_norm_rows, ALL_SETS, ALL_SETS);
     check_family("column sums", column_sums, ALL_SETS, ALL_SETS);
-    /* float64 heads go through the rows kernel (the small kernels are float32 only) */
-    check_family("small attention heads", small_heads, ALL_SETS, VECTOR_SETS);
+    /* float64 heads go through the rows kernel (the small kernels are float32 only); float32
+     * heads sum their products with FMA on the vector sets, as the GEMM does */
+    check_family("small attention heads", small_heads, VECTOR_SETS, VECTOR_SETS);
     check_family("Adam's update", adam_update, ALL_SETS, ALL_SETS);
 }
 

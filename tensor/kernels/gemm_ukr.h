@@ -102,7 +102,7 @@ static void KNAME(int64_t kc, const T *a, int64_t a_rs, int64_t a_cs, const T *b
                   T *c, int64_t ldc, T alpha, T beta, const nbt_gemm_rect *rect) {
     if (a_rs == 1 && a_cs == MR && b_rs == NV * W)
         KBODY(kc, a, 1, MR, b, NV * W, c, ldc, alpha, beta, rect);
-    else if (a_cs == 1) /* A read in place along its rows (the small path) */
+    else if (a_cs == 1) /* A read in place along its rows (small path, blocked path) */
         KBODY(kc, a, a_rs, 1, b, b_rs, c, ldc, alpha, beta, rect);
     else if (a_rs == 1) /* a transposed A read in place (the blocked path's weight gradients) */
         KBODY(kc, a, 1, a_cs, b, b_rs, c, ldc, alpha, beta, rect);

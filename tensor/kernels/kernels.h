@@ -18,6 +18,10 @@
 
 #include <stdint.h>
 
+/* sqrt(2 / pi) and the cubic coefficient of the tanh approximation of gelu. */
+#define NBK_GELU_BETA 0.7978845608028654
+#define NBK_GELU_KAPPA 0.044715
+
 /* Adam's constants for one parameter's update (nn/optim_adam.c), in double; each kernel
  * rounds them to its type once (NBK_ADAM_LOCALS). */
 typedef struct {
@@ -59,6 +63,22 @@ typedef struct {
     void (*vtanh_f64)(double *y, const double *x, int64_t n);
     void (*verf_f32)(float *y, const float *x, int64_t n);
     void (*verf_f64)(double *y, const double *x, int64_t n);
+    /* Activations over n contiguous elements in one pass (activations.c): y = f(x), y may be
+     * x; the derivatives gx = g f'(x), gx may be g or x; gelu's y with its derivative d. */
+    void (*vgelu_f32)(float *y, const float *x, int64_t n);
+    void (*vgelu_f64)(double *y, const double *x, int64_t n);
+    void (*vgelu_tanh_f32)(float *y, const float *x, int64_t n);
+    void (*vgelu_tanh_f64)(double *y, const double *x, int64_t n);
+    void (*vsilu_f32)(float *y, const float *x, int64_t n);
+    void (*vsilu_f64)(double *y, const double *x, int64_t n);
+    void (*vsigmoid_f32)(float *y, const float *x, int64_t n);
+    void (*vsigmoid_f64)(double *y, const double *x, int64_t n);
+    void (*vgelu_tanh_grad_f32)(float *gx, const float *g, const float *x, int64_t n);
+    void (*vgelu_tanh_grad_f64)(double *gx, const double *g, const double *x, int64_t n);
+    void (*vsilu_grad_f32)(float *gx, const float *g, const float *x, int64_t n);
+    void (*vsilu_grad_f64)(double *gx, const double *g, const double *x, int64_t n);
+    void (*vgelu_derivative_f32)(float *y, float *d, const float *x, int64_t n);
+    void (*vgelu_derivative_f64)(double *y, double *d, const double *x, int64_t n);
     /* GEMM microkernels (gemm_kernels.h). */
     nbt_gemm_kernels_f32 gemm_f32;
     nbt_gemm_kernels_f64 gemm_f64;
@@ -109,6 +129,17 @@ NBK_DECLARE_VECMATH(exp)
 NBK_DECLARE_VECMATH(log)
 NBK_DECLARE_VECMATH(tanh)
 NBK_DECLARE_VECMATH(erf)
+NBK_DECLARE_VECMATH(gelu)
+NBK_DECLARE_VECMATH(gelu_tanh)
+NBK_DECLARE_VECMATH(silu)
+NBK_DECLARE_VECMATH(sigmoid)
+#define NBK_DECLARE_GRAD(fn)                                                                       \
+    void NBK_FN(nbt_v##fn##_f32)(float *gx, const float *g, const float *x, int64_t n);            \
+    void NBK_FN(nbt_v##fn##_f64)(double *gx, const double *g, const double *x, int64_t n);
+NBK_DECLARE_GRAD(gelu_tanh_grad)
+NBK_DECLARE_GRAD(silu_grad)
+void NBK_FN(nbt_vgelu_derivative_f32)(float *y, float *d, const float *x, int64_t n);
+void NBK_FN(nbt_vgelu_derivative_f64)(double *y, double *d, const double *x, int64_t n);
 void NBK_FN(nbt_gemm_kernels)(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64);
 void NBK_FN(nbk_layer_norm_rows_f32)(int64_t rows, int64_t D, const float *x, const float *w,
                                      const float *b, double eps, float *y, float *mean,
