@@ -91,21 +91,25 @@ typedef struct {
     int64_t b0, b1, m0, m1, n0, n1;
 } part_t;
 
-/* Products of fewer multiply-adds than this per thread stay on fewer threads: starting and
- * joining a team costs one to a few microseconds on a quiet machine, far more on a busy one,
- * and this much arithmetic takes about two on one core. */
-#define GEMM_MIN_WORK_PER_THREAD (256 * 1024)
-/* The same for one-row and one-column products, which need no packing: the split that paid
- * for one-token decoding's matrix-vector products on Zen 4 (2026-11). */
-#define GEMM_MIN_WORK_PER_THREAD_ROW (16 * 1024)
-/* Row and column splits of one-row and one-column products fall on multiples of this. */
-#define GEMM_VECTOR_UNIT 64
+int nbt_gemm_threads_for(double work, int64_t min_work) {
+    return work < 2.0 * (double)min_work
+               ? 1
+               : nbt_threads_for(work > 1e18 ? (int64_t)1e18 : (int64_t)work, min_work);
+}
 
-/* Boundary i of n pieces of total made of near-equal numbers of units (the last unit may be
- * short). Whole units, counted with the short one, rather than near-equal element counts
- * rounded to a unit: 64 rows in 12-row tiles as 5 pieces by rounding were 12, 12, 12, 12 and
- * 16 (two tiles), so 2 threads split the tiles 4 to 2; as 6 pieces of one tile each, 3 to 3. */
-static int64_t boundary(int i, int n, int64_t total, int64_t unit) {
+int nbt_gemm_part_count(double work, int threads, int64_t along, int64_t unit) {
+    double by_work = work / GEMM_MIN_WORK_PER_THREAD,
+           by_unit = (double)((along + unit - 1) / unit); /* a short last unit counts */
+    double most = (double)threads * NBT_PIECES_PER_THREAD;
+    most = by_work < most ? by_work : most;
+    most = by_unit < most ? by_unit : most;
+    return most > threads ? (int)most : threads;
+}
+
+/* Whole units, counted with the short one, rather than near-equal element counts rounded to
+ * a unit: 64 rows in 12-row tiles as 5 pieces by rounding were 12, 12, 12, 12 and 16 (two
+ * tiles), so 2 threads split the tiles 4 to 2; as 6 pieces of one tile each, 3 to 3. */
+int64_t nbt_gemm_boundary(int i, int n, int64_t total, int64_t unit) {
     if (i >= n) return total;
     const int64_t units = (total + unit - 1) / unit, at = units * i / n * unit;
     return at < total ? at : total;
@@ -115,9 +119,12 @@ static int64_t boundary(int i, int n, int64_t total, int64_t unit) {
 static part_t gemm_part(split_t split, int i, int n, int64_t unit, int64_t batch, int64_t M,
                         int64_t N) {
     part_t q = {0, batch, 0, M, 0, N};
-    if (split == SPLIT_BATCH) q.b0 = boundary(i, n, batch, 1), q.b1 = boundary(i + 1, n, batch, 1);
-    if (split == SPLIT_ROWS) q.m0 = boundary(i, n, M, unit), q.m1 = boundary(i + 1, n, M, unit);
-    if (split == SPLIT_COLS) q.n0 = boundary(i, n, N, unit), q.n1 = boundary(i + 1, n, N, unit);
+    if (split == SPLIT_BATCH)
+        q.b0 = nbt_gemm_boundary(i, n, batch, 1), q.b1 = nbt_gemm_boundary(i + 1, n, batch, 1);
+    if (split == SPLIT_ROWS)
+        q.m0 = nbt_gemm_boundary(i, n, M, unit), q.m1 = nbt_gemm_boundary(i + 1, n, M, unit);
+    if (split == SPLIT_COLS)
+        q.n0 = nbt_gemm_boundary(i, n, N, unit), q.n1 = nbt_gemm_boundary(i + 1, n, N, unit);
     return q;
 }
 
@@ -203,10 +210,7 @@ static bool blas_batched(blas_gemm_fn gemm, size_t es, bool ta, bool tb, int64_t
         return false;
     blas_one_thread();
     double work = (double)batch * (double)M * (double)N * (double)K;
-    int threads = sc == 0 || work < 2.0 * GEMM_MIN_WORK_PER_THREAD
-                      ? 1
-                      : nbt_threads_for(work > 1e18 ? (int64_t)1e18 : (int64_t)work,
-                                        GEMM_MIN_WORK_PER_THREAD);
+    int threads = sc == 0 ? 1 : nbt_gemm_threads_for(work, GEMM_MIN_WORK_PER_THREAD);
     if (threads > batch) threads = (int)batch;
     last_threads = threads;
     blas_job job = {.gemm = gemm,

@@ -67,6 +67,28 @@ void nbt_dgemm_rows(bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
                     int64_t a_rs, int64_t a_cs, const double *B, int64_t ldb, double beta,
                     double *C, int64_t ldc);
 
+/* How the GEMM splits a product across threads, for callers that split one-row products
+ * the same way (row_products.c). */
+/* Products of fewer multiply-adds than this per thread stay on fewer threads: starting and
+ * joining a team costs one to a few microseconds on a quiet machine, far more on a busy one,
+ * and this much arithmetic takes about two on one core. */
+#define GEMM_MIN_WORK_PER_THREAD (256 * 1024)
+/* The same for one-row and one-column products, which need no packing: the split that paid
+ * for one-token decoding's matrix-vector products on Zen 4 (2026-11). */
+#define GEMM_MIN_WORK_PER_THREAD_ROW (16 * 1024)
+/* Row and column splits of one-row and one-column products fall on multiples of this. */
+#define GEMM_VECTOR_UNIT 64
+/* Threads for work multiply-adds at min_work a thread: 1 under twice min_work, else
+ * nbt_threads_for's plan. */
+int nbt_gemm_threads_for(double work, int64_t min_work);
+/* Parts for threads to take turns on, splitting along elements in whole units: up to
+ * NBT_PIECES_PER_THREAD a thread, none under GEMM_MIN_WORK_PER_THREAD multiply-adds or a unit,
+ * and at least threads. */
+int nbt_gemm_part_count(double work, int threads, int64_t along, int64_t unit);
+/* Boundary i of n parts of total made of near-equal numbers of units (the last unit may be
+ * short): total for i >= n. */
+int64_t nbt_gemm_boundary(int i, int n, int64_t total, int64_t unit);
+
 #ifdef NABLA_TESTS /* a test hook: in the test build only (tests/meson.build) */
 /* How many threads the calling thread's last GEMM call split its work across (1 for work
  * kept on the calling thread, 0 before any call). */

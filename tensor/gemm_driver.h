@@ -481,9 +481,7 @@ static bool run(problem_t *p) {
     const int64_t min_work = (p->path == PATH_ROW || p->path == PATH_COL) && p->batch == 1
                                  ? GEMM_MIN_WORK_PER_THREAD_ROW
                                  : GEMM_MIN_WORK_PER_THREAD;
-    int threads = work < 2.0 * (double)min_work
-                      ? 1
-                      : nbt_threads_for(work > 1e18 ? (int64_t)1e18 : (int64_t)work, min_work);
+    int threads = nbt_gemm_threads_for(work, min_work);
     split_t split = SPLIT_NONE;
     int64_t unit = 1;
     if (threads > 1) {
@@ -533,12 +531,7 @@ static bool run(problem_t *p) {
         run_part(p, &all, ws[0]);
     } else {
         int64_t along = split == SPLIT_BATCH ? batch : split == SPLIT_ROWS ? M : N;
-        double by_work = work / GEMM_MIN_WORK_PER_THREAD,
-               by_unit = (double)((along + unit - 1) / unit); /* a short last unit counts */
-        double most = (double)threads * NBT_PIECES_PER_THREAD;
-        most = by_work < most ? by_work : most;
-        most = by_unit < most ? by_unit : most;
-        int nparts = most > threads ? (int)most : threads;
+        int nparts = nbt_gemm_part_count(work, threads, along, unit);
         parts_t parts = {p, split, unit, nparts, ws};
         nbt_run_tasks(nparts, threads, run_part_task, &parts);
     }

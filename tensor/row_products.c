@@ -9,13 +9,8 @@
 
 #include <string.h>
 
-/* As the GEMM's one-row path (gemm.c): a thread takes at least this many multiply-adds, parts
- * fall on multiples of GROUP_UNIT outputs, and there are more parts than threads (up to
- * NBT_PIECES_PER_THREAD a thread) only for work of GROUP_WORK_PER_PART multiply-adds a part. */
-
-#define GROUP_MIN_WORK_PER_THREAD (16 * 1024)
-#define GROUP_WORK_PER_PART (256 * 1024)
-#define GROUP_UNIT 64
+/* Split as the GEMM splits a one-row product (gemm.h): at least GEMM_MIN_WORK_PER_THREAD_ROW
+ * multiply-adds a thread, parts on multiples of GEMM_VECTOR_UNIT outputs. */
 
 typedef struct {
     bool f64;
@@ -46,17 +41,11 @@ static void run_outputs(const group_job *j, int64_t lo, int64_t hi) {
     }
 }
 
-/* Output i of n parts' boundaries: near-equal numbers of whole units. */
-static int64_t part_boundary(const group_job *j, int64_t part) {
-    const int64_t units = (j->total + GROUP_UNIT - 1) / GROUP_UNIT,
-                  at = units * part / j->parts * GROUP_UNIT;
-    return at < j->total ? at : j->total;
-}
-
 static void run_part(int64_t part, int worker, void *ctx) {
     (void)worker;
     const group_job *j = ctx;
-    run_outputs(j, part_boundary(j, part), part_boundary(j, part + 1));
+    run_outputs(j, nbt_gemm_boundary((int)part, j->parts, j->total, GEMM_VECTOR_UNIT),
+                nbt_gemm_boundary((int)part + 1, j->parts, j->total, GEMM_VECTOR_UNIT));
 }
 
 /* A system BLAS takes each product whole, as nb_f_linear hands it over (x as a one-row
@@ -87,15 +76,9 @@ void nbt_row_products(bool f64, int64_t K, const void *x, int64_t incx, int coun
         return;
     }
     const double work = (double)j.total * (double)K;
-    const int threads = work < 2.0 * GROUP_MIN_WORK_PER_THREAD
-                            ? 1
-                            : nbt_threads_for(work > 1e18 ? (int64_t)1e18 : (int64_t)work,
-                                              GROUP_MIN_WORK_PER_THREAD);
-    const int64_t units = (j.total + GROUP_UNIT - 1) / GROUP_UNIT;
-    double most = (double)threads * NBT_PIECES_PER_THREAD;
-    most = work / GROUP_WORK_PER_PART < most ? work / GROUP_WORK_PER_PART : most;
-    most = (double)units < most ? (double)units : most;
-    j.parts = most > threads ? (int)most : threads;
+    const int threads = nbt_gemm_threads_for(work, GEMM_MIN_WORK_PER_THREAD_ROW);
+    const int64_t units = (j.total + GEMM_VECTOR_UNIT - 1) / GEMM_VECTOR_UNIT;
+    j.parts = nbt_gemm_part_count(work, threads, j.total, GEMM_VECTOR_UNIT);
     if (j.parts > units) j.parts = (int)units;
     if (j.parts <= 1) {
         run_outputs(&j, 0, j.total);
