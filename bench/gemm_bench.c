@@ -254,6 +254,9 @@ int main(int argc, char **argv) {
         {"lm g^T h    128x512x1024", true, false, 128, 512, 1024, 1},
         {"lm x Wq^T   1024x128x128", false, true, 1024, 128, 128, 1},
         {"lm heads 64 x 64x64x32", false, true, 64, 64, 32, 64},
+        {"lm head x E^T  1024x65x128", false, true, 1024, 65, 128, 1},
+        {"lm head g E    1024x128x65", false, false, 1024, 128, 65, 1},
+        {"lm head g^T x  65x128x1024", true, false, 65, 128, 1024, 1},
         {"mid x W1^T  1024x1024x256", false, true, 1024, 1024, 256, 1},
         {"mid g W1    1024x256x1024", false, false, 1024, 256, 1024, 1},
         {"mid g^T x   1024x256x1024", true, false, 1024, 256, 1024, 1},
@@ -265,6 +268,9 @@ int main(int argc, char **argv) {
         {"lmbig g W1  2048x384x1536", false, false, 2048, 384, 1536, 1},
         {"lmbig g^T x 1536x384x2048", true, false, 1536, 384, 2048, 1},
         {"lmbig g^T h 384x1536x2048", true, false, 384, 1536, 2048, 1},
+        {"lmbig head x E^T 2048x256x384", false, true, 2048, 256, 384, 1},
+        {"lmbig head g E  2048x384x256", false, false, 2048, 384, 256, 1},
+        {"lmbig head g^T x 256x384x2048", true, false, 256, 384, 2048, 1},
     };
     if (strcmp(only, "none") == 0) return 0;
     printf("%-28s %12s %10s %10s\n", "product", "us/call", "GFLOP/s", "% of peak");

@@ -160,10 +160,16 @@ static void pack_b(const KSET *ks, bool tb, const T *B, int64_t ldb, int64_t kc,
  * 256x256x1024) ran 0-15% faster on one thread and 15-40% faster on two; large square ones
  * (1000 and more) 10-20% slower. The AVX2 tile (6 x 16), which loads twice the bytes per
  * multiply-add, ran some of the same products slower in place on one thread (128x512x1024,
- * 256x256x1024 and 2048), so it keeps packing. The kernel computes the same sums either way, so
- * this changes no result. */
+ * 256x256x1024 and 2048), so it keeps packing there; but where C has at most 128 x 128
+ * elements each packed element is used only a few times (M / mr, N / nr) and the packing was
+ * 30% of the time (perf, 128x128x1024): read in place, lm's dW products ran, one thread, best
+ * of three, two alternating rounds on the shared Xeon of 2026-11-28, 128x128x1024 62.6/72.2 ->
+ * 89.4/89.6% and the head's 65x128x1024 66.2/62.9 -> 90.3/79.2% of peak (512x128x1024 and
+ * 128x512x1024 no better, 1024x256x1024 and lmbig's 50-70% worse). The kernel computes the same
+ * sums either way, so this changes no result. */
 static bool in_place_pays(kernel_t kern, int64_t M, int64_t N) {
-    return kern.mr * kern.nr * (int)sizeof(T) >= 12 * 32 * 4 && M * N <= 128 * 1024;
+    bool wide_tile = kern.mr * kern.nr * (int)sizeof(T) >= 12 * 32 * 4;
+    return M * N <= (wide_tile ? 128 * 1024 : 128 * 128);
 }
 
 /* K in equal blocks of at most KC: no short last block. */

@@ -296,11 +296,12 @@ static void vector_and_thin_shapes(void) {
 
 static void block_edges(void) {
     /* K around the K blocks (256 for f64, 512 for f32), N around the N blocks (256, 512),
-     * M above the M block (768 for f64, 1536 for f32), and a big prime-ish product */
+     * M above the M block (768 for f64, 1536 for f32), a big prime-ish product, and lm's head
+     * weight gradient (C small enough that every tile set reads A and B in place) */
     static const int64_t shapes[][3] = {
         {13, 17, 255},  {14, 18, 256}, {15, 33, 257}, {9, 20, 511},    {13, 35, 512},
         {26, 31, 513},  {5, 255, 20},  {7, 257, 9},   {11, 511, 6},    {13, 513, 7},
-        {30, 530, 600}, {769, 5, 3},   {1537, 9, 4},  {257, 129, 300},
+        {30, 530, 600}, {769, 5, 3},   {1537, 9, 4},  {257, 129, 300}, {65, 128, 1024},
     };
     shapes_all_transposes(shapes, sizeof shapes / sizeof shapes[0]);
 }
@@ -388,9 +389,11 @@ static void test_threads_bitwise(void) {
     /* rows split over one packed B shared by all parts, with K blocks of unequal length (367,
      * 367, 366 in float32; 220 x 5 in float64) */
     gemm_case shared_b = {false, false, 150, 100, 1100, 1, 0.5, 1, 2, 3};
-    const gemm_case *singles[] = {&blocked, &blocked_t, &wide,        &linear,  &row,
-                                  &col,     &thin,      &weight_grad, &shared_b};
-    for (int c = 0; c < 9; c++) {
+    /* lm's weight gradient g^T x: A and B read in place by every tile set, rows split */
+    gemm_case in_place = {true, false, 128, 128, 1024, 1, 0, 0, 0, 0};
+    const gemm_case *singles[] = {&blocked, &blocked_t, &wide,        &linear,   &row,
+                                  &col,     &thin,      &weight_grad, &shared_b, &in_place};
+    for (int c = 0; c < 10; c++) {
         failures += !threads_agree_f32(singles[c], 1, false, false, 2);
         failures += !threads_agree_f64(singles[c], 1, false, false, 2);
     }
