@@ -32,6 +32,19 @@ typedef struct {
 } dfs_frame;
 static _Thread_local dfs_frame *stack; /* topo_sort's */
 static _Thread_local size_t stack_cap;
+/* The gradient slots' holders during one backward (see "releasing gradients" below): an
+ * open-addressed table of tensor -> number of slots holding it, and the tensors that left a
+ * slot during the node's backward that is running, released once it returns. */
+typedef struct {
+    const nb_tensor *t;
+    int64_t holders;
+} holder_entry;
+static _Thread_local holder_entry *holders;
+static _Thread_local size_t holders_cap, holders_used; /* a power of two, or 0; entries */
+static _Thread_local nb_tensor **dropped;
+static _Thread_local size_t dropped_len, dropped_cap;
+static _Thread_local bool releasing;     /* a backward is running that releases gradients */
+static _Thread_local uint64_t made_mark; /* nbt_storage_mark when that backward began */
 static _Thread_local bool exit_hook;
 /* Pointer arrays of nodes with more inputs than fit inline or with several outputs, kept by
  * power-of-two capacity (8 << class) when their node goes, so that a loop recording the same
@@ -55,9 +68,13 @@ static void free_thread_state(void *unused) {
         }
     free(order);
     free(stack);
+    free(holders);
+    free(dropped);
     order = NULL;
     stack = NULL;
-    order_cap = stack_cap = 0;
+    holders = NULL;
+    dropped = NULL;
+    order_cap = stack_cap = holders_cap = dropped_cap = 0;
 }
 
 static pthread_key_t exit_key;
@@ -227,6 +244,89 @@ void nb_zero_grad(nb_tensor *t) {
     if (t && t->grad) nb_fill_(t->grad, 0.0);
 }
 
+/* ---- releasing gradients ----
+ * A non-leaf's gradient is needed only until its node's backward has run, so backward
+ * releases it then, as PyTorch frees it, instead of keeping every gradient of the step until
+ * the scope ends: lmbig's step held about as much memory in spent gradients as in its
+ * activations. A gradient may sit in several slots at once (add's backward hands the same
+ * gout to both inputs, a view's backward a view of it), so each tensor in a slot has a count
+ * of the slots holding it, and it goes when the last lets go. Only tensors whose storage this
+ * backward made are released: a caller's grad_output, a saved forward tensor or a view of one
+ * that a backward hands on as a gradient stay (the storage's birth mark, memory.c). A tensor
+ * that leaves a slot while a backward runs (a second contribution summed over it) waits until
+ * that backward returns, since the backward may still read what it made. */
+
+static holder_entry *holder_of(const nb_tensor *t) {
+    size_t mask = holders_cap - 1, i = ((uintptr_t)t >> 6) * 0x9E3779B97F4A7C15ull >> 20 & mask;
+    while (holders[i].t && holders[i].t != t) i = (i + 1) & mask;
+    return &holders[i];
+}
+
+/* Room for n tensors in the table, emptied; false when out of memory (nothing is released
+ * then). */
+static bool holders_reset(size_t n) {
+    size_t want = 64;
+    while (want < 2 * n) want *= 2;
+    if (want > holders_cap) {
+        thread_state_in_use();
+        holder_entry *h = realloc(holders, want * sizeof *h);
+        if (!h) return false;
+        holders = h;
+        holders_cap = want;
+    }
+    memset(holders, 0, holders_cap * sizeof *holders);
+    holders_used = 0;
+    return true;
+}
+
+/* Gradients smaller than this stay until the scope ends: releasing one costs a few hundred
+ * instructions (a tenth of the seed step's backward) for memory that does not matter. */
+#define RELEASE_MIN_BYTES 16384
+
+static bool worth_releasing(const nb_tensor *t) {
+    return t && t->storage && t->storage->nbytes >= RELEASE_MIN_BYTES;
+}
+
+/* t now sits in one more slot. A tensor the table has no room for is never released (the
+ * table is sized for every tensor that can enter a slot, so this is only a guard). */
+static void hold(const nb_tensor *t) {
+    if (!releasing || !worth_releasing(t)) return;
+    holder_entry *e = holder_of(t);
+    if (!e->t) {
+        if (4 * (holders_used + 1) > 3 * holders_cap) return;
+        holders_used++;
+        e->t = t;
+    }
+    e->holders++;
+}
+
+/* t leaves a slot: released if no slot holds it any more and this backward made it, at once
+ * or (later) after the running node's backward. */
+static void let_go(nb_tensor *t, bool later) {
+    if (!releasing || !worth_releasing(t)) return;
+    holder_entry *e = holder_of(t);
+    if (e->t != t || --e->holders > 0) return;
+    if (!nbt_storage_made_since(t->storage, made_mark)) return;
+    if (!later) {
+        nbt_release(t);
+        return;
+    }
+    if (dropped_len == dropped_cap) {
+        size_t more = dropped_cap ? 2 * dropped_cap : 64;
+        thread_state_in_use();
+        nb_tensor **d = realloc(dropped, more * sizeof *d);
+        if (!d) return; /* it stays until the scope ends */
+        dropped = d;
+        dropped_cap = more;
+    }
+    dropped[dropped_len++] = t;
+}
+
+static void release_dropped(void) {
+    for (size_t k = 0; k < dropped_len; k++) nbt_release(dropped[k]);
+    dropped_len = 0;
+}
+
 /* ---- accumulation ---- */
 void nba_accumulate(nb_node *n, int i, const nb_tensor *g) {
     nb_tensor *x = n->inputs[i];
@@ -236,16 +336,20 @@ void nba_accumulate(nb_node *n, int i, const nb_tensor *g) {
         int k = 0; /* which of p's outputs x is */
         while (k < p->noutputs - 1 && p->outputs[k] != x) k++;
         nb_tensor **pg = &p->grads[k];
-        if (!*pg) {
+        nb_tensor *was = *pg;
+        if (!was) {
             /* Borrow g; a second contribution makes a fresh sum, never writes into g. */
             *pg = nb_same_shape(g, x) ? (nb_tensor *)g : nba_sum_to_shape(g, x->ndim, x->shape);
         } else if (nb_same_shape(g, x)) { /* one pass: a fresh sum, *pg may be borrowed */
-            *pg = nbt_add(*pg, g);
+            *pg = nbt_add(was, g);
         } else {
-            nb_tensor *sum = nbt_contiguous_as(*pg, (*pg)->dtype);
+            nb_tensor *sum = nbt_contiguous_as(was, was->dtype);
             if (sum) nba_add_into(sum, g);
             *pg = sum;
         }
+        if (*pg == was) return;
+        hold(*pg);
+        let_go(was, true);
         return;
     }
     if (!x->grad) {
@@ -407,6 +511,11 @@ bool nb_backward_with(nb_tensor *out, const nb_tensor *grad_output, const nb_bac
     const bool retain = opts && opts->retain_graph;
     bool prev = nb_set_grad_enabled(false);
     uint64_t errors = nbt_error_count();
+    /* A nested backward (inside a user function's backward) releases nothing: the table of
+     * slot holders is the outer one's. */
+    const bool outer_releasing = releasing;
+    releasing = false;
+    if (!outer_releasing) made_mark = nbt_storage_mark();
     nb_tensor *seed =
         grad_output ? (nb_tensor *)grad_output : nb_ones(out->dtype, out->ndim, out->shape);
     if (!out->node) { /* a leaf: its gradient is the seed itself */
@@ -422,11 +531,16 @@ bool nb_backward_with(nb_tensor *out, const nb_tensor *grad_output, const nb_bac
         ok = false;
         len = 0;
     }
+    /* Every tensor that enters a slot: the seed and at most one a node's input. */
+    size_t entering = 1;
+    for (size_t k = 0; k < len; k++) entering += (size_t)order[k]->ninputs;
+    if (!outer_releasing && ok && holders_reset(entering)) releasing = true;
     if (ok) {
         nb_node *root = out->node;
         int k = 0;
         while (k < root->noutputs - 1 && root->outputs[k] != out) k++;
         root->grads[k] = seed;
+        hold(seed);
     }
     /* Stop at the first backward that fails: later ones would work on a wrong gradient. */
     for (size_t k = len; ok && k-- > 0;) {
@@ -434,9 +548,17 @@ bool nb_backward_with(nb_tensor *out, const nb_tensor *grad_output, const nb_bac
         if (!has_grad(n)) continue;
         ok = run_backward(n);
         if (!retain) consume(n);
+        release_dropped();
+        for (int j = 0; j < n->noutputs; j++) {
+            nb_tensor *g = n->grads[j];
+            n->grads[j] = NULL;
+            let_go(g, false);
+        }
     }
     for (size_t k = 0; k < len; k++)
         for (int j = 0; j < order[k]->noutputs; j++) order[k]->grads[j] = NULL;
+    if (releasing) release_dropped();
+    releasing = outer_releasing;
     nb_set_grad_enabled(prev);
     return ok;
 }

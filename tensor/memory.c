@@ -68,6 +68,7 @@ typedef struct {
      * have held some of the quarantined structs, so the quarantine's own structs are not
      * counted and a steady loop still counts none after its first step. */
     int64_t quarantine_mallocs;
+    uint64_t born_tag, born_count; /* nbt_storage_mark's sequence: a thread tag, a count */
 #if NABLA_DEBUG_CHECKS
     nb_scope *destroyed_scopes; /* made by nb_scope_new, never reused */
 #endif
@@ -126,6 +127,24 @@ static inline void pools_in_use(void) {
 
 /* ---- data buffers: size classes of 4 steps per power of two ---- */
 
+/* A storage's birth: the thread's tag in the top BORN_TAG_BITS bits, its count of storages
+ * handed out below (2^44 of them, a thousand years of steps). */
+#define BORN_TAG_SHIFT 44
+static atomic_uint_fast64_t born_tags;
+
+static inline uint64_t born_now(void) {
+    if (!pools.born_tag) pools.born_tag = atomic_fetch_add(&born_tags, 1) + 1;
+    return pools.born_tag << BORN_TAG_SHIFT | pools.born_count;
+}
+
+uint64_t nbt_storage_mark(void) {
+    return born_now();
+}
+
+bool nbt_storage_made_since(const nb_storage *s, uint64_t mark) {
+    return s->born >> BORN_TAG_SHIFT == mark >> BORN_TAG_SHIFT && s->born > mark;
+}
+
 static int size_class(size_t n, size_t *rounded) {
     if (n <= 64) {
         *rounded = 64;
@@ -160,6 +179,8 @@ nb_storage *nbt_storage_new(size_t nbytes) {
         UNPOISON(s->data, s->nbytes);
         s->refcount = 1;
         s->next_free = NULL;
+        pools.born_count++;
+        s->born = born_now();
         return s;
     }
     if (pools.storage_free) {
@@ -180,6 +201,8 @@ nb_storage *nbt_storage_new(size_t nbytes) {
     s->nbytes = rounded;
     s->refcount = 1;
     s->next_free = NULL;
+    pools.born_count++;
+    s->born = born_now();
     return s;
 }
 

@@ -12,6 +12,7 @@ struct nb_storage {
     size_t nbytes;
     int refcount;
     nb_storage *next_free; /* pool link */
+    uint64_t born;         /* its thread's tag and allocation count when handed out */
 };
 
 /* ---- errors ---- */
@@ -39,6 +40,11 @@ void nbt_fail_storage_after(int64_t n);
 #endif
 void nbt_storage_retain(nb_storage *s);
 void nbt_storage_release(nb_storage *s);
+/* Where this thread is in its sequence of storages handed out, for nbt_storage_made_since. */
+uint64_t nbt_storage_mark(void);
+/* True if this thread handed s out after taking mark (and no other thread handed it out
+ * since): the autograd engine's test that a gradient is its own to release. */
+bool nbt_storage_made_since(const nb_storage *s, uint64_t mark);
 
 /* ---- tensor structs ---- */
 /* A tensor with fresh contiguous storage in the current scope. Data uninitialised. */

@@ -28,7 +28,8 @@
  *   (PyTorch's default), a non-float output NULL. Set grad_inputs[i] for each input that needs
  *   a gradient (nb_ctx_needs_input_grad) to a tensor of the input's dtype whose shape is the
  *   input's or broadcasts to it (it is summed down, as in PyTorch); leave NULL for none.
- *   Gradients set for inputs that do not need one are ignored.
+ *   Gradients set for inputs that do not need one are ignored. The gradients returned (and the
+ *   grad_outputs) belong to nabla: backward may release them once spent, so keep none.
  * - Return false on failure, after nb_error names the problem; nb_backward then returns false
  *   with that message (a backward returning false without a message gets a generic one).
  * - An error recorded inside forward or backward (an op that failed) fails the call with its
