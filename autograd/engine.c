@@ -284,7 +284,7 @@ static bool holders_reset(size_t n) {
 
 /* Gradients smaller than this stay until the scope ends: releasing one costs a few hundred
  * instructions (a tenth of the seed step's backward) for memory that does not matter. */
-#define RELEASE_MIN_BYTES 16384
+#define RELEASE_MIN_BYTES NBT_RELEASE_MIN_BYTES
 
 static bool worth_releasing(const nb_tensor *t) {
     return t && t->storage && t->storage->nbytes >= RELEASE_MIN_BYTES;
@@ -339,17 +339,23 @@ static void release_dropped(void) {
  * those), an input's leaf gradient made in this scope, and tensors too small to track. */
 static bool kept_after_backward(const nb_tensor *t, void *node) {
     const nb_node *n = node;
-    if (!worth_releasing(t) || holder_of(t)->t == t) return true;
+    if (holder_of(t)->t == t) return true; /* only tensors worth_releasing get here */
     for (int i = 0; i < n->ninputs; i++)
         if (n->inputs[i] && n->inputs[i]->grad == t) return true;
     return false;
+}
+
+/* True if n's backward may make temporaries worth releasing: its output or first input is.
+ * A step of small nodes (the seed workload's) then pays a load and a compare a node. */
+static bool may_make_temporaries(const nb_node *n) {
+    return releasing && (worth_releasing(n->out) || (n->ninputs && worth_releasing(n->inputs[0])));
 }
 
 /* Runs after n's backward, begun at mark: releases what it made and dropped. Not after a
  * user function's backward (its user state may keep what it made), a nested backward (whose
  * leaf gradients are other nodes'), or when the table missed a slot's tensor. */
 static void release_temporaries(const nb_node *n, nbt_tensor_mark mark, uint64_t begun) {
-    if (!releasing || holders_full || n->function || backwards_begun != begun) return;
+    if (holders_full || n->function || backwards_begun != begun) return;
     nbt_release_newest(mark, kept_after_backward, (void *)n);
 }
 
@@ -573,10 +579,11 @@ bool nb_backward_with(nb_tensor *out, const nb_tensor *grad_output, const nb_bac
     for (size_t k = len; ok && k-- > 0;) {
         nb_node *n = order[k];
         if (!has_grad(n)) continue;
-        nbt_tensor_mark mark = nbt_tensor_mark_now();
+        const bool temporaries = may_make_temporaries(n);
+        nbt_tensor_mark mark = temporaries ? nbt_tensor_mark_now() : (nbt_tensor_mark){0};
         uint64_t begun = backwards_begun;
         ok = run_backward(n);
-        if (ok) release_temporaries(n, mark, begun);
+        if (ok && temporaries) release_temporaries(n, mark, begun);
         if (!retain) consume(n);
         release_dropped();
         for (int j = 0; j < n->noutputs; j++) {

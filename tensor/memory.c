@@ -534,7 +534,8 @@ void nbt_release_newest(nbt_tensor_mark mark, bool (*keep)(const nb_tensor *t, v
     nb_tensor *t = current->tensors;
     for (int64_t n = current->count - mark.count; n > 0 && t; n--) {
         nb_tensor *next = t->scope_next;
-        if (!keep(t, ctx)) nbt_release(t);
+        if (t->storage && t->storage->nbytes >= NBT_RELEASE_MIN_BYTES && !keep(t, ctx))
+            nbt_release(t);
         t = next;
     }
 }
