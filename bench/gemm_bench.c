@@ -246,6 +246,8 @@ int main(int argc, char **argv) {
         {"mid heads  64 x 128x128x32", false, true, 128, 128, 32, 64},
         {"row        1x1024x1024", false, false, 1, 1024, 1024, 1},
         {"column     1024x1x1024", false, false, 1024, 1, 1024, 1},
+        {"gen x W1^T  1x512x128", false, true, 1, 512, 128, 1},
+        {"gen h W2^T  1x128x512", false, true, 1, 128, 512, 1},
         {"lm x W1^T   1024x512x128", false, true, 1024, 512, 128, 1},
         {"lm h W2^T   1024x128x512", false, true, 1024, 128, 512, 1},
         {"lm g W1     1024x128x512", false, false, 1024, 128, 512, 1},

@@ -61,7 +61,6 @@ nb_feedforward *nb_feedforward_new(nb_module *parent, const char *name, int64_t 
 
 nb_tensor *nb_feedforward_forward(nb_feedforward *m, const nb_tensor *x) {
     if (!m || !x) return nbn_null_argument("FeedForward", m ? &m->base : NULL, "input");
-    nb_tensor *h = nb_linear_forward(m->fc1, x);
-    return nbn_result(&m->base,
-                      nb_linear_forward(m->fc2, m->gelu_tanh ? nb_gelu_tanh(h) : nb_gelu(h)));
+    nb_tensor *h = nb_linear_forward_act(m->fc1, x, m->gelu_tanh ? NB_ACT_GELU_TANH : NB_ACT_GELU);
+    return nbn_result(&m->base, nb_linear_forward(m->fc2, h));
 }

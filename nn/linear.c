@@ -44,7 +44,43 @@ static bool group_fits(int n, nb_linear *const *layers, const nb_tensor *x) {
     return true;
 }
 
+_Static_assert((int)NB_ACT_GELU == (int)NBT_ACT_GELU &&
+                   (int)NB_ACT_GELU_TANH == (int)NBT_ACT_GELU_TANH &&
+                   (int)NB_ACT_SILU == (int)NBT_ACT_SILU,
+               "nb_activation and nbt_activation name the same activations");
+
+/* nb_linears_forward with an activation for each layer's outputs (acts NULL: none). */
+static bool linears_act(int n, nb_linear *const *layers, const nb_tensor *x,
+                        const nb_activation *acts, nb_tensor **out);
+
 bool nb_linears_forward(int n, nb_linear *const *layers, const nb_tensor *x, nb_tensor **out) {
+    return linears_act(n, layers, x, NULL, out);
+}
+
+/* act(y) op by op, as the grouped path's tasks apply it. */
+static nb_tensor *activated(nb_linear *m, nb_tensor *y, nb_activation act) {
+    switch (act) {
+    case NB_ACT_GELU:
+        return nbn_result(&m->base, nb_gelu(y));
+    case NB_ACT_GELU_TANH:
+        return nbn_result(&m->base, nb_gelu_tanh(y));
+    case NB_ACT_SILU:
+        return nbn_result(&m->base, nb_silu(y));
+    case NB_ACT_NONE:
+        return y;
+    }
+    return nbn_error(&m->base, "unknown activation %d", (int)act);
+}
+
+nb_tensor *nb_linear_forward_act(nb_linear *m, const nb_tensor *x, nb_activation act) {
+    if (m && (act < NB_ACT_NONE || act > NB_ACT_SILU))
+        return nbn_error(&m->base, "unknown activation %d", (int)act);
+    nb_tensor *y;
+    return linears_act(1, &m, x, &act, &y) ? y : NULL;
+}
+
+static bool linears_act(int n, nb_linear *const *layers, const nb_tensor *x,
+                        const nb_activation *acts, nb_tensor **out) {
     if (n < 1 || n > NB_LINEARS_MAX || !layers || !x || !out)
         return nbt_error("Linear",
                          "nb_linears_forward needs 1 to %d layers, an input and room "
@@ -63,7 +99,9 @@ bool nb_linears_forward(int n, nb_linear *const *layers, const nb_tensor *x, nb_
     }
     if (!nb_is_float(x) || !group_fits(n, layers, x)) { /* one op each, as nb_linear_forward */
         for (int i = 0; i < n; i++)
-            if (!(out[i] = nb_linear_forward(layers[i], x))) return false;
+            if (!(out[i] = nb_linear_forward(layers[i], x)) ||
+                (acts && !(out[i] = activated(layers[i], out[i], acts[i]))))
+                return false;
         return true;
     }
     const nb_tensor *xs = x->strides[x->ndim - 1] == 0 ? nbt_contiguous(x) : x;
@@ -80,7 +118,8 @@ bool nb_linears_forward(int n, nb_linear *const *layers, const nb_tensor *x, nb_
                                         .ldw = w->strides[0],
                                         .n = layers[i]->out_features,
                                         .bias = b ? nbt_ptr(b) : NULL,
-                                        .out = nbt_ptr(out[i])};
+                                        .out = nbt_ptr(out[i]),
+                                        .act = acts ? (nbt_activation)acts[i] : NBT_ACT_NONE};
     }
     nbt_row_products(x->dtype == NB_F64, x->shape[x->ndim - 1], nbt_ptr(xs),
                      xs->strides[xs->ndim - 1], n, products);

@@ -6,6 +6,7 @@
 #include "gemm.h"
 #include "nbt.h"
 #include "pool.h"
+#include "vecmath.h"
 
 #include <string.h>
 
@@ -19,6 +20,25 @@ typedef struct {
     int count, parts;
     const nbt_row_product *p;
 } group_job;
+
+/* The activation of n outputs at out, in place: elementwise, so a part's outputs get the bits
+ * the whole output would (the decoded token's GELU then runs on both threads, each on the
+ * outputs it just wrote, instead of as a pass of its own on the calling thread). */
+static void activate(nbt_activation act, bool f64, void *out, int64_t n) {
+    switch (act) {
+    case NBT_ACT_GELU:
+        f64 ? nbt_vgelu_f64(out, out, n) : nbt_vgelu_f32(out, out, n);
+        break;
+    case NBT_ACT_GELU_TANH:
+        f64 ? nbt_vgelu_tanh_f64(out, out, n) : nbt_vgelu_tanh_f32(out, out, n);
+        break;
+    case NBT_ACT_SILU:
+        f64 ? nbt_vsilu_f64(out, out, n) : nbt_vsilu_f32(out, out, n);
+        break;
+    case NBT_ACT_NONE:
+        break;
+    }
+}
 
 /* Outputs [lo, hi) of the products laid end to end. */
 static void run_outputs(const group_job *j, int64_t lo, int64_t hi) {
@@ -38,6 +58,7 @@ static void run_outputs(const group_job *j, int64_t lo, int64_t hi) {
         else
             nbt_sgemm_rows(true, 1, b - a, j->K, 1.0f, j->x, 0, j->incx, (const float *)w, p->ldw,
                            p->bias ? 1.0f : 0.0f, (float *)out, b - a);
+        activate(p->act, j->f64, out, b - a);
     }
 }
 
@@ -63,6 +84,7 @@ static void blas_products(const group_job *j) {
             nbt_sgemm_bias(ta, true, 1, p->n, j->K, j->x, lda, p->w, p->ldw, p->bias, p->out, p->n);
         else
             nbt_sgemm(ta, true, 1, p->n, j->K, 1.0f, j->x, lda, p->w, p->ldw, 0.0f, p->out, p->n);
+        activate(p->act, j->f64, p->out, p->n);
     }
 }
 

@@ -6,20 +6,25 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* One product: out [n] = x W^T (+ bias), W [n, K] with rows ldw elements apart, bias [n]
+/* An activation applied to a product's outputs inside the task that computed them. */
+typedef enum { NBT_ACT_NONE, NBT_ACT_GELU, NBT_ACT_GELU_TANH, NBT_ACT_SILU } nbt_activation;
+
+/* One product: out [n] = act(x W^T (+ bias)), W [n, K] with rows ldw elements apart, bias [n]
  * contiguous or NULL, out contiguous. */
 typedef struct {
     const void *w;
     int64_t ldw, n;
     const void *bias;
     void *out;
+    nbt_activation act;
 } nbt_row_product;
 
 /* Every product of x [K] (elements incx apart; float64 if f64, else float32) as one job split
  * across threads by the outputs of all of them, where each product alone would have been
  * too small to split. Every output is the dot product the GEMM's one-row path computes for
- * that product alone (nbt_*gemm_bias with a bias, nbt_*gemm with beta 0 without), so the
- * results equal `count` separate products, bit for bit, for any thread count. Cannot fail. */
+ * that product alone (nbt_*gemm_bias with a bias, nbt_*gemm with beta 0 without), and each
+ * activation the vecmath.h function applied to the whole output, so the results equal `count`
+ * separate products and activations, bit for bit, for any thread count. Cannot fail. */
 void nbt_row_products(bool f64, int64_t K, const void *x, int64_t incx, int count,
                       const nbt_row_product *products);
 

@@ -4,6 +4,7 @@
  * threads, for float32 and float64, a bias or none, and a strided input. */
 #include "harness.h"
 
+#include <math.h>
 #include <string.h>
 
 static bool same_bits(const nb_tensor *a, const nb_tensor *b) {
@@ -96,6 +97,86 @@ static void test_training_goes_one_by_one(void) {
     nb_module_free(model);
 }
 
+/* nb_linear_forward_act: one row without gradients (the activation inside the product's
+ * tasks) gives the bits of the activation op applied to nb_linear_forward, for every
+ * activation, float32 and float64, 1 and 2 threads; 520 outputs make several parts with a
+ * short last vector. */
+static nb_tensor *act_op(nb_activation act, nb_tensor *y) {
+    return act == NB_ACT_GELU        ? nb_gelu(y)
+           : act == NB_ACT_GELU_TANH ? nb_gelu_tanh(y)
+           : act == NB_ACT_SILU      ? nb_silu(y)
+                                     : y;
+}
+
+static void test_activation_equals_op(void) {
+    for (int dti = 0; dti < 2; dti++) {
+        const nb_dtype dt = dti ? NB_F64 : NB_F32;
+        nb_module *model = nb_model_new(dt, 5);
+        nb_linear *fc = nb_linear_new(model, "fc", 128, 520, true);
+        nb_rng rng;
+        nb_rng_seed(&rng, 9);
+        nb_scope_begin();
+        nb_tensor *x = nb_randn(&rng, dt, NB_SHAPE(1, 128));
+        const bool grad = nb_set_grad_enabled(false);
+        for (int threads = 1; threads <= 2; threads++) {
+            nb_set_num_threads(threads);
+            for (int a = NB_ACT_NONE; a <= NB_ACT_SILU; a++) {
+                nb_tensor *y = nb_linear_forward_act(fc, x, (nb_activation)a);
+                NBT_ASSERT_SHAPE(y, 1, 520);
+                CU_ASSERT_TRUE(same_bits(y, act_op((nb_activation)a, nb_linear_forward(fc, x))));
+            }
+        }
+        nb_set_num_threads(0);
+        nb_set_grad_enabled(grad);
+        nb_scope_end();
+        nb_module_free(model);
+    }
+}
+
+/* By hand: W = [[1, 0], [0, -1]], b = [0, 0], x = [1, 2]: x W^T = [1, -2]; silu(1) =
+ * 1 / (1 + e^-1), silu(-2) = -2 / (1 + e^2); gelu(1) = Phi(1), gelu(-2) = -2 Phi(-2). */
+static void test_activation_by_hand(void) {
+    nb_module *model = nb_model_new(NB_F64, 1);
+    nb_linear *fc = nb_linear_new(model, "fc", 2, 2, true);
+    const double w[] = {1, 0, 0, -1}, b[] = {0, 0};
+    memcpy(nb_data(fc->weight), w, sizeof w);
+    memcpy(nb_data(fc->bias), b, sizeof b);
+    nb_scope_begin();
+    const bool grad = nb_set_grad_enabled(false);
+    nb_tensor *x = nb_from_array(NB_F64, NB_SHAPE(1, 2), (const double[]){1, 2});
+    nb_tensor *s = nb_linear_forward_act(fc, x, NB_ACT_SILU);
+    CU_ASSERT_DOUBLE_EQUAL(nb_get(s, NB_IDX(0, 0)), 1 / (1 + exp(-1.0)), 1e-15);
+    CU_ASSERT_DOUBLE_EQUAL(nb_get(s, NB_IDX(0, 1)), -2 / (1 + exp(2.0)), 1e-15);
+    nb_tensor *g = nb_linear_forward_act(fc, x, NB_ACT_GELU);
+    CU_ASSERT_DOUBLE_EQUAL(nb_get(g, NB_IDX(0, 0)), 0.5 * (1 + erf(1 / sqrt(2.0))), 1e-15);
+    CU_ASSERT_DOUBLE_EQUAL(nb_get(g, NB_IDX(0, 1)), -2 * 0.5 * (1 + erf(-2 / sqrt(2.0))), 1e-15);
+    nb_set_grad_enabled(grad);
+    nb_scope_end();
+    nb_module_free(model);
+}
+
+/* With gradients recorded the activation is its own op: backward reaches the weight, and
+ * d sum(silu(x W^T + b)) / db = silu'(x W^T + b). */
+static void test_activation_training(void) {
+    nb_module *model = nb_model_new(NB_F64, 3);
+    nb_linear *fc = nb_linear_new(model, "fc", 3, 2, true);
+    nb_rng rng;
+    nb_rng_seed(&rng, 6);
+    nb_scope_begin();
+    nb_tensor *x = nb_randn(&rng, NB_F64, NB_SHAPE(1, 3));
+    nb_tensor *y = nb_linear_forward_act(fc, x, NB_ACT_SILU);
+    CU_ASSERT_TRUE_FATAL(y && y->requires_grad);
+    CU_ASSERT_TRUE_FATAL(nb_backward(nb_sum(y), NULL));
+    nb_tensor *h = nb_linear_forward(fc, x);
+    for (int64_t j = 0; j < 2; j++) {
+        double z = nb_get(h, NB_IDX(0, j)), sg = 1 / (1 + exp(-z));
+        CU_ASSERT_DOUBLE_EQUAL(nb_get(nb_grad(fc->bias), NB_IDX(j)), sg * (1 + z * (1 - sg)),
+                               1e-12);
+    }
+    nb_scope_end();
+    nb_module_free(model);
+}
+
 static void test_errors(void) {
     nb_module *model = nb_model_new(NB_F32, 1);
     nb_linear *a = nb_linear_new(model, "a", 4, 3, true),
@@ -112,6 +193,11 @@ static void test_errors(void) {
     NBT_ASSERT_ERROR("linear");
     CU_ASSERT_FALSE(nb_linears_forward(1, (nb_linear *[]){a}, NULL, out));
     NBT_ASSERT_ERROR("NULL input");
+    CU_ASSERT_PTR_NULL(nb_linear_forward_act(a, x, (nb_activation)7));
+    NBT_ASSERT_ERROR("'a'");
+    NBT_ASSERT_ERROR("unknown activation 7");
+    CU_ASSERT_PTR_NULL(nb_linear_forward_act(b, x, NB_ACT_GELU));
+    NBT_ASSERT_ERROR("[..., 5], got [1, 4]");
     nb_scope_end();
     nb_module_free(model);
 }
@@ -121,6 +207,9 @@ int main(void) {
         {"grouped equals one by one, 1 and 2 threads", test_group_equals_one_by_one},
         {"values by hand", test_values_by_hand},
         {"training goes one by one", test_training_goes_one_by_one},
+        {"linear + activation equals the ops, 1 and 2 threads", test_activation_equals_op},
+        {"linear + activation by hand", test_activation_by_hand},
+        {"linear + activation in training", test_activation_training},
         {"errors", test_errors},
     };
     return nbtest_run("linears", cases, sizeof cases / sizeof cases[0]);

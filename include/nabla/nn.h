@@ -38,6 +38,14 @@ nb_tensor *nb_linear_forward(nb_linear *m, const nb_tensor *x);
  * error naming the layer (the outputs made so far stay in the scope). */
 #define NB_LINEARS_MAX 8
 bool nb_linears_forward(int n, nb_linear *const *layers, const nb_tensor *x, nb_tensor **out);
+/* The activations nb_linear_forward_act applies (nb_gelu, nb_gelu_tanh, nb_silu). */
+typedef enum { NB_ACT_NONE, NB_ACT_GELU, NB_ACT_GELU_TANH, NB_ACT_SILU } nb_activation;
+/* act(nb_linear_forward(m, x)), the same values bit for bit (a feed-forward's first layer).
+ * For a single row with no gradient to record (decoding one token) the activation runs inside
+ * the product's split tasks, each thread on the outputs it computed, instead of as a pass of
+ * its own on the calling thread. A new tensor in the current scope, or NULL with an error
+ * naming the layer. */
+nb_tensor *nb_linear_forward_act(nb_linear *m, const nb_tensor *x, nb_activation act);
 
 /* Normalises the last dim; weight ones, bias zeros, eps 1e-5 (PyTorch's defaults). */
 typedef struct {

@@ -88,6 +88,18 @@ nb_tensor *blk_f_swiglu(const nb_tensor *x, const nb_tensor *w1, const nb_tensor
     return nb_f_linear(nb_function_apply1(&silu_gate_fn, 2, gate_up, NULL), w2, NULL);
 }
 
+/* The module's forward: blk_f_swiglu's values, with w1 and w3 as one grouped product
+ * (nb_linears_forward), so a decoded token's two products are one job split across threads,
+ * not two. */
+static nb_tensor *swiglu_grouped(blk_swiglu *m, const nb_tensor *x) {
+    if (!x) return blk_null_argument("swiglu");
+    nb_tensor *gate_up[2];
+    if (!nb_linears_forward(2, (nb_linear *[]){m->w1, m->w3}, x, gate_up)) return NULL;
+    return nb_f_linear(
+        nb_function_apply1(&silu_gate_fn, 2, (const nb_tensor *const *)gate_up, NULL),
+        m->w2->weight, NULL);
+}
+
 blk_swiglu *blk_swiglu_new(nb_module *parent, const char *name, int64_t dim, int64_t hidden) {
     if (dim <= 0 || hidden <= 0)
         return nb_error("SwiGLU", "dim %lld and hidden %lld must be positive", (long long)dim,
@@ -103,7 +115,7 @@ blk_swiglu *blk_swiglu_new(nb_module *parent, const char *name, int64_t dim, int
 
 nb_tensor *blk_swiglu_forward(blk_swiglu *m, const nb_tensor *x) {
     if (!m) return blk_null_argument("SwiGLU");
-    nb_tensor *y = blk_f_swiglu(x, m->w1->weight, m->w3->weight, m->w2->weight);
+    nb_tensor *y = swiglu_grouped(m, x);
     if (!y && x) return blk_module_error(&m->base);
     return y;
 }

@@ -166,19 +166,22 @@ static void RNAME(int64_t m, int64_t n, int64_t kc, const T *a, int64_t a_rs, in
 #undef RVAR
 #undef RGROUP
 
-/* R (1 to 4) dot products sharing each load of x. x is contiguous here. */
+/* R (1 to 8) dot products sharing each load of x. x is contiguous here. Each product keeps
+ * one accumulator, so its sum's order does not depend on R; eight products in flight keep
+ * both FMA pipes busy where four waited on the adds' latency (AVX2: a product of K = 128 is
+ * a chain of 16 dependent FMAs). */
 static inline __attribute__((always_inline)) void DBODY(int R, int64_t kc, const T *x, const T *mat,
-                                                        int64_t ldm, V acc[4]) {
+                                                        int64_t ldm, V acc[8]) {
     int64_t k = 0;
     for (; k + W <= kc; k += W) {
         V xv = VLOAD(x + k);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int r = 0; r < R; r++) acc[r] = VFMA(xv, VLOAD(mat + r * ldm + k), acc[r]);
     }
     if (k < kc) {
         MASK tail = MAKE_MASK(0, (int)(kc - k));
         V xv = MLOAD(x + k, tail);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int r = 0; r < R; r++) acc[r] = VFMA(xv, MLOAD(mat + r * ldm + k, tail), acc[r]);
     }
 }
@@ -190,9 +193,9 @@ static inline __attribute__((always_inline)) void DBODY(int R, int64_t kc, const
 static void DNAME(int64_t n, int64_t kc, const T *x, int64_t incx, const T *mat, int64_t ldm, T *y,
                   int64_t incy, T alpha, T beta) {
     T xbuf[DOT_PIECE];
-    for (int64_t j = 0; j < n; j += 4) {
-        int R = n - j < 4 ? (int)(n - j) : 4;
-        V acc[4] = {VZERO(), VZERO(), VZERO(), VZERO()};
+    for (int64_t j = 0; j < n; j += 8) {
+        int R = n - j < 8 ? (int)(n - j) : 8;
+        V acc[8] = {VZERO(), VZERO(), VZERO(), VZERO(), VZERO(), VZERO(), VZERO(), VZERO()};
         const T *rows = mat + j * ldm;
         for (int64_t k0 = 0; k0 < kc; k0 += DOT_PIECE) {
             int64_t kk = kc - k0 < DOT_PIECE ? kc - k0 : DOT_PIECE;
@@ -202,6 +205,18 @@ static void DNAME(int64_t n, int64_t kc, const T *x, int64_t incx, const T *mat,
                 xs = xbuf;
             }
             switch (R) {
+            case 8:
+                DBODY(8, kk, xs, rows + k0, ldm, acc);
+                break;
+            case 7:
+                DBODY(7, kk, xs, rows + k0, ldm, acc);
+                break;
+            case 6:
+                DBODY(6, kk, xs, rows + k0, ldm, acc);
+                break;
+            case 5:
+                DBODY(5, kk, xs, rows + k0, ldm, acc);
+                break;
             case 4:
                 DBODY(4, kk, xs, rows + k0, ldm, acc);
                 break;
