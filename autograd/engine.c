@@ -43,8 +43,10 @@ static _Thread_local holder_entry *holders;
 static _Thread_local size_t holders_cap, holders_used; /* a power of two, or 0; entries */
 static _Thread_local nb_tensor **dropped;
 static _Thread_local size_t dropped_len, dropped_cap;
-static _Thread_local bool releasing;     /* a backward is running that releases gradients */
-static _Thread_local uint64_t made_mark; /* nbt_storage_mark when that backward began */
+static _Thread_local bool releasing;           /* a backward is running that releases gradients */
+static _Thread_local uint64_t made_mark;       /* nbt_storage_mark when that backward began */
+static _Thread_local bool holders_full;        /* a slot's tensor found no room in the table */
+static _Thread_local uint64_t backwards_begun; /* nb_backward_with calls, nested ones too */
 static _Thread_local bool exit_hook;
 /* Pointer arrays of nodes with more inputs than fit inline or with several outputs, kept by
  * power-of-two capacity (8 << class) when their node goes, so that a loop recording the same
@@ -276,12 +278,13 @@ static bool holders_reset(size_t n) {
     }
     memset(holders, 0, holders_cap * sizeof *holders);
     holders_used = 0;
+    holders_full = false;
     return true;
 }
 
 /* Gradients smaller than this stay until the scope ends: releasing one costs a few hundred
  * instructions (a tenth of the seed step's backward) for memory that does not matter. */
-#define RELEASE_MIN_BYTES 16384
+#define RELEASE_MIN_BYTES NBT_RELEASE_MIN_BYTES
 
 static bool worth_releasing(const nb_tensor *t) {
     return t && t->storage && t->storage->nbytes >= RELEASE_MIN_BYTES;
@@ -293,7 +296,10 @@ static void hold(const nb_tensor *t) {
     if (!releasing || !worth_releasing(t)) return;
     holder_entry *e = holder_of(t);
     if (!e->t) {
-        if (4 * (holders_used + 1) > 3 * holders_cap) return;
+        if (4 * (holders_used + 1) > 3 * holders_cap) {
+            holders_full = true;
+            return;
+        }
         holders_used++;
         e->t = t;
     }
@@ -325,6 +331,32 @@ static void let_go(nb_tensor *t, bool later) {
 static void release_dropped(void) {
     for (size_t k = 0; k < dropped_len; k++) nbt_release(dropped[k]);
     dropped_len = 0;
+}
+
+/* What a built-in op's backward made and did not put in a slot (transposes, contiguous
+ * copies, products summed to a broadcast input's shape, a norm's intermediate rows) is spent
+ * when the backward returns. What stays: tensors that ever sat in a slot (the table decides
+ * those), an input's leaf gradient made in this scope, and tensors too small to track. */
+static bool kept_after_backward(const nb_tensor *t, void *node) {
+    const nb_node *n = node;
+    if (holder_of(t)->t == t) return true; /* only tensors worth_releasing get here */
+    for (int i = 0; i < n->ninputs; i++)
+        if (n->inputs[i] && n->inputs[i]->grad == t) return true;
+    return false;
+}
+
+/* True if n's backward may make temporaries worth releasing: its output or first input is.
+ * A step of small nodes (the seed workload's) then pays a load and a compare a node. */
+static bool may_make_temporaries(const nb_node *n) {
+    return releasing && (worth_releasing(n->out) || (n->ninputs && worth_releasing(n->inputs[0])));
+}
+
+/* Runs after n's backward, begun at mark: releases what it made and dropped. Not after a
+ * user function's backward (its user state may keep what it made), a nested backward (whose
+ * leaf gradients are other nodes'), or when the table missed a slot's tensor. */
+static void release_temporaries(const nb_node *n, nbt_tensor_mark mark, uint64_t begun) {
+    if (holders_full || n->function || backwards_begun != begun) return;
+    nbt_release_newest(mark, kept_after_backward, (void *)n);
 }
 
 /* ---- accumulation ---- */
@@ -509,6 +541,7 @@ bool nb_backward_with(nb_tensor *out, const nb_tensor *grad_output, const nb_bac
                false;
     }
     const bool retain = opts && opts->retain_graph;
+    backwards_begun++;
     bool prev = nb_set_grad_enabled(false);
     uint64_t errors = nbt_error_count();
     /* A nested backward (inside a user function's backward) releases nothing: the table of
@@ -546,7 +579,11 @@ bool nb_backward_with(nb_tensor *out, const nb_tensor *grad_output, const nb_bac
     for (size_t k = len; ok && k-- > 0;) {
         nb_node *n = order[k];
         if (!has_grad(n)) continue;
+        const bool temporaries = may_make_temporaries(n);
+        nbt_tensor_mark mark = temporaries ? nbt_tensor_mark_now() : (nbt_tensor_mark){0};
+        uint64_t begun = backwards_begun;
         ok = run_backward(n);
+        if (ok && temporaries) release_temporaries(n, mark, begun);
         if (!retain) consume(n);
         release_dropped();
         for (int j = 0; j < n->noutputs; j++) {

@@ -11,7 +11,9 @@
  *   }
  *
  * Backward functions run with grad mode off and allocate their temporaries in the current
- * scope. Every op name passed to nba_record must appear in op_list.h. */
+ * scope; once a backward returns, the engine releases what it made there (16 KB or more) and
+ * did not pass to nba_accumulate, so a backward keeps no tensor it made. Every op name passed
+ * to nba_record must appear in op_list.h. */
 #ifndef NABLA_NODE_H
 #define NABLA_NODE_H
 

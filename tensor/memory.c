@@ -522,6 +522,24 @@ void nbt_release(nb_tensor *t) {
     release_one(t);
 }
 
+nbt_tensor_mark nbt_tensor_mark_now(void) {
+    return (nbt_tensor_mark){current, current->count};
+}
+
+/* New tensors go to the head of the list, so the newest count - mark.count are all new; a
+ * tensor that left the list since (nb_keep, nbt_release) only makes that fewer. */
+void nbt_release_newest(nbt_tensor_mark mark, bool (*keep)(const nb_tensor *t, void *ctx),
+                        void *ctx) {
+    if (mark.scope != current || current == &root_scope) return;
+    nb_tensor *t = current->tensors;
+    for (int64_t n = current->count - mark.count; n > 0 && t; n--) {
+        nb_tensor *next = t->scope_next;
+        if (t->storage && t->storage->nbytes >= NBT_RELEASE_MIN_BYTES && !keep(t, ctx))
+            nbt_release(t);
+        t = next;
+    }
+}
+
 int64_t nb_scope_tensor_count(void) {
     return current->count;
 }

@@ -15,4 +15,23 @@ struct nbt_owned {
 /* Registers o with the current scope. */
 void nbt_scope_own(nbt_owned *o);
 
+/* Tensors whose storage is smaller are left to their scope's end by nbt_release_newest and
+ * by the autograd engine's release of spent gradients: releasing one costs more than the
+ * memory is worth. */
+#define NBT_RELEASE_MIN_BYTES 16384
+
+/* Where the current scope's list of tensors stands, for nbt_release_newest. */
+typedef struct {
+    nb_scope *scope;
+    int64_t count;
+} nbt_tensor_mark;
+nbt_tensor_mark nbt_tensor_mark_now(void);
+/* Releases (nbt_release) each tensor made in the current scope since mark whose storage has
+ * NBT_RELEASE_MIN_BYTES or more and for which keep returns false. Only tensors known to be
+ * that new are visited: none if the current scope is another than mark's or the root scope
+ * (shared by threads); fewer if tensors left the scope in between.
+ * The autograd engine's release of what a backward made and dropped. */
+void nbt_release_newest(nbt_tensor_mark mark, bool (*keep)(const nb_tensor *t, void *ctx),
+                        void *ctx);
+
 #endif

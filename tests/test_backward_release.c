@@ -38,6 +38,41 @@ static void test_depth_does_not_grow_memory(void) {
     nb_scope_end();
 }
 
+/* y = x * w * w ... (32 times, w a [1, N] row broadcast over x's rows), L = sum(y). Each
+ * mul's backward makes w's [N, N] contribution gout * y before summing it to w's shape; that
+ * product is spent once the backward returns. Before this was released, each of the 32 stayed
+ * in the scope until it ended. dL/dx[i][j] = w[j]^32, dL/dw[j] = 32 w[j]^31 sum_i x[i][j]. */
+static void test_backward_temporaries_do_not_stay(void) {
+    nb_scope_begin();
+    nb_tensor *x = random_leaf(5);
+    nb_tensor *w = nb_empty(NB_F64, NB_SHAPE(1, N));
+    for (int64_t j = 0; j < N; j++) nb_set(w, NB_IDX(0, j), 1.0 + 0.01 * (double)j / N);
+    nb_requires_grad_(w, true);
+    nb_tensor *y = x;
+    for (int i = 0; i < 32; i++) y = nb_mul(y, w);
+    nb_tensor *loss = nb_sum(y);
+    CU_ASSERT_FATAL(loss != NULL);
+    int64_t before = nb_scope_tensor_count();
+    CU_ASSERT_TRUE_FATAL(nb_backward(loss, NULL));
+    int64_t gained = nb_scope_tensor_count() - before;
+    /* the seed, x's and w's gradients, w's small contributions: not one per mul of [N, N] */
+    CU_ASSERT(gained <= 3 + 32);
+    if (gained > 3 + 32) printf("\n  backward left %lld tensors in the scope\n", (long long)gained);
+    double worst = 0;
+    for (int64_t j = 0; j < N; j++) {
+        double wj = nb_get(w, NB_IDX(0, j)), colsum = 0;
+        for (int64_t i = 0; i < N; i++) {
+            colsum += nb_get(x, NB_IDX(i, j));
+            double err = fabs(nb_get(x->grad, NB_IDX(i, j)) - pow(wj, 32));
+            worst = err > worst ? err : worst;
+        }
+        double err = fabs(nb_get(w->grad, NB_IDX(0, j)) - 32 * pow(wj, 31) * colsum);
+        worst = err > worst ? err : worst;
+    }
+    CU_ASSERT(worst < 1e-9);
+    nb_scope_end();
+}
+
 /* a = tanh(x), b = a + a (one gradient in both of add's slots), c = b^T * b^T through a
  * transpose (a view of the gradient): L = sum(c) = sum(4 tanh(x)^2), so
  * dL/dx = 8 tanh(x) (1 - tanh(x)^2). */
@@ -119,6 +154,7 @@ int main(void) {
     const nbtest_case cases[] = {
         {"a deep chain's backward holds a bounded number of gradients",
          test_depth_does_not_grow_memory},
+        {"what a backward made and dropped does not stay", test_backward_temporaries_do_not_stay},
         {"gradients shared by add's slots and a view arrive whole",
          test_shared_gradients_arrive_whole},
         {"a user function handing on a view of its gradient", test_user_function_hands_gradient_on},
