@@ -40,7 +40,9 @@ typedef struct {
     int64_t holders;
 } holder_entry;
 static _Thread_local holder_entry *holders;
-static _Thread_local size_t holders_cap, holders_used; /* a power of two, or 0; entries */
+/* holders_cap: the table's size for this backward, a power of two (0 before the first);
+ * holders_room: what is allocated, so a small graph after a large one clears only its own. */
+static _Thread_local size_t holders_cap, holders_room, holders_used;
 static _Thread_local nb_tensor **dropped;
 static _Thread_local size_t dropped_len, dropped_cap;
 static _Thread_local bool releasing;           /* a backward is running that releases gradients */
@@ -76,7 +78,7 @@ static void free_thread_state(void *unused) {
     stack = NULL;
     holders = NULL;
     dropped = NULL;
-    order_cap = stack_cap = holders_cap = dropped_cap = 0;
+    order_cap = stack_cap = holders_cap = holders_room = dropped_cap = 0;
 }
 
 static pthread_key_t exit_key;
@@ -269,31 +271,24 @@ static holder_entry *holder_of(const nb_tensor *t) {
 static bool holders_reset(size_t n) {
     size_t want = 64;
     while (want < 2 * n) want *= 2;
-    if (want > holders_cap) {
+    if (want > holders_room) {
         thread_state_in_use();
         holder_entry *h = realloc(holders, want * sizeof *h);
         if (!h) return false;
         holders = h;
-        holders_cap = want;
+        holders_room = want;
     }
+    holders_cap = want;
     memset(holders, 0, holders_cap * sizeof *holders);
     holders_used = 0;
     holders_full = false;
     return true;
 }
 
-/* Gradients smaller than this stay until the scope ends: releasing one costs a few hundred
- * instructions (a tenth of the seed step's backward) for memory that does not matter. */
-#define RELEASE_MIN_BYTES NBT_RELEASE_MIN_BYTES
-
-static bool worth_releasing(const nb_tensor *t) {
-    return t && t->storage && t->storage->nbytes >= RELEASE_MIN_BYTES;
-}
-
 /* t now sits in one more slot. A tensor the table has no room for is never released (the
  * table is sized for every tensor that can enter a slot, so this is only a guard). */
 static void hold(const nb_tensor *t) {
-    if (!releasing || !worth_releasing(t)) return;
+    if (!releasing || !nbt_worth_releasing(t)) return;
     holder_entry *e = holder_of(t);
     if (!e->t) {
         if (4 * (holders_used + 1) > 3 * holders_cap) {
@@ -309,7 +304,7 @@ static void hold(const nb_tensor *t) {
 /* t leaves a slot: released if no slot holds it any more and this backward made it, at once
  * or (later) after the running node's backward. */
 static void let_go(nb_tensor *t, bool later) {
-    if (!releasing || !worth_releasing(t)) return;
+    if (!releasing || !nbt_worth_releasing(t)) return;
     holder_entry *e = holder_of(t);
     if (e->t != t || --e->holders > 0) return;
     if (!nbt_storage_made_since(t->storage, made_mark)) return;
@@ -348,7 +343,8 @@ static bool kept_after_backward(const nb_tensor *t, void *node) {
 /* True if n's backward may make temporaries worth releasing: its output or first input is.
  * A step of small nodes (the seed workload's) then pays a load and a compare a node. */
 static bool may_make_temporaries(const nb_node *n) {
-    return releasing && (worth_releasing(n->out) || (n->ninputs && worth_releasing(n->inputs[0])));
+    return releasing &&
+           (nbt_worth_releasing(n->out) || (n->ninputs && nbt_worth_releasing(n->inputs[0])));
 }
 
 /* Runs after n's backward, begun at mark: releases what it made and dropped. Not after a

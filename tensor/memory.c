@@ -127,7 +127,7 @@ static inline void pools_in_use(void) {
 
 /* ---- data buffers: size classes of 4 steps per power of two ---- */
 
-/* A storage's birth: the thread's tag in the top BORN_TAG_BITS bits, its count of storages
+/* A storage's birth: the thread's tag from bit BORN_TAG_SHIFT up, its count of storages
  * handed out below (2^44 of them, a thousand years of steps). */
 #define BORN_TAG_SHIFT 44
 static atomic_uint_fast64_t born_tags;
@@ -143,6 +143,12 @@ uint64_t nbt_storage_mark(void) {
 
 bool nbt_storage_made_since(const nb_storage *s, uint64_t mark) {
     return s->born >> BORN_TAG_SHIFT == mark >> BORN_TAG_SHIFT && s->born > mark;
+}
+
+/* s is handed out now: one more in this thread's count, and s's birth. */
+static inline void stamp_birth(nb_storage *s) {
+    pools.born_count++;
+    s->born = born_now();
 }
 
 static int size_class(size_t n, size_t *rounded) {
@@ -179,8 +185,7 @@ nb_storage *nbt_storage_new(size_t nbytes) {
         UNPOISON(s->data, s->nbytes);
         s->refcount = 1;
         s->next_free = NULL;
-        pools.born_count++;
-        s->born = born_now();
+        stamp_birth(s);
         return s;
     }
     if (pools.storage_free) {
@@ -201,8 +206,7 @@ nb_storage *nbt_storage_new(size_t nbytes) {
     s->nbytes = rounded;
     s->refcount = 1;
     s->next_free = NULL;
-    pools.born_count++;
-    s->born = born_now();
+    stamp_birth(s);
     return s;
 }
 
@@ -534,8 +538,7 @@ void nbt_release_newest(nbt_tensor_mark mark, bool (*keep)(const nb_tensor *t, v
     nb_tensor *t = current->tensors;
     for (int64_t n = current->count - mark.count; n > 0 && t; n--) {
         nb_tensor *next = t->scope_next;
-        if (t->storage && t->storage->nbytes >= NBT_RELEASE_MIN_BYTES && !keep(t, ctx))
-            nbt_release(t);
+        if (nbt_worth_releasing(t) && !keep(t, ctx)) nbt_release(t);
         t = next;
     }
 }

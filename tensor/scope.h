@@ -16,9 +16,14 @@ struct nbt_owned {
 void nbt_scope_own(nbt_owned *o);
 
 /* Tensors whose storage is smaller are left to their scope's end by nbt_release_newest and
- * by the autograd engine's release of spent gradients: releasing one costs more than the
- * memory is worth. */
+ * by the autograd engine's release of spent gradients: releasing one costs a few hundred
+ * instructions (a tenth of the seed step's backward) for memory that does not matter. */
 #define NBT_RELEASE_MIN_BYTES 16384
+
+/* True if t is worth releasing before its scope ends (NULL: no). */
+static inline bool nbt_worth_releasing(const nb_tensor *t) {
+    return t && t->storage && t->storage->nbytes >= NBT_RELEASE_MIN_BYTES;
+}
 
 /* Where the current scope's list of tensors stands, for nbt_release_newest. */
 typedef struct {
