@@ -57,7 +57,7 @@ bool nb_linears_forward(int n, nb_linear *const *layers, const nb_tensor *x, nb_
     return linears_act(n, layers, x, NULL, out);
 }
 
-/* act(y) op by op, as the grouped path's tasks apply it. */
+/* act(y) op by op, as the grouped path's tasks apply it (act checked by the caller). */
 static nb_tensor *activated(nb_linear *m, nb_tensor *y, nb_activation act) {
     switch (act) {
     case NB_ACT_GELU:
@@ -66,10 +66,9 @@ static nb_tensor *activated(nb_linear *m, nb_tensor *y, nb_activation act) {
         return nbn_result(&m->base, nb_gelu_tanh(y));
     case NB_ACT_SILU:
         return nbn_result(&m->base, nb_silu(y));
-    case NB_ACT_NONE:
+    default: /* NB_ACT_NONE */
         return y;
     }
-    return nbn_error(&m->base, "unknown activation %d", (int)act);
 }
 
 nb_tensor *nb_linear_forward_act(nb_linear *m, const nb_tensor *x, nb_activation act) {

@@ -166,7 +166,7 @@ static void RNAME(int64_t m, int64_t n, int64_t kc, const T *a, int64_t a_rs, in
 #undef RVAR
 #undef RGROUP
 
-/* R (1 to 8) dot products sharing each load of x. x is contiguous here. Each product keeps
+/* R (1, 4 or 8) dot products sharing each load of x. x is contiguous here. Each product keeps
  * one accumulator, so its sum's order does not depend on R; eight products in flight keep
  * both FMA pipes busy where four waited on the adds' latency (AVX2: a product of K = 128 is
  * a chain of 16 dependent FMAs). */
@@ -193,8 +193,9 @@ static inline __attribute__((always_inline)) void DBODY(int R, int64_t kc, const
 static void DNAME(int64_t n, int64_t kc, const T *x, int64_t incx, const T *mat, int64_t ldm, T *y,
                   int64_t incy, T alpha, T beta) {
     T xbuf[DOT_PIECE];
-    for (int64_t j = 0; j < n; j += 8) {
-        int R = n - j < 8 ? (int)(n - j) : 8;
+    /* Groups of eight rows, then at most one of four, then single rows. */
+    for (int64_t j = 0, R; j < n; j += R) {
+        R = n - j >= 8 ? 8 : n - j >= 4 ? 4 : 1;
         V acc[8] = {VZERO(), VZERO(), VZERO(), VZERO(), VZERO(), VZERO(), VZERO(), VZERO()};
         const T *rows = mat + j * ldm;
         for (int64_t k0 = 0; k0 < kc; k0 += DOT_PIECE) {
@@ -204,34 +205,14 @@ static void DNAME(int64_t n, int64_t kc, const T *x, int64_t incx, const T *mat,
                 for (int64_t k = 0; k < kk; k++) xbuf[k] = x[(k0 + k) * incx];
                 xs = xbuf;
             }
-            switch (R) {
-            case 8:
+            if (R == 8)
                 DBODY(8, kk, xs, rows + k0, ldm, acc);
-                break;
-            case 7:
-                DBODY(7, kk, xs, rows + k0, ldm, acc);
-                break;
-            case 6:
-                DBODY(6, kk, xs, rows + k0, ldm, acc);
-                break;
-            case 5:
-                DBODY(5, kk, xs, rows + k0, ldm, acc);
-                break;
-            case 4:
+            else if (R == 4)
                 DBODY(4, kk, xs, rows + k0, ldm, acc);
-                break;
-            case 3:
-                DBODY(3, kk, xs, rows + k0, ldm, acc);
-                break;
-            case 2:
-                DBODY(2, kk, xs, rows + k0, ldm, acc);
-                break;
-            default:
+            else
                 DBODY(1, kk, xs, rows + k0, ldm, acc);
-                break;
-            }
         }
-        for (int r = 0; r < R; r++) {
+        for (int64_t r = 0; r < R; r++) {
             T s = VHSUM(acc[r]), *yr = y + (j + r) * incy;
             *yr = beta == 0 ? alpha * s : alpha * s + beta * *yr;
         }
