@@ -31,6 +31,7 @@
 #include "node.h"
 #include "../tensor/isa.h"
 #include "attention.h"
+#include "attention_tiles.h"
 #include "softmax_rows.h"
 #include "../tensor/gemm.h"
 #include "../tensor/pool.h"
@@ -252,34 +253,135 @@ static void kept_forward(const attention_job *j, int64_t p) {
     query_blocks(j, false, 1.0, probs, j->Tk, pr.v, j->v.r, pr.ctx, j->out.r); /* ctx = P V */
 }
 
-/* S = scale Q K^T for query rows [r0, r0 + rows) against the first `keys` keys into tile
- * (rows `keys` apart), then the softmax rows: saving each row's max and 1/sum in stats when
- * replay is false, replaying them from stats when true. */
-static void me_probs(const attention_job *j, const pair_t *pr, int64_t r0, int64_t rows,
-                     int64_t keys, char *tile, char *stats, bool replay) {
-    mul(j, true, rows, keys, j->hd, j->plan.scale, pr->q + j->es * (size_t)(r0 * j->q.r), j->q.r, 1,
-        pr->k, j->k.r, 0.0, tile, keys);
-    softmax_plan plan = rows_plan(j, pr->b, pr->h, r0, rows, keys);
-    plan.scale = 1.0;
-    if (j->dtype == NB_F32) {
-        replay ? softmax_rows_replay_f32(&plan, (float *)tile, (const float *)stats)
-               : softmax_rows_stats_f32(&plan, (float *)tile, (float *)stats);
-    } else {
-        replay ? softmax_rows_replay_f64(&plan, (double *)tile, (const double *)stats)
-               : softmax_rows_stats_f64(&plan, (double *)tile, (double *)stats);
+/* A worker's scratch for the memory-efficient path, carved from its share (me_scratch_size):
+ * the block's probabilities and their gradient (tile rows `ld` apart: a padded row keeps the
+ * rows of a tile off one cache set), the block's queries and the context's gradient as the
+ * products' A, and the head's keys and values packed as their B (attention_tiles.h). */
+typedef struct {
+    nba_tiles t;
+    int64_t rows, ld; /* rows: ME_ROWS rounded up to the tile's */
+    char *P, *dS, *qa, *ga, *kt, *vt, *vp, *kp, *gp, *qp;
+} me_scratch;
+
+/* Elements a chunk of n takes: whole cache lines. */
+static int64_t me_chunk(int64_t n) {
+    return nba_round_up(n, 16);
+}
+
+/* Lays out a worker's me_scratch from `at` (pointers left NULL when at is NULL); returns the
+ * elements it takes. The forward needs the first four chunks. */
+static int64_t me_layout(const attention_job *j, bool backward, char *at, me_scratch *m) {
+    *m = (me_scratch){.t = nba_tiles_for(j->dtype)};
+    m->rows = nba_round_up(ME_ROWS, m->t.mr);
+    m->ld = nba_round_up(nba_round_up(j->Tk, m->t.mr), 16) + 16;
+    const int64_t tile = me_chunk(m->rows * m->ld), block = me_chunk(m->rows * j->hd);
+    const int64_t head = me_chunk(nba_tiles_packed_size(&m->t, j->Tk, j->hd));
+    const int64_t rows = me_chunk(nba_tiles_packed_size(&m->t, m->rows, j->hd));
+    char **chunks[] = {&m->P,  &m->qa, &m->kt, &m->vp, &m->dS,
+                       &m->ga, &m->vt, &m->kp, &m->gp, &m->qp};
+    const int64_t sizes[] = {tile, block, head, head, tile, block, head, head, rows, rows};
+    int64_t total = 0;
+    for (int i = 0; i < (backward ? 10 : 4); i++) {
+        if (at) *chunks[i] = at + j->es * (size_t)total;
+        total += sizes[i];
     }
+    return total;
+}
+
+static me_scratch me_scratch_at(const attention_job *j, char *at, bool backward) {
+    me_scratch m;
+    me_layout(j, backward, at, &m);
+    return m;
+}
+
+/* Elements of a worker's me_scratch. */
+static int64_t me_scratch_size(const attention_job *j, bool backward) {
+    me_scratch m;
+    return me_layout(j, backward, NULL, &m);
+}
+
+/* Copies a block's rows of q or of the context's gradient (row stride `row`) to dst as a
+ * product's A, and zeroes the rows past them up to the tile's (read, never stored). */
+static void me_block_rows(const attention_job *j, const me_scratch *m, char *dst, const char *src,
+                          int64_t row, int64_t rows) {
+    const size_t line = j->es * (size_t)j->hd;
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(dst + line * (size_t)r, src + j->es * (size_t)(r * row), line);
+    memset(dst + line * (size_t)rows, 0, line * (size_t)(m->rows - rows));
+}
+
+/* A block's product: A's causal first query is r0 (when causal). */
+static void me_multiply(const attention_job *j, const me_scratch *m, nba_tile_product p,
+                        int64_t r0) {
+    if (!j->plan.causal) p.cut = NBA_CUT_NONE;
+    p.diag = r0;
+    nba_tiles_multiply(&m->t, &p);
+}
+
+/* P = softmax(scale Q K^T) for query rows [r0, r0 + rows) against the first `keys` keys into
+ * m->P: the scores' tiles (qa holds the block's queries), then the softmax rows, saving each
+ * row's max and 1/sum in stats when replay is false, replaying them when true. The columns
+ * past `keys` up to the tile's and the rows past `rows` become zeros (read as A, never
+ * stored). */
+static void me_probs(const attention_job *j, const pair_t *pr, const me_scratch *m, int64_t r0,
+                     int64_t rows, int64_t keys, char *stats, bool replay) {
+    me_multiply(j, m,
+                (nba_tile_product){.M = rows,
+                                   .N = keys,
+                                   .K = j->hd,
+                                   .alpha = j->plan.scale,
+                                   .A = m->qa,
+                                   .a_rs = j->hd,
+                                   .a_cs = 1,
+                                   .B = m->kt,
+                                   .b_panel = j->hd * m->t.nr,
+                                   .C = m->P,
+                                   .ldc = m->ld,
+                                   .cut = NBA_CUT_COLUMNS},
+                r0);
+    const int64_t padded = nba_round_up(keys, m->t.mr);
+    for (int64_t r = 0; r < rows; r++) {
+        softmax_plan plan = rows_plan(j, pr->b, pr->h, r0 + r, 1, keys);
+        plan.scale = 1.0;
+        char *row = m->P + j->es * (size_t)(r * m->ld), *st = stats + j->es * (size_t)(2 * r);
+        if (j->dtype == NB_F32)
+            replay ? softmax_rows_replay_f32(&plan, (float *)row, (const float *)st)
+                   : softmax_rows_stats_f32(&plan, (float *)row, (float *)st);
+        else
+            replay ? softmax_rows_replay_f64(&plan, (double *)row, (const double *)st)
+                   : softmax_rows_stats_f64(&plan, (double *)row, (double *)st);
+        memset(row + j->es * (size_t)keys, 0, j->es * (size_t)(padded - keys));
+    }
+    for (int64_t r = rows; r < m->rows; r++)
+        memset(m->P + j->es * (size_t)(r * m->ld), 0, j->es * (size_t)padded);
 }
 
 static void me_forward(const attention_job *j, int64_t p, char *scratch) {
     const pair_t pr = pair_at(j, p);
     const size_t es = j->es;
+    const me_scratch m = me_scratch_at(j, scratch, false);
+    nba_tiles_pack_rows(&m.t, m.kt, pr.k, j->k.r, j->Tk, j->hd); /* K^T, once per head */
+    nba_tiles_pack_cols(&m.t, m.vp, pr.v, j->v.r, j->Tk, j->hd);
     for (int64_t r0 = 0; r0 < j->Tq; r0 += ME_ROWS) {
         const int64_t rows = j->Tq - r0 < ME_ROWS ? j->Tq - r0 : ME_ROWS;
         const int64_t keys = block_keys(j, r0 + rows);
         char *stats = j->stats + es * (size_t)(2 * (p * j->Tq + r0));
-        me_probs(j, &pr, r0, rows, keys, scratch, stats, false);
-        mul(j, false, rows, j->hd, keys, 1.0, scratch, keys, 1, pr.v, j->v.r, 0.0,
-            pr.ctx + es * (size_t)(r0 * j->out.r), j->out.r); /* ctx = P V */
+        me_block_rows(j, &m, m.qa, pr.q + es * (size_t)(r0 * j->q.r), j->q.r, rows);
+        me_probs(j, &pr, &m, r0, rows, keys, stats, false);
+        me_multiply(j, &m, /* ctx = P V */
+                    (nba_tile_product){.M = rows,
+                                       .N = j->hd,
+                                       .K = keys,
+                                       .alpha = 1.0,
+                                       .A = m.P,
+                                       .a_rs = m.ld,
+                                       .a_cs = 1,
+                                       .B = m.vp,
+                                       .b_panel = j->Tk * m.t.nr,
+                                       .C = pr.ctx + es * (size_t)(r0 * j->out.r),
+                                       .ldc = j->out.r,
+                                       .cut = NBA_CUT_SUM_TO},
+                    r0);
     }
 }
 
@@ -357,24 +459,92 @@ static void kept_backward(const attention_job *j, int64_t p, bool first, char *d
 static void me_backward(const attention_job *j, int64_t p, char *scratch) {
     const pair_t pr = pair_at(j, p);
     const size_t es = j->es;
-    char *P = scratch, *ds = scratch + es * (size_t)(ME_ROWS * j->Tk);
+    const me_scratch m = me_scratch_at(j, scratch, true);
+    const int64_t nr = m.t.nr;
+    nba_tiles_pack_rows(&m.t, m.kt, pr.k, j->k.r, j->Tk, j->hd); /* K^T, V^T and K, once */
+    nba_tiles_pack_rows(&m.t, m.vt, pr.v, j->v.r, j->Tk, j->hd);
+    nba_tiles_pack_cols(&m.t, m.kp, pr.k, j->k.r, j->Tk, j->hd);
     for (int64_t r0 = 0; r0 < j->Tq; r0 += ME_ROWS) {
         const int64_t rows = j->Tq - r0 < ME_ROWS ? j->Tq - r0 : ME_ROWS;
         const int64_t keys = block_keys(j, r0 + rows);
         const char *stats = j->stats + es * (size_t)(2 * (p * j->Tq + r0));
         const char *q = pr.q + es * (size_t)(r0 * j->q.r);
         const char *g = pr.grad + es * (size_t)(r0 * j->grad.r);
-        me_probs(j, &pr, r0, rows, keys, P, (char *)stats, true);
-        if (pr.dv) /* dV[:keys] += P^T G */
-            mul(j, false, keys, j->hd, rows, 1.0, P, 1, keys, g, j->grad.r, 1.0, pr.dv, j->dv.r);
+        me_block_rows(j, &m, m.qa, q, j->q.r, rows);
+        me_probs(j, &pr, &m, r0, rows, keys, (char *)stats, true);
+        if (pr.dv) { /* dV[:keys] += P^T G */
+            nba_tiles_pack_cols(&m.t, m.gp, g, j->grad.r, rows, j->hd);
+            me_multiply(j, &m,
+                        (nba_tile_product){.M = keys,
+                                           .N = j->hd,
+                                           .K = rows,
+                                           .alpha = 1.0,
+                                           .beta = 1.0,
+                                           .A = m.P,
+                                           .a_rs = 1,
+                                           .a_cs = m.ld,
+                                           .B = m.gp,
+                                           .b_panel = rows * nr,
+                                           .C = pr.dv,
+                                           .ldc = j->dv.r,
+                                           .cut = NBA_CUT_SUM_FROM},
+                        r0);
+        }
         if (!pr.dq && !pr.dk) continue;
-        mul(j, true, rows, keys, j->hd, 1.0, g, j->grad.r, 1, pr.v, j->v.r, 0.0, ds, keys);
-        softmax_backward(j, rows, keys, j->plan.causal, r0, P, ds);
+        me_block_rows(j, &m, m.ga, g, j->grad.r, rows);
+        me_multiply(j, &m, /* dP = G V^T */
+                    (nba_tile_product){.M = rows,
+                                       .N = keys,
+                                       .K = j->hd,
+                                       .alpha = 1.0,
+                                       .A = m.ga,
+                                       .a_rs = j->hd,
+                                       .a_cs = 1,
+                                       .B = m.vt,
+                                       .b_panel = j->hd * nr,
+                                       .C = m.dS,
+                                       .ldc = m.ld,
+                                       .cut = NBA_CUT_COLUMNS},
+                    r0);
+        const int64_t padded = nba_round_up(keys, m.t.mr);
+        for (int64_t r = 0; r < rows; r++) {
+            char *P = m.P + es * (size_t)(r * m.ld), *ds = m.dS + es * (size_t)(r * m.ld);
+            softmax_backward(j, 1, keys, j->plan.causal, r0 + r, P, ds);
+            memset(ds + es * (size_t)keys, 0, es * (size_t)(padded - keys));
+        }
         if (pr.dq) /* dQ = dS K */
-            mul(j, false, rows, j->hd, keys, 1.0, ds, keys, 1, pr.k, j->k.r, 0.0,
-                pr.dq + es * (size_t)(r0 * j->dq.r), j->dq.r);
-        if (pr.dk) /* dK[:keys] += dS^T Q */
-            mul(j, false, keys, j->hd, rows, 1.0, ds, 1, keys, q, j->q.r, 1.0, pr.dk, j->dk.r);
+            me_multiply(j, &m,
+                        (nba_tile_product){.M = rows,
+                                           .N = j->hd,
+                                           .K = keys,
+                                           .alpha = 1.0,
+                                           .A = m.dS,
+                                           .a_rs = m.ld,
+                                           .a_cs = 1,
+                                           .B = m.kp,
+                                           .b_panel = j->Tk * nr,
+                                           .C = pr.dq + es * (size_t)(r0 * j->dq.r),
+                                           .ldc = j->dq.r,
+                                           .cut = NBA_CUT_SUM_TO},
+                        r0);
+        if (pr.dk) { /* dK[:keys] += dS^T Q */
+            nba_tiles_pack_cols(&m.t, m.qp, q, j->q.r, rows, j->hd);
+            me_multiply(j, &m,
+                        (nba_tile_product){.M = keys,
+                                           .N = j->hd,
+                                           .K = rows,
+                                           .alpha = 1.0,
+                                           .beta = 1.0,
+                                           .A = m.dS,
+                                           .a_rs = 1,
+                                           .a_cs = m.ld,
+                                           .B = m.qp,
+                                           .b_panel = rows * nr,
+                                           .C = pr.dk,
+                                           .ldc = j->dk.r,
+                                           .cut = NBA_CUT_SUM_FROM},
+                        r0);
+        }
     }
 }
 
@@ -540,7 +710,7 @@ bool nba_attention_grads(const nba_attention_call *c, const nb_tensor *gout,
             if (d[i]) nb_fill_(d[i], 0.0);
         return true;
     }
-    int64_t per = j.memory_efficient ? 2 * ME_ROWS * j.Tk : j.Tq * j.Tk;
+    int64_t per = j.memory_efficient ? me_scratch_size(&j, true) : j.Tq * j.Tk;
     if (j.small_backward) { /* in place, or scratch for dk and dv (small_backward) */
         const int64_t drow = d[0] ? j.dq.r : j.hd;
         bool in_place = j.group == 1 && (!d[1] || j.dk.r == drow) && (!d[2] || j.dv.r == drow);
@@ -612,7 +782,7 @@ nb_tensor *nba_attention_forward(const char *op, nba_attention_call *c) {
         nb_fill_(ctx, 0.0); /* no keys: every row fully blocked */
         nb_fill_(c->saved, 0.0);
     } else if (!run_tasks(&j, j.B * c->Hq, j.Tq * j.Tk * j.hd,
-                          j.memory_efficient ? ME_ROWS * j.Tk : 0, forward_task)) {
+                          j.memory_efficient ? me_scratch_size(&j, false) : 0, forward_task)) {
         return NULL;
     }
     return out;

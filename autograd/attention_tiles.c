@@ -1,0 +1,98 @@
+/* The memory-efficient attention's block products on the GEMM's microkernel (see
+ * attention_tiles.h). Calling the GEMM for each block of queries repacked the keys, transposed,
+ * for every block (pack_t, 7% of the long workload at one thread) and computed whole 64 x 64
+ * blocks on the causal diagonal; here each head's keys and values are packed once, the
+ * queries and scores are read where they lie, and a tile is skipped when all of it is above
+ * the diagonal. Each element is one microkernel sum over its k in order, so the result does
+ * not depend on the thread running it. */
+#include "attention_tiles.h"
+#include "../tensor/isa.h"
+
+#include <string.h>
+
+nba_tiles nba_tiles_for(nb_dtype dt) {
+    const nbt_kernel_table *k = nbt_kernels();
+    if (dt == NB_F32)
+        return (nba_tiles){NB_F32,         sizeof(float),    k->gemm_f32.mr,
+                           k->gemm_f32.nr, k->gemm_f32.wide, NULL};
+    return (nba_tiles){NB_F64,         sizeof(double), k->gemm_f64.mr,
+                       k->gemm_f64.nr, NULL,           k->gemm_f64.wide};
+}
+
+int64_t nba_tiles_packed_size(const nba_tiles *t, int64_t n, int64_t hd) {
+    return nba_round_up(n, t->nr) * nba_round_up(hd, t->nr);
+}
+
+#define DEFINE_PACKS(T, SUF)                                                                       \
+    static void pack_rows_##SUF(int nr, T *dst, const T *X, int64_t x_row, int64_t n,              \
+                                int64_t hd) {                                                      \
+        for (int64_t p = 0; p < n; p += nr, dst += hd * nr)                                        \
+            for (int j = 0; j < nr; j++) {                                                         \
+                const T *x = X + (p + j) * x_row;                                                  \
+                if (p + j < n)                                                                     \
+                    for (int64_t k = 0; k < hd; k++) dst[k * nr + j] = x[k];                       \
+                else                                                                               \
+                    for (int64_t k = 0; k < hd; k++) dst[k * nr + j] = 0;                          \
+            }                                                                                      \
+    }                                                                                              \
+    static void pack_cols_##SUF(int nr, T *dst, const T *X, int64_t x_row, int64_t n,              \
+                                int64_t hd) {                                                      \
+        for (int64_t p = 0; p < hd; p += nr, dst += n * nr) {                                      \
+            const int w = hd - p < nr ? (int)(hd - p) : nr;                                        \
+            for (int64_t s = 0; s < n; s++) {                                                      \
+                memcpy(dst + s * nr, X + s * x_row + p, sizeof(T) * (size_t)w);                    \
+                for (int j = w; j < nr; j++) dst[s * nr + j] = 0;                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+DEFINE_PACKS(float, f32)
+DEFINE_PACKS(double, f64)
+
+void nba_tiles_pack_rows(const nba_tiles *t, void *dst, const void *X, int64_t x_row, int64_t n,
+                         int64_t hd) {
+    if (t->dtype == NB_F32)
+        pack_rows_f32(t->nr, dst, X, x_row, n, hd);
+    else
+        pack_rows_f64(t->nr, dst, X, x_row, n, hd);
+}
+
+void nba_tiles_pack_cols(const nba_tiles *t, void *dst, const void *X, int64_t x_row, int64_t n,
+                         int64_t hd) {
+    if (t->dtype == NB_F32)
+        pack_cols_f32(t->nr, dst, X, x_row, n, hd);
+    else
+        pack_cols_f64(t->nr, dst, X, x_row, n, hd);
+}
+
+static int64_t min64(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
+
+void nba_tiles_multiply(const nba_tiles *t, const nba_tile_product *p) {
+    const int mr = t->mr, nr = t->nr;
+    const size_t es = t->es;
+    for (int64_t i = 0; i < p->M; i += mr) {
+        const int rows = (int)min64(mr, p->M - i);
+        /* The keys this strip of queries sees (SUM_TO, COLUMNS), or the first query that
+         * sees its keys (SUM_FROM). */
+        const int64_t seen = p->diag + i + rows;
+        int64_t k0 = 0, k1 = p->K;
+        if (p->cut == NBA_CUT_SUM_TO) k1 = min64(k1, seen);
+        if (p->cut == NBA_CUT_SUM_FROM) k0 = i > p->diag ? min64(i - p->diag, p->K) : 0;
+        const char *a = (const char *)p->A + es * (size_t)(i * p->a_rs + k0 * p->a_cs);
+        for (int64_t jc = 0; jc < p->N; jc += nr) {
+            if (p->cut == NBA_CUT_COLUMNS && jc >= seen) break;
+            const int cols = (int)min64(nr, p->N - jc);
+            const char *b = (const char *)p->B + es * (size_t)(jc / nr * p->b_panel + k0 * nr);
+            char *c = (char *)p->C + es * (size_t)(i * p->ldc + jc);
+            const nbt_gemm_rect part = {0, rows, 0, cols};
+            const nbt_gemm_rect *rect = rows == mr && cols == nr ? NULL : &part;
+            if (t->dtype == NB_F32)
+                t->f32(k1 - k0, (const float *)a, p->a_rs, p->a_cs, (const float *)b, nr,
+                       (float *)c, p->ldc, (float)p->alpha, (float)p->beta, rect);
+            else
+                t->f64(k1 - k0, (const double *)a, p->a_rs, p->a_cs, (const double *)b, nr,
+                       (double *)c, p->ldc, p->alpha, p->beta, rect);
+        }
+    }
+}
