@@ -31,45 +31,12 @@
 #include "node.h"
 #include "../tensor/isa.h"
 #include "attention.h"
-#include "attention_tiles.h"
+#include "attention_job.h"
 #include "softmax_rows.h"
 #include "../tensor/gemm.h"
 #include "../tensor/pool.h"
 
 #include <string.h>
-
-/* Where each (batch, head) matrix of a tensor starts and how its rows step, in elements; a
- * row's head_dim elements are adjacent. */
-typedef struct {
-    char *p;
-    int64_t b, h, r;
-} heads_t;
-
-/* One call's layout. */
-typedef struct {
-    nb_dtype dtype;
-    size_t es;
-    int64_t B, Hq, Hkv, group, Tq, Tk, hd;
-    heads_t q, k, v;
-    heads_t out; /* forward: the context, [B, T_q, H_q, hd] contiguous */
-    softmax_plan plan;
-    int64_t mask_batch, mask_head, mask_row; /* the mask's strides (0 where broadcast) */
-    bool memory_efficient;
-    char *probs; /* kept: [B, H_q, T_q, T_k] contiguous */
-    char *stats; /* memory-efficient: [B, H_q, T_q, 2], each row's max and 1/sum */
-    char *scratch;
-    int64_t scratch_per_worker; /* elements */
-    bool small;                 /* products small enough for the rows kernel (set_path) */
-    /* float32 heads with at most 16 keys and no mask: the vector kernels, else NULL */
-    void (*small_forward)(const nba_small_head *h);
-    void (*small_backward)(const nba_small_head *h);
-    /* backward only: dq, dk, dv have p NULL when not needed */
-    heads_t grad, dq, dk, dv;
-} attention_job;
-
-static char *head_ptr(const attention_job *j, heads_t l, int64_t b, int64_t h) {
-    return l.p + j->es * (size_t)(b * l.b + h * l.h);
-}
 
 /* Heads whose score tile takes at most this many multiply-adds go straight to the rows
  * kernel (nbt_*gemm_rows): a tiny product then costs a call, not a path choice and a
@@ -81,10 +48,6 @@ static char *head_ptr(const attention_job *j, heads_t l, int64_t b, int64_t h) {
  * quarter of the multiply-adds (the blocked upper triangle) are skipped at T = 64, more at
  * longer T. The skipped terms are exact zeros, so the sums are unchanged. */
 #define CAUSAL_BLOCK 32
-
-/* Query rows per block of the memory-efficient path: its scratch is two [ME_ROWS, T_k]
- * tiles per thread (1 MB in float32 at T_k = 2048). */
-#define ME_ROWS 64
 
 /* Changed only by a test hook (nba_attention_keep_limit), in the test build. */
 static size_t keep_limit = NBA_ATTENTION_KEEP_LIMIT;
@@ -165,29 +128,6 @@ static void key_blocks(const attention_job *j, const char *S, const char *B, int
     }
 }
 
-/* Pair p's heads of q, k and v, its context (or the context's gradient) and dq, and its
- * key/value head's dk and dv. */
-typedef struct {
-    int64_t b, h;
-    const char *q, *k, *v;
-    char *ctx, *dq, *dk, *dv;
-    const char *grad;
-} pair_t;
-
-static pair_t pair_at(const attention_job *j, int64_t p) {
-    const int64_t b = p / j->Hq, h = p % j->Hq, kh = h / j->group;
-    return (pair_t){.b = b,
-                    .h = h,
-                    .q = head_ptr(j, j->q, b, h),
-                    .k = head_ptr(j, j->k, b, kh),
-                    .v = head_ptr(j, j->v, b, kh),
-                    .ctx = j->out.p ? head_ptr(j, j->out, b, h) : NULL,
-                    .grad = j->grad.p ? head_ptr(j, j->grad, b, h) : NULL,
-                    .dq = j->dq.p ? head_ptr(j, j->dq, b, h) : NULL,
-                    .dk = j->dk.p ? head_ptr(j, j->dk, b, kh) : NULL,
-                    .dv = j->dv.p ? head_ptr(j, j->dv, b, kh) : NULL};
-}
-
 /* The vector kernels' view of one pair. */
 static nba_small_head small_head(const attention_job *j, const pair_t *pr, char *probs) {
     return (nba_small_head){.Tq = j->Tq,
@@ -212,20 +152,6 @@ static void choose_small_kernels(attention_job *j, bool masked) {
         return;
     j->small_forward = nbt_kernels()->small_head_forward;
     j->small_backward = nbt_kernels()->small_head_backward;
-}
-
-/* The softmax plan for query rows [r0, r0 + rows) of pair (b, h), rows n wide. */
-static softmax_plan rows_plan(const attention_job *j, int64_t b, int64_t h, int64_t r0,
-                              int64_t rows, int64_t n) {
-    softmax_plan plan = j->plan;
-    plan.rows = rows, plan.n = n, plan.row0 = r0;
-    if (plan.mask) plan.mask += b * j->mask_batch + h * j->mask_head + r0 * j->mask_row;
-    return plan;
-}
-
-/* Keys a causal block of query rows ending before r1 reads; all of them otherwise. */
-static int64_t block_keys(const attention_job *j, int64_t r1) {
-    return j->plan.causal && r1 < j->Tk ? r1 : j->Tk;
 }
 
 static void kept_forward(const attention_job *j, int64_t p) {
@@ -253,155 +179,12 @@ static void kept_forward(const attention_job *j, int64_t p) {
     query_blocks(j, false, 1.0, probs, j->Tk, pr.v, j->v.r, pr.ctx, j->out.r); /* ctx = P V */
 }
 
-/* A worker's scratch for the memory-efficient path, carved from its share (me_scratch_size):
- * the block's probabilities and their gradient (tile rows `ld` apart: a padded row keeps the
- * rows of a tile off one cache set), the block's queries and the context's gradient as the
- * products' A, and the head's keys and values packed as their B (attention_tiles.h). */
-typedef struct {
-    nba_tiles t;
-    int64_t rows, ld; /* rows: ME_ROWS rounded up to the tile's */
-    char *P, *dS, *qa, *ga, *kt, *vt, *vp, *kp, *gp, *qp;
-} me_scratch;
-
-/* Elements a chunk of n takes: whole cache lines. */
-static int64_t me_chunk(int64_t n) {
-    return nba_round_up(n, 16);
-}
-
-/* Lays out a worker's me_scratch from `at` (pointers left NULL when at is NULL); returns the
- * elements it takes. The forward needs the first four chunks. */
-static int64_t me_layout(const attention_job *j, bool backward, char *at, me_scratch *m) {
-    *m = (me_scratch){.t = nba_tiles_for(j->dtype)};
-    m->rows = nba_round_up(ME_ROWS, m->t.mr);
-    m->ld = nba_round_up(nba_round_up(j->Tk, m->t.mr), 16) + 16;
-    const int64_t tile = me_chunk(m->rows * m->ld), block = me_chunk(m->rows * j->hd);
-    const int64_t head = me_chunk(nba_tiles_packed_size(&m->t, j->Tk, j->hd));
-    const int64_t rows = me_chunk(nba_tiles_packed_size(&m->t, m->rows, j->hd));
-    char **chunks[] = {&m->P,  &m->qa, &m->kt, &m->vp, &m->dS,
-                       &m->ga, &m->vt, &m->kp, &m->gp, &m->qp};
-    const int64_t sizes[] = {tile, block, head, head, tile, block, head, head, rows, rows};
-    int64_t total = 0;
-    for (int i = 0; i < (backward ? 10 : 4); i++) {
-        if (at) *chunks[i] = at + j->es * (size_t)total;
-        total += sizes[i];
-    }
-    return total;
-}
-
-static me_scratch me_scratch_at(const attention_job *j, char *at, bool backward) {
-    me_scratch m;
-    me_layout(j, backward, at, &m);
-    return m;
-}
-
-/* Elements of a worker's me_scratch. */
-static int64_t me_scratch_size(const attention_job *j, bool backward) {
-    me_scratch m;
-    return me_layout(j, backward, NULL, &m);
-}
-
-/* Copies a block's rows of q or of the context's gradient (row stride `row`) to dst as a
- * product's A, and zeroes the rows past them up to the tile's (read, never stored). */
-static void me_block_rows(const attention_job *j, const me_scratch *m, char *dst, const char *src,
-                          int64_t row, int64_t rows) {
-    const size_t line = j->es * (size_t)j->hd;
-    for (int64_t r = 0; r < rows; r++)
-        memcpy(dst + line * (size_t)r, src + j->es * (size_t)(r * row), line);
-    memset(dst + line * (size_t)rows, 0, line * (size_t)(m->rows - rows));
-}
-
-/* A block's product: A's causal first query is r0 (when causal). */
-static void me_multiply(const attention_job *j, const me_scratch *m, nba_tile_product p,
-                        int64_t r0) {
-    if (!j->plan.causal) p.cut = NBA_CUT_NONE;
-    p.diag = r0;
-    nba_tiles_multiply(&m->t, &p);
-}
-
-/* P = softmax(scale Q K^T) for query rows [r0, r0 + rows) against the first `keys` keys into
- * m->P: the scores' tiles (qa holds the block's queries), then the softmax rows, saving each
- * row's max and 1/sum in stats when replay is false, replaying them when true. The columns
- * past `keys` up to the tile's and the rows past `rows` become zeros (read as A, never
- * stored). */
-static void me_probs(const attention_job *j, const pair_t *pr, const me_scratch *m, int64_t r0,
-                     int64_t rows, int64_t keys, char *stats, bool replay) {
-    me_multiply(j, m,
-                (nba_tile_product){.M = rows,
-                                   .N = keys,
-                                   .K = j->hd,
-                                   .alpha = j->plan.scale,
-                                   .A = m->qa,
-                                   .a_rs = j->hd,
-                                   .a_cs = 1,
-                                   .B = m->kt,
-                                   .b_panel = j->hd * m->t.nr,
-                                   .C = m->P,
-                                   .ldc = m->ld,
-                                   .cut = NBA_CUT_COLUMNS},
-                r0);
-    const int64_t padded = nba_round_up(keys, m->t.mr);
-    for (int64_t r = 0; r < rows; r++) {
-        softmax_plan plan = rows_plan(j, pr->b, pr->h, r0 + r, 1, keys);
-        plan.scale = 1.0;
-        char *row = m->P + j->es * (size_t)(r * m->ld), *st = stats + j->es * (size_t)(2 * r);
-        if (j->dtype == NB_F32)
-            replay ? softmax_rows_replay_f32(&plan, (float *)row, (const float *)st)
-                   : softmax_rows_stats_f32(&plan, (float *)row, (float *)st);
-        else
-            replay ? softmax_rows_replay_f64(&plan, (double *)row, (const double *)st)
-                   : softmax_rows_stats_f64(&plan, (double *)row, (double *)st);
-        memset(row + j->es * (size_t)keys, 0, j->es * (size_t)(padded - keys));
-    }
-    for (int64_t r = rows; r < m->rows; r++)
-        memset(m->P + j->es * (size_t)(r * m->ld), 0, j->es * (size_t)padded);
-}
-
-static void me_forward(const attention_job *j, int64_t p, char *scratch) {
-    const pair_t pr = pair_at(j, p);
-    const size_t es = j->es;
-    const me_scratch m = me_scratch_at(j, scratch, false);
-    nba_tiles_pack_rows(&m.t, m.kt, pr.k, j->k.r, j->Tk, j->hd); /* K^T, once per head */
-    nba_tiles_pack_cols(&m.t, m.vp, pr.v, j->v.r, j->Tk, j->hd);
-    for (int64_t r0 = 0; r0 < j->Tq; r0 += ME_ROWS) {
-        const int64_t rows = j->Tq - r0 < ME_ROWS ? j->Tq - r0 : ME_ROWS;
-        const int64_t keys = block_keys(j, r0 + rows);
-        char *stats = j->stats + es * (size_t)(2 * (p * j->Tq + r0));
-        me_block_rows(j, &m, m.qa, pr.q + es * (size_t)(r0 * j->q.r), j->q.r, rows);
-        me_probs(j, &pr, &m, r0, rows, keys, stats, false);
-        me_multiply(j, &m, /* ctx = P V */
-                    (nba_tile_product){.M = rows,
-                                       .N = j->hd,
-                                       .K = keys,
-                                       .alpha = 1.0,
-                                       .A = m.P,
-                                       .a_rs = m.ld,
-                                       .a_cs = 1,
-                                       .B = m.vp,
-                                       .b_panel = j->Tk * m.t.nr,
-                                       .C = pr.ctx + es * (size_t)(r0 * j->out.r),
-                                       .ldc = j->out.r,
-                                       .cut = NBA_CUT_SUM_TO},
-                    r0);
-    }
-}
-
 static void forward_task(int64_t p, int worker, void *vjob) {
     const attention_job *j = vjob;
-    if (j->memory_efficient)
-        me_forward(j, p, j->scratch + j->es * (size_t)(worker * j->scratch_per_worker));
+    if (j->tiled)
+        nba_blocks_forward(j, p, j->scratch + j->es * (size_t)(worker * j->scratch_per_worker));
     else
         kept_forward(j, p);
-}
-
-/* dS = scale * P * (dP - rowsum(P * dP)) in place over rows of n, row0 the first's query. */
-static void softmax_backward(const attention_job *j, int64_t rows, int64_t n, bool causal,
-                             int64_t row0, const char *P, char *dS) {
-    if (j->dtype == NB_F32)
-        softmax_backward_rows_f32(rows, n, j->plan.scale, causal, row0, (const float *)P,
-                                  (const float *)dS, (float *)dS);
-    else
-        softmax_backward_rows_f64(rows, n, j->plan.scale, causal, row0, (const double *)P,
-                                  (const double *)dS, (double *)dS);
 }
 
 /* dst = src (first) or dst += src for a [T_k, hd] float32 head, rows src_row and dst_row
@@ -454,100 +237,6 @@ static void kept_backward(const attention_job *j, int64_t p, bool first, char *d
     if (pr.dk) key_blocks(j, ds, pr.q, j->q.r, beta, pr.dk, j->dk.r);                /* dS^T Q */
 }
 
-/* One pair's backward, recomputing P block by block of query rows; dK and dV (zeroed by the
- * caller) accumulate over the blocks in order. */
-static void me_backward(const attention_job *j, int64_t p, char *scratch) {
-    const pair_t pr = pair_at(j, p);
-    const size_t es = j->es;
-    const me_scratch m = me_scratch_at(j, scratch, true);
-    const int64_t nr = m.t.nr;
-    nba_tiles_pack_rows(&m.t, m.kt, pr.k, j->k.r, j->Tk, j->hd); /* K^T, V^T and K, once */
-    nba_tiles_pack_rows(&m.t, m.vt, pr.v, j->v.r, j->Tk, j->hd);
-    nba_tiles_pack_cols(&m.t, m.kp, pr.k, j->k.r, j->Tk, j->hd);
-    for (int64_t r0 = 0; r0 < j->Tq; r0 += ME_ROWS) {
-        const int64_t rows = j->Tq - r0 < ME_ROWS ? j->Tq - r0 : ME_ROWS;
-        const int64_t keys = block_keys(j, r0 + rows);
-        const char *stats = j->stats + es * (size_t)(2 * (p * j->Tq + r0));
-        const char *q = pr.q + es * (size_t)(r0 * j->q.r);
-        const char *g = pr.grad + es * (size_t)(r0 * j->grad.r);
-        me_block_rows(j, &m, m.qa, q, j->q.r, rows);
-        me_probs(j, &pr, &m, r0, rows, keys, (char *)stats, true);
-        if (pr.dv) { /* dV[:keys] += P^T G */
-            nba_tiles_pack_cols(&m.t, m.gp, g, j->grad.r, rows, j->hd);
-            me_multiply(j, &m,
-                        (nba_tile_product){.M = keys,
-                                           .N = j->hd,
-                                           .K = rows,
-                                           .alpha = 1.0,
-                                           .beta = 1.0,
-                                           .A = m.P,
-                                           .a_rs = 1,
-                                           .a_cs = m.ld,
-                                           .B = m.gp,
-                                           .b_panel = rows * nr,
-                                           .C = pr.dv,
-                                           .ldc = j->dv.r,
-                                           .cut = NBA_CUT_SUM_FROM},
-                        r0);
-        }
-        if (!pr.dq && !pr.dk) continue;
-        me_block_rows(j, &m, m.ga, g, j->grad.r, rows);
-        me_multiply(j, &m, /* dP = G V^T */
-                    (nba_tile_product){.M = rows,
-                                       .N = keys,
-                                       .K = j->hd,
-                                       .alpha = 1.0,
-                                       .A = m.ga,
-                                       .a_rs = j->hd,
-                                       .a_cs = 1,
-                                       .B = m.vt,
-                                       .b_panel = j->hd * nr,
-                                       .C = m.dS,
-                                       .ldc = m.ld,
-                                       .cut = NBA_CUT_COLUMNS},
-                    r0);
-        const int64_t padded = nba_round_up(keys, m.t.mr);
-        for (int64_t r = 0; r < rows; r++) {
-            char *P = m.P + es * (size_t)(r * m.ld), *ds = m.dS + es * (size_t)(r * m.ld);
-            softmax_backward(j, 1, keys, j->plan.causal, r0 + r, P, ds);
-            memset(ds + es * (size_t)keys, 0, es * (size_t)(padded - keys));
-        }
-        if (pr.dq) /* dQ = dS K */
-            me_multiply(j, &m,
-                        (nba_tile_product){.M = rows,
-                                           .N = j->hd,
-                                           .K = keys,
-                                           .alpha = 1.0,
-                                           .A = m.dS,
-                                           .a_rs = m.ld,
-                                           .a_cs = 1,
-                                           .B = m.kp,
-                                           .b_panel = j->Tk * nr,
-                                           .C = pr.dq + es * (size_t)(r0 * j->dq.r),
-                                           .ldc = j->dq.r,
-                                           .cut = NBA_CUT_SUM_TO},
-                        r0);
-        if (pr.dk) { /* dK[:keys] += dS^T Q */
-            nba_tiles_pack_cols(&m.t, m.qp, q, j->q.r, rows, j->hd);
-            me_multiply(j, &m,
-                        (nba_tile_product){.M = keys,
-                                           .N = j->hd,
-                                           .K = rows,
-                                           .alpha = 1.0,
-                                           .beta = 1.0,
-                                           .A = m.dS,
-                                           .a_rs = 1,
-                                           .a_cs = m.ld,
-                                           .B = m.qp,
-                                           .b_panel = rows * nr,
-                                           .C = pr.dk,
-                                           .ldc = j->dk.r,
-                                           .cut = NBA_CUT_SUM_FROM},
-                        r0);
-        }
-    }
-}
-
 /* Zeroes a [rows, hd] head with rows `row` elements apart. */
 static void zero_head(const attention_job *j, char *at, int64_t rows, int64_t row) {
     for (int64_t t = 0; t < rows; t++)
@@ -565,8 +254,8 @@ static void backward_task(int64_t g, int worker, void *vjob) {
         if (j->dv.p) zero_head(j, head_ptr(j, j->dv, b, kh), j->Tk, j->dv.r);
     }
     for (int64_t i = 0; i < j->group; i++) {
-        if (j->memory_efficient)
-            me_backward(j, p0 + i, scratch);
+        if (j->tiled)
+            nba_blocks_backward(j, p0 + i, i == 0, scratch);
         else
             kept_backward(j, p0 + i, i == 0, scratch);
     }
@@ -638,10 +327,12 @@ static bool too_large_to_keep(const attention_job *j) {
 }
 
 /* Sets the path (memory-efficient or kept) and whether its products take the rows kernel. */
-static void set_path(attention_job *j, bool memory_efficient) {
+static void set_path(attention_job *j, bool memory_efficient, bool masked) {
     j->memory_efficient = memory_efficient;
-    const int64_t rows = memory_efficient && j->Tq > ME_ROWS ? ME_ROWS : j->Tq;
-    j->small = rows * j->Tk * j->hd <= SMALL_HEAD;
+    j->small = j->Tq * j->Tk * j->hd <= SMALL_HEAD;
+    choose_small_kernels(j, masked);
+    /* the tiles read a tile of queries and keys (at most 16 x 16) in place */
+    j->tiled = memory_efficient || (!j->small && j->Tq >= 16 && j->Tk >= 16);
 }
 
 /* The mask's strides along B, H and T_q and along the row, broadcast to the scores' shape. */
@@ -693,8 +384,7 @@ bool nba_attention_grads(const nba_attention_call *c, const nb_tensor *gout,
     j.plan = (softmax_plan){
         .scale = c->scale, .causal = c->causal, .queries = j.Tq, .zero_blocked_rows = true};
     if (c->mask) mask_layout(&j, c->mask);
-    set_path(&j, c->memory_efficient);
-    choose_small_kernels(&j, c->mask != NULL);
+    set_path(&j, c->memory_efficient, c->mask != NULL);
     (j.memory_efficient ? &j.stats : &j.probs)[0] = nbt_ptr(c->saved);
 
     const int last = gout->ndim - 1;
@@ -710,7 +400,7 @@ bool nba_attention_grads(const nba_attention_call *c, const nb_tensor *gout,
             if (d[i]) nb_fill_(d[i], 0.0);
         return true;
     }
-    int64_t per = j.memory_efficient ? me_scratch_size(&j, true) : j.Tq * j.Tk;
+    int64_t per = j.tiled ? nba_blocks_scratch(&j, true) : j.Tq * j.Tk;
     if (j.small_backward) { /* in place, or scratch for dk and dv (small_backward) */
         const int64_t drow = d[0] ? j.dq.r : j.hd;
         bool in_place = j.group == 1 && (!d[1] || j.dk.r == drow) && (!d[2] || j.dv.r == drow);
@@ -763,9 +453,8 @@ nb_tensor *nba_attention_forward(const char *op, nba_attention_call *c) {
     j.plan = (softmax_plan){
         .scale = c->scale, .causal = c->causal, .queries = j.Tq, .zero_blocked_rows = true};
     if (c->mask) mask_layout(&j, c->mask);
-    set_path(&j, too_large_to_keep(&j));
+    set_path(&j, too_large_to_keep(&j), c->mask != NULL);
     last_memory_efficient = c->memory_efficient = j.memory_efficient;
-    choose_small_kernels(&j, c->mask != NULL);
 
     /* The context [B, T_q, H_q, hd]: nb_f_attention's [B, T_q, D], or nb_sdpa's
      * [B, H_q, T_q, hd] as its transposed view. */
@@ -782,7 +471,7 @@ nb_tensor *nba_attention_forward(const char *op, nba_attention_call *c) {
         nb_fill_(ctx, 0.0); /* no keys: every row fully blocked */
         nb_fill_(c->saved, 0.0);
     } else if (!run_tasks(&j, j.B * c->Hq, j.Tq * j.Tk * j.hd,
-                          j.memory_efficient ? me_scratch_size(&j, false) : 0, forward_task)) {
+                          j.tiled ? nba_blocks_scratch(&j, false) : 0, forward_task)) {
         return NULL;
     }
     return out;

@@ -26,14 +26,15 @@ int64_t nba_tiles_packed_size(const nba_tiles *t, int64_t n, int64_t hd) {
 #define DEFINE_PACKS(T, SUF)                                                                       \
     static void pack_rows_##SUF(int nr, T *dst, const T *X, int64_t x_row, int64_t n,              \
                                 int64_t hd) {                                                      \
-        for (int64_t p = 0; p < n; p += nr, dst += hd * nr)                                        \
-            for (int j = 0; j < nr; j++) {                                                         \
-                const T *x = X + (p + j) * x_row;                                                  \
-                if (p + j < n)                                                                     \
-                    for (int64_t k = 0; k < hd; k++) dst[k * nr + j] = x[k];                       \
-                else                                                                               \
-                    for (int64_t k = 0; k < hd; k++) dst[k * nr + j] = 0;                          \
+        for (int64_t p = 0; p < n; p += nr, dst += hd * nr) {                                      \
+            const int w = n - p < nr ? (int)(n - p) : nr;                                          \
+            const T *x = X + p * x_row;                                                            \
+            for (int64_t k = 0; k < hd; k++) { /* the writes in order, the reads in L1 */          \
+                T *d = dst + k * nr;                                                               \
+                for (int j = 0; j < w; j++) d[j] = x[j * x_row + k];                               \
+                for (int j = w; j < nr; j++) d[j] = 0;                                             \
             }                                                                                      \
+        }                                                                                          \
     }                                                                                              \
     static void pack_cols_##SUF(int nr, T *dst, const T *X, int64_t x_row, int64_t n,              \
                                 int64_t hd) {                                                      \
@@ -72,21 +73,24 @@ void nba_tiles_multiply(const nba_tiles *t, const nba_tile_product *p) {
     const int mr = t->mr, nr = t->nr;
     const size_t es = t->es;
     for (int64_t i = 0; i < p->M; i += mr) {
-        const int rows = (int)min64(mr, p->M - i);
+        /* A last strip shorter than mr slides up to end at row M, storing only its new rows,
+         * so A is never read past row M (when M >= mr). */
+        const int64_t top = p->M >= mr && i + mr > p->M ? p->M - mr : i;
+        const int r0 = (int)(i - top), r1 = (int)(min64(top + mr, p->M) - top);
         /* The keys this strip of queries sees (SUM_TO, COLUMNS), or the first query that
          * sees its keys (SUM_FROM). */
-        const int64_t seen = p->diag + i + rows;
+        const int64_t seen = p->diag + top + r1;
         int64_t k0 = 0, k1 = p->K;
         if (p->cut == NBA_CUT_SUM_TO) k1 = min64(k1, seen);
-        if (p->cut == NBA_CUT_SUM_FROM) k0 = i > p->diag ? min64(i - p->diag, p->K) : 0;
-        const char *a = (const char *)p->A + es * (size_t)(i * p->a_rs + k0 * p->a_cs);
+        if (p->cut == NBA_CUT_SUM_FROM) k0 = top > p->diag ? min64(top - p->diag, p->K) : 0;
+        const char *a = (const char *)p->A + es * (size_t)(top * p->a_rs + k0 * p->a_cs);
         for (int64_t jc = 0; jc < p->N; jc += nr) {
             if (p->cut == NBA_CUT_COLUMNS && jc >= seen) break;
             const int cols = (int)min64(nr, p->N - jc);
             const char *b = (const char *)p->B + es * (size_t)(jc / nr * p->b_panel + k0 * nr);
-            char *c = (char *)p->C + es * (size_t)(i * p->ldc + jc);
-            const nbt_gemm_rect part = {0, rows, 0, cols};
-            const nbt_gemm_rect *rect = rows == mr && cols == nr ? NULL : &part;
+            char *c = (char *)p->C + es * (size_t)(top * p->ldc + jc);
+            const nbt_gemm_rect part = {r0, r1, 0, cols};
+            const nbt_gemm_rect *rect = r0 == 0 && r1 == mr && cols == nr ? NULL : &part;
             if (t->dtype == NB_F32)
                 t->f32(k1 - k0, (const float *)a, p->a_rs, p->a_cs, (const float *)b, nr,
                        (float *)c, p->ldc, (float)p->alpha, (float)p->beta, rect);

@@ -54,8 +54,9 @@ typedef enum {
 
 /* C = alpha * A B + beta * C (M x N, rows ldc apart) for A's element (i, k) at
  * A[i * a_rs + k * a_cs] and B packed by nba_tiles_pack_* (K rows of each panel, panels
- * b_panel elements apart). A must be readable for round_up(M, mr) rows. Elements a cut skips
- * are left as they were. beta == 0 never reads C. */
+ * b_panel elements apart). A must be readable for max(M, mr) rows (a last strip shorter than
+ * mr is computed as the strip of the mr rows ending at M). Elements a cut skips are left as
+ * they were. beta == 0 never reads C. */
 typedef struct {
     int64_t M, N, K;
     double alpha, beta;

@@ -97,6 +97,29 @@ static void test_matches_composed_long_rows(void) {
     check_against_composed(NB_F32, 3, 33, 33, 32, 2, NULL, true, 2e-5);
 }
 
+/* Heads of more than 64^3 multiply-adds take the tiled products (autograd/attention_blocks.c,
+ * the GEMM's microkernel of each instruction set): causal self and cross attention (T_q > T_k
+ * and T_q < T_k, keys never seen), a head_dim that is not a whole number of tile columns
+ * (40, 20), a mask, and grouped batches. */
+static void tiled_head_cases(void) {
+    uint8_t pad[70 * 90];
+    for (int i = 0; i < 70 * 90; i++) pad[i] = (uint8_t)(i % 13 == 4);
+    nb_tensor *mask = nb_from_array(NB_BOOL, NB_SHAPE(70, 90), pad);
+    check_against_composed(NB_F64, 2, 70, 90, 96, 2, mask, true, 1e-12);
+    check_against_composed(NB_F64, 1, 100, 90, 80, 2, NULL, true, 1e-12);
+    check_against_composed(NB_F32, 1, 130, 130, 80, 2, NULL, true, 2e-5);
+    check_against_composed(NB_F32, 1, 130, 140, 60, 3, NULL, false, 2e-5);
+}
+
+static void test_tiled_heads_every_isa(void) {
+    nbt_isa best = nbt_isa_current();
+    for (int isa = NBT_ISA_AVX512; isa >= NBT_ISA_GENERIC; isa--) {
+        if (!nbt_isa_force((nbt_isa)isa)) continue;
+        tiled_head_cases();
+    }
+    nbt_isa_force(best);
+}
+
 /* Float32 heads with at most 16 keys, head_dim up to 64 and no mask take the vector
  * kernels (autograd/attention_small.c): checked here on every build this CPU can run (the
  * kernels follow the GEMM's instruction set). */
@@ -257,6 +280,7 @@ int main(void) {
         {"matches the composed ops: long rows, cross attention, attention mask",
          test_matches_composed_long_rows},
         {"small float32 heads (vector kernels), every instruction set", test_small_heads_every_isa},
+        {"large heads (tiled products), every instruction set", test_tiled_heads_every_isa},
         {"a 16-wide head by hand", test_small_head_by_hand},
         {"bad input is an error naming op and shapes", test_bad_input},
         {"qkv_attention matches the composed ops, adds into gradients, a shared weight",

@@ -47,8 +47,10 @@ static void both_paths(dims d, const nb_tensor *mask, bool causal) {
     compare(run(NB_F32, d, mask, causal, 0), run(NB_F32, d, mask, causal, SIZE_MAX), 2e-5);
 }
 
-/* 70 queries make three blocks of 32 rows (the last partial); grouped-query heads. */
+/* 70 queries are one block of the memory-efficient path (ME_ROWS, 128 rows); grouped-query
+ * heads. 133 queries make a whole block and one of 5 rows, fewer than a tile's. */
 static const dims self = {2, 4, 2, 70, 70, 8}, cross = {2, 3, 3, 45, 38, 16};
+static const dims blocks = {1, 2, 1, 133, 133, 20}, blocks_cross = {1, 2, 2, 150, 140, 8};
 
 static nb_tensor *random_mask(int64_t n, int every, int ndim, const int64_t *shape) {
     uint8_t *m = malloc((size_t)n);
@@ -60,13 +62,17 @@ static nb_tensor *random_mask(int64_t n, int every, int ndim, const int64_t *sha
 
 static void test_no_mask(void) {
     both_paths(self, NULL, false);
+    both_paths(blocks_cross, NULL, false);
     both_paths(cross, NULL, false);
 }
 
 static void test_causal(void) {
     both_paths(self, NULL, true);
-    both_paths(cross, NULL, true); /* T_q > T_k: the last rows see every key */
+    both_paths(cross, NULL, true);                      /* T_q > T_k: the last rows see every key */
     both_paths((dims){1, 2, 1, 70, 90, 8}, NULL, true); /* T_q < T_k: 20 keys never seen */
+    both_paths(blocks, NULL, true);
+    both_paths(blocks_cross, NULL, true);
+    both_paths((dims){1, 1, 1, 140, 150, 4}, NULL, true);
 }
 
 /* Key padding [B, 1, 1, T_k]; batch 1 is padded entirely (fully blocked rows: zeros). */
@@ -82,6 +88,7 @@ static void test_key_padding(void) {
 static void test_attn_mask(void) {
     both_paths(cross, random_mask(45 * 38, 5, NB_SHAPE(45, 38)), false);
     both_paths(self, random_mask(70 * 70, 3, NB_SHAPE(70, 70)), true);
+    both_paths(blocks, random_mask(133 * 133, 3, NB_SHAPE(133, 133)), true);
 }
 
 static void test_bool_mask(void) {
@@ -90,7 +97,7 @@ static void test_bool_mask(void) {
 
 /* Every output is computed by one task the same way, whichever thread runs it. */
 static void test_threads_bitwise(void) {
-    const dims d = {2, 4, 2, 70, 70, 32};
+    const dims d = {2, 4, 2, 133, 133, 32};
     int before = nb_get_num_threads();
     nb_set_num_threads(1);
     result one = run(NB_F32, d, NULL, true, 0);

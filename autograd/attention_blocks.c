@@ -1,0 +1,261 @@
+/* The fused attention's products on tiles (attention_tiles.h), for one (batch, query head)
+ * pair: the kept path runs its whole head as one block, the memory-efficient path blocks of
+ * ME_ROWS queries. A block is queries [r0, r0 + rows) against keys [0, keys):
+ *   forward   S = scale Q K^T, P = softmax rows of S, ctx = P V
+ *   backward  dV += P^T G, dP = G V^T, dS = scale * P * (dP - rowsum(P * dP)),
+ *             dQ = dS K, dK += dS^T Q
+ * The keys and values are packed as the products' B once per pair (K^T and V for the forward;
+ * K^T, V^T and K for the backward), and the block's queries and context gradient once per
+ * block; A operands (queries, probabilities, their gradient) are read where they lie. With
+ * causal attention each product skips what the diagonal blocks (nba_cut). */
+#include "attention_job.h"
+#include "attention_tiles.h"
+
+#include <string.h>
+
+/* A worker's scratch: the memory-efficient path's probabilities P, and dS for both paths
+ * (tiles of `rows` rows `ld` apart; kept: P is the kept probabilities, dS [T_q, T_k]), the
+ * block's queries and context gradient as A when the block is shorter than a tile (qa, ga),
+ * and the packed B operands. */
+typedef struct {
+    nba_tiles t;
+    int64_t rows, ld;
+    char *P, *dS, *qa, *ga, *kt, *vt, *vp, *kp, *gp, *qp;
+} block_scratch;
+
+/* Elements a chunk of n takes: whole cache lines. */
+static int64_t chunk(int64_t n) {
+    return nba_round_up(n, 16);
+}
+
+/* Lays out a worker's scratch from `at` (pointers NULL when at is NULL, or for a chunk the
+ * path does not use); returns the elements it takes. */
+static int64_t layout(const attention_job *j, bool backward, char *at, block_scratch *m) {
+    *m = (block_scratch){.t = nba_tiles_for(j->dtype)};
+    const bool me = j->memory_efficient;
+    m->rows = me ? nba_round_up(ME_ROWS, m->t.mr) : j->Tq;
+    /* a padded row keeps a strip's rows off one cache set (rows 8 KB apart at T_k = 2048) */
+    m->ld = me ? nba_round_up(nba_round_up(j->Tk, m->t.mr), 16) + 16 : j->Tk;
+    const int64_t tile = chunk(m->rows * m->ld), block = chunk(m->rows * j->hd);
+    const int64_t head = chunk(nba_tiles_packed_size(&m->t, j->Tk, j->hd));
+    const int64_t rows = chunk(nba_tiles_packed_size(&m->t, m->rows, j->hd));
+    struct {
+        char **at;
+        int64_t size;
+        bool used;
+    } chunks[] = {{&m->P, tile, me},
+                  {&m->dS, tile, backward},
+                  {&m->qa, block, me},
+                  {&m->ga, block, me && backward},
+                  {&m->kt, head, me || !backward},
+                  {&m->vt, head, backward},
+                  {&m->vp, head, !backward},
+                  {&m->kp, head, backward},
+                  {&m->gp, rows, backward},
+                  {&m->qp, rows, backward}};
+    int64_t total = 0;
+    for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++) {
+        if (!chunks[i].used) continue;
+        if (at) *chunks[i].at = at + j->es * (size_t)total;
+        total += chunks[i].size;
+    }
+    return total;
+}
+
+int64_t nba_blocks_scratch(const attention_job *j, bool backward) {
+    block_scratch m;
+    return layout(j, backward, NULL, &m);
+}
+
+/* One block of queries against its keys. */
+typedef struct {
+    int64_t b, h, r0, rows, keys;
+    const char *q, *g; /* its queries and context gradient as A, rows a_row and g_row apart */
+    int64_t q_row, g_row;
+    char *P, *dS; /* its rows of the probabilities and their gradient, ld apart */
+    int64_t ld;
+} block_t;
+
+/* The block's products, each with the causal cut for its first query r0. */
+static void multiply(const attention_job *j, const block_scratch *m, const block_t *blk,
+                     nba_tile_product p) {
+    if (!j->plan.causal) p.cut = NBA_CUT_NONE;
+    p.diag = blk->r0;
+    nba_tiles_multiply(&m->t, &p);
+}
+
+/* C (the block's rows x keys, ld apart) = alpha A B for A the block's queries or context
+ * gradient and B keys or values packed as rows (S = scale Q K^T, dP = G V^T). */
+static void over_keys(const attention_job *j, const block_scratch *m, const block_t *blk,
+                      const char *A, int64_t a_row, double alpha, const char *B, char *C) {
+    multiply(j, m, blk,
+             (nba_tile_product){.M = blk->rows,
+                                .N = blk->keys,
+                                .K = j->hd,
+                                .alpha = alpha,
+                                .A = A,
+                                .a_rs = a_row,
+                                .a_cs = 1,
+                                .B = B,
+                                .b_panel = j->hd * m->t.nr,
+                                .C = C,
+                                .ldc = blk->ld,
+                                .cut = NBA_CUT_COLUMNS});
+}
+
+/* C (the block's rows x hd) = A B, the sum over the keys of a tile A and values or keys
+ * packed as columns (ctx = P V, dQ = dS K). */
+static void sum_keys(const attention_job *j, const block_scratch *m, const block_t *blk,
+                     const char *A, const char *B, char *C, int64_t ldc) {
+    multiply(j, m, blk,
+             (nba_tile_product){.M = blk->rows,
+                                .N = j->hd,
+                                .K = blk->keys,
+                                .alpha = 1.0,
+                                .A = A,
+                                .a_rs = blk->ld,
+                                .a_cs = 1,
+                                .B = B,
+                                .b_panel = j->Tk * m->t.nr,
+                                .C = C,
+                                .ldc = ldc,
+                                .cut = NBA_CUT_SUM_TO});
+}
+
+/* C (keys x hd) = A^T X + beta C, the sum over the block's queries of a tile A and the
+ * block's rows of X (x_row apart; dV = P^T G, dK = dS^T Q), X packed into m->gp first. */
+static void sum_queries(const attention_job *j, const block_scratch *m, const block_t *blk,
+                        const char *A, const char *X, int64_t x_row, char *pack, double beta,
+                        char *C, int64_t ldc) {
+    nba_tiles_pack_cols(&m->t, pack, X, x_row, blk->rows, j->hd);
+    multiply(j, m, blk,
+             (nba_tile_product){.M = blk->keys,
+                                .N = j->hd,
+                                .K = blk->rows,
+                                .alpha = 1.0,
+                                .beta = beta,
+                                .A = A,
+                                .a_rs = 1,
+                                .a_cs = blk->ld,
+                                .B = pack,
+                                .b_panel = blk->rows * m->t.nr,
+                                .C = C,
+                                .ldc = ldc,
+                                .cut = NBA_CUT_SUM_FROM});
+}
+
+typedef enum { SOFTMAX_KEEP, SOFTMAX_SAVE, SOFTMAX_REPLAY } softmax_mode;
+
+/* The block's scores into P, then its softmax rows in place: kept, saving each row's max and
+ * 1/sum in stats, or replaying them from stats (the same operations, so the same bits). */
+static void probabilities(const attention_job *j, const block_scratch *m, const block_t *blk,
+                          const char *kt, char *stats, softmax_mode mode) {
+    over_keys(j, m, blk, blk->q, blk->q_row, j->plan.scale, kt, blk->P);
+    for (int64_t r = 0; r < blk->rows; r++) {
+        /* the product's alpha rounds scale * sum as the softmax's own scaling would */
+        softmax_plan plan = rows_plan(j, blk->b, blk->h, blk->r0 + r, 1, blk->keys);
+        plan.scale = 1.0;
+        char *row = blk->P + j->es * (size_t)(r * blk->ld);
+        char *st = stats ? stats + j->es * (size_t)(2 * r) : NULL;
+        if (j->dtype == NB_F32) {
+            float *y = (float *)row;
+            if (mode == SOFTMAX_KEEP) softmax_rows_f32(&plan, y, y);
+            if (mode == SOFTMAX_SAVE) softmax_rows_stats_f32(&plan, y, (float *)st);
+            if (mode == SOFTMAX_REPLAY) softmax_rows_replay_f32(&plan, y, (const float *)st);
+        } else {
+            double *y = (double *)row;
+            if (mode == SOFTMAX_KEEP) softmax_rows_f64(&plan, y, y);
+            if (mode == SOFTMAX_SAVE) softmax_rows_stats_f64(&plan, y, (double *)st);
+            if (mode == SOFTMAX_REPLAY) softmax_rows_replay_f64(&plan, y, (const double *)st);
+        }
+    }
+}
+
+/* Copies `rows` rows (row apart) to dst, zeroing the rest of its m->rows: the A of a block
+ * shorter than a tile, which reads a whole tile's rows. */
+static const char *tile_rows(const attention_job *j, const block_scratch *m, char *dst,
+                             const char *src, int64_t row, int64_t rows) {
+    const size_t line = j->es * (size_t)j->hd;
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(dst + line * (size_t)r, src + j->es * (size_t)(r * row), line);
+    memset(dst + line * (size_t)rows, 0, line * (size_t)(m->rows - rows));
+    return dst;
+}
+
+/* Block [r0, r0 + rows) of pair pr: its A operands in place, or copied when shorter than a
+ * tile (memory-efficient only: a kept head has at least a tile of rows). */
+static block_t block_at(const attention_job *j, const block_scratch *m, const pair_t *pr,
+                        int64_t r0, int64_t rows, bool backward) {
+    const size_t es = j->es;
+    block_t blk = {.b = pr->b,
+                   .h = pr->h,
+                   .r0 = r0,
+                   .rows = rows,
+                   .keys = j->memory_efficient ? block_keys(j, r0 + rows) : j->Tk,
+                   .q = pr->q + es * (size_t)(r0 * j->q.r),
+                   .q_row = j->q.r,
+                   .ld = m->ld};
+    if (backward) blk.g = pr->grad + es * (size_t)(r0 * j->grad.r), blk.g_row = j->grad.r;
+    if (rows < m->t.mr) {
+        blk.q = tile_rows(j, m, m->qa, blk.q, blk.q_row, rows), blk.q_row = j->hd;
+        if (backward) blk.g = tile_rows(j, m, m->ga, blk.g, blk.g_row, rows), blk.g_row = j->hd;
+    }
+    return blk;
+}
+
+void nba_blocks_forward(const attention_job *j, int64_t p, char *scratch) {
+    const pair_t pr = pair_at(j, p);
+    const size_t es = j->es;
+    block_scratch m;
+    layout(j, false, scratch, &m);
+    nba_tiles_pack_rows(&m.t, m.kt, pr.k, j->k.r, j->Tk, j->hd); /* K^T and V, once a pair */
+    nba_tiles_pack_cols(&m.t, m.vp, pr.v, j->v.r, j->Tk, j->hd);
+    const int64_t step = j->memory_efficient ? ME_ROWS : j->Tq;
+    for (int64_t r0 = 0; r0 < j->Tq; r0 += step) {
+        block_t blk = block_at(j, &m, &pr, r0, j->Tq - r0 < step ? j->Tq - r0 : step, false);
+        if (j->memory_efficient) {
+            blk.P = m.P;
+            probabilities(j, &m, &blk, m.kt, j->stats + es * (size_t)(2 * (p * j->Tq + r0)),
+                          SOFTMAX_SAVE);
+        } else {
+            blk.P = j->probs + es * (size_t)(p * j->Tq * j->Tk);
+            probabilities(j, &m, &blk, m.kt, NULL, SOFTMAX_KEEP);
+        }
+        sum_keys(j, &m, &blk, blk.P, m.vp, pr.ctx + es * (size_t)(r0 * j->out.r), j->out.r);
+    }
+}
+
+void nba_blocks_backward(const attention_job *j, int64_t p, bool first, char *scratch) {
+    const pair_t pr = pair_at(j, p);
+    const size_t es = j->es;
+    block_scratch m;
+    layout(j, true, scratch, &m);
+    if (j->memory_efficient) nba_tiles_pack_rows(&m.t, m.kt, pr.k, j->k.r, j->Tk, j->hd);
+    nba_tiles_pack_rows(&m.t, m.vt, pr.v, j->v.r, j->Tk, j->hd); /* V^T and K, once a pair */
+    nba_tiles_pack_cols(&m.t, m.kp, pr.k, j->k.r, j->Tk, j->hd);
+    const int64_t step = j->memory_efficient ? ME_ROWS : j->Tq;
+    /* the memory-efficient path's dK and dV are zeroed by the caller and add up its blocks */
+    const double beta = first && !j->memory_efficient ? 0.0 : 1.0;
+    for (int64_t r0 = 0; r0 < j->Tq; r0 += step) {
+        block_t blk = block_at(j, &m, &pr, r0, j->Tq - r0 < step ? j->Tq - r0 : step, true);
+        blk.dS = m.dS;
+        if (j->memory_efficient) {
+            blk.P = m.P;
+            probabilities(j, &m, &blk, m.kt, j->stats + es * (size_t)(2 * (p * j->Tq + r0)),
+                          SOFTMAX_REPLAY);
+        } else {
+            blk.P = j->probs + es * (size_t)(p * j->Tq * j->Tk);
+        }
+        const char *q = pr.q + es * (size_t)(r0 * j->q.r);
+        const char *g = pr.grad + es * (size_t)(r0 * j->grad.r);
+        if (pr.dv) sum_queries(j, &m, &blk, blk.P, g, j->grad.r, m.gp, beta, pr.dv, j->dv.r);
+        if (!pr.dq && !pr.dk) continue;
+        over_keys(j, &m, &blk, blk.g, blk.g_row, 1.0, m.vt, blk.dS); /* dP = G V^T */
+        for (int64_t r = 0; r < blk.rows; r++) /* reads only what the causal cut computed */
+            softmax_backward(j, 1, blk.keys, j->plan.causal, r0 + r,
+                             blk.P + es * (size_t)(r * blk.ld), blk.dS + es * (size_t)(r * blk.ld));
+        if (pr.dq)
+            sum_keys(j, &m, &blk, blk.dS, m.kp, pr.dq + es * (size_t)(r0 * j->dq.r), j->dq.r);
+        if (pr.dk) sum_queries(j, &m, &blk, blk.dS, q, j->q.r, m.qp, beta, pr.dk, j->dk.r);
+    }
+}
