@@ -146,29 +146,72 @@ static void sum_queries(const attention_job *j, const block_scratch *m, const bl
 
 typedef enum { SOFTMAX_KEEP, SOFTMAX_SAVE, SOFTMAX_REPLAY } softmax_mode;
 
-/* The block's scores into P, then its softmax rows in place: kept, saving each row's max and
- * 1/sum in stats, or replaying them from stats (the same operations, so the same bits). */
+/* Every call inlined, so that the row loops are built for the function's instruction set
+ * (GCC otherwise shares one out-of-line copy built for the base set). */
+#ifdef __GNUC__
+#define FLATTEN __attribute__((flatten))
+#else
+#define FLATTEN
+#endif
+
+/* The block's softmax rows in place (kept, saving each row's max and 1/sum in stats, or
+ * replaying them from stats: the same operations, so the same bits), and dS from P and dP in
+ * place, row by row (softmax_rows.h), built once per instruction set below. */
+#define SOFTMAX_BODIES(SUF)                                                                        \
+    FLATTEN static void softmax_block_##SUF(const attention_job *j, const block_t *blk,            \
+                                            char *stats, softmax_mode mode) {                      \
+        for (int64_t r = 0; r < blk->rows; r++) {                                                  \
+            /* the product's alpha rounded scale * sum as the softmax's own scaling would */       \
+            softmax_plan plan = rows_plan(j, blk->b, blk->h, blk->r0 + r, 1, blk->keys);           \
+            plan.scale = 1.0;                                                                      \
+            char *row = blk->P + j->es * (size_t)(r * blk->ld);                                    \
+            char *st = stats ? stats + j->es * (size_t)(2 * r) : NULL;                             \
+            if (j->dtype == NB_F32) {                                                              \
+                float *y = (float *)row;                                                           \
+                if (mode == SOFTMAX_KEEP) softmax_rows_f32(&plan, y, y);                           \
+                if (mode == SOFTMAX_SAVE) softmax_rows_stats_f32(&plan, y, (float *)st);           \
+                if (mode == SOFTMAX_REPLAY) softmax_rows_replay_f32(&plan, y, (const float *)st);  \
+            } else {                                                                               \
+                double *y = (double *)row;                                                         \
+                if (mode == SOFTMAX_KEEP) softmax_rows_f64(&plan, y, y);                           \
+                if (mode == SOFTMAX_SAVE) softmax_rows_stats_f64(&plan, y, (double *)st);          \
+                if (mode == SOFTMAX_REPLAY) softmax_rows_replay_f64(&plan, y, (const double *)st); \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    /* reads only what the causal cut computed */                                                  \
+    FLATTEN static void softmax_block_backward_##SUF(const attention_job *j, const block_t *blk) { \
+        for (int64_t r = 0; r < blk->rows; r++)                                                    \
+            softmax_backward(j, 1, blk->keys, j->plan.causal, blk->r0 + r,                         \
+                             blk->P + j->es * (size_t)(r * blk->ld),                               \
+                             blk->dS + j->es * (size_t)(r * blk->ld));                             \
+    }
+/* The row loops are fixed-order lane-wise arithmetic (tensor/rows.h) and the build has no FP
+ * contraction, so each instruction set's build computes the same bits; built for the base
+ * x86-64 they ran on SSE2, 20% of the long workload at one thread on AVX-512. */
+SOFTMAX_BODIES(generic)
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+SOFTMAX_BODIES(avx2)
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")
+SOFTMAX_BODIES(avx512)
+#pragma GCC pop_options
+#define PICK(fn)                                                                                   \
+    (nbt_isa_current() == NBT_ISA_AVX512 ? fn##_avx512                                             \
+     : nbt_isa_current() == NBT_ISA_AVX2 ? fn##_avx2                                               \
+                                         : fn##_generic)
+#else
+#define PICK(fn) fn##_generic
+#endif
+
+/* The block's scores into P, then its softmax rows in place. */
 static void probabilities(const attention_job *j, const block_scratch *m, const block_t *blk,
                           const char *kt, char *stats, softmax_mode mode) {
     over_keys(j, m, blk, blk->q, blk->q_row, j->plan.scale, kt, blk->P);
-    for (int64_t r = 0; r < blk->rows; r++) {
-        /* the product's alpha rounds scale * sum as the softmax's own scaling would */
-        softmax_plan plan = rows_plan(j, blk->b, blk->h, blk->r0 + r, 1, blk->keys);
-        plan.scale = 1.0;
-        char *row = blk->P + j->es * (size_t)(r * blk->ld);
-        char *st = stats ? stats + j->es * (size_t)(2 * r) : NULL;
-        if (j->dtype == NB_F32) {
-            float *y = (float *)row;
-            if (mode == SOFTMAX_KEEP) softmax_rows_f32(&plan, y, y);
-            if (mode == SOFTMAX_SAVE) softmax_rows_stats_f32(&plan, y, (float *)st);
-            if (mode == SOFTMAX_REPLAY) softmax_rows_replay_f32(&plan, y, (const float *)st);
-        } else {
-            double *y = (double *)row;
-            if (mode == SOFTMAX_KEEP) softmax_rows_f64(&plan, y, y);
-            if (mode == SOFTMAX_SAVE) softmax_rows_stats_f64(&plan, y, (double *)st);
-            if (mode == SOFTMAX_REPLAY) softmax_rows_replay_f64(&plan, y, (const double *)st);
-        }
-    }
+    PICK(softmax_block)(j, blk, stats, mode);
 }
 
 /* Copies `rows` rows (row apart) to dst, zeroing the rest of its m->rows: the A of a block
@@ -251,9 +294,7 @@ void nba_blocks_backward(const attention_job *j, int64_t p, bool first, char *sc
         if (pr.dv) sum_queries(j, &m, &blk, blk.P, g, j->grad.r, m.gp, beta, pr.dv, j->dv.r);
         if (!pr.dq && !pr.dk) continue;
         over_keys(j, &m, &blk, blk.g, blk.g_row, 1.0, m.vt, blk.dS); /* dP = G V^T */
-        for (int64_t r = 0; r < blk.rows; r++) /* reads only what the causal cut computed */
-            softmax_backward(j, 1, blk.keys, j->plan.causal, r0 + r,
-                             blk.P + es * (size_t)(r * blk.ld), blk.dS + es * (size_t)(r * blk.ld));
+        PICK(softmax_block_backward)(j, &blk);
         if (pr.dq)
             sum_keys(j, &m, &blk, blk.dS, m.kp, pr.dq + es * (size_t)(r0 * j->dq.r), j->dq.r);
         if (pr.dk) sum_queries(j, &m, &blk, blk.dS, q, j->q.r, m.qp, beta, pr.dk, j->dk.r);
