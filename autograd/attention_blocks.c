@@ -15,8 +15,7 @@
 
 /* A worker's scratch: the memory-efficient path's probabilities P, and dS for both paths
  * (tiles of `rows` rows `ld` apart; kept: P is the kept probabilities, dS [T_q, T_k]), the
- * block's queries and context gradient as A when the block is shorter than a tile (qa, ga),
- * and the packed B operands. */
+ * block's queries and context gradient packed as A (qa, ga), and the packed B operands. */
 typedef struct {
     nba_tiles t;
     int64_t rows, ld;
@@ -36,23 +35,19 @@ static int64_t layout(const attention_job *j, bool backward, char *at, block_scr
     m->rows = me ? nba_round_up(ME_ROWS, m->t.mr) : j->Tq;
     /* a padded row keeps a strip's rows off one cache set (rows 8 KB apart at T_k = 2048) */
     m->ld = me ? nba_round_up(nba_round_up(j->Tk, m->t.mr), 16) + 16 : j->Tk;
-    const int64_t tile = chunk(m->rows * m->ld), block = chunk(m->rows * j->hd);
+    const int64_t tile = chunk(m->rows * m->ld);
+    const int64_t block = chunk(nba_round_up(m->rows, m->t.mr) * j->hd);
     const int64_t head = chunk(nba_tiles_packed_size(&m->t, j->Tk, j->hd));
     const int64_t rows = chunk(nba_tiles_packed_size(&m->t, m->rows, j->hd));
     struct {
         char **at;
         int64_t size;
         bool used;
-    } chunks[] = {{&m->P, tile, me},
-                  {&m->dS, tile, backward},
-                  {&m->qa, block, me},
-                  {&m->ga, block, me && backward},
-                  {&m->kt, head, me || !backward},
-                  {&m->vt, head, backward},
-                  {&m->vp, head, !backward},
-                  {&m->kp, head, backward},
-                  {&m->gp, rows, backward},
-                  {&m->qp, rows, backward}};
+    } chunks[] = {
+        {&m->P, tile, me},         {&m->dS, tile, backward},        {&m->qa, block, true},
+        {&m->ga, block, backward}, {&m->kt, head, me || !backward}, {&m->vt, head, backward},
+        {&m->vp, head, !backward}, {&m->kp, head, backward},        {&m->gp, rows, backward},
+        {&m->qp, rows, backward}};
     int64_t total = 0;
     for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++) {
         if (!chunks[i].used) continue;
@@ -70,9 +65,8 @@ int64_t nba_blocks_scratch(const attention_job *j, bool backward) {
 /* One block of queries against its keys. */
 typedef struct {
     int64_t b, h, r0, rows, keys;
-    const char *q, *g; /* its queries and context gradient as A, rows a_row and g_row apart */
-    int64_t q_row, g_row;
-    char *P, *dS; /* its rows of the probabilities and their gradient, ld apart */
+    const char *q, *g; /* its queries and context gradient packed as A */
+    char *P, *dS;      /* its rows of the probabilities and their gradient, ld apart */
     int64_t ld;
 } block_t;
 
@@ -87,15 +81,14 @@ static void multiply(const attention_job *j, const block_scratch *m, const block
 /* C (the block's rows x keys, ld apart) = alpha A B for A the block's queries or context
  * gradient and B keys or values packed as rows (S = scale Q K^T, dP = G V^T). */
 static void over_keys(const attention_job *j, const block_scratch *m, const block_t *blk,
-                      const char *A, int64_t a_row, double alpha, const char *B, char *C) {
+                      const char *A, double alpha, const char *B, char *C) {
     multiply(j, m, blk,
              (nba_tile_product){.M = blk->rows,
                                 .N = blk->keys,
                                 .K = j->hd,
                                 .alpha = alpha,
                                 .A = A,
-                                .a_rs = a_row,
-                                .a_cs = 1,
+                                .a_packed = true,
                                 .B = B,
                                 .b_panel = j->hd * m->t.nr,
                                 .C = C,
@@ -210,23 +203,11 @@ SOFTMAX_BODIES(avx512)
 /* The block's scores into P, then its softmax rows in place. */
 static void probabilities(const attention_job *j, const block_scratch *m, const block_t *blk,
                           const char *kt, char *stats, softmax_mode mode) {
-    over_keys(j, m, blk, blk->q, blk->q_row, j->plan.scale, kt, blk->P);
+    over_keys(j, m, blk, blk->q, j->plan.scale, kt, blk->P);
     PICK(softmax_block)(j, blk, stats, mode);
 }
 
-/* Copies `rows` rows (row apart) to dst, zeroing the rest of its m->rows: the A of a block
- * shorter than a tile, which reads a whole tile's rows. */
-static const char *tile_rows(const attention_job *j, const block_scratch *m, char *dst,
-                             const char *src, int64_t row, int64_t rows) {
-    const size_t line = j->es * (size_t)j->hd;
-    for (int64_t r = 0; r < rows; r++)
-        memcpy(dst + line * (size_t)r, src + j->es * (size_t)(r * row), line);
-    memset(dst + line * (size_t)rows, 0, line * (size_t)(m->rows - rows));
-    return dst;
-}
-
-/* Block [r0, r0 + rows) of pair pr: its A operands in place, or copied when shorter than a
- * tile (memory-efficient only: a kept head has at least a tile of rows). */
+/* Block [r0, r0 + rows) of pair pr, its queries (and context gradient) packed as A. */
 static block_t block_at(const attention_job *j, const block_scratch *m, const pair_t *pr,
                         int64_t r0, int64_t rows, bool backward) {
     const size_t es = j->es;
@@ -235,14 +216,14 @@ static block_t block_at(const attention_job *j, const block_scratch *m, const pa
                    .r0 = r0,
                    .rows = rows,
                    .keys = j->memory_efficient ? block_keys(j, r0 + rows) : j->Tk,
-                   .q = pr->q + es * (size_t)(r0 * j->q.r),
-                   .q_row = j->q.r,
+                   .q = m->qa,
+                   .g = m->ga,
                    .ld = m->ld};
-    if (backward) blk.g = pr->grad + es * (size_t)(r0 * j->grad.r), blk.g_row = j->grad.r;
-    if (rows < m->t.mr) {
-        blk.q = tile_rows(j, m, m->qa, blk.q, blk.q_row, rows), blk.q_row = j->hd;
-        if (backward) blk.g = tile_rows(j, m, m->ga, blk.g, blk.g_row, rows), blk.g_row = j->hd;
-    }
+    nba_tiles_pack_rows(&m->t, m->qa, pr->q + es * (size_t)(r0 * j->q.r), j->q.r, rows, j->hd,
+                        m->t.mr);
+    if (backward)
+        nba_tiles_pack_rows(&m->t, m->ga, pr->grad + es * (size_t)(r0 * j->grad.r), j->grad.r, rows,
+                            j->hd, m->t.mr);
     return blk;
 }
 
@@ -251,7 +232,8 @@ void nba_blocks_forward(const attention_job *j, int64_t p, char *scratch) {
     const size_t es = j->es;
     block_scratch m;
     layout(j, false, scratch, &m);
-    nba_tiles_pack_rows(&m.t, m.kt, pr.k, j->k.r, j->Tk, j->hd); /* K^T and V, once a pair */
+    nba_tiles_pack_rows(&m.t, m.kt, pr.k, j->k.r, j->Tk, j->hd,
+                        m.t.nr); /* K^T and V, once a pair */
     nba_tiles_pack_cols(&m.t, m.vp, pr.v, j->v.r, j->Tk, j->hd);
     const int64_t step = j->memory_efficient ? ME_ROWS : j->Tq;
     for (int64_t r0 = 0; r0 < j->Tq; r0 += step) {
@@ -273,8 +255,9 @@ void nba_blocks_backward(const attention_job *j, int64_t p, bool first, char *sc
     const size_t es = j->es;
     block_scratch m;
     layout(j, true, scratch, &m);
-    if (j->memory_efficient) nba_tiles_pack_rows(&m.t, m.kt, pr.k, j->k.r, j->Tk, j->hd);
-    nba_tiles_pack_rows(&m.t, m.vt, pr.v, j->v.r, j->Tk, j->hd); /* V^T and K, once a pair */
+    if (j->memory_efficient) nba_tiles_pack_rows(&m.t, m.kt, pr.k, j->k.r, j->Tk, j->hd, m.t.nr);
+    nba_tiles_pack_rows(&m.t, m.vt, pr.v, j->v.r, j->Tk, j->hd,
+                        m.t.nr); /* V^T and K, once a pair */
     nba_tiles_pack_cols(&m.t, m.kp, pr.k, j->k.r, j->Tk, j->hd);
     const int64_t step = j->memory_efficient ? ME_ROWS : j->Tq;
     /* the memory-efficient path's dK and dV are zeroed by the caller and add up its blocks */
@@ -293,7 +276,7 @@ void nba_blocks_backward(const attention_job *j, int64_t p, bool first, char *sc
         const char *g = pr.grad + es * (size_t)(r0 * j->grad.r);
         if (pr.dv) sum_queries(j, &m, &blk, blk.P, g, j->grad.r, m.gp, beta, pr.dv, j->dv.r);
         if (!pr.dq && !pr.dk) continue;
-        over_keys(j, &m, &blk, blk.g, blk.g_row, 1.0, m.vt, blk.dS); /* dP = G V^T */
+        over_keys(j, &m, &blk, blk.g, 1.0, m.vt, blk.dS); /* dP = G V^T */
         PICK(softmax_block_backward)(j, &blk);
         if (pr.dq)
             sum_keys(j, &m, &blk, blk.dS, m.kp, pr.dq + es * (size_t)(r0 * j->dq.r), j->dq.r);

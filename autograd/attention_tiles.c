@@ -50,11 +50,11 @@ DEFINE_PACKS(float, f32)
 DEFINE_PACKS(double, f64)
 
 void nba_tiles_pack_rows(const nba_tiles *t, void *dst, const void *X, int64_t x_row, int64_t n,
-                         int64_t hd) {
+                         int64_t hd, int width) {
     if (t->dtype == NB_F32)
-        pack_rows_f32(t->nr, dst, X, x_row, n, hd);
+        pack_rows_f32(width, dst, X, x_row, n, hd);
     else
-        pack_rows_f64(t->nr, dst, X, x_row, n, hd);
+        pack_rows_f64(width, dst, X, x_row, n, hd);
 }
 
 void nba_tiles_pack_cols(const nba_tiles *t, void *dst, const void *X, int64_t x_row, int64_t n,
@@ -69,34 +69,56 @@ static int64_t min64(int64_t a, int64_t b) {
     return a < b ? a : b;
 }
 
-void nba_tiles_multiply(const nba_tiles *t, const nba_tile_product *p) {
+/* Strip i's rows of A and the part of the sum it takes. */
+typedef struct {
+    int64_t top, seen, k0, k1;
+    int r0, r1;
+    const char *a;
+    int64_t a_rs, a_cs;
+} strip_t;
+
+static strip_t strip_at(const nba_tiles *t, const nba_tile_product *p, int64_t i) {
+    const int mr = t->mr;
+    strip_t s;
+    /* A last strip shorter than mr slides up to end at row M, storing only its new rows,
+     * so A is never read past row M (when M >= mr; a packed A has whole panels). */
+    s.top = !p->a_packed && p->M >= mr && i + mr > p->M ? p->M - mr : i;
+    s.r0 = (int)(i - s.top), s.r1 = (int)(min64(s.top + mr, p->M) - s.top);
+    /* The keys this strip of queries sees (SUM_TO, COLUMNS), or the first query that sees
+     * its keys (SUM_FROM). */
+    s.seen = p->diag + s.top + s.r1;
+    s.k0 = 0, s.k1 = p->K;
+    if (p->cut == NBA_CUT_SUM_TO) s.k1 = min64(s.k1, s.seen);
+    if (p->cut == NBA_CUT_SUM_FROM) s.k0 = s.top > p->diag ? min64(s.top - p->diag, p->K) : 0;
+    s.a = (const char *)p->A + t->es * (size_t)(p->a_packed ? s.top * p->K + s.k0 * mr
+                                                            : s.top * p->a_rs + s.k0 * p->a_cs);
+    s.a_rs = p->a_packed ? 1 : p->a_rs, s.a_cs = p->a_packed ? mr : p->a_cs;
+    return s;
+}
+
+/* The tile of strip s and the panel of columns from jc. */
+static void tile(const nba_tiles *t, const nba_tile_product *p, const strip_t *s, int64_t jc) {
     const int mr = t->mr, nr = t->nr;
     const size_t es = t->es;
-    for (int64_t i = 0; i < p->M; i += mr) {
-        /* A last strip shorter than mr slides up to end at row M, storing only its new rows,
-         * so A is never read past row M (when M >= mr). */
-        const int64_t top = p->M >= mr && i + mr > p->M ? p->M - mr : i;
-        const int r0 = (int)(i - top), r1 = (int)(min64(top + mr, p->M) - top);
-        /* The keys this strip of queries sees (SUM_TO, COLUMNS), or the first query that
-         * sees its keys (SUM_FROM). */
-        const int64_t seen = p->diag + top + r1;
-        int64_t k0 = 0, k1 = p->K;
-        if (p->cut == NBA_CUT_SUM_TO) k1 = min64(k1, seen);
-        if (p->cut == NBA_CUT_SUM_FROM) k0 = top > p->diag ? min64(top - p->diag, p->K) : 0;
-        const char *a = (const char *)p->A + es * (size_t)(top * p->a_rs + k0 * p->a_cs);
-        for (int64_t jc = 0; jc < p->N; jc += nr) {
-            if (p->cut == NBA_CUT_COLUMNS && jc >= seen) break;
-            const int cols = (int)min64(nr, p->N - jc);
-            const char *b = (const char *)p->B + es * (size_t)(jc / nr * p->b_panel + k0 * nr);
-            char *c = (char *)p->C + es * (size_t)(top * p->ldc + jc);
-            const nbt_gemm_rect part = {r0, r1, 0, cols};
-            const nbt_gemm_rect *rect = r0 == 0 && r1 == mr && cols == nr ? NULL : &part;
-            if (t->dtype == NB_F32)
-                t->f32(k1 - k0, (const float *)a, p->a_rs, p->a_cs, (const float *)b, nr,
-                       (float *)c, p->ldc, (float)p->alpha, (float)p->beta, rect);
-            else
-                t->f64(k1 - k0, (const double *)a, p->a_rs, p->a_cs, (const double *)b, nr,
-                       (double *)c, p->ldc, p->alpha, p->beta, rect);
+    const int cols = (int)min64(nr, p->N - jc);
+    const char *b = (const char *)p->B + es * (size_t)(jc / nr * p->b_panel + s->k0 * nr);
+    char *c = (char *)p->C + es * (size_t)(s->top * p->ldc + jc);
+    const nbt_gemm_rect part = {s->r0, s->r1, 0, cols};
+    const nbt_gemm_rect *rect = s->r0 == 0 && s->r1 == mr && cols == nr ? NULL : &part;
+    if (t->dtype == NB_F32)
+        t->f32(s->k1 - s->k0, (const float *)s->a, s->a_rs, s->a_cs, (const float *)b, nr,
+               (float *)c, p->ldc, (float)p->alpha, (float)p->beta, rect);
+    else
+        t->f64(s->k1 - s->k0, (const double *)s->a, s->a_rs, s->a_cs, (const double *)b, nr,
+               (double *)c, p->ldc, p->alpha, p->beta, rect);
+}
+
+void nba_tiles_multiply(const nba_tiles *t, const nba_tile_product *p) {
+    for (int64_t i = 0; i < p->M; i += t->mr) {
+        const strip_t s = strip_at(t, p, i);
+        for (int64_t jc = 0; jc < p->N; jc += t->nr) {
+            if (p->cut == NBA_CUT_COLUMNS && jc >= s.seen) break; /* the rest above the diagonal */
+            tile(t, p, &s, jc);
         }
     }
 }

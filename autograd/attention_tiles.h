@@ -31,11 +31,12 @@ static inline int64_t nba_round_up(int64_t n, int64_t m) {
 /* Elements nba_tiles_pack_rows and nba_tiles_pack_cols write for an n x hd matrix. */
 int64_t nba_tiles_packed_size(const nba_tiles *t, int64_t n, int64_t hd);
 
-/* X (n rows of hd, x_row apart) transposed into panels of nr of its rows, the B of a product
- * that sums over hd (S = Q K^T, dP = G V^T): panel p is dst[p * hd * nr + k * nr + j] =
- * X[(p * nr + j) * x_row + k], zero past row n. */
+/* X (n rows of hd, x_row apart) transposed into panels of `width` of its rows: with width nr
+ * the B of a product that sums over hd (S = Q K^T, dP = G V^T), with width mr its A (Q, G).
+ * Panel p is dst[p * hd * width + k * width + j] = X[(p * width + j) * x_row + k], zero past
+ * row n. */
 void nba_tiles_pack_rows(const nba_tiles *t, void *dst, const void *X, int64_t x_row, int64_t n,
-                         int64_t hd);
+                         int64_t hd, int width);
 /* X (n rows of hd) as panels of nr of its columns, the B of a product that sums over its n
  * rows (ctx = P V, dQ = dS K, dV = P^T G): panel p is dst[p * n * nr + s * nr + j] =
  * X[s * x_row + p * nr + j], zero past column hd. */
@@ -53,15 +54,16 @@ typedef enum {
 } nba_cut;
 
 /* C = alpha * A B + beta * C (M x N, rows ldc apart) for A's element (i, k) at
- * A[i * a_rs + k * a_cs] and B packed by nba_tiles_pack_* (K rows of each panel, panels
- * b_panel elements apart). A must be readable for max(M, mr) rows (a last strip shorter than
- * mr is computed as the strip of the mr rows ending at M). Elements a cut skips are left as
- * they were. beta == 0 never reads C. */
+ * A[i * a_rs + k * a_cs], or A packed by nba_tiles_pack_rows (width mr, a_packed), and B packed by
+ * nba_tiles_pack_* (K rows of each panel, panels b_panel elements apart). A must be readable for
+ * max(M, mr) rows (a last strip shorter than mr is computed as the strip of the mr rows ending at
+ * M). Elements a cut skips are left as they were. beta == 0 never reads C. */
 typedef struct {
     int64_t M, N, K;
     double alpha, beta;
     const void *A;
     int64_t a_rs, a_cs;
+    bool a_packed;
     const void *B;
     int64_t b_panel;
     void *C;
