@@ -15,7 +15,8 @@
 
 /* A worker's scratch: the memory-efficient path's probabilities P, and dS for both paths
  * (tiles of `rows` rows `ld` apart; kept: P is the kept probabilities, dS [T_q, T_k]), the
- * block's queries and context gradient packed as A (qa, ga), and the packed B operands. */
+ * block's queries and context gradient packed as A when the block is shorter than a tile (qa,
+ * ga), and the packed B operands. */
 typedef struct {
     nba_tiles t;
     int64_t rows, ld;
@@ -65,8 +66,11 @@ int64_t nba_blocks_scratch(const attention_job *j, bool backward) {
 /* One block of queries against its keys. */
 typedef struct {
     int64_t b, h, r0, rows, keys;
-    const char *q, *g; /* its queries and context gradient packed as A */
-    char *P, *dS;      /* its rows of the probabilities and their gradient, ld apart */
+    /* its queries and context gradient as A: in place (rows q_row, g_row apart) or packed
+     * (row 0) */
+    const char *q, *g;
+    int64_t q_row, g_row;
+    char *P, *dS; /* its rows of the probabilities and their gradient, ld apart */
     int64_t ld;
 } block_t;
 
@@ -78,17 +82,26 @@ static void multiply(const attention_job *j, const block_scratch *m, const block
     nba_tiles_multiply(&m->t, &p);
 }
 
+/* Whether a head's rows are read in place as a product's B: when head_dim is a whole number
+ * of the tile's columns (32 and 64 on AVX-512, multiples of 16 on AVX2), a panel's row is a
+ * run of the head's row, as a packed panel's is. */
+static bool in_place(const attention_job *j, const block_scratch *m) {
+    return j->hd % m->t.nr == 0;
+}
+
 /* C (the block's rows x keys, ld apart) = alpha A B for A the block's queries or context
  * gradient and B keys or values packed as rows (S = scale Q K^T, dP = G V^T). */
 static void over_keys(const attention_job *j, const block_scratch *m, const block_t *blk,
-                      const char *A, double alpha, const char *B, char *C) {
+                      const char *A, int64_t a_row, double alpha, const char *B, char *C) {
     multiply(j, m, blk,
              (nba_tile_product){.M = blk->rows,
                                 .N = blk->keys,
                                 .K = j->hd,
                                 .alpha = alpha,
                                 .A = A,
-                                .a_packed = true,
+                                .a_rs = a_row,
+                                .a_cs = 1,
+                                .a_packed = a_row == 0,
                                 .B = B,
                                 .b_panel = j->hd * m->t.nr,
                                 .C = C,
@@ -96,10 +109,10 @@ static void over_keys(const attention_job *j, const block_scratch *m, const bloc
                                 .cut = NBA_CUT_COLUMNS});
 }
 
-/* C (the block's rows x hd) = A B, the sum over the keys of a tile A and values or keys
- * packed as columns (ctx = P V, dQ = dS K). */
+/* C (the block's rows x hd) = A B, the sum over the keys of a tile A and values or keys B,
+ * in place (rows b_row apart) or packed as columns (b_row 0; ctx = P V, dQ = dS K). */
 static void sum_keys(const attention_job *j, const block_scratch *m, const block_t *blk,
-                     const char *A, const char *B, char *C, int64_t ldc) {
+                     const char *A, const char *B, int64_t b_row, char *C, int64_t ldc) {
     multiply(j, m, blk,
              (nba_tile_product){.M = blk->rows,
                                 .N = j->hd,
@@ -109,6 +122,7 @@ static void sum_keys(const attention_job *j, const block_scratch *m, const block
                                 .a_rs = blk->ld,
                                 .a_cs = 1,
                                 .B = B,
+                                .b_row = b_row,
                                 .b_panel = j->Tk * m->t.nr,
                                 .C = C,
                                 .ldc = ldc,
@@ -116,11 +130,13 @@ static void sum_keys(const attention_job *j, const block_scratch *m, const block
 }
 
 /* C (keys x hd) = A^T X + beta C, the sum over the block's queries of a tile A and the
- * block's rows of X (x_row apart; dV = P^T G, dK = dS^T Q), X packed into m->gp first. */
+ * block's rows of X (x_row apart; dV = P^T G, dK = dS^T Q), read in place or packed into
+ * `pack` first. */
 static void sum_queries(const attention_job *j, const block_scratch *m, const block_t *blk,
                         const char *A, const char *X, int64_t x_row, char *pack, double beta,
                         char *C, int64_t ldc) {
-    nba_tiles_pack_cols(&m->t, pack, X, x_row, blk->rows, j->hd);
+    const bool here = in_place(j, m);
+    if (!here) nba_tiles_pack_cols(&m->t, pack, X, x_row, blk->rows, j->hd);
     multiply(j, m, blk,
              (nba_tile_product){.M = blk->keys,
                                 .N = j->hd,
@@ -130,7 +146,8 @@ static void sum_queries(const attention_job *j, const block_scratch *m, const bl
                                 .A = A,
                                 .a_rs = 1,
                                 .a_cs = blk->ld,
-                                .B = pack,
+                                .B = here ? X : pack,
+                                .b_row = here ? x_row : 0,
                                 .b_panel = blk->rows * m->t.nr,
                                 .C = C,
                                 .ldc = ldc,
@@ -203,11 +220,12 @@ SOFTMAX_BODIES(avx512)
 /* The block's scores into P, then its softmax rows in place. */
 static void probabilities(const attention_job *j, const block_scratch *m, const block_t *blk,
                           const char *kt, char *stats, softmax_mode mode) {
-    over_keys(j, m, blk, blk->q, j->plan.scale, kt, blk->P);
+    over_keys(j, m, blk, blk->q, blk->q_row, j->plan.scale, kt, blk->P);
     PICK(softmax_block)(j, blk, stats, mode);
 }
 
-/* Block [r0, r0 + rows) of pair pr, its queries (and context gradient) packed as A. */
+/* Block [r0, r0 + rows) of pair pr. Its queries (and context gradient) are read in place as A,
+ * or packed when the block is shorter than a tile (a strip may not read past the head). */
 static block_t block_at(const attention_job *j, const block_scratch *m, const pair_t *pr,
                         int64_t r0, int64_t rows, bool backward) {
     const size_t es = j->es;
@@ -216,14 +234,17 @@ static block_t block_at(const attention_job *j, const block_scratch *m, const pa
                    .r0 = r0,
                    .rows = rows,
                    .keys = j->memory_efficient ? block_keys(j, r0 + rows) : j->Tk,
-                   .q = m->qa,
-                   .g = m->ga,
+                   .q = pr->q + es * (size_t)(r0 * j->q.r),
+                   .q_row = j->q.r,
                    .ld = m->ld};
-    nba_tiles_pack_rows(&m->t, m->qa, pr->q + es * (size_t)(r0 * j->q.r), j->q.r, rows, j->hd,
-                        m->t.mr);
-    if (backward)
-        nba_tiles_pack_rows(&m->t, m->ga, pr->grad + es * (size_t)(r0 * j->grad.r), j->grad.r, rows,
-                            j->hd, m->t.mr);
+    if (backward) blk.g = pr->grad + es * (size_t)(r0 * j->grad.r), blk.g_row = j->grad.r;
+    if (rows >= m->t.mr) return blk;
+    nba_tiles_pack_rows(&m->t, m->qa, blk.q, blk.q_row, rows, j->hd, m->t.mr);
+    blk.q = m->qa, blk.q_row = 0;
+    if (backward) {
+        nba_tiles_pack_rows(&m->t, m->ga, blk.g, blk.g_row, rows, j->hd, m->t.mr);
+        blk.g = m->ga, blk.g_row = 0;
+    }
     return blk;
 }
 
@@ -232,9 +253,10 @@ void nba_blocks_forward(const attention_job *j, int64_t p, char *scratch) {
     const size_t es = j->es;
     block_scratch m;
     layout(j, false, scratch, &m);
-    nba_tiles_pack_rows(&m.t, m.kt, pr.k, j->k.r, j->Tk, j->hd,
-                        m.t.nr); /* K^T and V, once a pair */
-    nba_tiles_pack_cols(&m.t, m.vp, pr.v, j->v.r, j->Tk, j->hd);
+    /* K^T packed once a pair; V read in place or packed once */
+    nba_tiles_pack_rows(&m.t, m.kt, pr.k, j->k.r, j->Tk, j->hd, m.t.nr);
+    const bool here = in_place(j, &m);
+    if (!here) nba_tiles_pack_cols(&m.t, m.vp, pr.v, j->v.r, j->Tk, j->hd);
     const int64_t step = j->memory_efficient ? ME_ROWS : j->Tq;
     for (int64_t r0 = 0; r0 < j->Tq; r0 += step) {
         block_t blk = block_at(j, &m, &pr, r0, j->Tq - r0 < step ? j->Tq - r0 : step, false);
@@ -246,7 +268,8 @@ void nba_blocks_forward(const attention_job *j, int64_t p, char *scratch) {
             blk.P = j->probs + es * (size_t)(p * j->Tq * j->Tk);
             probabilities(j, &m, &blk, m.kt, NULL, SOFTMAX_KEEP);
         }
-        sum_keys(j, &m, &blk, blk.P, m.vp, pr.ctx + es * (size_t)(r0 * j->out.r), j->out.r);
+        sum_keys(j, &m, &blk, blk.P, here ? pr.v : m.vp, here ? j->v.r : 0,
+                 pr.ctx + es * (size_t)(r0 * j->out.r), j->out.r);
     }
 }
 
@@ -256,9 +279,10 @@ void nba_blocks_backward(const attention_job *j, int64_t p, bool first, char *sc
     block_scratch m;
     layout(j, true, scratch, &m);
     if (j->memory_efficient) nba_tiles_pack_rows(&m.t, m.kt, pr.k, j->k.r, j->Tk, j->hd, m.t.nr);
-    nba_tiles_pack_rows(&m.t, m.vt, pr.v, j->v.r, j->Tk, j->hd,
-                        m.t.nr); /* V^T and K, once a pair */
-    nba_tiles_pack_cols(&m.t, m.kp, pr.k, j->k.r, j->Tk, j->hd);
+    /* V^T packed once a pair; K read in place or packed once */
+    nba_tiles_pack_rows(&m.t, m.vt, pr.v, j->v.r, j->Tk, j->hd, m.t.nr);
+    const bool here = in_place(j, &m);
+    if (!here) nba_tiles_pack_cols(&m.t, m.kp, pr.k, j->k.r, j->Tk, j->hd);
     const int64_t step = j->memory_efficient ? ME_ROWS : j->Tq;
     /* the memory-efficient path's dK and dV are zeroed by the caller and add up its blocks */
     const double beta = first && !j->memory_efficient ? 0.0 : 1.0;
@@ -276,10 +300,11 @@ void nba_blocks_backward(const attention_job *j, int64_t p, bool first, char *sc
         const char *g = pr.grad + es * (size_t)(r0 * j->grad.r);
         if (pr.dv) sum_queries(j, &m, &blk, blk.P, g, j->grad.r, m.gp, beta, pr.dv, j->dv.r);
         if (!pr.dq && !pr.dk) continue;
-        over_keys(j, &m, &blk, blk.g, 1.0, m.vt, blk.dS); /* dP = G V^T */
+        over_keys(j, &m, &blk, blk.g, blk.g_row, 1.0, m.vt, blk.dS); /* dP = G V^T */
         PICK(softmax_block_backward)(j, &blk);
         if (pr.dq)
-            sum_keys(j, &m, &blk, blk.dS, m.kp, pr.dq + es * (size_t)(r0 * j->dq.r), j->dq.r);
+            sum_keys(j, &m, &blk, blk.dS, here ? pr.k : m.kp, here ? j->k.r : 0,
+                     pr.dq + es * (size_t)(r0 * j->dq.r), j->dq.r);
         if (pr.dk) sum_queries(j, &m, &blk, blk.dS, q, j->q.r, m.qp, beta, pr.dk, j->dk.r);
     }
 }

@@ -7,62 +7,76 @@
  * not depend on the thread running it. */
 #include "attention_tiles.h"
 #include "../tensor/isa.h"
-
-#include <string.h>
+#include "../tensor/nbt.h"
 
 nba_tiles nba_tiles_for(nb_dtype dt) {
     const nbt_kernel_table *k = nbt_kernels();
+    nba_tiles t = {.dtype = dt,
+                   .es = nbt_esize(dt),
+                   .pack_t_f32 = k->gemm_f32.pack_t,
+                   .pack_n_f32 = k->gemm_f32.pack_n,
+                   .pack_n_f64 = k->gemm_f64.pack_n};
     if (dt == NB_F32)
-        return (nba_tiles){NB_F32,         sizeof(float),    k->gemm_f32.mr,
-                           k->gemm_f32.nr, k->gemm_f32.wide, NULL};
-    return (nba_tiles){NB_F64,         sizeof(double), k->gemm_f64.mr,
-                       k->gemm_f64.nr, NULL,           k->gemm_f64.wide};
+        t.mr = k->gemm_f32.mr, t.nr = k->gemm_f32.nr, t.f32 = k->gemm_f32.wide;
+    else
+        t.mr = k->gemm_f64.mr, t.nr = k->gemm_f64.nr, t.f64 = k->gemm_f64.wide;
+    return t;
 }
 
 int64_t nba_tiles_packed_size(const nba_tiles *t, int64_t n, int64_t hd) {
     return nba_round_up(n, t->nr) * nba_round_up(hd, t->nr);
 }
 
+/* Plain C for the sets without packing kernels (and float64's transposed panels): the
+ * writes in order, the reads in L1. */
 #define DEFINE_PACKS(T, SUF)                                                                       \
-    static void pack_rows_##SUF(int nr, T *dst, const T *X, int64_t x_row, int64_t n,              \
+    static void pack_rows_##SUF(int width, T *dst, const T *X, int64_t x_row, int64_t n,           \
                                 int64_t hd) {                                                      \
-        for (int64_t p = 0; p < n; p += nr, dst += hd * nr) {                                      \
-            const int w = n - p < nr ? (int)(n - p) : nr;                                          \
+        for (int64_t p = 0; p < n; p += width, dst += hd * width) {                                \
+            const int w = n - p < width ? (int)(n - p) : width;                                    \
             const T *x = X + p * x_row;                                                            \
-            for (int64_t k = 0; k < hd; k++) { /* the writes in order, the reads in L1 */          \
-                T *d = dst + k * nr;                                                               \
+            for (int64_t k = 0; k < hd; k++) {                                                     \
+                T *d = dst + k * width;                                                            \
                 for (int j = 0; j < w; j++) d[j] = x[j * x_row + k];                               \
-                for (int j = w; j < nr; j++) d[j] = 0;                                             \
+                for (int j = w; j < width; j++) d[j] = 0;                                          \
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
     static void pack_cols_##SUF(int nr, T *dst, const T *X, int64_t x_row, int64_t n,              \
                                 int64_t hd) {                                                      \
-        for (int64_t p = 0; p < hd; p += nr, dst += n * nr) {                                      \
-            const int w = hd - p < nr ? (int)(hd - p) : nr;                                        \
-            for (int64_t s = 0; s < n; s++) {                                                      \
-                memcpy(dst + s * nr, X + s * x_row + p, sizeof(T) * (size_t)w);                    \
-                for (int j = w; j < nr; j++) dst[s * nr + j] = 0;                                  \
-            }                                                                                      \
-        }                                                                                          \
+        for (int64_t p = 0; p < hd; p += nr, dst += n * nr)                                        \
+            for (int64_t s = 0; s < n; s++)                                                        \
+                for (int j = 0; j < nr; j++)                                                       \
+                    dst[s * nr + j] = p + j < hd ? X[s * x_row + p + j] : 0;                       \
     }
 DEFINE_PACKS(float, f32)
 DEFINE_PACKS(double, f64)
 
+/* Scalar gathers of strided rows took 10% of mid's step at one thread (AVX-512); the GEMM's
+ * kernel transposes 16 x 16 (8 x 8) blocks in registers. */
 void nba_tiles_pack_rows(const nba_tiles *t, void *dst, const void *X, int64_t x_row, int64_t n,
                          int64_t hd, int width) {
-    if (t->dtype == NB_F32)
-        pack_rows_f32(width, dst, X, x_row, n, hd);
-    else
+    if (t->dtype == NB_F64) {
         pack_rows_f64(width, dst, X, x_row, n, hd);
+    } else if (!t->pack_t_f32) {
+        pack_rows_f32(width, dst, X, x_row, n, hd);
+    } else {
+        float *d = dst;
+        const float *x = X;
+        for (int64_t p = 0; p < n; p += width, d += hd * width)
+            t->pack_t_f32(x + p * x_row, x_row, hd, n - p < width ? (int)(n - p) : width, width, d);
+    }
 }
 
 void nba_tiles_pack_cols(const nba_tiles *t, void *dst, const void *X, int64_t x_row, int64_t n,
                          int64_t hd) {
+    const int nr = t->nr;
     if (t->dtype == NB_F32)
-        pack_cols_f32(t->nr, dst, X, x_row, n, hd);
+        t->pack_n_f32 ? t->pack_n_f32(X, x_row, n, (int)hd, nr, n * nr, dst)
+                      : pack_cols_f32(nr, dst, X, x_row, n, hd);
     else
-        pack_cols_f64(t->nr, dst, X, x_row, n, hd);
+        t->pack_n_f64 ? t->pack_n_f64(X, x_row, n, (int)hd, nr, n * nr, dst)
+                      : pack_cols_f64(nr, dst, X, x_row, n, hd);
 }
 
 static int64_t min64(int64_t a, int64_t b) {
@@ -101,15 +115,17 @@ static void tile(const nba_tiles *t, const nba_tile_product *p, const strip_t *s
     const int mr = t->mr, nr = t->nr;
     const size_t es = t->es;
     const int cols = (int)min64(nr, p->N - jc);
-    const char *b = (const char *)p->B + es * (size_t)(jc / nr * p->b_panel + s->k0 * nr);
+    const int64_t b_rs = p->b_row ? p->b_row : nr;
+    const char *b = (const char *)p->B +
+                    es * (size_t)(p->b_row ? jc + s->k0 * b_rs : jc / nr * p->b_panel + s->k0 * nr);
     char *c = (char *)p->C + es * (size_t)(s->top * p->ldc + jc);
     const nbt_gemm_rect part = {s->r0, s->r1, 0, cols};
     const nbt_gemm_rect *rect = s->r0 == 0 && s->r1 == mr && cols == nr ? NULL : &part;
     if (t->dtype == NB_F32)
-        t->f32(s->k1 - s->k0, (const float *)s->a, s->a_rs, s->a_cs, (const float *)b, nr,
+        t->f32(s->k1 - s->k0, (const float *)s->a, s->a_rs, s->a_cs, (const float *)b, b_rs,
                (float *)c, p->ldc, (float)p->alpha, (float)p->beta, rect);
     else
-        t->f64(s->k1 - s->k0, (const double *)s->a, s->a_rs, s->a_cs, (const double *)b, nr,
+        t->f64(s->k1 - s->k0, (const double *)s->a, s->a_rs, s->a_cs, (const double *)b, b_rs,
                (double *)c, p->ldc, p->alpha, p->beta, rect);
 }
 

@@ -18,6 +18,10 @@ typedef struct {
     int mr, nr;
     nbt_gemm_ukr_f32 f32;
     nbt_gemm_ukr_f64 f64;
+    /* the GEMM's packing kernels (pack_t NULL where there is none) */
+    nbt_gemm_pack_t_f32 pack_t_f32;
+    nbt_gemm_pack_n_f32 pack_n_f32;
+    nbt_gemm_pack_n_f64 pack_n_f64;
 } nba_tiles;
 
 /* The kernel for dt of the instruction set in use. */
@@ -54,10 +58,11 @@ typedef enum {
 } nba_cut;
 
 /* C = alpha * A B + beta * C (M x N, rows ldc apart) for A's element (i, k) at
- * A[i * a_rs + k * a_cs], or A packed by nba_tiles_pack_rows (width mr, a_packed), and B packed by
- * nba_tiles_pack_* (K rows of each panel, panels b_panel elements apart). A must be readable for
- * max(M, mr) rows (a last strip shorter than mr is computed as the strip of the mr rows ending at
- * M). Elements a cut skips are left as they were. beta == 0 never reads C. */
+ * A[i * a_rs + k * a_cs], or A packed by nba_tiles_pack_rows (width mr, a_packed); B packed by
+ * nba_tiles_pack_* (K rows of each panel, panels b_panel elements apart), or read in place
+ * (b_row not 0: B's element (k, j) at B[k * b_row + j], N a whole number of panels). A must be
+ * readable for max(M, mr) rows (a last strip shorter than mr is computed as the strip of the mr
+ * rows ending at M). Elements a cut skips are left as they were. beta == 0 never reads C. */
 typedef struct {
     int64_t M, N, K;
     double alpha, beta;
@@ -65,7 +70,7 @@ typedef struct {
     int64_t a_rs, a_cs;
     bool a_packed;
     const void *B;
-    int64_t b_panel;
+    int64_t b_panel, b_row;
     void *C;
     int64_t ldc;
     nba_cut cut;
