@@ -26,6 +26,9 @@
  *   them (the same operations, so the same bits as the forward's P), then forms dS and
  *   accumulates dK and dV block by block, as FlashAttention does. Memory is O(T) per row
  *   block and thread instead of O(T^2) per head.
+ * Large heads and the memory-efficient path's blocks run their products on tiles of the
+ * GEMM's microkernel (attention_blocks.c); small heads the rows kernel or, in float32 with
+ * at most 16 keys, the vector kernels of attention_small.c.
  * The softmax rows are the masked softmax's own kernels (softmax_rows.h), so a fully blocked
  * row gives zeros and zero gradient on both paths. */
 #include "node.h"

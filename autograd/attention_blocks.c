@@ -74,14 +74,6 @@ typedef struct {
     int64_t ld;
 } block_t;
 
-/* The block's products, each with the causal cut for its first query r0. */
-static void multiply(const attention_job *j, const block_scratch *m, const block_t *blk,
-                     nba_tile_product p) {
-    if (!j->plan.causal) p.cut = NBA_CUT_NONE;
-    p.diag = blk->r0;
-    nba_tiles_multiply(&m->t, &p);
-}
-
 /* Whether a head's rows are read in place as a product's B: when head_dim is a whole number
  * of the tile's columns (32 and 64 on AVX-512, multiples of 16 on AVX2), a panel's row is a
  * run of the head's row, as a packed panel's is. */
@@ -89,69 +81,50 @@ static bool in_place(const attention_job *j, const block_scratch *m) {
     return j->hd % m->t.nr == 0;
 }
 
-/* C (the block's rows x keys, ld apart) = alpha A B for A the block's queries or context
- * gradient and B keys or values packed as rows (S = scale Q K^T, dP = G V^T). */
-static void over_keys(const attention_job *j, const block_scratch *m, const block_t *blk,
-                      const char *A, int64_t a_row, double alpha, const char *B, char *C) {
-    multiply(j, m, blk,
-             (nba_tile_product){.M = blk->rows,
-                                .N = blk->keys,
-                                .K = j->hd,
-                                .alpha = alpha,
-                                .A = A,
-                                .a_rs = a_row,
-                                .a_cs = 1,
-                                .a_packed = a_row == 0,
-                                .B = B,
-                                .b_panel = j->hd * m->t.nr,
-                                .C = C,
-                                .ldc = blk->ld,
-                                .cut = NBA_CUT_COLUMNS});
+/* One of the block's three kinds of product, named by its causal cut, with B's rows b_row
+ * apart (0: packed) and, for COLUMNS, A's a_row apart (0: packed; the others' A is a tile):
+ *   NBA_CUT_COLUMNS  C (rows x keys, ld apart) = alpha A B over head_dim, A the block's
+ *                    queries or context gradient, B keys or values packed as rows
+ *                    (S = scale Q K^T, dP = G V^T);
+ *   NBA_CUT_SUM_TO   C (rows x hd) = A B over the keys, A a tile (ctx = P V, dQ = dS K);
+ *   NBA_CUT_SUM_FROM C (keys x hd) = A^T B + beta C over the block's queries, A a tile and B
+ *                    the block's rows (dV = P^T G, dK = dS^T Q).
+ * Without causal attention nothing is cut. */
+static void block_product(const attention_job *j, const block_scratch *m, const block_t *blk,
+                          nba_cut kind, double alpha, double beta, const char *A, int64_t a_row,
+                          const char *B, int64_t b_row, char *C, int64_t ldc) {
+    const int64_t nr = m->t.nr;
+    nba_tile_product p = {.alpha = alpha,
+                          .beta = beta,
+                          .A = A,
+                          .B = B,
+                          .b_row = b_row,
+                          .C = C,
+                          .ldc = ldc,
+                          .cut = j->plan.causal ? kind : NBA_CUT_NONE,
+                          .diag = blk->r0};
+    if (kind == NBA_CUT_COLUMNS) {
+        p.M = blk->rows, p.N = blk->keys, p.K = j->hd, p.b_panel = j->hd * nr;
+        p.a_rs = a_row, p.a_cs = 1, p.a_packed = a_row == 0;
+    } else if (kind == NBA_CUT_SUM_TO) {
+        p.M = blk->rows, p.N = j->hd, p.K = blk->keys, p.b_panel = j->Tk * nr;
+        p.a_rs = blk->ld, p.a_cs = 1;
+    } else {
+        p.M = blk->keys, p.N = j->hd, p.K = blk->rows, p.b_panel = blk->rows * nr;
+        p.a_rs = 1, p.a_cs = blk->ld;
+    }
+    nba_tiles_multiply(&m->t, &p);
 }
 
-/* C (the block's rows x hd) = A B, the sum over the keys of a tile A and values or keys B,
- * in place (rows b_row apart) or packed as columns (b_row 0; ctx = P V, dQ = dS K). */
-static void sum_keys(const attention_job *j, const block_scratch *m, const block_t *blk,
-                     const char *A, const char *B, int64_t b_row, char *C, int64_t ldc) {
-    multiply(j, m, blk,
-             (nba_tile_product){.M = blk->rows,
-                                .N = j->hd,
-                                .K = blk->keys,
-                                .alpha = 1.0,
-                                .A = A,
-                                .a_rs = blk->ld,
-                                .a_cs = 1,
-                                .B = B,
-                                .b_row = b_row,
-                                .b_panel = j->Tk * m->t.nr,
-                                .C = C,
-                                .ldc = ldc,
-                                .cut = NBA_CUT_SUM_TO});
-}
-
-/* C (keys x hd) = A^T X + beta C, the sum over the block's queries of a tile A and the
- * block's rows of X (x_row apart; dV = P^T G, dK = dS^T Q), read in place or packed into
- * `pack` first. */
+/* dV += P^T G or dK += dS^T Q: X (the block's rows of G or Q, x_row apart) read in place or
+ * packed into `pack` first. */
 static void sum_queries(const attention_job *j, const block_scratch *m, const block_t *blk,
                         const char *A, const char *X, int64_t x_row, char *pack, double beta,
                         char *C, int64_t ldc) {
     const bool here = in_place(j, m);
     if (!here) nba_tiles_pack_cols(&m->t, pack, X, x_row, blk->rows, j->hd);
-    multiply(j, m, blk,
-             (nba_tile_product){.M = blk->keys,
-                                .N = j->hd,
-                                .K = blk->rows,
-                                .alpha = 1.0,
-                                .beta = beta,
-                                .A = A,
-                                .a_rs = 1,
-                                .a_cs = blk->ld,
-                                .B = here ? X : pack,
-                                .b_row = here ? x_row : 0,
-                                .b_panel = blk->rows * m->t.nr,
-                                .C = C,
-                                .ldc = ldc,
-                                .cut = NBA_CUT_SUM_FROM});
+    block_product(j, m, blk, NBA_CUT_SUM_FROM, 1.0, beta, A, 0, here ? X : pack, here ? x_row : 0,
+                  C, ldc);
 }
 
 typedef enum { SOFTMAX_KEEP, SOFTMAX_SAVE, SOFTMAX_REPLAY } softmax_mode;
@@ -220,7 +193,8 @@ SOFTMAX_BODIES(avx512)
 /* The block's scores into P, then its softmax rows in place. */
 static void probabilities(const attention_job *j, const block_scratch *m, const block_t *blk,
                           const char *kt, char *stats, softmax_mode mode) {
-    over_keys(j, m, blk, blk->q, blk->q_row, j->plan.scale, kt, blk->P);
+    block_product(j, m, blk, NBA_CUT_COLUMNS, j->plan.scale, 0.0, blk->q, blk->q_row, kt, 0, blk->P,
+                  blk->ld);
     PICK(softmax_block)(j, blk, stats, mode);
 }
 
@@ -248,6 +222,21 @@ static block_t block_at(const attention_job *j, const block_scratch *m, const pa
     return blk;
 }
 
+/* The block's probabilities P of pair p: the kept ones (computed by the forward), or the
+ * memory-efficient path's tile, its rows' max and 1/sum saved by the forward and replayed by
+ * the backward. */
+static void block_probabilities(const attention_job *j, const block_scratch *m, block_t *blk,
+                                int64_t p, bool backward) {
+    if (!j->memory_efficient) {
+        blk->P = j->probs + j->es * (size_t)(p * j->Tq * j->Tk);
+        if (!backward) probabilities(j, m, blk, m->kt, NULL, SOFTMAX_KEEP);
+        return;
+    }
+    blk->P = m->P;
+    char *stats = j->stats + j->es * (size_t)(2 * (p * j->Tq + blk->r0));
+    probabilities(j, m, blk, m->kt, stats, backward ? SOFTMAX_REPLAY : SOFTMAX_SAVE);
+}
+
 void nba_blocks_forward(const attention_job *j, int64_t p, char *scratch) {
     const pair_t pr = pair_at(j, p);
     const size_t es = j->es;
@@ -260,16 +249,9 @@ void nba_blocks_forward(const attention_job *j, int64_t p, char *scratch) {
     const int64_t step = j->memory_efficient ? ME_ROWS : j->Tq;
     for (int64_t r0 = 0; r0 < j->Tq; r0 += step) {
         block_t blk = block_at(j, &m, &pr, r0, j->Tq - r0 < step ? j->Tq - r0 : step, false);
-        if (j->memory_efficient) {
-            blk.P = m.P;
-            probabilities(j, &m, &blk, m.kt, j->stats + es * (size_t)(2 * (p * j->Tq + r0)),
-                          SOFTMAX_SAVE);
-        } else {
-            blk.P = j->probs + es * (size_t)(p * j->Tq * j->Tk);
-            probabilities(j, &m, &blk, m.kt, NULL, SOFTMAX_KEEP);
-        }
-        sum_keys(j, &m, &blk, blk.P, here ? pr.v : m.vp, here ? j->v.r : 0,
-                 pr.ctx + es * (size_t)(r0 * j->out.r), j->out.r);
+        block_probabilities(j, &m, &blk, p, false);
+        block_product(j, &m, &blk, NBA_CUT_SUM_TO, 1.0, 0.0, blk.P, 0, here ? pr.v : m.vp,
+                      here ? j->v.r : 0, pr.ctx + es * (size_t)(r0 * j->out.r), j->out.r);
     }
 }
 
@@ -289,22 +271,17 @@ void nba_blocks_backward(const attention_job *j, int64_t p, bool first, char *sc
     for (int64_t r0 = 0; r0 < j->Tq; r0 += step) {
         block_t blk = block_at(j, &m, &pr, r0, j->Tq - r0 < step ? j->Tq - r0 : step, true);
         blk.dS = m.dS;
-        if (j->memory_efficient) {
-            blk.P = m.P;
-            probabilities(j, &m, &blk, m.kt, j->stats + es * (size_t)(2 * (p * j->Tq + r0)),
-                          SOFTMAX_REPLAY);
-        } else {
-            blk.P = j->probs + es * (size_t)(p * j->Tq * j->Tk);
-        }
+        block_probabilities(j, &m, &blk, p, true);
         const char *q = pr.q + es * (size_t)(r0 * j->q.r);
         const char *g = pr.grad + es * (size_t)(r0 * j->grad.r);
         if (pr.dv) sum_queries(j, &m, &blk, blk.P, g, j->grad.r, m.gp, beta, pr.dv, j->dv.r);
         if (!pr.dq && !pr.dk) continue;
-        over_keys(j, &m, &blk, blk.g, blk.g_row, 1.0, m.vt, blk.dS); /* dP = G V^T */
+        block_product(j, &m, &blk, NBA_CUT_COLUMNS, 1.0, 0.0, blk.g, blk.g_row, m.vt, 0, blk.dS,
+                      blk.ld); /* dP = G V^T */
         PICK(softmax_block_backward)(j, &blk);
         if (pr.dq)
-            sum_keys(j, &m, &blk, blk.dS, here ? pr.k : m.kp, here ? j->k.r : 0,
-                     pr.dq + es * (size_t)(r0 * j->dq.r), j->dq.r);
+            block_product(j, &m, &blk, NBA_CUT_SUM_TO, 1.0, 0.0, blk.dS, 0, here ? pr.k : m.kp,
+                          here ? j->k.r : 0, pr.dq + es * (size_t)(r0 * j->dq.r), j->dq.r);
         if (pr.dk) sum_queries(j, &m, &blk, blk.dS, q, j->q.r, m.qp, beta, pr.dk, j->dk.r);
     }
 }

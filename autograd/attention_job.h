@@ -44,7 +44,8 @@ static inline char *head_ptr(const attention_job *j, heads_t l, int64_t b, int64
 }
 
 /* Query rows per block of the memory-efficient path: its scratch is two [ME_ROWS, T_k]
- * tiles per thread (1 MB in float32 at T_k = 2048). */
+ * tiles per thread (1 MB each in float32 at T_k = 2048). On the Xeon (2 MB of L2 a core)
+ * 128 rows ran the long workload 2-3% faster than 64 or 96 at one thread. */
 #define ME_ROWS 128
 
 /* Pair p's heads of q, k and v, its context (or the context's gradient) and dq, and its

@@ -78,20 +78,23 @@ static void test_matches_composed_masked(void) {
     check_against_composed(NB_F32, B, T, T, 8, 2, mask, true, 2e-5);
 }
 
+/* A mask [rows, cols] blocking entry i where i % every == hit. */
+static nb_tensor *pattern_mask(int64_t rows, int64_t cols, int every, int hit) {
+    uint8_t m[70 * 90];
+    for (int64_t i = 0; i < rows * cols; i++) m[i] = (uint8_t)(i % every == hit);
+    return nb_from_array(NB_BOOL, NB_SHAPE(rows, cols), m);
+}
+
 /* Cross attention with an attention mask [T_q, T_k]; long rows (T_k > 32) take the row-by-row
  * softmax, and 32 (batch, head) pairs of real work may be split across threads. */
 static void test_matches_composed_long_rows(void) {
-    uint8_t am[6 * 40];
-    for (int i = 0; i < 6 * 40; i++) am[i] = (uint8_t)(i % 7 == 3);
-    nb_tensor *mask = nb_from_array(NB_BOOL, NB_SHAPE(6, 40), am);
+    nb_tensor *mask = pattern_mask(6, 40, 7, 3);
     check_against_composed(NB_F64, 4, 6, 40, 64, 8, mask, false, 1e-12);
     check_against_composed(NB_F32, 4, 6, 40, 64, 8, NULL, true, 2e-5);
     check_against_composed(NB_F32, 2, 48, 48, 64, 4, NULL, true, 2e-5);
     /* Causal self-attention longer than a block of 32 query rows takes the products block by
      * block (the last block partial here), with and without a mask on top. */
-    uint8_t pad[37 * 37];
-    for (int i = 0; i < 37 * 37; i++) pad[i] = (uint8_t)(i % 11 == 5);
-    nb_tensor *self_mask = nb_from_array(NB_BOOL, NB_SHAPE(37, 37), pad);
+    nb_tensor *self_mask = pattern_mask(37, 37, 11, 5);
     check_against_composed(NB_F64, 2, 37, 37, 24, 3, self_mask, true, 1e-12);
     check_against_composed(NB_F64, 2, 37, 37, 24, 3, NULL, true, 1e-12);
     check_against_composed(NB_F32, 3, 33, 33, 32, 2, NULL, true, 2e-5);
@@ -102,23 +105,25 @@ static void test_matches_composed_long_rows(void) {
  * and T_q < T_k, keys never seen), a head_dim that is not a whole number of tile columns
  * (40, 20) and one that is (32: K, V and the gradient read in place), and a mask. */
 static void tiled_head_cases(void) {
-    uint8_t pad[70 * 90];
-    for (int i = 0; i < 70 * 90; i++) pad[i] = (uint8_t)(i % 13 == 4);
-    nb_tensor *mask = nb_from_array(NB_BOOL, NB_SHAPE(70, 90), pad);
-    check_against_composed(NB_F64, 2, 70, 90, 96, 2, mask, true, 1e-12);
+    check_against_composed(NB_F64, 2, 70, 90, 96, 2, pattern_mask(70, 90, 13, 4), true, 1e-12);
     check_against_composed(NB_F64, 1, 100, 90, 80, 2, NULL, true, 1e-12);
     check_against_composed(NB_F32, 1, 130, 130, 80, 2, NULL, true, 2e-5);
     check_against_composed(NB_F32, 1, 130, 140, 60, 3, NULL, false, 2e-5);
     check_against_composed(NB_F32, 2, 96, 96, 64, 2, NULL, true, 2e-5); /* head 32: in place */
 }
 
-static void test_tiled_heads_every_isa(void) {
+/* Runs cases on every instruction set this CPU can run. */
+static void on_every_isa(void (*cases)(void)) {
     nbt_isa best = nbt_isa_current();
     for (int isa = NBT_ISA_AVX512; isa >= NBT_ISA_GENERIC; isa--) {
         if (!nbt_isa_force((nbt_isa)isa)) continue;
-        tiled_head_cases();
+        cases();
     }
     nbt_isa_force(best);
+}
+
+static void test_tiled_heads_every_isa(void) {
+    on_every_isa(tiled_head_cases);
 }
 
 /* Float32 heads with at most 16 keys, head_dim up to 64 and no mask take the vector
@@ -136,12 +141,7 @@ static void small_head_cases(void) {
 }
 
 static void test_small_heads_every_isa(void) {
-    nbt_isa best = nbt_isa_current();
-    for (int isa = NBT_ISA_AVX512; isa >= NBT_ISA_GENERIC; isa--) {
-        if (!nbt_isa_force((nbt_isa)isa)) continue;
-        small_head_cases();
-    }
-    nbt_isa_force(best);
+    on_every_isa(small_head_cases);
 }
 
 /* A 16-wide head by hand: q = e0 meets keys e0 and 0 (scores 1 and 0, scale 1), so the
