@@ -5,8 +5,9 @@
  *   backward  dV += P^T G, dP = G V^T, dS = scale * P * (dP - rowsum(P * dP)),
  *             dQ = dS K, dK += dS^T Q
  * The keys and values are packed as the products' B once per pair (K^T and V for the forward;
- * K^T, V^T and K for the backward), and the block's queries and context gradient once per
- * block; A operands (queries, probabilities, their gradient) are read where they lie. With
+ * K^T, V^T and K for the backward), and the block's context gradient and queries as the B of
+ * dV and dK once per block; A operands (queries, probabilities, their gradient) are read
+ * where they lie (queries packed only for a block shorter than a tile). With
  * causal attention each product skips what the diagonal blocks (nba_cut). */
 #include "attention_job.h"
 #include "attention_tiles.h"
@@ -74,15 +75,10 @@ typedef struct {
     int64_t ld;
 } block_t;
 
-/* Whether a head's rows are read in place as a product's B: when head_dim is a whole number
- * of the tile's columns (32 and 64 on AVX-512, multiples of 16 on AVX2), a panel's row is a
- * run of the head's row, as a packed panel's is. */
-static bool in_place(const attention_job *j, const block_scratch *m) {
-    return j->hd % m->t.nr == 0;
-}
-
-/* One of the block's three kinds of product, named by its causal cut, with B's rows b_row
- * apart (0: packed) and, for COLUMNS, A's a_row apart (0: packed; the others' A is a tile):
+/* One of the block's three kinds of product, named by its causal cut, with B packed and, for
+ * COLUMNS, A's rows a_row apart (0: packed; the others' A is a tile). B is always packed: read
+ * in place (rows a head's row apart), ctx = P V ran at 72-78% of packed's speed and dV = P^T G
+ * at 80-90% (tile products alone at the long workload's shapes, AVX2 and AVX-512):
  *   NBA_CUT_COLUMNS  C (rows x keys, ld apart) = alpha A B over head_dim, A the block's
  *                    queries or context gradient, B keys or values packed as rows
  *                    (S = scale Q K^T, dP = G V^T);
@@ -92,13 +88,12 @@ static bool in_place(const attention_job *j, const block_scratch *m) {
  * Without causal attention nothing is cut. */
 static void block_product(const attention_job *j, const block_scratch *m, const block_t *blk,
                           nba_cut kind, double alpha, double beta, const char *A, int64_t a_row,
-                          const char *B, int64_t b_row, char *C, int64_t ldc) {
+                          const char *B, char *C, int64_t ldc) {
     const int64_t nr = m->t.nr;
     nba_tile_product p = {.alpha = alpha,
                           .beta = beta,
                           .A = A,
                           .B = B,
-                          .b_row = b_row,
                           .C = C,
                           .ldc = ldc,
                           .cut = j->plan.causal ? kind : NBA_CUT_NONE,
@@ -116,15 +111,13 @@ static void block_product(const attention_job *j, const block_scratch *m, const 
     nba_tiles_multiply(&m->t, &p);
 }
 
-/* dV += P^T G or dK += dS^T Q: X (the block's rows of G or Q, x_row apart) read in place or
- * packed into `pack` first. */
+/* dV += P^T G or dK += dS^T Q: X (the block's rows of G or Q, x_row apart) packed into `pack`
+ * first. */
 static void sum_queries(const attention_job *j, const block_scratch *m, const block_t *blk,
                         const char *A, const char *X, int64_t x_row, char *pack, double beta,
                         char *C, int64_t ldc) {
-    const bool here = in_place(j, m);
-    if (!here) nba_tiles_pack_cols(&m->t, pack, X, x_row, blk->rows, j->hd);
-    block_product(j, m, blk, NBA_CUT_SUM_FROM, 1.0, beta, A, 0, here ? X : pack, here ? x_row : 0,
-                  C, ldc);
+    nba_tiles_pack_cols(&m->t, pack, X, x_row, blk->rows, j->hd);
+    block_product(j, m, blk, NBA_CUT_SUM_FROM, 1.0, beta, A, 0, pack, C, ldc);
 }
 
 typedef enum { SOFTMAX_KEEP, SOFTMAX_SAVE, SOFTMAX_REPLAY } softmax_mode;
@@ -193,7 +186,7 @@ SOFTMAX_BODIES(avx512)
 /* The block's scores into P, then its softmax rows in place. */
 static void probabilities(const attention_job *j, const block_scratch *m, const block_t *blk,
                           const char *kt, char *stats, softmax_mode mode) {
-    block_product(j, m, blk, NBA_CUT_COLUMNS, j->plan.scale, 0.0, blk->q, blk->q_row, kt, 0, blk->P,
+    block_product(j, m, blk, NBA_CUT_COLUMNS, j->plan.scale, 0.0, blk->q, blk->q_row, kt, blk->P,
                   blk->ld);
     PICK(softmax_block)(j, blk, stats, mode);
 }
@@ -242,16 +235,15 @@ void nba_blocks_forward(const attention_job *j, int64_t p, char *scratch) {
     const size_t es = j->es;
     block_scratch m;
     layout(j, false, scratch, &m);
-    /* K^T packed once a pair; V read in place or packed once */
+    /* K^T and V packed once a pair */
     nba_tiles_pack_rows(&m.t, m.kt, pr.k, j->k.r, j->Tk, j->hd, m.t.nr);
-    const bool here = in_place(j, &m);
-    if (!here) nba_tiles_pack_cols(&m.t, m.vp, pr.v, j->v.r, j->Tk, j->hd);
+    nba_tiles_pack_cols(&m.t, m.vp, pr.v, j->v.r, j->Tk, j->hd);
     const int64_t step = j->memory_efficient ? ME_ROWS : j->Tq;
     for (int64_t r0 = 0; r0 < j->Tq; r0 += step) {
         block_t blk = block_at(j, &m, &pr, r0, j->Tq - r0 < step ? j->Tq - r0 : step, false);
         block_probabilities(j, &m, &blk, p, false);
-        block_product(j, &m, &blk, NBA_CUT_SUM_TO, 1.0, 0.0, blk.P, 0, here ? pr.v : m.vp,
-                      here ? j->v.r : 0, pr.ctx + es * (size_t)(r0 * j->out.r), j->out.r);
+        block_product(j, &m, &blk, NBA_CUT_SUM_TO, 1.0, 0.0, blk.P, 0, m.vp,
+                      pr.ctx + es * (size_t)(r0 * j->out.r), j->out.r);
     }
 }
 
@@ -261,10 +253,9 @@ void nba_blocks_backward(const attention_job *j, int64_t p, bool first, char *sc
     block_scratch m;
     layout(j, true, scratch, &m);
     if (j->memory_efficient) nba_tiles_pack_rows(&m.t, m.kt, pr.k, j->k.r, j->Tk, j->hd, m.t.nr);
-    /* V^T packed once a pair; K read in place or packed once */
+    /* V^T and K packed once a pair */
     nba_tiles_pack_rows(&m.t, m.vt, pr.v, j->v.r, j->Tk, j->hd, m.t.nr);
-    const bool here = in_place(j, &m);
-    if (!here) nba_tiles_pack_cols(&m.t, m.kp, pr.k, j->k.r, j->Tk, j->hd);
+    nba_tiles_pack_cols(&m.t, m.kp, pr.k, j->k.r, j->Tk, j->hd);
     const int64_t step = j->memory_efficient ? ME_ROWS : j->Tq;
     /* the memory-efficient path's dK and dV are zeroed by the caller and add up its blocks */
     const double beta = first && !j->memory_efficient ? 0.0 : 1.0;
@@ -276,12 +267,12 @@ void nba_blocks_backward(const attention_job *j, int64_t p, bool first, char *sc
         const char *g = pr.grad + es * (size_t)(r0 * j->grad.r);
         if (pr.dv) sum_queries(j, &m, &blk, blk.P, g, j->grad.r, m.gp, beta, pr.dv, j->dv.r);
         if (!pr.dq && !pr.dk) continue;
-        block_product(j, &m, &blk, NBA_CUT_COLUMNS, 1.0, 0.0, blk.g, blk.g_row, m.vt, 0, blk.dS,
+        block_product(j, &m, &blk, NBA_CUT_COLUMNS, 1.0, 0.0, blk.g, blk.g_row, m.vt, blk.dS,
                       blk.ld); /* dP = G V^T */
         PICK(softmax_block_backward)(j, &blk);
         if (pr.dq)
-            block_product(j, &m, &blk, NBA_CUT_SUM_TO, 1.0, 0.0, blk.dS, 0, here ? pr.k : m.kp,
-                          here ? j->k.r : 0, pr.dq + es * (size_t)(r0 * j->dq.r), j->dq.r);
+            block_product(j, &m, &blk, NBA_CUT_SUM_TO, 1.0, 0.0, blk.dS, 0, m.kp,
+                          pr.dq + es * (size_t)(r0 * j->dq.r), j->dq.r);
         if (pr.dk) sum_queries(j, &m, &blk, blk.dS, q, j->q.r, m.qp, beta, pr.dk, j->dk.r);
     }
 }

@@ -115,17 +115,15 @@ static void tile(const nba_tiles *t, const nba_tile_product *p, const strip_t *s
     const int mr = t->mr, nr = t->nr;
     const size_t es = t->es;
     const int cols = (int)min64(nr, p->N - jc);
-    const int64_t b_rs = p->b_row ? p->b_row : nr;
-    const char *b = (const char *)p->B +
-                    es * (size_t)(p->b_row ? jc + s->k0 * b_rs : jc / nr * p->b_panel + s->k0 * nr);
+    const char *b = (const char *)p->B + es * (size_t)(jc / nr * p->b_panel + s->k0 * nr);
     char *c = (char *)p->C + es * (size_t)(s->top * p->ldc + jc);
     const nbt_gemm_rect part = {s->r0, s->r1, 0, cols};
     const nbt_gemm_rect *rect = s->r0 == 0 && s->r1 == mr && cols == nr ? NULL : &part;
     if (t->dtype == NB_F32)
-        t->f32(s->k1 - s->k0, (const float *)s->a, s->a_rs, s->a_cs, (const float *)b, b_rs,
+        t->f32(s->k1 - s->k0, (const float *)s->a, s->a_rs, s->a_cs, (const float *)b, nr,
                (float *)c, p->ldc, (float)p->alpha, (float)p->beta, rect);
     else
-        t->f64(s->k1 - s->k0, (const double *)s->a, s->a_rs, s->a_cs, (const double *)b, b_rs,
+        t->f64(s->k1 - s->k0, (const double *)s->a, s->a_rs, s->a_cs, (const double *)b, nr,
                (double *)c, p->ldc, p->alpha, p->beta, rect);
 }
 

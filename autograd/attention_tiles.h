@@ -59,10 +59,9 @@ typedef enum {
 
 /* C = alpha * A B + beta * C (M x N, rows ldc apart) for A's element (i, k) at
  * A[i * a_rs + k * a_cs], or A packed by nba_tiles_pack_rows (width mr, a_packed); B packed by
- * nba_tiles_pack_* (K rows of each panel, panels b_panel elements apart), or read in place
- * (b_row not 0: B's element (k, j) at B[k * b_row + j], N a whole number of panels). A must be
- * readable for max(M, mr) rows (a last strip shorter than mr is computed as the strip of the mr
- * rows ending at M). Elements a cut skips are left as they were. beta == 0 never reads C. */
+ * nba_tiles_pack_* (K rows of each panel, panels b_panel elements apart). A must be readable for
+ * max(M, mr) rows (a last strip shorter than mr is computed as the strip of the mr rows ending at
+ * M). Elements a cut skips are left as they were. beta == 0 never reads C. */
 typedef struct {
     int64_t M, N, K;
     double alpha, beta;
@@ -70,7 +69,7 @@ typedef struct {
     int64_t a_rs, a_cs;
     bool a_packed;
     const void *B;
-    int64_t b_panel, b_row;
+    int64_t b_panel;
     void *C;
     int64_t ldc;
     nba_cut cut;

@@ -103,13 +103,13 @@ static void test_matches_composed_long_rows(void) {
 /* Heads of more than 64^3 multiply-adds take the tiled products (autograd/attention_blocks.c,
  * the GEMM's microkernel of each instruction set): causal self and cross attention (T_q > T_k
  * and T_q < T_k, keys never seen), a head_dim that is not a whole number of tile columns
- * (40, 20) and one that is (32: K, V and the gradient read in place), and a mask. */
+ * (40, 20) and one that is (32: whole panels on every set), and a mask. */
 static void tiled_head_cases(void) {
     check_against_composed(NB_F64, 2, 70, 90, 96, 2, pattern_mask(70, 90, 13, 4), true, 1e-12);
     check_against_composed(NB_F64, 1, 100, 90, 80, 2, NULL, true, 1e-12);
     check_against_composed(NB_F32, 1, 130, 130, 80, 2, NULL, true, 2e-5);
     check_against_composed(NB_F32, 1, 130, 140, 60, 3, NULL, false, 2e-5);
-    check_against_composed(NB_F32, 2, 96, 96, 64, 2, NULL, true, 2e-5); /* head 32: in place */
+    check_against_composed(NB_F32, 2, 96, 96, 64, 2, NULL, true, 2e-5); /* head 32 */
 }
 
 /* Runs cases on every instruction set this CPU can run. */
