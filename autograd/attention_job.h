@@ -45,8 +45,10 @@ static inline char *head_ptr(const attention_job *j, heads_t l, int64_t b, int64
 
 /* Query rows per block of the memory-efficient path: its scratch is two [ME_ROWS, T_k]
  * tiles per thread (1 MB each in float32 at T_k = 2048). On the Xeon (2 MB of L2 a core)
- * 128 rows ran the long workload 2-3% faster than 64 or 96 at one thread. */
-#define ME_ROWS 128
+ * 128 rows ran the long workload 2-3% faster than 64 or 96 at one thread; 132 is a whole
+ * number of both tiles' rows (12 on AVX-512, 6 on AVX2), where 128's last strip recomputed
+ * 4 rows. */
+#define ME_ROWS 132
 
 /* Pair p's heads of q, k and v, its context (or the context's gradient) and dq, and its
  * key/value head's dk and dv. */
