@@ -8,10 +8,11 @@
  * never as a copy. lda and ldb may be anything (0 reads one row again and again); ldc must
  * be at least N when M > 1. beta == 0 never reads C, so C may hold garbage or NaN.
  *
- * Large products and batches are split across up to nb_get_num_threads() OpenMP threads
- * (one inside a parallel region); small ones stay on the calling thread. A thread computes
- * whole elements of C, and how an element is computed never depends on the split, so the
- * result is bitwise the same for any number of threads.
+ * Large products and batches are split across up to nb_get_num_threads() of nabla's threads
+ * (one inside a pool task); small ones stay on the calling thread. A thread computes whole
+ * elements of C, or whole chunks of K whose bounds depend on the shape alone (a weight
+ * gradient, gemm_driver.h's k_chunks), and how an element is computed never depends on the
+ * split, so the result is bitwise the same for any number of threads.
  *
  * Every function returns false only when its pack buffers could not be allocated, or when
  * more than 64 threads want them at once (C is then unchanged). Each thread's buffers are
@@ -59,7 +60,8 @@ bool nbt_dgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
  * C = alpha * A op(B) + beta * C, where A's element (i, k) is A[i*a_rs + k*a_cs] (so a
  * transposed A is a_rs = 1), and op(B)'s element (k, j) is B[k*ldb + j], or B[j*ldb + k] with
  * trans_b. Each element is summed as nbt_sgemm sums it, bit for bit (in a -Dblas build both go
- * to the BLAS). beta == 0 never reads C. Cannot fail. */
+ * to the BLAS), except in a weight gradient that nbt_sgemm sums in chunks of K (k_chunks in
+ * gemm_driver.h: trans_a, K >= 512). beta == 0 never reads C. Cannot fail. */
 void nbt_sgemm_rows(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                     int64_t a_rs, int64_t a_cs, const float *B, int64_t ldb, float beta, float *C,
                     int64_t ldc);

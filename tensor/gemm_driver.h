@@ -18,7 +18,8 @@
  * transposed B must be packed.
  *
  * Threads (run): each gets whole products of a batch, or a block of C's rows or columns
- * (at tile boundaries) for every product, with its own pack buffers. The path, the kernel
+ * (at tile boundaries) for every product, with its own pack buffers; a weight gradient with
+ * a small C and a long K is instead summed in fixed chunks of K (k_chunks). The path, the kernel
  * and the K blocks depend only on the product's shape, and every kernel computes an element
  * the same way wherever its tile lies, so results are bitwise the same for any number of
  * threads. */
@@ -55,6 +56,12 @@
 #define pack_shared_task FN(pack_shared_task)
 #define shared_pack_t FN(shared_pack_t)
 #define in_place_pays FN(in_place_pays)
+#define k_chunks FN(k_chunks)
+#define chunks_t FN(chunks_t)
+#define run_chunk_task FN(run_chunk_task)
+#define chunk_sum_t FN(chunk_sum_t)
+#define sum_chunks FN(sum_chunks)
+#define run_split_k FN(run_split_k)
 
 static inline const T *a_at(bool ta, const T *A, int64_t lda, int64_t i, int64_t k) {
     return ta ? A + k * lda + i : A + i * lda + k;
@@ -474,12 +481,90 @@ static void pack_shared_task(int64_t task, int worker, void *arg) {
     }
 }
 
+/* A weight gradient's product, op(A)^T B summed over many tokens into a small C (lm's
+ * 128 x 128 x 1024, toy's 64 x 64 x 512), is summed in fixed chunks of K_CHUNK tokens, each
+ * chunk's C computed whole by one task and the chunks then added in order. Split by C's rows
+ * or columns instead, every thread read all of both operands, and half of them had just been
+ * written by the other core, which the ops before split by tokens: in toy's step at two
+ * threads these products ran no faster than on one (reading 256 KB another core wrote took
+ * 15.6 us here, against 2.7 us from this core's own cache). Split by tokens, each thread
+ * reads the tokens it wrote itself. The chunks depend on the shape alone, so the sums, and
+ * the results, are the same for any thread count. Returns the number of chunks (1: none). */
+#define K_CHUNK 256
+static int64_t k_chunks(const problem_t *p) {
+    int64_t M = p->M, N = p->N, K = p->K, chunks = K / K_CHUNK;
+    if (!p->ta || p->tb || p->batch != 1 || p->bias || chunks < 2 ||
+        (p->path != PATH_SMALL && p->path != PATH_BLOCKED) || M * N > 64 * K ||
+        (double)M * (double)N * (double)K < 2.0 * GEMM_MIN_WORK_PER_THREAD)
+        return 1;
+    /* every chunk but the first is summed in one more workspace */
+    return (chunks - 1) * M * N <= (int64_t)(workspace_bytes() / sizeof(T)) - 64 ? chunks : 1;
+}
+
+typedef struct {
+    const problem_t *p;
+    int64_t chunks;
+    T *partials; /* chunk c >= 1 at (c - 1) M N, rows N apart */
+    void **ws;
+} chunks_t;
+
+/* Chunk c: its K range of the product, into C with beta (c = 0) or into its partial. */
+static void run_chunk_task(int64_t c, int worker, void *arg) {
+    const chunks_t *s = arg;
+    problem_t q = *s->p;
+    int64_t k0 = nbt_gemm_boundary((int)c, (int)s->chunks, q.K, 1);
+    int64_t k1 = nbt_gemm_boundary((int)c + 1, (int)s->chunks, q.K, 1);
+    q.A = a_at(q.ta, q.A, q.lda, 0, k0), q.B = b_at(q.tb, q.B, q.ldb, k0, 0), q.K = k1 - k0;
+    q.path = choose_path(q.kern, q.tb, q.M, q.N, q.K);
+    q.in_place = q.path == PATH_BLOCKED && in_place_pays(q.kern, q.M, q.N);
+    if (c > 0) q.C = s->partials + (c - 1) * q.M * q.N, q.ldc = q.N, q.beta = 0;
+    part_t all = {0, 1, 0, q.M, 0, q.N};
+    run_part(&q, &all, s->ws[worker]);
+}
+
+typedef struct {
+    T *C;
+    int64_t ldc, M, N, chunks;
+    const T *partials;
+} chunk_sum_t;
+
+/* Rows [r0, r1) of C plus every partial, added in chunk order. */
+static void sum_chunks(int64_t r0, int64_t r1, void *arg) {
+    const chunk_sum_t *s = arg;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t c = 1; c < s->chunks; c++) {
+            T *restrict row = s->C + r * s->ldc;
+            const T *restrict add = s->partials + (c - 1) * s->M * s->N + r * s->N;
+            for (int64_t j = 0; j < s->N; j++) row[j] += add[j];
+        }
+}
+
+static bool run_split_k(const problem_t *p, int64_t chunks) {
+    double work = (double)p->M * (double)p->N * (double)p->K;
+    int threads = nbt_gemm_threads_for(work, GEMM_MIN_WORK_PER_THREAD);
+    if (threads > chunks) threads = (int)chunks;
+    if (threads > GEMM_MAX_THREADS - 1) threads = GEMM_MAX_THREADS - 1;
+    void *ws[GEMM_MAX_THREADS];
+    int slots[GEMM_MAX_THREADS];
+    if (!gemm_workspaces_acquire(threads + 1, ws, slots)) return false;
+    last_threads = threads;
+    chunks_t s = {p, chunks, ws[threads], ws};
+    nbt_run_tasks(chunks, threads, run_chunk_task, &s);
+    chunk_sum_t sum = {p->C, p->ldc, p->M, p->N, chunks, ws[threads]};
+    nbt_parallel_ranges(p->M, GEMM_MIN_WORK_PER_THREAD / 8 / p->N + 1, sum_chunks, &sum);
+    gemm_workspaces_release(threads + 1, slots);
+    return true;
+}
+
 /* Splits the work into parts and runs them on the pool, whichever thread is free taking the
  * next part: up to NBT_PIECES_PER_THREAD parts a thread, none under GEMM_MIN_WORK_PER_THREAD
  * multiply-adds or a unit. Independent products are split by batch entry; otherwise C is
  * split by rows or by columns at multiples of the tile size, and every part runs all products
- * for its piece of C. Never along K, so every part owns whole outputs. */
+ * for its piece of C. Never along K, so every part owns whole outputs (k_chunks' products
+ * go to run_split_k first: its chunks are fixed by the shape, not by the threads). */
 static bool run(problem_t *p) {
+    const int64_t chunks = k_chunks(p);
+    if (chunks > 1) return run_split_k(p, chunks);
     int64_t M = p->M, N = p->N, batch = p->batch;
     double work = (double)batch * (double)M * (double)N * (double)p->K;
     /* A one-row or one-column product (decoding's linear layers) packs nothing and streams its
@@ -680,4 +765,10 @@ static bool gemm_bias(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, in
 #undef pack_shared_task
 #undef shared_pack_t
 #undef in_place_pays
+#undef k_chunks
+#undef chunks_t
+#undef run_chunk_task
+#undef chunk_sum_t
+#undef sum_chunks
+#undef run_split_k
 #undef PANEL_PAD

@@ -299,9 +299,10 @@ static void block_edges(void) {
      * M above the M block (768 for f64, 1536 for f32), a big prime-ish product, and lm's head
      * weight gradient (C small enough that every tile set reads A and B in place) */
     static const int64_t shapes[][3] = {
-        {13, 17, 255},  {14, 18, 256}, {15, 33, 257}, {9, 20, 511},    {13, 35, 512},
-        {26, 31, 513},  {5, 255, 20},  {7, 257, 9},   {11, 511, 6},    {13, 513, 7},
-        {30, 530, 600}, {769, 5, 3},   {1537, 9, 4},  {257, 129, 300}, {65, 128, 1024},
+        {13, 17, 255},  {14, 18, 256},  {15, 33, 257}, {9, 20, 511},    {13, 35, 512},
+        {26, 31, 513},  {5, 255, 20},   {7, 257, 9},   {11, 511, 6},    {13, 513, 7},
+        {30, 530, 600}, {769, 5, 3},    {1537, 9, 4},  {257, 129, 300}, {65, 128, 1024},
+        {64, 64, 700},  {40, 24, 1300},
     };
     shapes_all_transposes(shapes, sizeof shapes / sizeof shapes[0]);
 }
@@ -391,9 +392,14 @@ static void test_threads_bitwise(void) {
     gemm_case shared_b = {false, false, 150, 100, 1100, 1, 0.5, 1, 2, 3};
     /* lm's weight gradient g^T x: A and B read in place by every tile set, rows split */
     gemm_case in_place = {true, false, 128, 128, 1024, 1, 0, 0, 0, 0};
-    const gemm_case *singles[] = {&blocked, &blocked_t, &wide,        &linear,   &row,
-                                  &col,     &thin,      &weight_grad, &shared_b, &in_place};
-    for (int c = 0; c < 10; c++) {
+    /* a weight gradient summed in chunks of K (gemm_driver.h, k_chunks): toy's shape with an
+     * odd K, beta and padded rows (two chunks), and five chunks of a narrow one */
+    gemm_case chunked = {true, false, 64, 64, 700, -0.5, 0.5, 1, 2, 3};
+    gemm_case chunked5 = {true, false, 40, 24, 1300, 1, 1, 0, 1, 0};
+    const gemm_case *singles[] = {&blocked,  &blocked_t, &wide,    &linear,
+                                  &row,      &col,       &thin,    &weight_grad,
+                                  &shared_b, &in_place,  &chunked, &chunked5};
+    for (int c = 0; c < 12; c++) {
         failures += !threads_agree_f32(singles[c], 1, false, false, 2);
         failures += !threads_agree_f64(singles[c], 1, false, false, 2);
     }
