@@ -33,14 +33,15 @@ static bool check_reduction(const char *op, nb_reduction r) {
 
 /* Row kernels for one float type; rows of C logits, t holds one class index per row. */
 #define DEFINE_CE_KERNELS(T, SUF)                                                                  \
-    /* lse[r] = log(sum(exp(x[r]))), loss[r] = lse[r] - x[r, t[r]] (0 where ignored). Returns      \
-     * the sum of the losses. e is scratch for one row. */                                         \
-    static double ce_rows_##SUF(int64_t rows, int64_t C, const T *x, const int64_t *t,             \
-                                int64_t ignore, T *lse, T *loss, T *e) {                           \
-        double total = 0;                                                                          \
-        for (int64_t r = 0; r < rows; r++, x += C) {                                               \
+    /* lse[r] = log(sum(exp(x[r]))), loss[r] = lse[r] - x[r, t[r]] (0 where ignored), and the      \
+     * same loss unrounded in exact[r]. e is scratch for one row. */                               \
+    static void ce_rows_##SUF(int64_t r0, int64_t r1, int64_t C, const T *x, const int64_t *t,     \
+                              int64_t ignore, T *lse, T *loss, double *exact, T *e) {              \
+        x += r0 * C;                                                                               \
+        for (int64_t r = r0; r < r1; r++, x += C) {                                                \
             if (t[r] == ignore) {                                                                  \
                 lse[r] = loss[r] = 0;                                                              \
+                exact[r] = 0;                                                                      \
                 continue;                                                                          \
             }                                                                                      \
             const T max = nbt_row_max_##SUF(x, C);                                                 \
@@ -49,16 +50,16 @@ static bool check_reduction(const char *op, nb_reduction r) {
             const double l = (double)max + log(nbt_row_sum_##SUF(e, C));                           \
             lse[r] = (T)l;                                                                         \
             loss[r] = (T)(l - (double)x[t[r]]);                                                    \
-            total += l - (double)x[t[r]];                                                          \
+            exact[r] = l - (double)x[t[r]];                                                        \
         }                                                                                          \
-        return total;                                                                              \
     }                                                                                              \
     /* dx[r] = w_r * (softmax(x[r]) - onehot(t[r])) with w_r = g[r * gstep] * factor; ignored      \
      * rows get 0. */                                                                              \
-    static void ce_backward_rows_##SUF(int64_t rows, int64_t C, const T *x, const int64_t *t,      \
-                                       int64_t ignore, const T *lse, const T *g, int64_t gstep,    \
-                                       double factor, T *dx) {                                     \
-        for (int64_t r = 0; r < rows; r++, x += C, dx += C) {                                      \
+    static void ce_backward_rows_##SUF(int64_t r0, int64_t r1, int64_t C, const T *x,              \
+                                       const int64_t *t, int64_t ignore, const T *lse, const T *g, \
+                                       int64_t gstep, double factor, T *dx) {                      \
+        x += r0 * C, dx += r0 * C;                                                                 \
+        for (int64_t r = r0; r < r1; r++, x += C, dx += C) {                                       \
             if (t[r] == ignore) {                                                                  \
                 memset(dx, 0, sizeof(T) * (size_t)C);                                              \
                 continue;                                                                          \
@@ -73,6 +74,44 @@ static bool check_reduction(const char *op, nb_reduction r) {
 
 DEFINE_CE_KERNELS(float, f32)
 DEFINE_CE_KERNELS(double, f64)
+
+/* Rows on nabla's threads: at least this many elements a slice (the rows are independent, so
+ * the split changes nothing; the loss is summed afterwards in row order). A slice's rows use
+ * one scratch row, scratch row begin / grain: slices are at least grain rows long, so no two
+ * share one. */
+static int64_t ce_grain(int64_t C) {
+    return C < 8192 ? 8192 / (C > 0 ? C : 1) : 1;
+}
+
+typedef struct {
+    int64_t C, ignore, gstep, grain;
+    const void *x, *g, *lse_in;
+    const int64_t *t;
+    void *lse, *loss, *e, *dx;
+    double *exact, factor;
+    bool f32;
+} ce_job;
+
+static void ce_forward_range(int64_t r0, int64_t r1, void *vjob) {
+    const ce_job *j = vjob;
+    const size_t row = (size_t)(r0 / j->grain * j->C);
+    if (j->f32)
+        ce_rows_f32(r0, r1, j->C, j->x, j->t, j->ignore, j->lse, j->loss, j->exact,
+                    (float *)j->e + row);
+    else
+        ce_rows_f64(r0, r1, j->C, j->x, j->t, j->ignore, j->lse, j->loss, j->exact,
+                    (double *)j->e + row);
+}
+
+static void ce_backward_range(int64_t r0, int64_t r1, void *vjob) {
+    const ce_job *j = vjob;
+    if (j->f32)
+        ce_backward_rows_f32(r0, r1, j->C, j->x, j->t, j->ignore, j->lse_in, j->g, j->gstep,
+                             j->factor, j->dx);
+    else
+        ce_backward_rows_f64(r0, r1, j->C, j->x, j->t, j->ignore, j->lse_in, j->g, j->gstep,
+                             j->factor, j->dx);
+}
 
 /* Checks every target is a class in [0, C) or ignore_index; the error names the first bad
  * value and its position. */
@@ -104,15 +143,17 @@ static void cross_entropy_backward(nb_node *n, const nb_tensor *gout) {
     nb_tensor *dx = nbt_new("backward", x->dtype, x->ndim, x->shape);
     if (!g || !dx) return;
     int64_t C = x->shape[x->ndim - 1], rows = nbt_numel(t);
-    int64_t gstep = n->i[1] == NB_REDUCE_NONE ? 1 : 0;
-    if (x->dtype == NB_F32)
-        ce_backward_rows_f32(rows, C, (const float *)nbt_ptr(x), (const int64_t *)nbt_ptr(t),
-                             n->i[0], (const float *)nbt_ptr(lse), (const float *)nbt_ptr(g), gstep,
-                             n->f[0], (float *)nbt_ptr(dx));
-    else
-        ce_backward_rows_f64(rows, C, (const double *)nbt_ptr(x), (const int64_t *)nbt_ptr(t),
-                             n->i[0], (const double *)nbt_ptr(lse), (const double *)nbt_ptr(g),
-                             gstep, n->f[0], (double *)nbt_ptr(dx));
+    ce_job job = {.C = C,
+                  .ignore = n->i[0],
+                  .gstep = n->i[1] == NB_REDUCE_NONE ? 1 : 0,
+                  .x = nbt_ptr(x),
+                  .g = nbt_ptr(g),
+                  .lse_in = nbt_ptr(lse),
+                  .t = (const int64_t *)nbt_ptr(t),
+                  .dx = nbt_ptr(dx),
+                  .factor = n->f[0],
+                  .f32 = x->dtype == NB_F32};
+    nbt_parallel_ranges(rows, ce_grain(C), ce_backward_range, &job);
     nba_accumulate(n, 0, dx);
 }
 
@@ -136,20 +177,25 @@ nb_tensor *nb_cross_entropy(const nb_tensor *logits, const nb_tensor *target, in
     int64_t C = logits->shape[logits->ndim - 1], rows = nbt_numel(t);
     nb_tensor *lse = nbt_new(op, x->dtype, t->ndim, t->shape);
     nb_tensor *loss = nbt_new(op, x->dtype, t->ndim, t->shape);
-    nb_tensor *scratch = nbt_new(op, x->dtype, 1, &C);
-    if (!lse || !loss || !scratch) return NULL;
-    double total;
-    if (x->dtype == NB_F32)
-        total = ce_rows_f32(rows, C, (const float *)nbt_ptr(x), (const int64_t *)nbt_ptr(t),
-                            ignore_index, (float *)nbt_ptr(lse), (float *)nbt_ptr(loss),
-                            (float *)nbt_ptr(scratch));
-    else
-        total = ce_rows_f64(rows, C, (const double *)nbt_ptr(x), (const int64_t *)nbt_ptr(t),
-                            ignore_index, (double *)nbt_ptr(lse), (double *)nbt_ptr(loss),
-                            (double *)nbt_ptr(scratch));
+    const int64_t grain = ce_grain(C), slices = rows / grain + 1;
+    nb_tensor *scratch = nbt_new(op, x->dtype, 2, (int64_t[]){slices, C});
+    nb_tensor *exact = nbt_new(op, NB_F64, t->ndim, t->shape);
+    if (!lse || !loss || !scratch || !exact) return NULL;
+    ce_job job = {.C = C,
+                  .ignore = ignore_index,
+                  .grain = grain,
+                  .x = nbt_ptr(x),
+                  .t = (const int64_t *)nbt_ptr(t),
+                  .lse = nbt_ptr(lse),
+                  .loss = nbt_ptr(loss),
+                  .e = nbt_ptr(scratch),
+                  .exact = (double *)nbt_ptr(exact),
+                  .f32 = x->dtype == NB_F32};
+    nbt_parallel_ranges(rows, grain, ce_forward_range, &job);
     const int64_t *tv = (const int64_t *)nbt_ptr(t);
     int64_t counted = 0;
-    for (int64_t r = 0; r < rows; r++) counted += tv[r] != ignore_index;
+    double total = 0;
+    for (int64_t r = 0; r < rows; r++) counted += tv[r] != ignore_index, total += job.exact[r];
     double factor = 1.0;
     nb_tensor *out = loss;
     if (reduction != NB_REDUCE_NONE) {

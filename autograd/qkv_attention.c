@@ -23,10 +23,11 @@
  *
  * No mask input (a fifth input): nn/attention.c takes this path for causal or unmasked
  * self-attention only. */
-#include "node.h"
 #include "attention.h"
 #include "gemm_operand.h"
+#include "node.h"
 
+#include <string.h>
 
 /* q, k or v (i = 0, 1, 2) of the op's buffer qkv ([B, T, 3D] side by side or [3, B, T, D]
  * blocks) as a [B, T, D] view held by the caller. The attention only reads a block's layout
@@ -75,6 +76,10 @@ static bool stacked_weights(const nb_tensor *const w[3], nb_tensor **copy, bool 
         if (fill) {
             *copy = nbt_new("qkv_attention", w[0]->dtype, 3, (int64_t[]){3, D, Din});
             for (int i = 0; *copy && i < 3; i++) {
+                if (nb_is_contiguous(w[i])) { /* the usual case: one copy of the bytes */
+                    memcpy((char *)nbt_ptr(*copy) + i * bytes, nbt_ptr(w[i]), bytes);
+                    continue;
+                }
                 nb_tensor *block = nbt_select(*copy, 0, i);
                 if (!block || !nbt_copy(block, w[i])) *copy = NULL;
             }

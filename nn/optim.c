@@ -194,9 +194,29 @@ bool nb_optimizer_step(nb_optimizer *o) {
     return true;
 }
 
+/* A flat gradient's elements set to zero (all-zero bytes are 0 in every float type). */
+static void zero_inner(int64_t n, char **p, const int64_t *strides, void *ctx) {
+    (void)ctx;
+    memset(p[0], 0, (size_t)n * (size_t)strides[0]);
+}
+
+/* Every flat gradient zeroed in one job, as the step updates them: one by one they were
+ * memsets on the calling thread (lm's 1.7 MB of gradients, about 100 us a step). */
 void nb_optimizer_zero_grad(nb_optimizer *o) {
     if (!o) return;
-    for (int i = 0; i < o->n; i++) nb_zero_grad(o->params[i]);
+    o->nsegments = 0;
+    for (int i = 0; i < o->n; i++) {
+        nb_tensor *g = o->params[i]->grad;
+        if (!g) continue;
+        if (!nb_is_contiguous(g)) {
+            nb_zero_grad(o->params[i]);
+            continue;
+        }
+        nbo_segment *seg = &o->segments[o->nsegments++];
+        seg->nops = 1, seg->n = nbt_numel(g), seg->fn = zero_inner;
+        seg->base[0] = nbt_ptr(g);
+    }
+    run_segments(o);
 }
 
 /* The queued updates as one job: every queued parameter's elements in a row, cut into slices
