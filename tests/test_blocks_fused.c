@@ -1,5 +1,6 @@
 /* The blocks' fused nodes against the ops they replace: the attention's one q/k/v product and
- * RoPE node (nn/blocks/qkv_rope.c) against three linears and blk_rope_apply, and
+ * RoPE node (nn/blocks/qkv_rope.c) against three linears and blk_rope_apply, SwiGLU's gate
+ * node (silu(a) * b) and grouped products against two linears, nb_silu and nb_mul, and
  * blk_rms_norm_forward_add against nb_add and the norm. Values by hand, float64 gradchecks,
  * values and every gradient against the op-by-op form, float32 against float64, errors. */
 #include <nabla/blocks.h>
@@ -138,6 +139,42 @@ static void test_attention_matches_ops(void) {
     }
 }
 
+/* ---- SwiGLU's gate --------------------------------------------------------------------------- */
+/* The module's output and the gradients of x, w1, w2 and w3, fused and op by op. */
+static void swiglu_grads(blk_swiglu *m, nb_tensor *x, const nb_tensor *gy, bool fused,
+                         nb_tensor **out) {
+    nb_tensor *p[3] = {m->w1->weight, m->w2->weight, m->w3->weight};
+    nb_zero_grad(x);
+    for (int i = 0; i < 3; i++) nb_zero_grad(p[i]);
+    nb_tensor *y =
+        fused ? blk_swiglu_forward(m, x)
+              : nb_f_linear(nb_mul(nb_silu(nb_f_linear(x, p[0], NULL)), nb_f_linear(x, p[2], NULL)),
+                            p[1], NULL);
+    CU_ASSERT_TRUE_FATAL(y && nb_backward(y, gy));
+    out[0] = y, out[1] = nb_clone(x->grad);
+    for (int i = 0; i < 3; i++) out[i + 2] = nb_clone(p[i]->grad);
+}
+
+static void test_swiglu_matches_ops(void) {
+    for (int d = 0; d < 2; d++) {
+        nb_dtype dt = d ? NB_F32 : NB_F64;
+        nb_module *model = nb_model_new(dt, 9);
+        blk_swiglu *m = blk_swiglu_new(model, "ff", 8, 21);
+        nb_rng rng;
+        nb_rng_seed(&rng, 10);
+        /* x a transposed view (not contiguous) */
+        nb_tensor *x =
+            nb_requires_grad_(nb_transpose(randn(&rng, dt, NB_SHAPE(4, 3, 8)), 0, 1), true);
+        nb_tensor *gy = randn(&rng, dt, NB_SHAPE(3, 4, 8));
+        nb_tensor *fused[5], *ops[5];
+        swiglu_grads(m, x, gy, true, fused);
+        swiglu_grads(m, x, gy, false, ops);
+        double tol = d ? 1e-5 : 1e-12;
+        for (int i = 0; i < 5; i++) NBT_ASSERT_CLOSE(fused[i], ops[i], tol, tol);
+        nb_module_free(model);
+    }
+}
+
 /* float32 against float64: the same parameters and inputs, rounded. */
 static void test_f32_matches_f64(void) {
     nb_module *m64 = nb_model_new(NB_F64, 6), *m32 = nb_model_new(NB_F32, 6);
@@ -198,6 +235,7 @@ int main(void) {
         {"add + rms_norm = nb_add then the norm, gradients too", test_add_norm_matches_ops},
         {"attention's q/k/v node = three linears and blk_rope (MQA, GQA, MHA)",
          test_attention_matches_ops},
+        {"swiglu module = two linears, silu and a product (f64, f32)", test_swiglu_matches_ops},
         {"float32 against float64", test_f32_matches_f64},
         {"add + rms_norm errors", test_add_norm_errors},
     };
