@@ -70,6 +70,13 @@ typedef struct {
 } blk_rms_norm;
 blk_rms_norm *blk_rms_norm_new(nb_module *parent, const char *name, int64_t dim, double eps);
 nb_tensor *blk_rms_norm_forward(blk_rms_norm *m, const nb_tensor *x);
+/* A residual add and the norm after it as one node: *sum = x + res (same shape and dtype)
+ * and the result blk_rms_norm_forward(m, *sum), both new tensors in the current scope (the
+ * sum is the residual stream, the result what the next sublayer reads). The same values as
+ * nb_add then the norm; one pass each way instead of an add, the norm, and in backward the
+ * sum of the stream's two gradients. NULL (and *sum NULL) with an error naming m. */
+nb_tensor *blk_rms_norm_forward_add(blk_rms_norm *m, const nb_tensor *x, const nb_tensor *res,
+                                    nb_tensor **sum);
 
 /* SwiGLU feed-forward D -> hidden -> D: Linear children w1, w3 (gate, up) and w2 (down),
  * without biases, initialised as PyTorch's nn.Linear. */
@@ -323,8 +330,8 @@ typedef struct {
     nb_module base;
     blk_rms_norm *attn_norm, *ffn_norm;
     blk_mla *attn;
-    blk_moe *moe;         /* "ffn" of an MoE block, else NULL */
-    blk_swiglu *dense;    /* "ffn" of a dense block, else NULL */
+    blk_moe *moe;      /* "ffn" of an MoE block, else NULL */
+    blk_swiglu *dense; /* "ffn" of a dense block, else NULL */
 } blk_deepseek_block;
 /* A block under parent (owned by its root); dense chooses the SwiGLU feed-forward. NULL with
  * an error naming the bad setting. */

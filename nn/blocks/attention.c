@@ -2,6 +2,7 @@
 #include <nabla/blocks.h>
 #include "attn_mask.h"
 #include "errors.h"
+#include "qkv_rope.h"
 
 #include <math.h>
 
@@ -28,17 +29,6 @@ blk_attention *blk_attention_new(nb_module *parent, const char *name, int64_t di
         !(m->wo = nb_linear_new(&m->base, "wo", dim, dim, false)))
         return nb_module_discard(&m->base);
     return m;
-}
-
-/* [B, T, heads * hd] -> [B, heads, T, hd], rotated with the tables when there are some. The
- * rotation runs on the [B, T, heads, hd] layout the projection wrote, and the head dim is
- * then moved in front of the tokens as a strided view. */
-static nb_tensor *heads(const blk_attention *m, const nb_tensor *x, int64_t n,
-                        const blk_rope_tables *rope) {
-    if (!x) return NULL;
-    nb_tensor *h = nb_view(x, NB_SHAPE(x->shape[0], x->shape[1], n, m->head_dim));
-    if (rope) h = blk_rope_apply(h, 1, rope);
-    return nb_transpose(h, 1, 2);
 }
 
 /* [B, T, heads * hd] rotated at the tables' positions, in the same layout (what
@@ -88,9 +78,11 @@ nb_tensor *blk_attention_forward(blk_attention *m, const nb_tensor *x, const blk
                         nb_module_path(&m->base), (long long)offset);
     blk_rope_tables rope; /* q and k are rotated at the same positions: one set of tables */
     if (!blk_rope_tables_make(x->dtype, T, m->head_dim, offset, m->rope_base, &rope)) return NULL;
-    nb_tensor *q = heads(m, nb_linear_forward(m->wq, x), m->n_heads, &rope);
-    nb_tensor *k = heads(m, nb_linear_forward(m->wk, x), m->n_kv_heads, &rope);
-    nb_tensor *v = heads(m, nb_linear_forward(m->wv, x), m->n_kv_heads, NULL);
+    nb_tensor *q, *k, *v; /* [B, T, heads, hd] */
+    if (!blk_qkv_rope(x, m->wq->weight, m->wk->weight, m->wv->weight, m->n_heads, m->n_kv_heads,
+                      &rope, &q, &k, &v))
+        return blk_module_error(&m->base);
+    q = nb_transpose(q, 1, 2), k = nb_transpose(k, 1, 2), v = nb_transpose(v, 1, 2);
     const bool causal = opts && opts->causal;
     const double scale = 1.0 / sqrt((double)m->head_dim);
     nb_tensor *ctx = opts && opts->attn_weights

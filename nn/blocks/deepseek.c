@@ -34,8 +34,9 @@ nb_tensor *blk_deepseek_block_forward(blk_deepseek_block *m, const nb_tensor *x,
     if (!m) return blk_null_argument("DeepSeekBlock");
     /* cached: inference, no graph for the norms, residuals and feed-forward either */
     const bool grad = opts && opts->cache ? nb_set_grad_enabled(false) : nb_is_grad_enabled();
-    nb_tensor *h = nb_add(x, blk_mla_forward(m->attn, blk_rms_norm_forward(m->attn_norm, x), opts));
-    nb_tensor *normed = blk_rms_norm_forward(m->ffn_norm, h), *ffn;
+    nb_tensor *h, *ffn; /* the residual add and the norm after it: one node */
+    nb_tensor *normed = blk_rms_norm_forward_add(
+        m->ffn_norm, x, blk_mla_forward(m->attn, blk_rms_norm_forward(m->attn_norm, x), opts), &h);
     blk_moe_routing routing = {0};
     if (m->dense) {
         ffn = blk_swiglu_forward(m->dense, normed);

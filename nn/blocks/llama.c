@@ -21,15 +21,27 @@ blk_llama_block *blk_llama_block_new(nb_module *parent, const char *name,
     return m;
 }
 
+/* The block after its attention norm: normed = attention_norm(x). Returns the block's output,
+ * and with next (the norm after the block) next's output in *next_normed, the block's last
+ * residual add and that norm as one node (blk_rms_norm_forward_add), as is its first. */
+static nb_tensor *block_body(blk_llama_block *m, const nb_tensor *x, const nb_tensor *normed,
+                             const blk_attn_opts *opts, blk_rms_norm *next,
+                             nb_tensor **next_normed) {
+    nb_tensor *h, *out;
+    nb_tensor *ffn_in = blk_rms_norm_forward_add(
+        m->ffn_norm, x, blk_attention_forward(m->attention, normed, opts), &h);
+    nb_tensor *ffn = blk_swiglu_forward(m->feed_forward, ffn_in);
+    if (!next) return nb_add(h, ffn);
+    *next_normed = blk_rms_norm_forward_add(next, h, ffn, &out);
+    return out;
+}
+
 nb_tensor *blk_llama_block_forward(blk_llama_block *m, const nb_tensor *x,
                                    const blk_attn_opts *opts) {
     if (!m) return blk_null_argument("LlamaBlock");
     /* cached: inference, no graph for the norms, residuals and feed-forward either */
     const bool grad = opts && opts->cache ? nb_set_grad_enabled(false) : nb_is_grad_enabled();
-    nb_tensor *h = nb_add(
-        x, blk_attention_forward(m->attention, blk_rms_norm_forward(m->attention_norm, x), opts));
-    nb_tensor *out =
-        nb_add(h, blk_swiglu_forward(m->feed_forward, blk_rms_norm_forward(m->ffn_norm, h)));
+    nb_tensor *out = block_body(m, x, blk_rms_norm_forward(m->attention_norm, x), opts, NULL, NULL);
     nb_set_grad_enabled(grad);
     return out;
 }
@@ -70,14 +82,18 @@ nb_tensor *blk_llama_lm_forward(blk_llama_lm *m, const nb_tensor *tokens,
     if (c && !blk_lm_cache_fits(&m->base, m->n_layers, tokens, c)) return NULL;
     const bool grad = c ? nb_set_grad_enabled(false) : nb_is_grad_enabled(); /* inference */
     nb_tensor *x = nb_embedding_forward(m->tok_embeddings, tokens);
+    /* Each block's output and the norm after it (the next block's attention norm, or the
+     * final norm) come from one node: blk_llama_block_forward's values. */
+    nb_tensor *normed = blk_rms_norm_forward(m->layers[0]->attention_norm, x);
     for (int i = 0; i < m->n_layers && x; i++) {
         blk_attn_opts layer = opts ? *opts : (blk_attn_opts){0};
         layer.attn_weights = opts && opts->attn_weights ? &opts->attn_weights[i] : NULL;
         layer.cache_layer = i;
-        x = blk_llama_block_forward(m->layers[i], x, &layer);
+        blk_rms_norm *next = i + 1 < m->n_layers ? m->layers[i + 1]->attention_norm : m->norm;
+        x = block_body(m->layers[i], x, normed, &layer, next, &normed);
     }
     /* nb_linear_forward would replace the first error with its own */
-    nb_tensor *logits = x ? nb_linear_forward(m->output, blk_rms_norm_forward(m->norm, x)) : NULL;
+    nb_tensor *logits = x ? nb_linear_forward(m->output, normed) : NULL;
     nb_set_grad_enabled(grad);
     return logits;
 }

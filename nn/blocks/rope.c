@@ -1,6 +1,7 @@
 /* Rotary position embeddings, rotate-half convention (Hugging Face's Llama layout). */
 #include <nabla/blocks.h>
 #include "errors.h"
+#include "rope_head.h"
 
 #include <math.h>
 
@@ -47,12 +48,7 @@ typedef struct {
         T_ *y = (T_ *)j->y + begin * 2 * half, sign = (T_)j->sign;                                 \
         for (int64_t r = begin; r < end; r++, x += 2 * half, y += 2 * half) {                      \
             int64_t pos = (r / j->inner) % j->T;                                                   \
-            const T_ *c = cos_t + pos * half, *s = sin_t + pos * half;                             \
-            for (int64_t i = 0; i < half; i++) {                                                   \
-                T_ a = x[i], b = x[half + i], si = sign * s[i];                                    \
-                y[i] = a * c[i] - b * si;                                                          \
-                y[half + i] = b * c[i] + a * si;                                                   \
-            }                                                                                      \
+            rope_head_##T_(x, y, cos_t + pos * half, sin_t + pos * half, half, sign);              \
         }                                                                                          \
     }
 ROPE_ROWS(float)
