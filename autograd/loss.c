@@ -76,11 +76,19 @@ DEFINE_CE_KERNELS(float, f32)
 DEFINE_CE_KERNELS(double, f64)
 
 /* Rows on nabla's threads: at least this many elements a slice (the rows are independent, so
- * the split changes nothing; the loss is summed afterwards in row order). A slice's rows use
- * one scratch row, scratch row begin / grain: slices are at least grain rows long, so no two
- * share one. */
+ * the split changes nothing; the loss is summed afterwards in row order). */
 static int64_t ce_grain(int64_t C) {
     return C < 8192 ? 8192 / (C > 0 ? C : 1) : 1;
+}
+
+/* The forward's grain: ce_grain, raised so that there are at most CE_SCRATCH_ROWS slices. A
+ * slice's rows use one scratch row of C, scratch row begin / grain (slices are at least grain
+ * rows long, so no two share one); with ce_grain alone a large vocabulary (grain 1) made the
+ * scratch as large as the logits. */
+#define CE_SCRATCH_ROWS 64
+static int64_t ce_forward_grain(int64_t rows, int64_t C) {
+    const int64_t grain = ce_grain(C), least = (rows + CE_SCRATCH_ROWS - 1) / CE_SCRATCH_ROWS;
+    return grain > least ? grain : least;
 }
 
 typedef struct {
@@ -177,7 +185,7 @@ nb_tensor *nb_cross_entropy(const nb_tensor *logits, const nb_tensor *target, in
     int64_t C = logits->shape[logits->ndim - 1], rows = nbt_numel(t);
     nb_tensor *lse = nbt_new(op, x->dtype, t->ndim, t->shape);
     nb_tensor *loss = nbt_new(op, x->dtype, t->ndim, t->shape);
-    const int64_t grain = ce_grain(C), slices = rows / grain + 1;
+    const int64_t grain = ce_forward_grain(rows, C), slices = rows / grain + 1;
     nb_tensor *scratch = nbt_new(op, x->dtype, 2, (int64_t[]){slices, C});
     nb_tensor *exact = nbt_new(op, NB_F64, t->ndim, t->shape);
     if (!lse || !loss || !scratch || !exact) return NULL;
