@@ -4,52 +4,12 @@
 
 #include <string.h>
 
-#define DEFINE_SCATTER_ADD(T, SUF)                                                                 \
-    /* gw[idx[k], c0:c1] += g[k, c0:c1] for each of the n indices; rows of D contiguous            \
-     * elements. */                                                                                \
-    static void scatter_add_rows_##SUF(int64_t n, int64_t D, int64_t c0, int64_t c1,               \
-                                       const int64_t *idx, const T *g, T *gw) {                    \
-        for (int64_t k = 0; k < n; k++, g += D) {                                                  \
-            T *restrict row = gw + idx[k] * D;                                                     \
-            const T *restrict add = g;                                                             \
-            for (int64_t j = c0; j < c1; j++) row[j] += add[j];                                    \
-        }                                                                                          \
-    }
-
-DEFINE_SCATTER_ADD(float, f32)
-DEFINE_SCATTER_ADD(double, f64)
-
-typedef struct {
-    int64_t count, D;
-    const int64_t *idx;
-    const void *g;
-    void *gw;
-    bool f32;
-} scatter_job;
-
-/* Columns [c0, c1) of every row: each weight element sums its rows in index order whichever
- * thread takes its columns, so the result does not depend on the split. */
-static void scatter_columns(int64_t c0, int64_t c1, void *vjob) {
-    const scatter_job *j = vjob;
-    if (j->f32)
-        scatter_add_rows_f32(j->count, j->D, c0, c1, j->idx, j->g, j->gw);
-    else
-        scatter_add_rows_f64(j->count, j->D, c0, c1, j->idx, j->g, j->gw);
-}
-
 /* saved[0]: the contiguous indices. */
 static void embedding_backward(nb_node *n, const nb_tensor *gout) {
     const nb_tensor *w = n->inputs[0], *idx = n->saved[0];
-    nb_tensor *g = nbt_contiguous(gout);
     nb_tensor *gw = nb_zeros(w->dtype, 2, w->shape);
-    if (!g || !gw) return;
-    int64_t count = nbt_numel(idx), D = w->shape[1];
-    scatter_job job = {count,      D,           (const int64_t *)nbt_ptr(idx),
-                       nbt_ptr(g), nbt_ptr(gw), w->dtype == NB_F32};
-    /* a slice of columns is at least 16 wide (whole cache lines of floats) and about 16K
-     * additions */
-    int64_t grain = 16384 / (count > 0 ? count : 1);
-    nbt_parallel_ranges(D, grain > 16 ? grain : 16, scatter_columns, &job);
+    /* gout [..., D] is, read contiguous, [count, D]: index_add's source along dim 0 */
+    if (!gw || !nba_index_add(gw, 0, idx, gout, 1.0)) return;
     nba_accumulate(n, 0, gw);
 }
 

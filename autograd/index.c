@@ -141,10 +141,8 @@ static void index_add_range(int64_t begin, int64_t end, void *vctx) {
     }
 }
 
-/* out (contiguous) += alpha * src scattered along dim at the contiguous idx (K entries,
- * checked); src has out's shape but K at dim, any layout. */
-static bool index_add_into(nb_tensor *out, int dim, const nb_tensor *idx, const nb_tensor *src,
-                           double alpha) {
+bool nba_index_add(nb_tensor *out, int dim, const nb_tensor *idx, const nb_tensor *src,
+                   double alpha) {
     nb_tensor *s = nbt_contiguous(src);
     if (!s) return false;
     index_add_job j = {.dtype = out->dtype,
@@ -160,6 +158,10 @@ static bool index_add_into(nb_tensor *out, int dim, const nb_tensor *idx, const 
     for (int i = dim + 1; i < out->ndim; i++) j.I *= out->shape[i];
     if (O == 0 || j.I == 0 || j.K == 0) return true;
     j.width = j.I < 512 ? j.I : 512; /* columns per task: long runs for the inner loop */
+    if (O < 8) { /* few o (an embedding's weight: one): the columns split too, 16 or more a task */
+        int64_t parts = 8 / O, cut = ((j.I + parts - 1) / parts + 15) / 16 * 16;
+        if (cut < j.width) j.width = cut;
+    }
     j.blocks = (j.I + j.width - 1) / j.width;
     int64_t work = j.K * j.width; /* elements added per task */
     nbt_parallel_ranges(O * j.blocks, 32768 / work + 1, index_add_range, &j);
@@ -279,7 +281,7 @@ static nb_tensor *checked_vector_index(const char *op, const nb_tensor *x, int d
 static void index_select_backward(nb_node *n, const nb_tensor *gout) {
     const nb_tensor *x = n->inputs[0];
     nb_tensor *gx = nb_zeros(x->dtype, x->ndim, x->shape);
-    if (gx && index_add_into(gx, (int)n->i[0], n->saved[0], gout, 1)) nba_accumulate(n, 0, gx);
+    if (gx && nba_index_add(gx, (int)n->i[0], n->saved[0], gout, 1)) nba_accumulate(n, 0, gx);
 }
 
 nb_tensor *nb_index_select(const nb_tensor *x, int dim, const nb_tensor *index) {
@@ -324,7 +326,7 @@ nb_tensor *nb_index_add(const nb_tensor *x, int dim, const nb_tensor *index,
                          nbt_shape(source), nbt_shape(x), dim, (long long)nbt_numel(idx),
                          nbt_shape(index));
     nb_tensor *out = nbt_contiguous_as(x, x->dtype); /* a new tensor even for a contiguous x */
-    if (!out || !index_add_into(out, d, idx, source, alpha)) return NULL;
+    if (!out || !nba_index_add(out, d, idx, source, alpha)) return NULL;
     nb_node *n = nba_record(op, out, 2, (const nb_tensor *[]){x, source}, index_add_backward);
     if (n) n->i[0] = d, n->f[0] = alpha, n->saved[0] = idx;
     return out;

@@ -88,6 +88,11 @@ void nba_set_record_hook(void (*hook)(const char *op));
 /* ---- raw helpers shared by backward functions ---- */
 /* Sums t down to the given shape (t's shape must broadcast-reduce to it). New tensor. */
 nb_tensor *nba_sum_to_shape(const nb_tensor *t, int ndim, const int64_t *shape);
+/* out (contiguous) += alpha * src scattered along dim at the contiguous idx (K entries,
+ * checked); src has out's shape but K at dim, any layout. Each element adds its entries in
+ * index order, so the split does not change the result (index.c). False if out of memory. */
+bool nba_index_add(nb_tensor *out, int dim, const nb_tensor *idx, const nb_tensor *src,
+                   double alpha);
 /* dst += src in place (src broadcast to dst; same float dtype). */
 void nba_add_into(nb_tensor *dst, const nb_tensor *src);
 /* Checks that every input is non-NULL; records "op: NULL input" otherwise. */
