@@ -3,7 +3,7 @@
 
 NABLA_PACKAGES=(build-essential meson ninja-build pkg-config libsleef-dev libcunit1-dev
                 libjansson-dev zlib1g-dev libcsv-dev valgrind gnuplot-nox clang libclang-rt-14-dev fortunes
-                libopenmpi-dev openmpi-bin python3-torch python3-sklearn)
+                libopenmpi-dev openmpi-bin python3-torch python3-sklearn ccache)
 
 nabla_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -60,4 +60,27 @@ ensure_build_targets() {
     [ $# -gt 0 ] && shift
     configure_build "$dir" "$@"
     meson compile -C "$nabla_root/$dir" "${targets[@]}"
+}
+
+# ensure_test_build DIR SKIPPED_SUITES -- [meson options...]: configure DIR, then build only what
+# its tests outside the space-separated suites need (meson introspect's test dependencies; no
+# benchmarks or fuzzers), for `meson test --no-rebuild`.
+ensure_test_build() {
+    local dir=$1 skipped=$2
+    shift 2
+    [ "${1:-}" = "--" ] && shift
+    configure_build "$dir" "$@"
+    local targets
+    mapfile -t targets < <(meson introspect "$nabla_root/$dir" --tests --targets |
+        python3 -c '
+import json, os, sys
+info, skipped, build = json.load(sys.stdin), set(sys.argv[1].split()), sys.argv[2]
+files = {t["id"]: t["filename"] for t in info["targets"]}
+needed = set()
+for test in info["tests"]:
+    if not skipped & {s.split(":")[-1] for s in test["suite"]}:
+        for dep in test["depends"]:
+            needed.update(os.path.relpath(f, build) for f in files.get(dep, []))
+print("\n".join(sorted(needed)))' "$skipped" "$nabla_root/$dir")
+    ninja -C "$nabla_root/$dir" "${targets[@]}"
 }

@@ -5,6 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+#ifdef NBTEST_HAVE_VALGRIND_H
+#include <valgrind/valgrind.h>
+#endif
 
 static char tmp_dir[64];
 
@@ -248,4 +251,12 @@ void nbtest_check_greedy_generation(const nb_causal_lm *lm, int64_t max_len, con
         CU_ASSERT_EQUAL(nb_generate(lm, prompt, plen, &o, got, NULL), n);
         CU_ASSERT_EQUAL(memcmp(got, want, sizeof *got * (size_t)n), 0);
     }
+}
+
+bool nbtest_under_valgrind(void) {
+#ifdef NBTEST_HAVE_VALGRIND_H
+    return RUNNING_ON_VALGRIND != 0;
+#else
+    return false;
+#endif
 }

@@ -25,6 +25,13 @@ const char *nbtest_tmp_path(const char *name);
 /* How many names in nbtest_tmp_dir() start with prefix ("" counts every file). */
 int nbtest_tmp_files(const char *prefix);
 
+/* True when the program runs under valgrind (RUNNING_ON_VALGRIND; false in a build without
+ * valgrind's header). There the tests that run a model for many forward passes check fewer
+ * elements or steps (scripts/test's valgrind pass): the same code runs, fewer times, since
+ * valgrind runs the FMA instructions of the AVX2 kernels one lane at a time in software (the
+ * 2-thread tests took 70-280x their native time). The native passes run them in full. */
+bool nbtest_under_valgrind(void);
+
 /* Asserts |a - b| <= atol + rtol * |b| for every element of two same-shape tensors. NaN
  * equals nothing, not even NaN: a kernel that returns NaN where the reference does fails. An
  * infinity equals the same infinity. */

@@ -158,10 +158,14 @@ static void gradcheck_lm(int64_t q_rank, uint64_t seed) {
     nb_tensor *inputs[96];
     int np = nb_module_named_params(root, ps, 96);
     CU_ASSERT_TRUE_FATAL(np > 50);
-    for (int i = 0; i < np; i++) inputs[i] = ps[i].tensor;
+    /* Under valgrind (nbtest_under_valgrind) every fourth parameter is differenced: the
+     * forward and the backward still run whole, every parameter requiring grad. */
+    const int stride = nbtest_under_valgrind() ? 4 : 1;
+    int ninputs = 0;
+    for (int i = 0; i < np; i += stride) inputs[ninputs++] = ps[i].tensor;
     nb_gradcheck_result res;
-    bool ok = nb_gradcheck(run_lm, np, inputs, &(run_ctx){m, tokens}, NULL, &res);
-    printf("  %d parameters: %s\n", np, res.message);
+    bool ok = nb_gradcheck(run_lm, ninputs, inputs, &(run_ctx){m, tokens}, NULL, &res);
+    printf("  %d of %d parameters: %s\n", ninputs, np, res.message);
     CU_ASSERT_TRUE(ok);
     nb_module_free(root);
 }
