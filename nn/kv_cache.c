@@ -24,9 +24,10 @@ typedef struct {
     nb_tensor *t;           /* [batch, max_len, width] */
 } rows_entry;
 
-/* One layer. Keys transposed, [batch, kv_heads, k_dim, max_len], and values, [batch,
- * kv_heads, max_len, v_dim]: a query's scores q K^T and its context p V are then both one row
- * times a row-major matrix, which the row kernels compute along the keys (scores) or the value
+/* One layer. Keys transposed in blocks of NBK_KEY_BLOCK keys (kernels.h; key_at), [batch,
+ * kv_heads, max_len * k_dim] in all, and values, [batch, kv_heads, max_len, v_dim]: a query's
+ * scores q K^T and its context p V are then both one row times a row-major matrix (a block at
+ * a time for the keys), which the row kernels compute along the keys (scores) or the value
  * dims (context) in whole vectors, with no per-key horizontal sums. kv_heads 0: no heads. */
 typedef struct {
     int64_t kv_heads, k_dim, v_dim, written;
@@ -34,6 +35,15 @@ typedef struct {
     int nrows;
     rows_entry rows[MAX_ROWS];
 } cache_layer;
+
+/* Where dim 0 of key p sits in one head's keys, for a capacity of L: in block p /
+ * NBK_KEY_BLOCK, whose dims are rows as wide as the block (the last may be short); dim d is
+ * that width further on for each d. */
+static int64_t key_at(int64_t p, int64_t L, int64_t kd, int64_t *width) {
+    const int64_t start = p / NBK_KEY_BLOCK * NBK_KEY_BLOCK;
+    *width = L - start < NBK_KEY_BLOCK ? L - start : NBK_KEY_BLOCK;
+    return start * kd + p - start;
+}
 
 struct nb_kv_cache {
     nb_scope *scope; /* holds every layer's tensors */
@@ -102,7 +112,7 @@ bool nb_kv_cache_add_heads(nb_kv_cache *c, int layer, int64_t kv_heads, int64_t 
                          (long long)kv_heads, (long long)k_dim, (long long)v_dim),
                false;
     nb_tensor *k =
-        cache_tensor(c, "kv_cache_add_heads", NB_SHAPE(c->batch, kv_heads, k_dim, c->max_len));
+        cache_tensor(c, "kv_cache_add_heads", NB_SHAPE(c->batch, kv_heads, c->max_len, k_dim));
     nb_tensor *v =
         k ? cache_tensor(c, "kv_cache_add_heads", NB_SHAPE(c->batch, kv_heads, c->max_len, v_dim))
           : NULL;
@@ -277,7 +287,7 @@ typedef struct {
     void *ctx, *scores;
 } cached_attention;
 
-/* Writes the new keys (transposed) and values at positions len... */
+/* Writes the new keys (into their blocks, transposed) and values at positions len... */
 #define DEFINE_APPEND(T, SUF)                                                                      \
     static void append_##SUF(const cached_attention *a) {                                          \
         const cache_layer *l = a->layer;                                                           \
@@ -289,8 +299,9 @@ typedef struct {
                 for (int64_t h = 0; h < kvh; h++) {                                                \
                     const int64_t row = b * a->t_new + i, p = a->len + i;                          \
                     const T *kr = kn + (size_t)((row * kvh + h) * kd);                             \
-                    T *kt = K + (size_t)((b * kvh + h) * kd * L + p);                              \
-                    for (int64_t d = 0; d < kd; d++) kt[(size_t)(d * L)] = kr[d];                  \
+                    int64_t width;                                                                 \
+                    T *kt = K + (size_t)((b * kvh + h) * kd * L + key_at(p, L, kd, &width));       \
+                    for (int64_t d = 0; d < kd; d++) kt[(size_t)(d * width)] = kr[d];              \
                     memcpy(V + (size_t)(((b * kvh + h) * L + p) * vd),                             \
                            vn + (size_t)((row * kvh + h) * vd), sizeof(T) * (size_t)vd);           \
                 }                                                                                  \
@@ -299,12 +310,15 @@ DEFINE_APPEND(float, f32)
 DEFINE_APPEND(double, f64)
 
 /* One float64 query row against keys 0..n-1: what the float32 attention-row kernel computes,
- * through the GEMM's row kernel (scores along the keys, then the context along the value
- * dims). */
-static void attend_row_f64(int64_t n, int64_t kd, int64_t vd, int64_t ld_k, double scale,
-                           const double *q, const double *Kt, const double *V, double *sc,
+ * through the GEMM's row kernel (scores along the keys a block at a time, then the context
+ * along the value dims). */
+static void attend_row_f64(int64_t n, int64_t L, int64_t kd, int64_t vd, double scale,
+                           const double *q, const double *Kb, const double *V, double *sc,
                            double *ctx) {
-    nbt_dgemm_rows(false, 1, n, kd, scale, q, kd, 1, Kt, ld_k, 0, sc, n);
+    for (int64_t j = 0, width; j < n; j += NBK_KEY_BLOCK) {
+        const int64_t at = key_at(j, L, kd, &width), w = n - j < width ? n - j : width;
+        nbt_dgemm_rows(false, 1, w, kd, scale, q, kd, 1, Kb + at, width, 0, sc + j, w);
+    }
     double max = sc[0];
     for (int64_t j = 1; j < n; j++) max = sc[j] > max ? sc[j] : max;
     for (int64_t j = 0; j < n; j++) sc[j] -= max;
@@ -328,18 +342,18 @@ static void pairs(int64_t p0, int64_t p1, void *va) {
     char *ctx = a->ctx, *scores = a->scores;
     for (int64_t pair = p0; pair < p1; pair++) {
         const int64_t b = pair / a->heads, h = pair % a->heads, kvh = b * l->kv_heads + h / group;
-        const char *Kt = K + es * (size_t)(kvh * kd * L), *Vh = V + es * (size_t)(kvh * L * vd);
+        const char *Kb = K + es * (size_t)(kvh * kd * L), *Vh = V + es * (size_t)(kvh * L * vd);
         char *sc = scores + es * (size_t)(pair * L);
         for (int64_t i = 0; i < a->t_new; i++) {
             const int64_t n = a->len + i + 1, row = (b * a->t_new + i) * a->heads + h;
             const char *qr = q + es * (size_t)(row * kd);
             char *out = ctx + es * (size_t)(row * vd);
             if (f32)
-                nbt_kernels()->attend_row_f32(n, kd, vd, L, (float)a->scale, (const float *)qr,
-                                              (const float *)Kt, (const float *)Vh, (float *)sc,
+                nbt_kernels()->attend_row_f32(n, L, kd, vd, (float)a->scale, (const float *)qr,
+                                              (const float *)Kb, (const float *)Vh, (float *)sc,
                                               (float *)out);
             else
-                attend_row_f64(n, kd, vd, L, a->scale, (const double *)qr, (const double *)Kt,
+                attend_row_f64(n, L, kd, vd, a->scale, (const double *)qr, (const double *)Kb,
                                (const double *)Vh, (double *)sc, (double *)out);
         }
     }

@@ -77,6 +77,26 @@ static void small_heads(nb_dtype dt, results *r) {
     attention(dt, r, 2, 16, 16, 64, 4, true); /* the toy shape: 16 keys, head_dim 16 */
 }
 
+/* One query at a time against a key/value cache (the attention-row kernel in float32): a cache
+ * of 150 positions keeps its keys in two blocks of 64 and a short one of 22 (kernels.h); a
+ * prompt of 99, then queries at positions 99 (keys 0-99: a block not yet full), 127 and 128
+ * (the first two blocks exactly, then one key into the third) and 149 (the short block full). */
+static void cached_attention_rows(nb_dtype dt, results *r) {
+    enum { L = 150, H = 4, KVH = 2, KD = 24, VD = 40 };
+    nb_tensor *q = nb_detach(INPUT(18, dt, 1.0, 1, L, H * KD));
+    nb_tensor *k = nb_detach(INPUT(19, dt, 1.0, 1, L, KVH * KD));
+    nb_tensor *v = nb_detach(INPUT(20, dt, 1.0, 1, L, KVH * VD));
+    nb_kv_cache *c = nb_kv_cache_empty(1, 1, L, dt);
+    CU_ASSERT_TRUE_FATAL(c && nb_kv_cache_add_heads(c, 0, KVH, KD, VD));
+    for (int64_t at = 0, n = 99; at < L; at += n, n = 1) {
+        nb_tensor *ctx = nb_kv_cache_attend(c, 0, nb_narrow(q, 1, at, n), nb_narrow(k, 1, at, n),
+                                            nb_narrow(v, 1, at, n), H);
+        CU_ASSERT_TRUE(nb_kv_cache_commit(c, n));
+        if (at == 99 || at == 127 || at == 128 || at == L - 1) r->t[r->n++] = ctx;
+    }
+    nb_kv_cache_free(c);
+}
+
 static void gemm_tiles_and_rows(nb_dtype dt, results *r) {
     nb_tensor *big[2] = {INPUT(9, dt, 1.0, 70, 90), INPUT(10, dt, 1.0, 90, 50)};
     with_grads(r, nb_matmul(big[0], big[1]), 2, big);
@@ -203,6 +223,7 @@ static void test_bitwise_everywhere(void) {
      * heads sum their products with FMA on the vector sets, as the GEMM does */
     check_family("small attention heads", small_heads, VECTOR_SETS, VECTOR_SETS);
     check_family("Adam's update", adam_update, ALL_SETS, ALL_SETS);
+    check_family("cached attention rows", cached_attention_rows, ALL_SETS, VECTOR_SETS);
 }
 
 static void test_bitwise_between_vector_sets(void) {

@@ -175,6 +175,35 @@ static void test_attend_threads(void) {
     }
 }
 
+/* Keys are kept in blocks of 64 (NBK_KEY_BLOCK), the last one of a capacity of 150 only 22
+ * wide: float64 queries in a prompt of 130 and one at a time after it (two full blocks, then
+ * the short one) match the op-by-op reference. */
+static void test_attend_key_blocks_f64(void) {
+    enum { L = 150, P = 130, TH = 4, TKV = 2, TKD = 6, TVD = 5 };
+    nb_rng rng;
+    nb_rng_seed(&rng, 78);
+    nb_tensor *q = nb_randn(&rng, NB_F64, NB_SHAPE(2, L, TH * TKD));
+    nb_tensor *k = nb_randn(&rng, NB_F64, NB_SHAPE(2, L, TKV * TKD));
+    nb_tensor *v = nb_randn(&rng, NB_F64, NB_SHAPE(2, L, TKV * TVD));
+    nb_kv_cache *c = nb_kv_cache_empty(1, 2, L, NB_F64);
+    CU_ASSERT_TRUE_FATAL(nb_kv_cache_add_heads(c, 0, TKV, TKD, TVD));
+    nb_tensor *prompt = nb_kv_cache_attend(c, 0, span(q, 0, P), span(k, 0, P), span(v, 0, P), TH);
+    NBT_ASSERT_CLOSE(
+        prompt,
+        reference_attention(span(q, 0, P), span(k, 0, P), span(v, 0, P), TH, TKV, TKD, TVD, 0),
+        1e-12, 1e-12);
+    CU_ASSERT_TRUE(nb_kv_cache_commit(c, P));
+    for (int64_t t = P; t < L; t++) {
+        nb_tensor *got = nb_kv_cache_attend(c, 0, span(q, t, 1), span(k, t, 1), span(v, t, 1), TH);
+        CU_ASSERT_TRUE(nb_kv_cache_commit(c, 1));
+        NBT_ASSERT_CLOSE(got,
+                         reference_attention(span(q, t, 1), span(k, 0, t + 1), span(v, 0, t + 1),
+                                             TH, TKV, TKD, TVD, t),
+                         1e-12, 1e-12);
+    }
+    nb_kv_cache_free(c);
+}
+
 /* Named row tensors: append writes x at [len, len + T) and returns rows [0, len + T) with the
  * values appended so far; before a commit, appending again rewrites the same positions. */
 static void test_rows(void) {
@@ -584,6 +613,7 @@ int main(void) {
         {"attend in float32 equals the float64 reference", test_attend_f32_matches_f64},
         {"attend: multi-query, multi-head, wider values", test_attend_head_layouts},
         {"attend on 1 and 2 threads", test_attend_threads},
+        {"keys past one block, float64", test_attend_key_blocks_f64},
         {"named row tensors", test_rows},
         {"commit", test_commit},
         {"truncate and reset", test_truncate_and_reset},

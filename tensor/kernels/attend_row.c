@@ -1,5 +1,5 @@
 /* One query's attention over a key/value cache, in float32 (kernels.h, nn/kv_cache.c): the
- * scores along the keys and the context along the value dims in whole eight-float vectors.
+ * scores along the keys and the context along the value dims in whole vectors.
  * Written once with vector types and nothing fused, so every instruction set gives the same
  * bits. */
 #include "kernels.h"
@@ -10,26 +10,37 @@ typedef float dr_v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
 #define DR_LOAD(p) (*(const dr_v8f_u *)(p))
 #define DR_STORE(p, v) (*(dr_v8f_u *)(p) = (v))
 #define DR_SPLAT(x) ((dr_v8f){x, x, x, x, x, x, x, x})
+/* The blocks' vectors: one register of the set (AVX-512: sixteen floats, else eight; gcc
+ * spills a sixteen-float vector through memory where registers hold eight). Each lane's
+ * arithmetic is the same at either width, so the width changes no bits. */
+#ifdef __AVX512F__
+#define DR_W 16
+typedef float dr_vf __attribute__((vector_size(64)));
+typedef float dr_vf_u __attribute__((vector_size(64), aligned(4), may_alias));
+#define DR_SPLATW(x) ((dr_vf){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x})
+#else
+#define DR_W 8
+typedef dr_v8f dr_vf;
+typedef dr_v8f_u dr_vf_u;
+#define DR_SPLATW(x) DR_SPLAT(x)
+#endif
+#define DR_LOADW(p) (*(const dr_vf_u *)(p))
+#define DR_STOREW(p, v) (*(dr_vf_u *)(p) = (v))
 
 /* out[0:32] = scale * sum_i a[i] * M[i * ld : i * ld + 32] over i < count: one block of a row
- * times a row-major matrix, in four vectors. The scores (a = q, M = the keys' transposed rows)
- * and the context (a = the probabilities, M = the value rows) are both this. */
+ * times a row-major matrix, in whole vectors. The scores (a = q, M = the keys' transposed
+ * rows) and the context (a = the probabilities, M = the value rows) are both this. */
 static inline void row_block32(const float *a, int64_t count, const float *M, int64_t ld,
                                float scale, float *out) {
-    dr_v8f s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+    enum { NV = 32 / DR_W };
+    dr_vf s[NV] = {{0}};
     for (int64_t i = 0; i < count; i++) {
-        const dr_v8f ai = DR_SPLAT(a[i]);
+        const dr_vf ai = DR_SPLATW(a[i]);
         const float *m = M + i * ld;
-        s0 += ai * DR_LOAD(m);
-        s1 += ai * DR_LOAD(m + 8);
-        s2 += ai * DR_LOAD(m + 16);
-        s3 += ai * DR_LOAD(m + 24);
+        for (int v = 0; v < NV; v++) s[v] += ai * DR_LOADW(m + DR_W * v);
     }
-    const dr_v8f sc = DR_SPLAT(scale);
-    DR_STORE(out, s0 * sc);
-    DR_STORE(out + 8, s1 * sc);
-    DR_STORE(out + 16, s2 * sc);
-    DR_STORE(out + 24, s3 * sc);
+    const dr_vf sc = DR_SPLATW(scale);
+    for (int v = 0; v < NV; v++) DR_STOREW(out + DR_W * v, s[v] * sc);
 }
 
 /* out[0:width] = scale * sum_i a[i] * M[i * ld : i * ld + width] for the remaining width < 32
@@ -50,17 +61,18 @@ static inline void row_tail(const float *a, int64_t count, const float *M, int64
 }
 
 /* out[0:64] = scale * sum_i a[i] * M[i * ld : i * ld + 64]: row_block32 twice as wide, so
- * eight independent sums hide the adds' latency (each output's sum in the same order). */
+ * more independent sums hide the adds' latency (each output's sum in the same order). */
 static inline void row_block64(const float *a, int64_t count, const float *M, int64_t ld,
                                float scale, float *out) {
-    dr_v8f s[8] = {{0}};
+    enum { NV = 64 / DR_W };
+    dr_vf s[NV] = {{0}};
     for (int64_t i = 0; i < count; i++) {
-        const dr_v8f ai = DR_SPLAT(a[i]);
+        const dr_vf ai = DR_SPLATW(a[i]);
         const float *m = M + i * ld;
-        for (int v = 0; v < 8; v++) s[v] += ai * DR_LOAD(m + 8 * v);
+        for (int v = 0; v < NV; v++) s[v] += ai * DR_LOADW(m + DR_W * v);
     }
-    const dr_v8f sc = DR_SPLAT(scale);
-    for (int v = 0; v < 8; v++) DR_STORE(out + 8 * v, s[v] * sc);
+    const dr_vf sc = DR_SPLATW(scale);
+    for (int v = 0; v < NV; v++) DR_STOREW(out + DR_W * v, s[v] * sc);
 }
 
 /* out[0:32] = scale * sum_i a[i] * M[i * ld : i * ld + 32] over a long count: four partial
@@ -68,33 +80,45 @@ static inline void row_block64(const float *a, int64_t count, const float *M, in
  * a quarter of the adds' latency. */
 static inline void row_block32_long(const float *a, int64_t count, const float *M, int64_t ld,
                                     float scale, float *out) {
-    dr_v8f s[4][4] = {{{0}}};
+    enum { NV = 32 / DR_W };
+    dr_vf s[4][NV] = {{{0}}};
     int64_t i = 0;
     for (; i + 4 <= count; i += 4)
         for (int p = 0; p < 4; p++) {
-            const dr_v8f ai = DR_SPLAT(a[i + p]);
+            const dr_vf ai = DR_SPLATW(a[i + p]);
             const float *m = M + (i + p) * ld;
-            for (int v = 0; v < 4; v++) s[p][v] += ai * DR_LOAD(m + 8 * v);
+            for (int v = 0; v < NV; v++) s[p][v] += ai * DR_LOADW(m + DR_W * v);
         }
     for (; i < count; i++) {
-        const dr_v8f ai = DR_SPLAT(a[i]);
-        for (int v = 0; v < 4; v++) s[0][v] += ai * DR_LOAD(M + i * ld + 8 * v);
+        const dr_vf ai = DR_SPLATW(a[i]);
+        for (int v = 0; v < NV; v++) s[0][v] += ai * DR_LOADW(M + i * ld + DR_W * v);
     }
-    const dr_v8f sc = DR_SPLAT(scale);
-    for (int v = 0; v < 4; v++)
-        DR_STORE(out + 8 * v, ((s[0][v] + s[1][v]) + (s[2][v] + s[3][v])) * sc);
+    const dr_vf sc = DR_SPLATW(scale);
+    for (int v = 0; v < NV; v++)
+        DR_STOREW(out + DR_W * v, ((s[0][v] + s[1][v]) + (s[2][v] + s[3][v])) * sc);
 }
 
-/* One query q [kd] against keys 0..n-1 of one head, keys stored transposed Kt [kd, ld_k] and
- * values V [n, vd]: s = scale * q Kt (along the keys, whole vectors), p = exp(s - max s),
- * ctx [vd] = (p V) / sum(p) (along the value dims). scores has room for n. */
-void NBK_FN(nbk_attend_row_f32)(int64_t n, int64_t kd, int64_t vd, int64_t ld_k, float scale,
-                                const float *q, const float *Kt, const float *V, float *scores,
+/* One query q [kd] against keys 0..n-1 of one head, keys in blocks of NBK_KEY_BLOCK for a
+ * capacity of L (Kb, see kernels.h) and values V [n, vd]: s = scale * q K^T (along the keys,
+ * a block at a time), p = exp(s - max s), ctx [vd] = (p V) / sum(p) (along the value dims).
+ * Each score is its own sum over the key's dims in order, in whichever part of a block it
+ * falls. scores has room for L. */
+void NBK_FN(nbk_attend_row_f32)(int64_t n, int64_t L, int64_t kd, int64_t vd, float scale,
+                                const float *q, const float *Kb, const float *V, float *scores,
                                 float *ctx) {
+    enum { KB = NBK_KEY_BLOCK };
+    _Static_assert(KB == 64, "row_block64 computes one whole block");
     int64_t j = 0;
-    for (; j + 64 <= n; j += 64) row_block64(q, kd, Kt + j, ld_k, scale, scores + j);
-    for (; j + 32 <= n; j += 32) row_block32(q, kd, Kt + j, ld_k, scale, scores + j);
-    row_tail(q, kd, Kt + j, ld_k, scale, scores + j, n - j);
+    for (; j + KB <= n; j += KB) row_block64(q, kd, Kb + j * kd, KB, scale, scores + j);
+    if (j < n) { /* a block not full yet, which may be the capacity's short one */
+        const float *M = Kb + j * kd;
+        const int64_t ld = L - j < KB ? L - j : KB, vectors = (n - j + 7) / 8 * 8;
+        int64_t c = 0;
+        if (n - j >= 32) row_block32(q, kd, M, ld, scale, scores + j), c = 32;
+        /* whole vectors where the block has room: the keys past n are its later ones
+         * (written by an earlier sequence, or zero), whose scores are computed and not used */
+        row_tail(q, kd, M + c, ld, scale, scores + j + c, (vectors <= ld ? vectors : n - j) - c);
+    }
     const float max = nbt_row_max_f32(scores, n);
     for (j = 0; j < n; j++) scores[j] -= max;
     NBK_FN(nbt_vexp_f32)(scores, scores, n);

@@ -18,6 +18,13 @@
 
 #include <stdint.h>
 
+/* A key/value cache stores each head's keys in blocks of this many keys (nn/kv_cache.c): for a
+ * capacity of L keys, block b holds keys [b * NBK_KEY_BLOCK, min((b + 1) * NBK_KEY_BLOCK, L))
+ * transposed, as k_dim rows of that block's width, starting at element b * NBK_KEY_BLOCK *
+ * k_dim. A query's scores then read each block as one contiguous stretch (one transposed
+ * [k_dim, L] matrix had them in k_dim strided pieces, which the prefetchers did not follow). */
+#define NBK_KEY_BLOCK 64
+
 /* sqrt(2 / pi) and the cubic coefficient of the tanh approximation of gelu. */
 #define NBK_GELU_BETA 0.7978845608028654
 #define NBK_GELU_KAPPA 0.044715
@@ -99,10 +106,11 @@ typedef struct {
      * Needs R >= 8. */
     void (*add_rows_f32)(double *acc, int64_t ldacc, const float *x, int64_t ldx, int64_t R,
                          int64_t n);
-    /* One query's attention over n cached keys (attend_row.c): keys of kd stored transposed
-     * (row stride ld_k), values [n, vd]; scores has room for n. */
-    void (*attend_row_f32)(int64_t n, int64_t kd, int64_t vd, int64_t ld_k, float scale,
-                           const float *q, const float *Kt, const float *V, float *scores,
+    /* One query's attention over n cached keys (attend_row.c): keys in blocks of
+     * NBK_KEY_BLOCK (Kb, for a capacity of L keys), values [n, vd]; scores has room for L
+     * (the block holding key n - 1 may be read and scored to its end, rounded to 8). */
+    void (*attend_row_f32)(int64_t n, int64_t L, int64_t kd, int64_t vd, float scale,
+                           const float *q, const float *Kb, const float *V, float *scores,
                            float *ctx);
     /* Adam's update of n contiguous elements (adam_rows.c): p, m and v in place. */
     void (*adam_f32)(int64_t n, float *p, const float *g, float *m, float *v,
@@ -150,8 +158,8 @@ void NBK_FN(nbk_layer_norm_backward_rows_f32)(int64_t rows, int64_t D, const flo
 void NBK_FN(nbk_add_row_f32)(double *acc, const float *x, int64_t n);
 void NBK_FN(nbk_add_rows_f32)(double *acc, int64_t ldacc, const float *x, int64_t ldx, int64_t R,
                               int64_t n);
-void NBK_FN(nbk_attend_row_f32)(int64_t n, int64_t kd, int64_t vd, int64_t ld_k, float scale,
-                                const float *q, const float *Kt, const float *V, float *scores,
+void NBK_FN(nbk_attend_row_f32)(int64_t n, int64_t L, int64_t kd, int64_t vd, float scale,
+                                const float *q, const float *Kb, const float *V, float *scores,
                                 float *ctx);
 void NBK_FN(nba_small_head_forward)(const nba_small_head *h);
 void NBK_FN(nba_small_head_backward)(const nba_small_head *h);
