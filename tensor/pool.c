@@ -76,6 +76,14 @@ static uint64_t last_generation; /* under run_lock */
  * to arrive, more than a short job takes (a generated token's matrix-vector products). */
 #define WAKE_AFTER_NS 20000
 
+/* Workers asleep while jobs are still planned for them (the machine not crowded when last
+ * asked: nbt_threads_for) are woken at the start of a job at most this often, not for that
+ * job but for those after it. Without this a worker that slept once (its spin ran out while it
+ * was descheduled, or it saw one passing thread too many) stayed asleep through a whole
+ * generation, whose jobs are all shorter than WAKE_AFTER_NS: decoding then ran on the caller
+ * alone. A wake costs the caller one system call. */
+#define ROUSE_EVERY_NS 1000000
+
 /* At most every CROWD_POLL_NS, planning work (nbt_threads_for) asks whether the machine is
  * oversubscribed, counting this pool's sleeping workers as if they ran (nbt_pool_crowded());
  * while it is, work is planned for one thread (every caller of nbt_run_tasks sizes its job
@@ -92,8 +100,10 @@ static pthread_cond_t work_posted = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t work_done = PTHREAD_COND_INITIALIZER;
 
 static atomic_int sleeping_workers;
+static atomic_int_fast64_t worker_wakeups; /* sleeps ended by a job (a test hook reads it) */
 static atomic_int caller_sleeping;
 static atomic_int_fast64_t next_crowd_poll; /* nbt_now_ns() of crowded()'s next look */
+static int64_t next_rouse; /* nbt_now_ns() after which a job may wake sleepers (run_lock) */
 static atomic_bool crowded_at_poll, crowd_seen_last;
 static int started; /* workers created (under run_lock) */
 static _Thread_local bool in_task;
@@ -254,6 +264,7 @@ static uint64_t wait_for_work(uint64_t seen) {
     while ((c = atomic_load(&job.claim)) >> GEN_SHIFT == seen)
         pthread_cond_wait(&work_posted, &sleep_lock);
     atomic_fetch_sub(&sleeping_workers, 1);
+    atomic_fetch_add(&worker_wakeups, 1);
     pthread_mutex_unlock(&sleep_lock);
     return c;
 }
@@ -311,6 +322,14 @@ void nbt_pool_set_crowd_check(bool on) {
     atomic_store(&crowded_at_poll, false);
     atomic_store(&crowd_seen_last, false);
 }
+
+int nbt_pool_sleeping_workers(void) {
+    return atomic_load(&sleeping_workers);
+}
+
+int64_t nbt_pool_worker_wakeups(void) {
+    return atomic_load(&worker_wakeups);
+}
 #endif
 
 static void run_serially(int64_t ntasks, nbt_task_fn fn, void *ctx) {
@@ -347,6 +366,10 @@ void nbt_run_tasks(int64_t ntasks, int threads, nbt_task_fn fn, void *ctx) {
      * if the job runs long enough to be worth it. */
     in_task = true;
     int64_t started_ns = nbt_now_ns();
+    if (atomic_load(&sleeping_workers) > 0 && started_ns >= next_rouse) {
+        next_rouse = started_ns + ROUSE_EVERY_NS;
+        wake_workers();
+    }
     int64_t ran = claim_as_caller(ntasks, fn, ctx);
     in_task = false;
     /* Tasks other threads claimed may still be running. */

@@ -56,6 +56,9 @@ bool nbt_pool_crowded(void);
  * with the worker's look on, a worker there slept after every gap of 10 us and joined only
  * jobs of 20 us, so a 2-thread run of short jobs ran on one thread). */
 void nbt_pool_set_crowd_check(bool on);
+/* Workers asleep now, and the times a sleeping worker has been woken for a job. */
+int nbt_pool_sleeping_workers(void);
+int64_t nbt_pool_worker_wakeups(void);
 #endif
 /* True inside a task (where nested work should stay on the current thread). */
 bool nbt_in_task(void);

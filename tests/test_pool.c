@@ -115,6 +115,43 @@ static void test_sleeping_workers_join_long_jobs(void) {
     CU_ASSERT_TRUE(atomic_load(&helped) > 0);
 }
 
+/* A task of about a microsecond, counting those a worker ran. */
+static void quick_task(int64_t task, int worker, void *ctx) {
+    (void)task;
+    for (volatile int spin = 0; spin < 300; spin++) continue;
+    if (worker != 0) atomic_fetch_add((atomic_int *)ctx, 1);
+}
+
+/* Polls cond for up to a second; returns its last value. */
+static bool within_a_second(bool (*cond)(int64_t), int64_t arg) {
+    const int64_t until = nbt_now_ns() + 1000000000;
+    struct timespec ms = {0, 1000000};
+    while (!cond(arg) && nbt_now_ns() < until) nanosleep(&ms, NULL);
+    return cond(arg);
+}
+static bool a_worker_sleeps(int64_t unused) {
+    (void)unused;
+    return nbt_pool_sleeping_workers() > 0;
+}
+static bool woken_since(int64_t wakeups) {
+    return nbt_pool_worker_wakeups() > wakeups;
+}
+
+/* A job shorter than the caller's wait before it wakes sleepers still wakes them, once a
+ * millisecond, for the jobs after it: otherwise a worker that slept once stayed asleep through
+ * a whole generation, whose jobs are all that short, and the caller decoded alone. One job of
+ * two one-microsecond tasks after the worker has gone to sleep must wake it. */
+static void test_short_job_wakes_sleepers(void) {
+    atomic_int helped = 0;
+    nbt_run_tasks(2, 2, quick_task, &helped); /* the worker exists */
+    CU_ASSERT_TRUE_FATAL(within_a_second(a_worker_sleeps, 0));
+    struct timespec pause = {0, 2000000}; /* past the last wake's millisecond */
+    nanosleep(&pause, NULL);
+    const int64_t before = nbt_pool_worker_wakeups();
+    nbt_run_tasks(2, 2, quick_task, &helped);
+    CU_ASSERT_TRUE(within_a_second(woken_since, before));
+}
+
 static void *caller_thread(void *arg) {
     tally *t = arg;
     intptr_t failures = 0;
@@ -233,6 +270,7 @@ int main(void) {
         {"a nested call runs on its thread, in order", test_nested_calls_stay_on_their_thread},
         {"two callers at once both finish", test_two_callers_at_once},
         {"sleeping workers join a long job", test_sleeping_workers_join_long_jobs},
+        {"a short job wakes sleeping workers for the next", test_short_job_wakes_sleepers},
         {"serial on this thread only", test_serial_here},
         {"a crowded machine gets one thread", test_crowded_machine_plans_one_thread},
         {"cpu count", test_cpu_count},
