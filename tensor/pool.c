@@ -362,8 +362,9 @@ void nbt_run_tasks(int64_t ntasks, int threads, nbt_task_fn fn, void *ctx) {
     atomic_store_explicit(&job.fn, fn, memory_order_relaxed);
     atomic_store_explicit(&job.ctx, ctx, memory_order_relaxed);
     atomic_store(&job.claim, last_generation << GEN_SHIFT);
-    /* Workers still spinning take tasks at once; sleeping ones are woken in claim_as_caller
-     * if the job runs long enough to be worth it. */
+    /* Workers still spinning take tasks at once; sleeping ones are woken here at most every
+     * ROUSE_EVERY_NS (for the jobs after this one), and in claim_as_caller if this job runs
+     * long enough to be worth their arriving late to it. */
     in_task = true;
     int64_t started_ns = nbt_now_ns();
     if (atomic_load(&sleeping_workers) > 0 && started_ns >= next_rouse) {

@@ -108,7 +108,8 @@ typedef struct {
                          int64_t n);
     /* One query's attention over n cached keys (attend_row.c): keys in blocks of
      * NBK_KEY_BLOCK (Kb, for a capacity of L keys), values [n, vd]; scores has room for L
-     * (the block holding key n - 1 may be read and scored to its end, rounded to 8). */
+     * (keys past n up to the next multiple of 8 may be read and scored, where the block
+     * holding key n - 1 has them). */
     void (*attend_row_f32)(int64_t n, int64_t L, int64_t kd, int64_t vd, float scale,
                            const float *q, const float *Kb, const float *V, float *scores,
                            float *ctx);
