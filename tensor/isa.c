@@ -1,5 +1,6 @@
 /* The process-wide choice of instruction set (isa.h). */
 #include "isa.h"
+#include "nabla/parallel.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -98,6 +99,10 @@ bool nbt_isa_force(nbt_isa isa) {
 
 const char *nbt_isa_name(nbt_isa isa) {
     return isa >= 0 && isa < NBT_ISA_COUNT ? names[isa] : "unknown";
+}
+
+const char *nb_simd_set(void) {
+    return nbt_isa_name(nbt_isa_current());
 }
 
 const char *nbt_isa_error(void) {

@@ -14,6 +14,8 @@
 #include "harness.h"
 #include "tensor/isa.h"
 
+#include <nabla/blocks.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +97,42 @@ static void cached_attention_rows(nb_dtype dt, results *r) {
         if (at == 99 || at == 127 || at == 128 || at == L - 1) r->t[r->n++] = ctx;
     }
     nb_kv_cache_free(c);
+}
+
+/* nn/blocks' loops, built once per set (simd_sets.h) and picked by nb_simd_set: RMSNorm's rows
+ * and weight gradient over 37 columns (vectors and a tail), and SwiGLU's gate over 185
+ * elements, its products by identity weights (w3 twice the identity) so that every set's GEMM
+ * gives the exact x and 2x and sends the gate's gradients back to x exactly. */
+static void llama_block_loops(nb_dtype dt, results *r) {
+    nb_tensor *norm_in[2] = {INPUT(21, dt, 1.0, 6, 37), INPUT(22, dt, 1.0, 37)};
+    with_grads(r, blk_f_rms_norm(norm_in[0], norm_in[1], 1e-5), 2, norm_in);
+    nb_tensor *x = INPUT(23, dt, 1.0, 5, 37), *eye = nb_eye(dt, 37);
+    with_grads(r, blk_f_swiglu(x, eye, nb_mul_scalar(eye, 2.0), eye), 1, &x);
+}
+
+/* A Llama LM's training step (RMSNorm with the residual adds, RoPE on q and k, the gate):
+ * the logits and the gradients of the embeddings, the first norm and the first gate weight. */
+static void llama_step(nb_dtype dt, results *r) {
+    nb_module *model = nb_model_new(dt, 5);
+    blk_llama_config cfg = {.dim = 32,
+                            .n_heads = 4,
+                            .n_kv_heads = 2,
+                            .hidden = 40,
+                            .norm_eps = 1e-5,
+                            .rope_base = 10000};
+    blk_llama_lm *lm = blk_llama_lm_new(model, "", 11, 2, &cfg);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+    nb_rng rng;
+    nb_rng_seed(&rng, 24);
+    nb_tensor *tokens = nb_randint(&rng, 0, 11, NB_SHAPE(2, 9));
+    nb_tensor *logits = blk_llama_lm_forward(lm, tokens, &(blk_attn_opts){.causal = true});
+    CU_ASSERT_PTR_NOT_NULL_FATAL(logits);
+    r->t[r->n++] = nb_detach(logits);
+    CU_ASSERT_TRUE(nb_backward(nb_sum(nb_mul(logits, logits)), NULL));
+    r->t[r->n++] = nb_clone(nb_grad(lm->tok_embeddings->weight));
+    r->t[r->n++] = nb_clone(nb_grad(lm->layers[0]->attention_norm->weight));
+    r->t[r->n++] = nb_clone(nb_grad(lm->layers[0]->feed_forward->w1->weight));
+    nb_module_free(model);
 }
 
 static void gemm_tiles_and_rows(nb_dtype dt, results *r) {
@@ -224,12 +262,14 @@ static void test_bitwise_everywhere(void) {
     check_family("small attention heads", small_heads, VECTOR_SETS, VECTOR_SETS);
     check_family("Adam's update", adam_update, ALL_SETS, ALL_SETS);
     check_family("cached attention rows", cached_attention_rows, ALL_SETS, VECTOR_SETS);
+    check_family("Llama blocks' loops", llama_block_loops, ALL_SETS, ALL_SETS);
 }
 
 static void test_bitwise_between_vector_sets(void) {
     check_family("GEMM tiles and rows", gemm_tiles_and_rows, VECTOR_SETS, VECTOR_SETS);
     check_family("attention through the rows kernel and the GEMM", attention_rows_and_gemm,
                  VECTOR_SETS, VECTOR_SETS);
+    check_family("Llama LM step", llama_step, VECTOR_SETS, VECTOR_SETS);
 }
 
 static void test_within_tolerance(void) {
@@ -277,6 +317,12 @@ static void test_set_in_use(void) {
     CU_ASSERT_EQUAL(nbt_isa_current(), want);
     CU_ASSERT_PTR_NULL(nbt_isa_error());
     CU_ASSERT_TRUE(nbt_isa_supported(NBT_ISA_GENERIC));
+    /* the public name of the set in use (nabla/parallel.h), also after forcing another */
+    static const char *const spelled[NBT_ISA_COUNT] = {"generic", "avx2", "avx512"};
+    CU_ASSERT_STRING_EQUAL(nb_simd_set(), spelled[want]);
+    for (int isa = 0; isa < NBT_ISA_COUNT; isa++)
+        if (nbt_isa_force((nbt_isa)isa)) CU_ASSERT_STRING_EQUAL(nb_simd_set(), spelled[isa]);
+    nbt_isa_force(want);
 }
 
 static void test_parse(void) {

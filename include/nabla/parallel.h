@@ -45,6 +45,12 @@ typedef void (*nb_range_fn)(void *ctx, int64_t begin, int64_t end);
  * nb_parallel_for, for n < 0, grain < 1 or a NULL fn (nothing is called then). */
 bool nb_parallel_for(int64_t n, int64_t grain, nb_range_fn fn, void *ctx);
 
+/* The instruction set nabla's own kernels use: "avx512", "avx2" or "generic" (SSE2), as
+ * NABLA_ISA names it, else the widest this CPU runs. Static, never NULL; the caller owns
+ * nothing. A user's loops compiled once per set (GCC's `#pragma GCC target`, as
+ * nn/blocks/simd_sets.h does) pick theirs by it, so NABLA_ISA chooses them too. */
+const char *nb_simd_set(void);
+
 #ifdef __cplusplus
 }
 #endif

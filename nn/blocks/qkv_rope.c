@@ -23,8 +23,8 @@ typedef struct {
 } qkv_rope_job;
 
 /* Token rows begin..end-1 (each its own, on nabla's threads). */
-#define QKV_ROPE_ROWS(T_)                                                                          \
-    static void qkv_rope_rows_##T_(void *ctx, int64_t begin, int64_t end) {                        \
+#define QKV_ROPE_ROWS(T_, SET)                                                                     \
+    static void qkv_rope_rows_##T_##_##SET(void *ctx, int64_t begin, int64_t end) {                \
         const qkv_rope_job *j = ctx;                                                               \
         const int64_t hd = j->hd, half = hd / 2, width = (j->H + 2 * j->KV) * hd;                  \
         const bool forward = j->sign > 0;                                                          \
@@ -49,14 +49,16 @@ typedef struct {
                 memcpy(packed_v, v, sizeof(T_) * (size_t)(j->KV * hd));                            \
         }                                                                                          \
     }
-QKV_ROPE_ROWS(float)
-QKV_ROPE_ROWS(double)
+/* built once per instruction set (simd_sets.h), the same bits in each */
+#define BLK_SET_BODIES(SET) QKV_ROPE_ROWS(float, SET) QKV_ROPE_ROWS(double, SET)
+#include "simd_sets.h"
 
 /* Runs the job over rows token rows, about 8K elements a piece. */
 static bool run_rows(qkv_rope_job *job, nb_dtype dt, int64_t rows) {
     const int64_t width = (job->H + 2 * job->KV) * job->hd;
-    return nb_parallel_for(rows, width < 8192 ? 8192 / width : 1,
-                           dt == NB_F32 ? qkv_rope_rows_float : qkv_rope_rows_double, job);
+    return nb_parallel_for(
+        rows, width < 8192 ? 8192 / width : 1,
+        dt == NB_F32 ? BLK_PICK(qkv_rope_rows_float) : BLK_PICK(qkv_rope_rows_double), job);
 }
 
 /* inputs: the packed projection, cos, sin; user: the head counts, {H, KV} */

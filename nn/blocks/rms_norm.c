@@ -12,7 +12,8 @@
  * one fixed order at the end), so they vectorise: one running sum is a chain of dependent
  * additions the compiler may not reorder. The loops run on nabla's threads (nb_parallel_for):
  * y, r and dx by rows; dw, a sum over rows, by columns, each column summing the rows in
- * order, so the results are the same bits for any thread count.
+ * order, so the results are the same bits for any thread count. The loops are built once per
+ * instruction set (simd_sets.h), the same bits in each.
  * blk_rms_norm_forward_add's node (add_rms_norm) also adds the residual in forward's row pass
  * (sum = x + res, normalised) and in backward adds the sum's own gradient to dx, which it
  * returns for both added inputs: the residual stream's add and the sum of its two gradients
@@ -41,8 +42,8 @@ typedef struct {
                    ((part_[4] + part_[5]) + (part_[6] + part_[7])) + tail_;                        \
     } while (0)
 
-#define RMS_LOOPS(T)                                                                               \
-    static void rms_forward_##T(void *ctx, int64_t begin, int64_t end) {                           \
+#define RMS_LOOPS(T, SET)                                                                          \
+    static void rms_forward_##T##_##SET(void *ctx, int64_t begin, int64_t end) {                   \
         const rms_job *j = ctx;                                                                    \
         const int64_t d = j->d;                                                                    \
         const T *x = (const T *)j->x + begin * d, *w = j->w, *res = j->res;                        \
@@ -62,7 +63,7 @@ typedef struct {
             for (int64_t k = 0; k < d; k++) y[k] = (T)((double)xs[k] * inv * w[k]);                \
         }                                                                                          \
     }                                                                                              \
-    static void rms_input_grad_##T(void *ctx, int64_t begin, int64_t end) {                        \
+    static void rms_input_grad_##T##_##SET(void *ctx, int64_t begin, int64_t end) {                \
         const rms_job *j = ctx;                                                                    \
         const int64_t d = j->d;                                                                    \
         const T *x = (const T *)j->x + begin * d, *g = (const T *)j->g + begin * d, *w = j->w;     \
@@ -81,7 +82,7 @@ typedef struct {
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    static void rms_weight_grad_##T(void *ctx, int64_t begin, int64_t end) { /* columns */         \
+    static void rms_weight_grad_##T##_##SET(void *ctx, int64_t begin, int64_t end) { /* columns */ \
         const rms_job *j = ctx;                                                                    \
         const int64_t d = j->d;                                                                    \
         const T *x = j->x, *g = j->g, *r = j->r;                                                   \
@@ -90,8 +91,8 @@ typedef struct {
             for (int64_t k = begin; k < end; k++) j->dw[k] += (double)g[k] * x[k] * inv;           \
         }                                                                                          \
     }
-RMS_LOOPS(float)
-RMS_LOOPS(double)
+#define BLK_SET_BODIES(SET) RMS_LOOPS(float, SET) RMS_LOOPS(double, SET)
+#include "simd_sets.h"
 
 /* Rows per thread-worthy piece of work: about 8K elements. */
 static int64_t row_grain(int64_t d) {
@@ -122,7 +123,9 @@ static bool rms_forward(nb_node *ctx, int nin, const nb_tensor *const *in, int n
                    .d = d,
                    .eps = *(const double *)nb_ctx_user(ctx)};
     return nb_parallel_for(rows, row_grain(d),
-                           x->dtype == NB_F32 ? rms_forward_float : rms_forward_double, &job) &&
+                           x->dtype == NB_F32 ? BLK_PICK(rms_forward_float)
+                                              : BLK_PICK(rms_forward_double),
+                           &job) &&
            nb_ctx_save(ctx, add ? sum : x) && nb_ctx_save(ctx, w) && nb_ctx_save(ctx, r);
 }
 
@@ -146,7 +149,8 @@ static bool rms_backward(nb_node *ctx, int nout, const nb_tensor *const *gout, i
     if (nb_ctx_needs_input_grad(ctx, 0) || (add && nb_ctx_needs_input_grad(ctx, 1))) {
         if (!(gin[0] = nb_empty(x->dtype, x->ndim, x->shape))) return false;
         job.dx = nb_data(gin[0]);
-        if (!nb_parallel_for(rows, row_grain(d), f32 ? rms_input_grad_float : rms_input_grad_double,
+        if (!nb_parallel_for(rows, row_grain(d),
+                             f32 ? BLK_PICK(rms_input_grad_float) : BLK_PICK(rms_input_grad_double),
                              &job))
             return false;
         if (add) gin[1] = gin[0];
@@ -157,8 +161,9 @@ static bool rms_backward(nb_node *ctx, int nout, const nb_tensor *const *gout, i
         job.dw = nb_data(dw);
         /* at least 16 columns a piece: 16 doubles are two cache lines no other piece writes */
         int64_t column_grain = rows < 8192 / 16 ? 8192 / (rows ? rows : 1) : 16;
-        if (!nb_parallel_for(d, column_grain, f32 ? rms_weight_grad_float : rms_weight_grad_double,
-                             &job))
+        if (!nb_parallel_for(
+                d, column_grain,
+                f32 ? BLK_PICK(rms_weight_grad_float) : BLK_PICK(rms_weight_grad_double), &job))
             return false;
         if (!(gin[nin - 1] = x->dtype == NB_F64 ? dw : nb_to_dtype(dw, x->dtype))) return false;
     }

@@ -6,31 +6,37 @@
  * products) and kept three [..., hidden] intermediates for backward. With s = sigmoid(a),
  * computed by nabla's vectorised nb_sigmoid and kept for backward:
  *   out = a s b,  da = g b s (1 + a (1 - s)),  db = g a s.
- * The element loops run on nabla's threads (nb_parallel_for); each element is its own. */
+ * The element loops run on nabla's threads (nb_parallel_for); each element is its own. They are
+ * built once per instruction set (simd_sets.h). */
 typedef struct {
     const void *a, *s, *b, *g;
     void *out, *da, *db; /* da or db NULL: not needed */
 } silu_gate_job;
 
-#define SILU_GATE(T)                                                                               \
-    static void silu_gate_##T(void *ctx, int64_t begin, int64_t end) {                             \
+#define SILU_GATE(T, SET)                                                                          \
+    static void silu_gate_##T##_##SET(void *ctx, int64_t begin, int64_t end) {                     \
         const silu_gate_job *j = ctx;                                                              \
         const T *a = j->a, *s = j->s, *b = j->b;                                                   \
         T *out = j->out;                                                                           \
         for (int64_t i = begin; i < end; i++) out[i] = a[i] * s[i] * b[i];                         \
     }                                                                                              \
-    static void silu_gate_grad_##T(void *ctx, int64_t begin, int64_t end) {                        \
+    static void silu_gate_grad_##T##_##SET(void *ctx, int64_t begin, int64_t end) {                \
         const silu_gate_job *j = ctx;                                                              \
         const T *a = j->a, *s = j->s, *b = j->b, *g = j->g;                                        \
         T *da = j->da, *db = j->db;                                                                \
-        if (da)                                                                                    \
+        if (da && db) /* one pass over g, a, s and b for both */                                   \
+            for (int64_t i = begin; i < end; i++) {                                                \
+                da[i] = g[i] * b[i] * s[i] * (1 + a[i] * (1 - s[i]));                              \
+                db[i] = g[i] * a[i] * s[i];                                                        \
+            }                                                                                      \
+        else if (da)                                                                               \
             for (int64_t i = begin; i < end; i++)                                                  \
                 da[i] = g[i] * b[i] * s[i] * (1 + a[i] * (1 - s[i]));                              \
-        if (db)                                                                                    \
+        else if (db)                                                                               \
             for (int64_t i = begin; i < end; i++) db[i] = g[i] * a[i] * s[i];                      \
     }
-SILU_GATE(float)
-SILU_GATE(double)
+#define BLK_SET_BODIES(SET) SILU_GATE(float, SET) SILU_GATE(double, SET)
+#include "simd_sets.h"
 
 /* Elements per thread-worthy piece: as nabla's own element-wise maps. */
 #define SILU_GATE_GRAIN 16384
@@ -47,8 +53,9 @@ static bool silu_gate_forward(nb_node *ctx, int nin, const nb_tensor *const *in,
     const nb_tensor *s = nb_sigmoid(a); /* grad mode is off in forward: a plain tensor */
     if (!s || !(out[0] = nb_empty(a->dtype, a->ndim, a->shape))) return false;
     silu_gate_job job = {.a = nb_data(a), .s = nb_data(s), .b = nb_data(b), .out = nb_data(out[0])};
-    return nb_parallel_for(nb_numel(a), SILU_GATE_GRAIN,
-                           a->dtype == NB_F32 ? silu_gate_float : silu_gate_double, &job) &&
+    return nb_parallel_for(
+               nb_numel(a), SILU_GATE_GRAIN,
+               a->dtype == NB_F32 ? BLK_PICK(silu_gate_float) : BLK_PICK(silu_gate_double), &job) &&
            nb_ctx_save(ctx, a) && nb_ctx_save(ctx, b) && nb_ctx_save(ctx, s);
 }
 
@@ -68,7 +75,9 @@ static bool silu_gate_backward(nb_node *ctx, int nout, const nb_tensor *const *g
                          .da = gin[0] ? nb_data(gin[0]) : NULL,
                          .db = gin[1] ? nb_data(gin[1]) : NULL};
     return nb_parallel_for(nb_numel(a), SILU_GATE_GRAIN,
-                           a->dtype == NB_F32 ? silu_gate_grad_float : silu_gate_grad_double, &job);
+                           a->dtype == NB_F32 ? BLK_PICK(silu_gate_grad_float)
+                                              : BLK_PICK(silu_gate_grad_double),
+                           &job);
 }
 
 static const nb_function silu_gate_fn = {"silu_gate", silu_gate_forward, silu_gate_backward};
