@@ -331,6 +331,14 @@ static void test_errors(void) {
     nb_clear_error();
     CU_ASSERT_PTR_NULL(blk_f_rms_norm(x, nb_ones(NB_F32, NB_SHAPE(4)), 1e-5));
     NBT_ASSERT_ERROR("weight must be float32 [5] for x [2, 3, 5], got float32 [4]");
+    nb_tensor *w13 = nb_zeros(NB_F32, NB_SHAPE(4, 5)), *w2 = nb_zeros(NB_F32, NB_SHAPE(5, 4));
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(blk_f_swiglu(x, w13, nb_zeros(NB_F32, NB_SHAPE(4, 4)), w2));
+    NBT_ASSERT_ERROR("swiglu: expects x [..., D], w1 and w3 [hidden, D], w2 [D, hidden], got x "
+                     "[2, 3, 5], w1 [4, 5], w3 [4, 4], w2 [5, 4]");
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(blk_f_swiglu(x, w13, nb_zeros(NB_F64, NB_SHAPE(4, 5)), w2));
+    NBT_ASSERT_ERROR("swiglu: w1 float32 and w3 float64 differ in dtype");
     nb_tensor *q = nb_zeros(NB_F32, NB_SHAPE(1, 4, 2, 2)),
               *k = nb_zeros(NB_F32, NB_SHAPE(1, 3, 2, 2));
     nb_clear_error();

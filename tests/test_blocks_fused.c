@@ -175,6 +175,29 @@ static void test_swiglu_matches_ops(void) {
     }
 }
 
+/* Without grad the module takes w1 and w3 as one grouped product and the gate's two-input
+ * form; with it, one product over [w1; w3] and the packed form: the same values, and the
+ * same as op by op, on 1 and 5 rows (the grouped row path and the products). */
+static void test_swiglu_forms_agree(void) {
+    nb_module *model = nb_model_new(NB_F64, 11);
+    blk_swiglu *m = blk_swiglu_new(model, "ff", 8, 21);
+    nb_rng rng;
+    nb_rng_seed(&rng, 12);
+    for (int rows = 1; rows <= 5; rows += 4) {
+        nb_tensor *x = randn(&rng, NB_F64, NB_SHAPE(rows, 8));
+        nb_tensor *packed = blk_swiglu_forward(m, x);
+        bool was = nb_set_grad_enabled(false);
+        nb_tensor *grouped = blk_swiglu_forward(m, x);
+        nb_set_grad_enabled(was);
+        nb_tensor *ops = nb_f_linear(nb_mul(nb_silu(nb_f_linear(x, m->w1->weight, NULL)),
+                                            nb_f_linear(x, m->w3->weight, NULL)),
+                                     m->w2->weight, NULL);
+        NBT_ASSERT_CLOSE(packed, ops, 1e-12, 1e-12);
+        NBT_ASSERT_CLOSE(grouped, ops, 1e-12, 1e-12);
+    }
+    nb_module_free(model);
+}
+
 /* float32 against float64: the same parameters and inputs, rounded. */
 static void test_f32_matches_f64(void) {
     nb_module *m64 = nb_model_new(NB_F64, 6), *m32 = nb_model_new(NB_F32, 6);
@@ -236,6 +259,7 @@ int main(void) {
         {"attention's q/k/v node = three linears and blk_rope (MQA, GQA, MHA)",
          test_attention_matches_ops},
         {"swiglu module = two linears, silu and a product (f64, f32)", test_swiglu_matches_ops},
+        {"swiglu: packed (grad) and grouped (no grad) forms agree", test_swiglu_forms_agree},
         {"float32 against float64", test_f32_matches_f64},
         {"add + rms_norm errors", test_add_norm_errors},
     };
