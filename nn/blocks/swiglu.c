@@ -90,9 +90,14 @@ nb_tensor *blk_f_swiglu(const nb_tensor *x, const nb_tensor *w1, const nb_tensor
 
 /* The module's forward: blk_f_swiglu's values, with w1 and w3 as one grouped product
  * (nb_linears_forward), so a decoded token's two products are one job split across threads,
- * not two. */
+ * not two. With no gradient to record, the gating too (nb_linear_gated_forward), each thread
+ * gating the outputs it computed, where it was a pass of its own on the calling thread; its
+ * silu is a / (1 + exp(-a)), one rounding fewer than silu_gate's a * sigmoid(a). */
 static nb_tensor *swiglu_grouped(blk_swiglu *m, const nb_tensor *x) {
     if (!x) return blk_null_argument("swiglu");
+    if (!nb_is_grad_enabled())
+        return nb_f_linear(nb_linear_gated_forward(m->w1, m->w3, x, NB_ACT_SILU), m->w2->weight,
+                           NULL);
     nb_tensor *gate_up[2];
     if (!nb_linears_forward(2, (nb_linear *[]){m->w1, m->w3}, x, gate_up)) return NULL;
     return nb_f_linear(
