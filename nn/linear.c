@@ -124,3 +124,45 @@ static bool linears_act(int n, nb_linear *const *layers, const nb_tensor *x,
                      xs->strides[xs->ndim - 1], n, products);
     return true;
 }
+
+nb_tensor *nb_linear_gated_forward(nb_linear *gate, nb_linear *up, const nb_tensor *x,
+                                   nb_activation act) {
+    if (!gate || !up)
+        return nbn_null_argument("Linear", gate ? &gate->base : up ? &up->base : NULL, "layer");
+    if (act < NB_ACT_NONE || act > NB_ACT_SILU)
+        return nbn_error(&gate->base, "unknown activation %d", (int)act);
+    if (up->in_features != gate->in_features || up->out_features != gate->out_features)
+        return nbn_error(
+            &up->base, "cannot gate '%s' (%lld -> %lld features): it maps %lld -> %lld",
+            gate->base.path, (long long)gate->in_features, (long long)gate->out_features,
+            (long long)up->in_features, (long long)up->out_features);
+    nb_linear *pair[2] = {gate, up};
+    if (!x || !nbt_check_live("linear", x) || x->ndim < 1 ||
+        x->shape[x->ndim - 1] != gate->in_features || !nb_is_float(x) || !group_fits(2, pair, x)) {
+        /* op by op; their errors name the layer */
+        nb_tensor *g = nb_linear_forward_act(gate, x, act);
+        return g ? nbn_result(&up->base, nb_mul(g, nb_linear_forward(up, x))) : NULL;
+    }
+    const nb_tensor *xs = x->strides[x->ndim - 1] == 0 ? nbt_contiguous(x) : x;
+    if (!xs) return nbn_result(&gate->base, NULL);
+    int64_t shape[NB_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) shape[d] = x->shape[d];
+    shape[x->ndim - 1] = gate->out_features;
+    nbt_row_product products[2];
+    nb_tensor *gated = NULL; /* the gate's outputs, gated in place: the result */
+    for (int i = 0; i < 2; i++) {
+        nb_tensor *y = nbt_new("linear", x->dtype, x->ndim, shape);
+        if (!y) return nbn_result(&pair[i]->base, NULL);
+        const nb_tensor *w = pair[i]->weight, *b = pair[i]->bias;
+        products[i] = (nbt_row_product){.w = nbt_ptr(w),
+                                        .ldw = w->strides[0],
+                                        .n = gate->out_features,
+                                        .bias = b ? nbt_ptr(b) : NULL,
+                                        .out = nbt_ptr(y),
+                                        .act = i ? NBT_ACT_NONE : (nbt_activation)act};
+        if (!i) gated = y;
+    }
+    nbt_row_products_gated(x->dtype == NB_F64, x->shape[x->ndim - 1], nbt_ptr(xs),
+                           xs->strides[xs->ndim - 1], products);
+    return gated;
+}

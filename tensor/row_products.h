@@ -28,4 +28,12 @@ typedef struct {
 void nbt_row_products(bool f64, int64_t K, const void *x, int64_t incx, int count,
                       const nbt_row_product *products);
 
+/* A gated pair, as one job: pair[0].out [n] = act0(x W0^T (+ b0)) * act1(x W1^T (+ b1)) with
+ * n = pair[0].n = pair[1].n, pair[1].out receiving the second factor. Split by output as
+ * nbt_row_products splits, each task computing both factors of its outputs and their product
+ * (the multiplication as the elementwise product rounds it), so the bits equal the two
+ * products, their activations and the elementwise product, for any thread count. Cannot fail. */
+void nbt_row_products_gated(bool f64, int64_t K, const void *x, int64_t incx,
+                            const nbt_row_product pair[2]);
+
 #endif

@@ -173,6 +173,47 @@ static nb_tensor *f_gqa(nb_tensor *const *in, int n, void *vctx) {
                              NULL);
 }
 
+/* Tables handed in through opts (blk_llama_lm_forward makes one set for all its layers) are
+ * the ones used, with and without a cache; tables that do not fit are refused. float32 tables
+ * are the float64 ones rounded. */
+static void test_attention_given_rope_tables(void) {
+    nb_module *model = nb_model_new(NB_F64, 4);
+    blk_attention *attn = blk_attention_new(model, "attn", 8, 2, 1, 100); /* head dim 4 */
+    nb_rng rng;
+    nb_rng_seed(&rng, 8);
+    nb_tensor *x = randn64(&rng, NB_SHAPE(1, 5, 8));
+    blk_rope_tables at3, at0;
+    CU_ASSERT_TRUE_FATAL(blk_rope_tables_make(NB_F64, 5, 4, 3, 100, &at3));
+    CU_ASSERT_TRUE_FATAL(blk_rope_tables_make(NB_F64, 5, 4, 0, 100, &at0));
+    nb_tensor *want3 =
+        blk_attention_forward(attn, x, &(blk_attn_opts){.causal = true, .offset = 3});
+    nb_tensor *want0 = blk_attention_forward(attn, x, &(blk_attn_opts){.causal = true});
+    NBT_ASSERT_CLOSE(
+        blk_attention_forward(attn, x, &(blk_attn_opts){.causal = true, .offset = 3, .rope = &at3}),
+        want3, 0, 0);
+    /* the given tables win over the offset: tables of positions 0.. give offset 0's result */
+    NBT_ASSERT_CLOSE(
+        blk_attention_forward(attn, x, &(blk_attn_opts){.causal = true, .offset = 3, .rope = &at0}),
+        want0, 0, 0);
+    nb_kv_cache *c = nb_kv_cache_new(1, 1, 8, 1, 4, NB_F64);
+    NBT_ASSERT_CLOSE(blk_attention_forward(attn, x, &(blk_attn_opts){.cache = c, .rope = &at0}),
+                     want0, 1e-12, 1e-12);
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(blk_attention_forward(attn, nb_narrow(x, 1, 0, 4),
+                                             &(blk_attn_opts){.causal = true, .rope = &at0}));
+    NBT_ASSERT_ERROR("Attention: 'attn': the given RoPE cos table is float64 [5, 2]; x float64 "
+                     "[1, 4, 8] needs float64 [4, 2]");
+    blk_rope_tables f32;
+    CU_ASSERT_TRUE_FATAL(blk_rope_tables_make(NB_F32, 5, 4, 3, 100, &f32));
+    nb_clear_error();
+    CU_ASSERT_PTR_NULL(blk_attention_forward(attn, x, &(blk_attn_opts){.rope = &f32}));
+    NBT_ASSERT_ERROR("needs float64 [5, 2]");
+    NBT_ASSERT_CLOSE(f32.cos, nb_to_dtype(at3.cos, NB_F32), 0, 0);
+    NBT_ASSERT_CLOSE(f32.sin, nb_to_dtype(at3.sin, NB_F32), 0, 0);
+    nb_kv_cache_free(c);
+    nb_module_free(model);
+}
+
 static void test_gradcheck_functions(void) {
     nb_rng rng;
     nb_rng_seed(&rng, 9);
@@ -616,6 +657,7 @@ int main(void) {
         {"gqa equals repeated kv heads and the fused attention",
          test_gqa_matches_repeated_heads_and_builtin},
         {"attention module: fused and op-by-op paths agree", test_attention_paths_agree},
+        {"attention with RoPE tables given through opts", test_attention_given_rope_tables},
         {"gradcheck: rms_norm, rope, swiglu, gqa (MQA and 2 of 4)", test_gradcheck_functions},
         {"gradcheck: every module with its parameters", test_gradcheck_modules},
         {"LM parameter names, counts and a checkpoint round trip", test_lm_names_and_checkpoint},

@@ -177,6 +177,88 @@ static void test_activation_training(void) {
     nb_module_free(model);
 }
 
+/* nb_linear_gated_forward: one row without gradients (both products and the gate in one job)
+ * gives the bits of the ops, act(gate(x)) * up(x), for every activation, float32 and float64,
+ * 1 and 2 threads, a strided row; 520 outputs make several parts with a short last vector. */
+static void test_gated_equals_ops(void) {
+    for (int dti = 0; dti < 2; dti++) {
+        const nb_dtype dt = dti ? NB_F64 : NB_F32;
+        nb_module *model = nb_model_new(dt, 4);
+        nb_linear *gate = nb_linear_new(model, "gate", 128, 520, true),
+                  *up = nb_linear_new(model, "up", 128, 520, false);
+        nb_rng rng;
+        nb_rng_seed(&rng, 12);
+        nb_scope_begin();
+        nb_tensor *rows[2] = {
+            nb_randn(&rng, dt, NB_SHAPE(1, 1, 128)),
+            nb_view(nb_select(nb_view(nb_randn(&rng, dt, NB_SHAPE(256)), NB_SHAPE(128, 2)), 1, 1),
+                    NB_SHAPE(1, 1, 128))};
+        const bool grad = nb_set_grad_enabled(false);
+        for (int threads = 1; threads <= 2; threads++) {
+            nb_set_num_threads(threads);
+            for (int r = 0; r < 2; r++)
+                for (int a = NB_ACT_NONE; a <= NB_ACT_SILU; a++) {
+                    nb_tensor *y = nb_linear_gated_forward(gate, up, rows[r], (nb_activation)a);
+                    NBT_ASSERT_SHAPE(y, 1, 1, 520);
+                    nb_tensor *want =
+                        nb_mul(act_op((nb_activation)a, nb_linear_forward(gate, rows[r])),
+                               nb_linear_forward(up, rows[r]));
+                    CU_ASSERT_TRUE(same_bits(y, want));
+                }
+        }
+        nb_set_num_threads(0);
+        nb_set_grad_enabled(grad);
+        nb_scope_end();
+        nb_module_free(model);
+    }
+}
+
+/* By hand: gate W = [[1, 0], [0, -1]], b = [0, 1]; up W = [[2, 0], [1, 1]], no bias; x = [1, 2]:
+ * gate(x) = [1, -1], up(x) = [2, 3]; silu: [2 silu(1), 3 silu(-1)] with silu(z) = z / (1 + e^-z).
+ * Several rows go op by op: the same values. */
+static void test_gated_by_hand(void) {
+    nb_module *model = nb_model_new(NB_F64, 1);
+    nb_linear *gate = nb_linear_new(model, "gate", 2, 2, true),
+              *up = nb_linear_new(model, "up", 2, 2, false);
+    memcpy(nb_data(gate->weight), (const double[]){1, 0, 0, -1}, 4 * sizeof(double));
+    memcpy(nb_data(gate->bias), (const double[]){0, 1}, 2 * sizeof(double));
+    memcpy(nb_data(up->weight), (const double[]){2, 0, 1, 1}, 4 * sizeof(double));
+    nb_scope_begin();
+    const bool grad = nb_set_grad_enabled(false);
+    const double s1 = 2 / (1 + exp(-1.0)), s2 = 3 * -1 / (1 + exp(1.0));
+    nb_tensor *x = nb_from_array(NB_F64, NB_SHAPE(1, 2), (const double[]){1, 2});
+    NBT_ASSERT_VALUES(nb_linear_gated_forward(gate, up, x, NB_ACT_SILU), 1e-15, s1, s2);
+    NBT_ASSERT_VALUES(nb_linear_gated_forward(gate, up, x, NB_ACT_NONE), 1e-15, 2.0, -3.0);
+    nb_tensor *x2 = nb_from_array(NB_F64, NB_SHAPE(2, 2), (const double[]){1, 2, 1, 2});
+    NBT_ASSERT_VALUES(nb_linear_gated_forward(gate, up, x2, NB_ACT_SILU), 1e-15, s1, s2, s1, s2);
+    nb_set_grad_enabled(grad);
+    nb_scope_end();
+    nb_module_free(model);
+}
+
+/* With gradients recorded it is the ops: backward reaches both layers, and
+ * d sum(silu(g) * u) / d(up's bias) = silu(g). */
+static void test_gated_training(void) {
+    nb_module *model = nb_model_new(NB_F64, 3);
+    nb_linear *gate = nb_linear_new(model, "gate", 3, 2, false),
+              *up = nb_linear_new(model, "up", 3, 2, true);
+    nb_rng rng;
+    nb_rng_seed(&rng, 6);
+    nb_scope_begin();
+    nb_tensor *x = nb_randn(&rng, NB_F64, NB_SHAPE(1, 3));
+    nb_tensor *y = nb_linear_gated_forward(gate, up, x, NB_ACT_SILU);
+    CU_ASSERT_TRUE_FATAL(y && y->requires_grad);
+    CU_ASSERT_TRUE_FATAL(nb_backward(nb_sum(y), NULL));
+    CU_ASSERT_PTR_NOT_NULL(nb_grad(gate->weight));
+    nb_tensor *g = nb_linear_forward(gate, x);
+    for (int64_t j = 0; j < 2; j++) {
+        double z = nb_get(g, NB_IDX(0, j));
+        CU_ASSERT_DOUBLE_EQUAL(nb_get(nb_grad(up->bias), NB_IDX(j)), z / (1 + exp(-z)), 1e-12);
+    }
+    nb_scope_end();
+    nb_module_free(model);
+}
+
 static void test_errors(void) {
     nb_module *model = nb_model_new(NB_F32, 1);
     nb_linear *a = nb_linear_new(model, "a", 4, 3, true),
@@ -198,6 +280,16 @@ static void test_errors(void) {
     NBT_ASSERT_ERROR("unknown activation 7");
     CU_ASSERT_PTR_NULL(nb_linear_forward_act(b, x, NB_ACT_GELU));
     NBT_ASSERT_ERROR("[..., 5], got [1, 4]");
+    nb_linear *c = nb_linear_new(model, "c", 4, 2, false);
+    CU_ASSERT_PTR_NULL(nb_linear_gated_forward(a, c, x, NB_ACT_SILU));
+    NBT_ASSERT_ERROR("Linear 'c': cannot gate 'a' (4 -> 3 features): it maps 4 -> 2");
+    CU_ASSERT_PTR_NULL(nb_linear_gated_forward(a, a, x, (nb_activation)9));
+    NBT_ASSERT_ERROR("unknown activation 9");
+    CU_ASSERT_PTR_NULL(nb_linear_gated_forward(b, b, x, NB_ACT_SILU));
+    NBT_ASSERT_ERROR("[..., 5], got [1, 4]");
+    nb_clear_error(); /* a NULL argument keeps an earlier error (an op's failure) */
+    CU_ASSERT_PTR_NULL(nb_linear_gated_forward(a, NULL, x, NB_ACT_SILU));
+    NBT_ASSERT_ERROR("NULL layer");
     nb_scope_end();
     nb_module_free(model);
 }
@@ -210,6 +302,9 @@ int main(void) {
         {"linear + activation equals the ops, 1 and 2 threads", test_activation_equals_op},
         {"linear + activation by hand", test_activation_by_hand},
         {"linear + activation in training", test_activation_training},
+        {"gated pair equals the ops, 1 and 2 threads", test_gated_equals_ops},
+        {"gated pair by hand", test_gated_by_hand},
+        {"gated pair in training", test_gated_training},
         {"errors", test_errors},
     };
     return nbtest_run("linears", cases, sizeof cases / sizeof cases[0]);

@@ -172,6 +172,11 @@ typedef struct {
     nb_tensor **attn_weights;          /* if not NULL, receives [B, H, T, T] */
     nb_kv_cache *cache;                /* cached inference, or NULL */
     int cache_layer; /* the attention's layer in cache (blk_llama_lm_forward sets block i's) */
+    /* blk_attention's RoPE tables for the tokens' positions (offset, or the cache's length,
+     * onward: [T, head_dim / 2] in x's dtype), made once for the layers of one forward
+     * (blk_llama_lm_forward does); NULL: each attention makes its own. blk_mla, whose rotated
+     * size differs, makes its own always. Tables that do not fit are an error. */
+    const blk_rope_tables *rope;
 } blk_attn_opts;
 
 /* Self-attention with RoPE on q and k and n_kv_heads key/value heads shared by groups of the

@@ -46,6 +46,15 @@ typedef enum { NB_ACT_NONE, NB_ACT_GELU, NB_ACT_GELU_TANH, NB_ACT_SILU } nb_acti
  * its own on the calling thread. A new tensor in the current scope, or NULL with an error
  * naming the layer. */
 nb_tensor *nb_linear_forward_act(nb_linear *m, const nb_tensor *x, nb_activation act);
+/* act(gate(x)) * up(x): a gated feed-forward's first half (SwiGLU with NB_ACT_SILU, GeGLU with
+ * NB_ACT_GELU), the same values bit for bit as nb_mul(nb_linear_forward_act(gate, x, act),
+ * nb_linear_forward(up, x)), which it is, op by op, when there are gradients to record. For a
+ * single row without (decoding one token) both products and the gating are one job split
+ * across threads by output features, each thread gating the outputs it computed. gate and up
+ * read the same inputs and have as many outputs. A new tensor in the current scope, or NULL
+ * with an error naming the layer. */
+nb_tensor *nb_linear_gated_forward(nb_linear *gate, nb_linear *up, const nb_tensor *x,
+                                   nb_activation act);
 
 /* Normalises the last dim; weight ones, bias zeros, eps 1e-5 (PyTorch's defaults). */
 typedef struct {

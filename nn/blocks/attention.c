@@ -41,6 +41,30 @@ static nb_tensor *rotated(const blk_attention *m, const nb_tensor *x, int64_t n,
     return h ? nb_view(h, NB_SHAPE(B, T, n * m->head_dim)) : NULL;
 }
 
+/* The tables for x's tokens at positions offset onward: opts->rope if given (checked), else
+ * new ones. False with an error. */
+static bool rope_tables(const blk_attention *m, const nb_tensor *x, const blk_attn_opts *opts,
+                        int64_t offset, blk_rope_tables *out) {
+    if (!opts || !opts->rope)
+        return blk_rope_tables_make(x->dtype, x->shape[1], m->head_dim, offset, m->rope_base, out);
+    const nb_tensor *c = opts->rope->cos, *s = opts->rope->sin;
+    const int64_t want[2] = {x->shape[1], m->head_dim / 2};
+    for (int i = 0; i < 2; i++) {
+        const nb_tensor *t = i ? s : c;
+        if (!t || t->dtype != x->dtype || t->ndim != 2 || t->shape[0] != want[0] ||
+            t->shape[1] != want[1])
+            return nb_error("Attention",
+                            "'%s': the given RoPE %s table is %s %s; x %s %s needs %s [%lld, %lld]",
+                            nb_module_path(&m->base), i ? "sin" : "cos",
+                            t ? nb_dtype_name(t->dtype) : "NULL", t ? nb_shape_text(t) : "",
+                            nb_dtype_name(x->dtype), nb_shape_text(x), nb_dtype_name(x->dtype),
+                            (long long)want[0], (long long)want[1]),
+                   false;
+    }
+    *out = *opts->rope;
+    return true;
+}
+
 /* The forward against opts->cache (inference: autograd off). The projections and the rotation
  * are training's; the cache writes the rotated keys and the values at positions len.. and
  * attends causally, reading its kv heads for groups of query heads as training does. */
@@ -49,8 +73,7 @@ static nb_tensor *attention_cached(blk_attention *m, const nb_tensor *x, const b
     const bool grad = nb_set_grad_enabled(false);
     blk_rope_tables rope;
     nb_tensor *y = NULL;
-    if (blk_rope_tables_make(x->dtype, x->shape[1], m->head_dim, nb_kv_cache_len(o->cache),
-                             m->rope_base, &rope)) {
+    if (rope_tables(m, x, o, nb_kv_cache_len(o->cache), &rope)) {
         nb_tensor *qkv[3]; /* one job for the three products of a decoded token */
         const bool projected = nb_linears_forward(3, (nb_linear *[]){m->wq, m->wk, m->wv}, x, qkv);
         nb_tensor *q = projected ? rotated(m, qkv[0], m->n_heads, &rope) : NULL;
@@ -77,7 +100,7 @@ nb_tensor *blk_attention_forward(blk_attention *m, const nb_tensor *x, const blk
         return nb_error("Attention", "'%s': offset must be >= 0, got %lld",
                         nb_module_path(&m->base), (long long)offset);
     blk_rope_tables rope; /* q and k are rotated at the same positions: one set of tables */
-    if (!blk_rope_tables_make(x->dtype, T, m->head_dim, offset, m->rope_base, &rope)) return NULL;
+    if (!rope_tables(m, x, opts, offset, &rope)) return NULL;
     nb_tensor *q, *k, *v; /* [B, T, heads, hd] */
     if (!blk_qkv_rope(x, m->wq->weight, m->wk->weight, m->wv->weight, m->n_heads, m->n_kv_heads,
                       &rope, &q, &k, &v))

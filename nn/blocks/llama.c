@@ -85,8 +85,20 @@ nb_tensor *blk_llama_lm_forward(blk_llama_lm *m, const nb_tensor *tokens,
     /* Each block's output and the norm after it (the next block's attention norm, or the
      * final norm) come from one node: blk_llama_block_forward's values. */
     nb_tensor *normed = blk_rms_norm_forward(m->layers[0]->attention_norm, x);
+    /* Every layer rotates at the same positions with the same head size and base: one set of
+     * tables for all (a decoded token's were as much work as its norms, made once per layer). */
+    const blk_attention *a0 = m->layers[0]->attention;
+    blk_rope_tables rope;
+    if (x && !(opts && opts->rope) &&
+        !blk_rope_tables_make(nb_module_dtype(&m->base), tokens->shape[1], a0->head_dim,
+                              c      ? nb_kv_cache_len(c)
+                              : opts ? opts->offset
+                                     : 0,
+                              a0->rope_base, &rope))
+        x = NULL;
     for (int i = 0; i < m->n_layers && x; i++) {
         blk_attn_opts layer = opts ? *opts : (blk_attn_opts){0};
+        if (!layer.rope) layer.rope = &rope;
         layer.attn_weights = opts && opts->attn_weights ? &opts->attn_weights[i] : NULL;
         layer.cache_layer = i;
         blk_rms_norm *next = i + 1 < m->n_layers ? m->layers[i + 1]->attention_norm : m->norm;

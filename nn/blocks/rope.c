@@ -6,24 +6,36 @@
 #include <math.h>
 
 /* cos and sin of every position's angles, [T, hd / 2] each: pair i of position offset + t
- * turns by (offset + t) * base^(-2i/hd). Computed in double, rounded to dt. */
+ * turns by (offset + t) * base^(-2i/hd). Computed in double and rounded to dt as stored (two
+ * tensors, where a double pair converted to dt took four). */
+#define FILL_TABLES(T_)                                                                            \
+    static void fill_tables_##T_(T_ *cd, T_ *sd, int64_t T, int64_t hd, int64_t offset,            \
+                                 double base) {                                                    \
+        const int64_t half = hd / 2;                                                               \
+        for (int64_t i = 0; i < half; i++) {                                                       \
+            double inv_freq = pow(base, -(double)(2 * i) / (double)hd);                            \
+            for (int64_t t = 0; t < T; t++) {                                                      \
+                double angle = (double)(offset + t) * inv_freq;                                    \
+                cd[t * half + i] = (T_)cos(angle);                                                 \
+                sd[t * half + i] = (T_)sin(angle);                                                 \
+            }                                                                                      \
+        }                                                                                          \
+    }
+FILL_TABLES(float)
+FILL_TABLES(double)
+
 bool blk_rope_tables_make(nb_dtype dt, int64_t T, int64_t hd, int64_t offset, double base,
                           blk_rope_tables *out) {
-    int64_t half = hd / 2;
-    nb_tensor *c = nb_empty(NB_F64, NB_SHAPE(T, half)), *s = nb_empty(NB_F64, NB_SHAPE(T, half));
-    if (!c || !s) return false;
-    double *cd = nb_data(c), *sd = nb_data(s);
-    for (int64_t i = 0; i < half; i++) {
-        double inv_freq = pow(base, -(double)(2 * i) / (double)hd);
-        for (int64_t t = 0; t < T; t++) {
-            double angle = (double)(offset + t) * inv_freq;
-            cd[t * half + i] = cos(angle);
-            sd[t * half + i] = sin(angle);
-        }
-    }
-    out->cos = dt == NB_F64 ? c : nb_to_dtype(c, dt);
-    out->sin = dt == NB_F64 ? s : nb_to_dtype(s, dt);
-    return out->cos && out->sin;
+    if (dt != NB_F32 && dt != NB_F64)
+        return nb_error("rope", "tables are float32 or float64, not %s", nb_dtype_name(dt)), false;
+    out->cos = nb_empty(dt, NB_SHAPE(T, hd / 2));
+    out->sin = nb_empty(dt, NB_SHAPE(T, hd / 2));
+    if (!out->cos || !out->sin) return false;
+    if (dt == NB_F32)
+        fill_tables_float(nb_data(out->cos), nb_data(out->sin), T, hd, offset, base);
+    else
+        fill_tables_double(nb_data(out->cos), nb_data(out->sin), T, hd, offset, base);
+    return true;
 }
 
 /* The rotation as one node (nabla's function API); op by op (two narrows, a concat, two

@@ -6,15 +6,14 @@
  * products) and kept three [..., hidden] intermediates for backward. With s = sigmoid(a),
  * computed by nabla's vectorised nb_sigmoid and kept for backward:
  *   out = a s b,  da = g b s (1 + a (1 - s)),  db = g a s.
- * In training a and b are the two halves of each row of one product x [w1; w3]^T (the packed
- * form, one input [..., 2 hidden] and one gradient of it): two products packed x twice, and
- * in backward made two input gradients that autograd then added up, a pass over x's size.
- * Decoding hands a and b as two tensors (nb_linears_forward's grouped row products). The
- * loops run by rows on nabla's threads (nb_parallel_for), each row its own, built once per
- * instruction set (simd_sets.h). */
+ * a and b are the two halves of each row of one product x [w1; w3]^T (one input
+ * [..., 2 hidden], one gradient of it): two products packed x twice, and in backward made two
+ * input gradients that autograd then added up, a pass over x's size. The loops run by rows on
+ * nabla's threads (nb_parallel_for), each row its own, built once per instruction set
+ * (simd_sets.h). */
 typedef struct {
     const void *a, *s, *b, *g; /* s, g: [rows, h]; a, b: rows ld elements apart */
-    void *out, *da, *db;       /* out [rows, h]; da, db as a and b, or NULL: not needed */
+    void *out, *da, *db;       /* out [rows, h]; da, db as a and b */
     int64_t h, ld;
 } silu_gate_job;
 
@@ -35,17 +34,11 @@ typedef struct {
         for (int64_t r = begin; r < end; r++) {                                                    \
             const T *a = (const T *)j->a + r * ld, *b = (const T *)j->b + r * ld,                  \
                     *s = (const T *)j->s + r * h, *g = (const T *)j->g + r * h;                    \
-            T *da = j->da ? (T *)j->da + r * ld : NULL, *db = j->db ? (T *)j->db + r * ld : NULL;  \
-            if (da && db) /* one pass over g, a, s and b for both */                               \
-                for (int64_t i = 0; i < h; i++) {                                                  \
-                    da[i] = g[i] * b[i] * s[i] * (1 + a[i] * (1 - s[i]));                          \
-                    db[i] = g[i] * a[i] * s[i];                                                    \
-                }                                                                                  \
-            else if (da)                                                                           \
-                for (int64_t i = 0; i < h; i++)                                                    \
-                    da[i] = g[i] * b[i] * s[i] * (1 + a[i] * (1 - s[i]));                          \
-            else if (db)                                                                           \
-                for (int64_t i = 0; i < h; i++) db[i] = g[i] * a[i] * s[i];                        \
+            T *da = (T *)j->da + r * ld, *db = (T *)j->db + r * ld;                                \
+            for (int64_t i = 0; i < h; i++) { /* one pass over g, a, s and b for both */           \
+                da[i] = g[i] * b[i] * s[i] * (1 + a[i] * (1 - s[i]));                              \
+                db[i] = g[i] * a[i] * s[i];                                                        \
+            }                                                                                      \
         }                                                                                          \
     }
 #define BLK_SET_BODIES(SET) SILU_GATE(float, SET) SILU_GATE(double, SET)
@@ -63,63 +56,48 @@ static bool run_gate(silu_gate_job *job, nb_dtype dt, int64_t rows, bool backwar
     return nb_parallel_for(rows, gate_grain(job->h), fn, job);
 }
 
-/* inputs: a and b (two [..., h]), or the packed [..., 2h]. Saves a and b (or the packed
- * input) and s. */
+/* input: the packed [..., 2h]. Saves it and s. */
 static bool silu_gate_forward(nb_node *ctx, int nin, const nb_tensor *const *in, int nout,
                               nb_tensor **out) {
-    (void)nout;
-    const nb_tensor *a = nb_contiguous(in[0]), *b = nin == 2 ? nb_contiguous(in[1]) : NULL;
-    if (!a || (nin == 2 && !b)) return false;
-    if (nin == 2 && (!nb_same_shape(a, b) || a->dtype != b->dtype))
-        return nb_error("silu_gate", "gate %s and up %s differ", nb_shape_text(a),
-                        nb_shape_text(b)),
-               false;
-    const int64_t width = a->shape[a->ndim - 1], h = nin == 2 ? width : width / 2;
-    const int64_t rows = width ? nb_numel(a) / width : 0;
+    (void)nin, (void)nout;
+    const nb_tensor *p = nb_contiguous(in[0]);
+    if (!p) return false;
+    const int64_t width = p->shape[p->ndim - 1], h = width / 2;
+    const int64_t rows = width ? nb_numel(p) / width : 0;
     int64_t shape[NB_MAX_DIMS];
-    for (int d = 0; d < a->ndim; d++) shape[d] = a->shape[d];
-    shape[a->ndim - 1] = h;
-    /* sigmoid of the gate: all of a, or the first half of each packed row (a view) */
-    const nb_tensor *s = nb_sigmoid(nin == 2 ? a : nb_narrow(a, a->ndim - 1, 0, h));
-    if (!s || !(out[0] = nb_empty(a->dtype, a->ndim, shape))) return false;
-    s = nb_contiguous(s);
-    if (!s) return false;
-    silu_gate_job job = {.a = nb_data(a),
+    for (int d = 0; d < p->ndim; d++) shape[d] = p->shape[d];
+    shape[p->ndim - 1] = h;
+    /* sigmoid of the first half of each row (a view), written contiguous [..., h] */
+    const nb_tensor *s = nb_sigmoid(nb_narrow(p, p->ndim - 1, 0, h));
+    if (!s || !(out[0] = nb_empty(p->dtype, p->ndim, shape))) return false;
+    silu_gate_job job = {.a = nb_data(p),
                          .s = nb_data(s),
-                         .b = nin == 2 ? nb_data(b)
-                                       : (const char *)nb_data(a) + h * nb_dtype_size(a->dtype),
+                         .b = (const char *)nb_data(p) + (size_t)h * nb_dtype_size(p->dtype),
                          .out = nb_data(out[0]),
                          .h = h,
                          .ld = width};
-    if (!run_gate(&job, a->dtype, rows, false) || !nb_ctx_save(ctx, a) || !nb_ctx_save(ctx, s))
-        return false;
-    return nin == 1 || nb_ctx_save(ctx, b);
+    return run_gate(&job, p->dtype, rows, false) && nb_ctx_save(ctx, p) && nb_ctx_save(ctx, s);
 }
 
 static bool silu_gate_backward(nb_node *ctx, int nout, const nb_tensor *const *gout, int nin,
                                nb_tensor **gin) {
-    (void)nout;
-    const nb_tensor *a = nb_ctx_saved(ctx, 0), *s = nb_ctx_saved(ctx, 1),
-                    *b = nin == 2 ? nb_ctx_saved(ctx, 2) : NULL;
+    (void)nout, (void)nin;
+    const nb_tensor *p = nb_ctx_saved(ctx, 0), *s = nb_ctx_saved(ctx, 1);
     const nb_tensor *g = nb_contiguous(gout[0]);
-    if (!a || !s || !g || (nin == 2 && !b)) return false;
-    for (int i = 0; i < nin; i++)
-        if (nb_ctx_needs_input_grad(ctx, i) && !(gin[i] = nb_empty(a->dtype, a->ndim, a->shape)))
-            return false;
-    const int64_t h = s->shape[s->ndim - 1], width = a->shape[a->ndim - 1];
-    const size_t half = (size_t)h * nb_dtype_size(a->dtype); /* b's offset in a packed row */
-    silu_gate_job job = {.a = nb_data(a), .s = nb_data(s), .g = nb_data(g), .h = h, .ld = width};
-    if (nin == 2) {
-        job.b = nb_data(b);
-        job.da = gin[0] ? nb_data(gin[0]) : NULL;
-        job.db = gin[1] ? nb_data(gin[1]) : NULL;
-    } else {
-        job.b = (const char *)nb_data(a) + half;
-        if (!gin[0]) return true;
-        job.da = nb_data(gin[0]);
-        job.db = (char *)nb_data(gin[0]) + half;
-    }
-    return run_gate(&job, a->dtype, h ? nb_numel(g) / h : 0, true);
+    if (!p || !s || !g) return false;
+    if (!nb_ctx_needs_input_grad(ctx, 0)) return true;
+    if (!(gin[0] = nb_empty(p->dtype, p->ndim, p->shape))) return false;
+    const int64_t h = s->shape[s->ndim - 1];
+    const size_t half = (size_t)h * nb_dtype_size(p->dtype); /* b's offset in a row */
+    silu_gate_job job = {.a = nb_data(p),
+                         .s = nb_data(s),
+                         .b = (const char *)nb_data(p) + half,
+                         .g = nb_data(g),
+                         .da = nb_data(gin[0]),
+                         .db = (char *)nb_data(gin[0]) + half,
+                         .h = h,
+                         .ld = p->shape[p->ndim - 1]};
+    return run_gate(&job, p->dtype, h ? nb_numel(g) / h : 0, true);
 }
 
 static const nb_function silu_gate_fn = {"silu_gate", silu_gate_forward, silu_gate_backward};
@@ -151,18 +129,17 @@ nb_tensor *blk_f_swiglu(const nb_tensor *x, const nb_tensor *w1, const nb_tensor
     return swiglu_packed(x, (nb_tensor *)w1, (nb_tensor *)w3, w2);
 }
 
-/* The module's forward: blk_f_swiglu's values. Training packs w1 and w3 into one product;
- * without a gradient to record, w1 and w3 are one grouped product (nb_linears_forward), so a
- * decoded token's two products are one job split across threads, with no copy of the
- * weights. */
+/* The module's forward: blk_f_swiglu's values. Training packs w1 and w3 into one product
+ * (swiglu_packed). With no gradient to record (decoding), w1 and w3 and the gating are one
+ * job (nb_linear_gated_forward), each thread gating the outputs it computed, with no copy of
+ * the weights; its silu is a / (1 + exp(-a)), one rounding fewer than silu_gate's
+ * a * sigmoid(a). */
 static nb_tensor *swiglu_grouped(blk_swiglu *m, const nb_tensor *x) {
     if (!x) return blk_null_argument("swiglu");
-    if (nb_is_grad_enabled()) return blk_f_swiglu(x, m->w1->weight, m->w3->weight, m->w2->weight);
-    nb_tensor *gate_up[2];
-    if (!nb_linears_forward(2, (nb_linear *[]){m->w1, m->w3}, x, gate_up)) return NULL;
-    return nb_f_linear(
-        nb_function_apply1(&silu_gate_fn, 2, (const nb_tensor *const *)gate_up, NULL),
-        m->w2->weight, NULL);
+    if (!nb_is_grad_enabled())
+        return nb_f_linear(nb_linear_gated_forward(m->w1, m->w3, x, NB_ACT_SILU), m->w2->weight,
+                           NULL);
+    return blk_f_swiglu(x, m->w1->weight, m->w3->weight, m->w2->weight);
 }
 
 blk_swiglu *blk_swiglu_new(nb_module *parent, const char *name, int64_t dim, int64_t hidden) {
