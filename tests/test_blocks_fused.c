@@ -175,9 +175,8 @@ static void test_swiglu_matches_ops(void) {
     }
 }
 
-/* With grad the module is one product over [w1; w3] and the gate node on its packed rows;
- * without, one gated job (nb_linear_gated_forward): the same values, and the same as op by
- * op, on 1 and 5 rows. */
+/* With grad the module is two products and the gate node; without, one gated job
+ * (nb_linear_gated_forward): the same values, and the same as op by op, on 1 and 5 rows. */
 static void test_swiglu_forms_agree(void) {
     nb_module *model = nb_model_new(NB_F64, 11);
     blk_swiglu *m = blk_swiglu_new(model, "ff", 8, 21);
@@ -259,7 +258,7 @@ int main(void) {
         {"attention's q/k/v node = three linears and blk_rope (MQA, GQA, MHA)",
          test_attention_matches_ops},
         {"swiglu module = two linears, silu and a product (f64, f32)", test_swiglu_matches_ops},
-        {"swiglu: packed (grad) and gated (no grad) forms agree", test_swiglu_forms_agree},
+        {"swiglu: with and without grad (gated job) agree", test_swiglu_forms_agree},
         {"float32 against float64", test_f32_matches_f64},
         {"add + rms_norm errors", test_add_norm_errors},
     };
