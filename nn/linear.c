@@ -78,6 +78,32 @@ nb_tensor *nb_linear_forward_act(nb_linear *m, const nb_tensor *x, nb_activation
     return linears_act(1, &m, x, &act, &y) ? y : NULL;
 }
 
+/* The grouped one-row path's operands, for layers that fit it (group_fits): x with its last
+ * dim's stride not 0 (*xs), for each layer a new output of x's shape with its out_features
+ * last (out[i]) and the row product that fills it, acts[i] applied (acts NULL: none). False
+ * with an error naming the layer. */
+static bool row_products_for(int n, nb_linear *const *layers, const nb_tensor *x,
+                             const nb_activation *acts, const nb_tensor **xs, nb_tensor **out,
+                             nbt_row_product *products) {
+    *xs = x->strides[x->ndim - 1] == 0 ? nbt_contiguous(x) : x;
+    if (!*xs) return nbn_result(&layers[0]->base, NULL), false;
+    int64_t shape[NB_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) shape[d] = x->shape[d];
+    for (int i = 0; i < n; i++) {
+        shape[x->ndim - 1] = layers[i]->out_features;
+        if (!(out[i] = nbt_new("linear", x->dtype, x->ndim, shape)))
+            return nbn_result(&layers[i]->base, NULL), false;
+        const nb_tensor *w = layers[i]->weight, *b = layers[i]->bias;
+        products[i] = (nbt_row_product){.w = nbt_ptr(w),
+                                        .ldw = w->strides[0],
+                                        .n = layers[i]->out_features,
+                                        .bias = b ? nbt_ptr(b) : NULL,
+                                        .out = nbt_ptr(out[i]),
+                                        .act = acts ? (nbt_activation)acts[i] : NBT_ACT_NONE};
+    }
+    return true;
+}
+
 static bool linears_act(int n, nb_linear *const *layers, const nb_tensor *x,
                         const nb_activation *acts, nb_tensor **out) {
     if (n < 1 || n > NB_LINEARS_MAX || !layers || !x || !out)
@@ -103,23 +129,9 @@ static bool linears_act(int n, nb_linear *const *layers, const nb_tensor *x,
                 return false;
         return true;
     }
-    const nb_tensor *xs = x->strides[x->ndim - 1] == 0 ? nbt_contiguous(x) : x;
-    if (!xs) return nbn_result(&layers[0]->base, NULL), false;
+    const nb_tensor *xs;
     nbt_row_product products[NB_LINEARS_MAX];
-    int64_t shape[NB_MAX_DIMS];
-    for (int d = 0; d < x->ndim; d++) shape[d] = x->shape[d];
-    for (int i = 0; i < n; i++) {
-        shape[x->ndim - 1] = layers[i]->out_features;
-        if (!(out[i] = nbt_new("linear", x->dtype, x->ndim, shape)))
-            return nbn_result(&layers[i]->base, NULL), false;
-        const nb_tensor *w = layers[i]->weight, *b = layers[i]->bias;
-        products[i] = (nbt_row_product){.w = nbt_ptr(w),
-                                        .ldw = w->strides[0],
-                                        .n = layers[i]->out_features,
-                                        .bias = b ? nbt_ptr(b) : NULL,
-                                        .out = nbt_ptr(out[i]),
-                                        .act = acts ? (nbt_activation)acts[i] : NBT_ACT_NONE};
-    }
+    if (!row_products_for(n, layers, x, acts, &xs, out, products)) return false;
     nbt_row_products(x->dtype == NB_F64, x->shape[x->ndim - 1], nbt_ptr(xs),
                      xs->strides[xs->ndim - 1], n, products);
     return true;
@@ -143,26 +155,12 @@ nb_tensor *nb_linear_gated_forward(nb_linear *gate, nb_linear *up, const nb_tens
         nb_tensor *g = nb_linear_forward_act(gate, x, act);
         return g ? nbn_result(&up->base, nb_mul(g, nb_linear_forward(up, x))) : NULL;
     }
-    const nb_tensor *xs = x->strides[x->ndim - 1] == 0 ? nbt_contiguous(x) : x;
-    if (!xs) return nbn_result(&gate->base, NULL);
-    int64_t shape[NB_MAX_DIMS];
-    for (int d = 0; d < x->ndim; d++) shape[d] = x->shape[d];
-    shape[x->ndim - 1] = gate->out_features;
+    const nb_tensor *xs;
+    nb_tensor *y[2]; /* y[0], the gate's outputs, is gated in place: the result */
     nbt_row_product products[2];
-    nb_tensor *gated = NULL; /* the gate's outputs, gated in place: the result */
-    for (int i = 0; i < 2; i++) {
-        nb_tensor *y = nbt_new("linear", x->dtype, x->ndim, shape);
-        if (!y) return nbn_result(&pair[i]->base, NULL);
-        const nb_tensor *w = pair[i]->weight, *b = pair[i]->bias;
-        products[i] = (nbt_row_product){.w = nbt_ptr(w),
-                                        .ldw = w->strides[0],
-                                        .n = gate->out_features,
-                                        .bias = b ? nbt_ptr(b) : NULL,
-                                        .out = nbt_ptr(y),
-                                        .act = i ? NBT_ACT_NONE : (nbt_activation)act};
-        if (!i) gated = y;
-    }
+    if (!row_products_for(2, pair, x, (const nb_activation[]){act, NB_ACT_NONE}, &xs, y, products))
+        return NULL;
     nbt_row_products_gated(x->dtype == NB_F64, x->shape[x->ndim - 1], nbt_ptr(xs),
                            xs->strides[xs->ndim - 1], products);
-    return gated;
+    return y[0];
 }
