@@ -54,11 +54,6 @@ static inline softmax_walk softmax_walk_start(const softmax_plan *p) {
     return (softmax_walk){p->mask_rows, p->causal ? p->row0 % p->queries : 0};
 }
 
-/* softmax_row works through a row in pieces this long (a multiple of every vector width and of
- * NBT_ROW_LANES, so the exp and the lane-wise sum see each element as over the whole row):
- * shift, exp and sum, or shift, exp and scale, run over one piece while it is in L1. */
-#define NBA_ROW_CHUNK 512
-
 /* Row kernels for one float type. Blocked entries become -inf before the exp, so they come
  * out exactly 0; entries past the causal limit are never touched by the exp. */
 #define NBA_DEFINE_SOFTMAX_ROWS(T, SUF)                                                            \
@@ -98,14 +93,9 @@ static inline softmax_walk softmax_walk_start(const softmax_plan *p) {
             *max_out = (T)-INFINITY, *inv_out = 0;                                                 \
             return 0;                                                                              \
         }                                                                                          \
-        double acc[NBT_ROW_LANES] = {0};                                                           \
-        for (int64_t c = 0; c < limit; c += NBA_ROW_CHUNK) { /* each piece stays in L1 */          \
-            const int64_t len = limit - c < NBA_ROW_CHUNK ? limit - c : NBA_ROW_CHUNK;             \
-            nbt_row_shift_##SUF(y + c, y + c, -max, len);                                          \
-            nbt_vexp_##SUF(y + c, y + c, len);                                                     \
-            nbt_row_sum_lanes_##SUF(acc, y + c, len);                                              \
-        }                                                                                          \
-        const T inv = (T)(1.0 / nbt_row_lanes_total(acc));                                         \
+        nbt_row_shift_##SUF(y, y, -max, limit);                                                    \
+        nbt_vexp_##SUF(y, y, limit);                                                               \
+        const T inv = (T)(1.0 / nbt_row_sum_##SUF(y, limit));                                      \
         nbt_row_scale_##SUF(y, y, inv, limit);                                                     \
         *max_out = max, *inv_out = inv;                                                            \
         return limit;                                                                              \
@@ -115,12 +105,9 @@ static inline softmax_walk softmax_walk_start(const softmax_plan *p) {
                                                    const T *x, T *y, T max, T inv) {               \
         const int64_t limit = scaled_row_##SUF(p, w, x, y);                                        \
         if (inv == 0) return 0; /* fully blocked */                                                \
-        for (int64_t c = 0; c < limit; c += NBA_ROW_CHUNK) {                                       \
-            const int64_t len = limit - c < NBA_ROW_CHUNK ? limit - c : NBA_ROW_CHUNK;             \
-            nbt_row_shift_##SUF(y + c, y + c, -max, len);                                          \
-            nbt_vexp_##SUF(y + c, y + c, len);                                                     \
-            nbt_row_scale_##SUF(y + c, y + c, inv, len);                                           \
-        }                                                                                          \
+        nbt_row_shift_##SUF(y, y, -max, limit);                                                    \
+        nbt_vexp_##SUF(y, y, limit);                                                               \
+        nbt_row_scale_##SUF(y, y, inv, limit);                                                     \
         return limit;                                                                              \
     }                                                                                              \
     static inline void softmax_rows_##SUF(const softmax_plan *p, const T *x, T *y) {               \

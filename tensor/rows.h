@@ -16,25 +16,15 @@
 
 #define NBT_ROW_LANES 8
 
-/* The lanes of nbt_row_sum_lanes combined in a fixed order. */
-static inline double nbt_row_lanes_total(const double *acc) {
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
 #define NBT_DEFINE_ROW_REDUCTIONS(T, SUF)                                                          \
-    /* acc[j % 8] += x[j] over a piece of a row that starts at a multiple of NBT_ROW_LANES: a      \
-     * row summed piece by piece this way adds in nbt_row_sum's order. */                          \
-    static inline void nbt_row_sum_lanes_##SUF(double *acc, const T *x, int64_t n) {               \
+    /* sum(x[0..n)) */                                                                             \
+    static inline double nbt_row_sum_##SUF(const T *x, int64_t n) {                                \
+        double acc[NBT_ROW_LANES] = {0};                                                           \
         int64_t j = 0;                                                                             \
         for (; j + NBT_ROW_LANES <= n; j += NBT_ROW_LANES)                                         \
             for (int l = 0; l < NBT_ROW_LANES; l++) acc[l] += (double)x[j + l];                    \
         for (int l = 0; j < n; j++, l++) acc[l] += (double)x[j];                                   \
-    }                                                                                              \
-    /* sum(x[0..n)) */                                                                             \
-    static inline double nbt_row_sum_##SUF(const T *x, int64_t n) {                                \
-        double acc[NBT_ROW_LANES] = {0};                                                           \
-        nbt_row_sum_lanes_##SUF(acc, x, n);                                                        \
-        return nbt_row_lanes_total(acc);                                                           \
+        return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));  \
     }                                                                                              \
     /* sum(x[j] * y[j]) */                                                                         \
     static inline double nbt_row_dot_##SUF(const T *x, const T *y, int64_t n) {                    \
