@@ -495,9 +495,13 @@ BIAS_CASE(float, nbt_sgemm, nbt_sgemm_bias)
 BIAS_CASE(double, nbt_dgemm, nbt_dgemm_bias)
 
 static void bias_cases(void) {
-    static const int64_t shapes[][3] = {{256, 96, 64}, {100, 33, 20}, {3, 4, 5},
-                                        {40, 600, 30}, {50, 40, 600}, {7, 70, 70}};
-    for (int s = 0; s < 6; s++)
+    /* the blocked path sets its strips as the small path does: over the N block (40 x 600),
+     * over K blocks (130 x 70 x 1100); 64 x 48 x 512 is one f32 K block that nbt_sgemm sums
+     * in two chunks when A is transposed */
+    static const int64_t shapes[][3] = {{256, 96, 64}, {100, 33, 20},   {3, 4, 5},
+                                        {40, 600, 30}, {50, 40, 600},   {7, 70, 70},
+                                        {64, 48, 512}, {130, 70, 1100}, {1100, 20, 40}};
+    for (int s = 0; s < 9; s++)
         for (int t = 0; t < 4; t++)
             for (int threads = 1; threads <= 2; threads++) {
                 failures += !bias_case_float(t & 1, t & 2, shapes[s][0], shapes[s][1], shapes[s][2],
