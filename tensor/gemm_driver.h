@@ -62,6 +62,7 @@
 #define chunk_sum_t FN(chunk_sum_t)
 #define sum_chunks FN(sum_chunks)
 #define run_split_k FN(run_split_k)
+#define small_packs_b FN(small_packs_b)
 #define chunks_in_turn FN(chunks_in_turn)
 
 static inline const T *a_at(bool ta, const T *A, int64_t lda, int64_t i, int64_t k) {
@@ -252,12 +253,28 @@ static void gemm_blocked(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_
     }
 }
 
+/* Whether the small path packs op(B) for a part n columns wide of an M x N product: a transposed
+ * B, a part narrower than a tile, and a weight gradient's B (A transposed; each K chunk of
+ * k_chunks is such a product) under the AVX2 tile when C is larger than 128 x 128. Read in place,
+ * each k of a tile loads B's two vectors from a row ldb apart (2 KB for N = 512), from L2; packed,
+ * from one contiguous panel. Measured on the shared Xeon of 2026-11-28 (one thread, medians of
+ * three alternating rounds, % of peak), AVX2: 512x128x1024 74.4 -> 79.8, 128x512x1024 77.9 ->
+ * 80.6, 256x384x2048 72.2 -> 79.0, 256x256x1024 80.2 -> 86.2; but 128x128x1024 89.0 -> 81.7 and
+ * 64x64x512 88.0 -> 74.3 (few uses of each packed element). The AVX-512 tile lost on three of
+ * those four lm shapes, so it keeps reading in place. The kernel computes the same sums either
+ * way, so this changes no result. */
+static bool small_packs_b(kernel_t kern, bool ta, bool tb, int64_t M, int64_t N, int64_t n) {
+    bool wide_tile = kern.mr * kern.nr * (int)sizeof(T) >= 12 * 32 * 4;
+    return tb || n < kern.nr || (ta && !wide_tile && M * N > 128 * 128);
+}
+
 /* The tile grid of a small product. A strip of mr rows starting at ir: when fewer than mr
  * rows remain, the strip slides up to end at row M (recomputing rows of the strip before,
  * storing only the new ones), so A is never read past its end. Columns slide the same way
- * when B is read in place. Only a matrix narrower than one tile needs a zero-padded copy. */
-static void gemm_small(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_t M, int64_t N,
-                       int64_t K, T alpha, const T *A, int64_t lda, const T *B, int64_t ldb,
+ * when B is read in place (b_packed: bpack holds op(B) in panels of nr columns, K * nr apart).
+ * Only a matrix narrower than one tile needs a zero-padded copy. */
+static void gemm_small(const KSET *ks, kernel_t kern, bool ta, int64_t M, int64_t N, int64_t K,
+                       T alpha, const T *A, int64_t lda, const T *B, int64_t ldb, bool b_packed,
                        const T *bpack, T beta, T *C, int64_t ldc, T *aedge, const T *bias) {
     int mr = kern.mr, nr = kern.nr;
     const T *a_tiny = NULL;
@@ -265,7 +282,6 @@ static void gemm_small(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_t 
         pack_a(ks, ta, A, lda, M, K, mr, K * mr, aedge);
         a_tiny = aedge;
     }
-    bool b_packed = tb || N < nr;
     /* A last column panel of at most narrow_nr columns (lm's head, N = 65: 96 columns computed
      * for 65) goes to the narrow kernel in strips of its own after the others (80 for 65).
      * Every kernel sums an element the same way, so this changes no result. */
@@ -422,10 +438,11 @@ static void product(const problem_t *p, int64_t b, T beta, const part_t *q, cons
                      p->bias ? p->bias + n0 : NULL);
         return;
     }
-    if ((tb || n < p->kern.nr) && !(*b_ready && p->sb == 0) && !p->bshared)
+    bool b_packed = small_packs_b(p->kern, ta, tb, p->M, p->N, n);
+    if (b_packed && !(*b_ready && p->sb == 0) && !p->bshared)
         pack_b(ks, tb, B, ldb, K, n, p->kern.nr, K * p->kern.nr, buf->bpack);
     *b_ready = true;
-    gemm_small(ks, p->kern, ta, tb, m, n, K, p->alpha, A, lda, B, ldb,
+    gemm_small(ks, p->kern, ta, m, n, K, p->alpha, A, lda, B, ldb, b_packed,
                p->bshared ? p->bshared : buf->bpack, beta, C, ldc, buf->aedge,
                p->bias ? p->bias + n0 : NULL);
 }
@@ -459,7 +476,9 @@ static void run_part_task(int64_t task, int worker, void *arg) {
  * path (the small path reads it in place). */
 static int64_t shared_elems(const problem_t *p, bool a) {
     bool blocked = p->path == PATH_BLOCKED;
-    bool packs = a ? blocked : blocked || (p->path == PATH_SMALL && (p->tb || p->N < p->kern.nr));
+    bool packs = a ? blocked
+                   : blocked || (p->path == PATH_SMALL &&
+                                 small_packs_b(p->kern, p->ta, p->tb, p->M, p->N, p->N));
     if (!packs || p->batch != 1) return 0;
     if (p->in_place && (a ? p->ta : !p->tb)) return 0; /* read where it lies */
     if (a && !p->ta) return 0;                         /* the blocked path reads it in place */
@@ -822,5 +841,6 @@ static bool gemm_bias(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, in
 #undef chunk_sum_t
 #undef sum_chunks
 #undef run_split_k
+#undef small_packs_b
 #undef chunks_in_turn
 #undef PANEL_PAD
