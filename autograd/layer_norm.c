@@ -16,9 +16,16 @@
 
 /* Row kernels for one float type; rows of D contiguous elements, w and b may be NULL. */
 #define DEFINE_LAYER_NORM_KERNELS(T, SUF)                                                          \
-    static void layer_norm_rows_##SUF(int64_t rows, int64_t D, const T *x, const T *w, const T *b, \
-                                      double eps, T *y, T *mean, T *rstd) {                        \
-        for (int64_t r = 0; r < rows; r++, x += D, y += D) {                                       \
+    static void layer_norm_rows_##SUF(int64_t rows, int64_t D, const T *x0, const T *res,          \
+                                      const T *w, const T *b, double eps, T *y, T *sum_out,        \
+                                      T *mean, T *rstd) {                                          \
+        for (int64_t r = 0; r < rows; r++, y += D) {                                               \
+            const T *x = x0 + r * D;                                                               \
+            if (res) { /* the row normalised is x + res, written to sum first */                   \
+                T *s = sum_out + r * D;                                                            \
+                for (int64_t j = 0; j < D; j++) s[j] = x[j] + res[r * D + j];                      \
+                x = s;                                                                             \
+            }                                                                                      \
             const double mu = nbt_row_sum_##SUF(x, D) / (double)D;                                 \
             double sq = 0;                                                                         \
             for (int64_t j = 0; j < D; j++) sq += ((double)x[j] - mu) * ((double)x[j] - mu);       \
@@ -36,8 +43,8 @@
     /* With xh the normalised row and gh = g * w: dx = rstd * (gh - mean(gh) - xh *                \
      * mean(gh * xh)), dw += g * xh, db += g. Any of dx, dw, db may be NULL. */                    \
     static void layer_norm_backward_rows_##SUF(int64_t rows, int64_t D, const T *x, const T *w,    \
-                                               const T *mean, const T *rstd, const T *g, T *dx,    \
-                                               double *dw, double *db) {                           \
+                                               const T *mean, const T *rstd, const T *g,           \
+                                               const T *g_sum, T *dx, double *dw, double *db) {    \
         for (int64_t r = 0; r < rows; r++, x += D, g += D) {                                       \
             const T m = mean[r], q = rstd[r];                                                      \
             double sum_gh = 0, sum_ghxh = 0;                                                       \
@@ -55,8 +62,10 @@
                 const T xh = (x[j] - m) * q;                                                       \
                 const T gh = w ? g[j] * w[j] : g[j];                                               \
                 dx[j] = q * (gh - a - xh * c);                                                     \
+                if (g_sum) dx[j] += g_sum[j];                                                      \
             }                                                                                      \
             dx += D;                                                                               \
+            if (g_sum) g_sum += D;                                                                 \
         }                                                                                          \
     }
 
@@ -74,29 +83,20 @@ typedef struct {
     const nb_tensor *res, *sum;
 } layer_norm_job;
 
-/* dst = a + b over n contiguous elements. */
-#define DEFINE_ADD_ROWS(T, SUF)                                                                    \
-    static void add_rows_##SUF(int64_t n, const T *a, const T *b, T *dst) {                        \
-        for (int64_t i = 0; i < n; i++) dst[i] = a[i] + b[i];                                      \
-    }
-DEFINE_ADD_ROWS(float, f32)
-DEFINE_ADD_ROWS(double, f64)
-
 static void layer_norm_slice(int64_t begin, int64_t end, void *vjob) {
     const layer_norm_job *j = vjob;
     int64_t at = begin * j->D;
-    if (j->res && j->x->dtype == NB_F32)
-        add_rows_f32((end - begin) * j->D, F32(j->x) + at, F32(j->res) + at, F32(j->sum) + at);
-    else if (j->res)
-        add_rows_f64((end - begin) * j->D, F64(j->x) + at, F64(j->res) + at, F64(j->sum) + at);
-    const nb_tensor *x = j->res ? j->sum : j->x;
-    if (x->dtype == NB_F32)
-        nbt_kernels()->layer_norm_rows_f32(end - begin, j->D, F32(x) + at, F32(j->w), F32(j->b),
-                                           j->eps, F32(j->y) + at, F32(j->mean) + begin,
-                                           F32(j->rstd) + begin);
+    const bool add = j->res != NULL;
+    if (j->x->dtype == NB_F32)
+        nbt_kernels()->layer_norm_rows_f32(end - begin, j->D, F32(j->x) + at,
+                                           add ? F32(j->res) + at : NULL, F32(j->w), F32(j->b),
+                                           j->eps, F32(j->y) + at, add ? F32(j->sum) + at : NULL,
+                                           F32(j->mean) + begin, F32(j->rstd) + begin);
     else
-        layer_norm_rows_f64(end - begin, j->D, F64(x) + at, F64(j->w), F64(j->b), j->eps,
-                            F64(j->y) + at, F64(j->mean) + begin, F64(j->rstd) + begin);
+        layer_norm_rows_f64(end - begin, j->D, F64(j->x) + at, add ? F64(j->res) + at : NULL,
+                            F64(j->w), F64(j->b), j->eps, F64(j->y) + at,
+                            add ? F64(j->sum) + at : NULL, F64(j->mean) + begin,
+                            F64(j->rstd) + begin);
 }
 
 /* The backward splits rows into a number of chunks fixed by the size alone, never by the
@@ -119,18 +119,17 @@ static void layer_norm_backward_chunks(int64_t begin, int64_t end, void *vjob) {
         int64_t at = r0 * j->D;
         double *dw = j->dw_parts ? j->dw_parts + c * j->D : NULL;
         double *db = j->db_parts ? j->db_parts + c * j->D : NULL;
+        const bool add = j->g_sum && j->dx;
         if (j->x->dtype == NB_F32)
             nbt_kernels()->layer_norm_backward_rows_f32(
                 r1 - r0, j->D, F32(j->x) + at, F32(j->w), F32(j->mean) + r0, F32(j->rstd) + r0,
-                F32(j->g) + at, j->dx ? F32(j->dx) + at : NULL, dw, db);
+                F32(j->g) + at, add ? F32(j->g_sum) + at : NULL, j->dx ? F32(j->dx) + at : NULL, dw,
+                db);
         else
             layer_norm_backward_rows_f64(r1 - r0, j->D, F64(j->x) + at, F64(j->w),
                                          F64(j->mean) + r0, F64(j->rstd) + r0, F64(j->g) + at,
+                                         add ? F64(j->g_sum) + at : NULL,
                                          j->dx ? F64(j->dx) + at : NULL, dw, db);
-        if (j->g_sum && j->dx && j->x->dtype == NB_F32)
-            add_rows_f32((r1 - r0) * j->D, F32(j->dx) + at, F32(j->g_sum) + at, F32(j->dx) + at);
-        else if (j->g_sum && j->dx)
-            add_rows_f64((r1 - r0) * j->D, F64(j->dx) + at, F64(j->g_sum) + at, F64(j->dx) + at);
     }
 }
 
