@@ -122,7 +122,7 @@ static const nba_entry dropout_entries[] = {
 static const nba_golden_case dropout_cases[] = {{"a: [3,4]", "p=0.5, train=False"},
                                                 {"a: [3,4]", "p=0.0, train=True"}};
 static const nba_golden dropout_goldens[] = {
-    NBA_GOLDEN("dropout", golden_dropout, "F.dropout(a, p, train)", dropout_cases)};
+    NBA_GOLDEN("f_dropout", golden_dropout, "F.dropout(a, p, train)", dropout_cases)};
 NBA_OP_DEF(nba_op_dropout, "dropout", dropout_entries, dropout_goldens,
            .not_applicable = {[NBA_BROADCAST] = "one input: nothing to broadcast"});
 #endif /* NABLA_TESTS */

@@ -97,7 +97,7 @@ static const nba_golden_case embedding_cases[] = {
     {"weight: [6,2]; indices: i64 5", ""},
     {"weight: [7,3]; indices: i64 [[[0,6]],[[6,6]]]", ""}};
 static const nba_golden embedding_goldens[] = {
-    NBA_GOLDEN("embedding", golden_embedding, "F.embedding(indices, weight)", embedding_cases)};
+    NBA_GOLDEN("f_embedding", golden_embedding, "F.embedding(indices, weight)", embedding_cases)};
 NBA_OP_DEF(nba_op_embedding, "embedding", embedding_entries, embedding_goldens,
            .not_applicable = {[NBA_BROADCAST] = "one differentiable input, the weight table, "
                                                 "gathered by index: nothing broadcasts"});

@@ -42,8 +42,9 @@ NB_OP(qkv_attention)
 /* loss.c */
 NB_OP(cross_entropy)
 NB_OP(mse_loss)
-/* layer_norm.c, embedding.c, dropout.c */
+/* layer_norm.c (add_layer_norm too), embedding.c, dropout.c */
 NB_OP(layer_norm)
+NB_OP(add_layer_norm)
 NB_OP(embedding)
 NB_OP(dropout)
 /* index.c */

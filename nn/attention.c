@@ -2,6 +2,7 @@
 #include "nabla/generate.h"
 #include "nabla/nn.h"
 #include "module_error.h"
+#include "transformer_block.h"
 #include "nn/attention_mask.h"
 #include "tensor/nbt.h" /* nbt_error, nbt_shape */
 
@@ -209,10 +210,22 @@ nb_transformer_block *nb_transformer_block_new(nb_module *parent, const char *na
     return nb_transformer_block_new_config(parent, name, &cfg);
 }
 
+nb_tensor *nbn_transformer_block_body(nb_transformer_block *m, const nb_tensor *x,
+                                      const nb_tensor *normed, const nb_mha_opts *opts,
+                                      nb_layer_norm *next, nb_tensor **next_normed) {
+    nb_tensor *h = NULL, *out = NULL;
+    nb_tensor *ff_in =
+        x && normed
+            ? nb_layer_norm_forward_add(m->norm2, x, nb_mha_forward(m->attn, normed, opts), &h)
+            : NULL;
+    nb_tensor *ff = ff_in ? nb_feedforward_forward(m->ff, ff_in) : NULL;
+    if (!next) return nbn_result(&m->base, ff ? nb_add(h, ff) : NULL);
+    *next_normed = ff ? nb_layer_norm_forward_add(next, h, ff, &out) : NULL;
+    return nbn_result(&m->base, *next_normed ? out : NULL);
+}
+
 nb_tensor *nb_transformer_block_forward(nb_transformer_block *m, const nb_tensor *x,
                                         const nb_mha_opts *opts) {
     if (!m || !x) return nbn_null_argument("TransformerBlock", m ? &m->base : NULL, "input");
-    nb_tensor *h = nb_add(x, nb_mha_forward(m->attn, nb_layer_norm_forward(m->norm1, x), opts));
-    return nbn_result(&m->base,
-                      nb_add(h, nb_feedforward_forward(m->ff, nb_layer_norm_forward(m->norm2, h))));
+    return nbn_transformer_block_body(m, x, nb_layer_norm_forward(m->norm1, x), opts, NULL, NULL);
 }

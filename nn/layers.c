@@ -19,6 +19,14 @@ nb_tensor *nb_layer_norm_forward(nb_layer_norm *m, const nb_tensor *x) {
     return nbn_result(&m->base, nb_f_layer_norm(x, m->weight, m->bias, m->eps));
 }
 
+nb_tensor *nb_layer_norm_forward_add(nb_layer_norm *m, const nb_tensor *x, const nb_tensor *res,
+                                     nb_tensor **sum) {
+    if (sum) *sum = NULL;
+    if (!m || !x || !res || !sum)
+        return nbn_null_argument("LayerNorm", m ? &m->base : NULL, !sum ? "sum" : "input");
+    return nbn_result(&m->base, nb_f_add_layer_norm(x, res, m->weight, m->bias, m->eps, sum));
+}
+
 nb_embedding *nb_embedding_new(nb_module *parent, const char *name, int64_t num, int64_t dim) {
     if (num <= 0 || dim <= 0)
         return nbt_error("Embedding", "sizes must be positive, got %lld x %lld", (long long)num,

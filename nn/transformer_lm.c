@@ -2,6 +2,7 @@
 #include "nabla/generate.h"
 #include "nabla/nn.h"
 #include "module_error.h"
+#include "transformer_block.h"
 #include "tensor/nbt.h" /* nbt_error, nbt_shape */
 
 #include <stdio.h>
@@ -140,6 +141,9 @@ nb_tensor *nb_transformer_lm_forward_opts(nb_transformer_lm *m, const nb_tensor 
     nb_tensor *positions = nb_arange(NB_I64, (double)start, (double)(start + T), 1);
     nb_tensor *x = nb_add(nb_embedding_forward(m->tok_emb, tokens),
                           nb_embedding_forward(m->pos_emb, positions));
+    /* each block's last residual add and the norm after it (the next block's first, or the
+     * final one) as one node */
+    nb_tensor *normed = nb_layer_norm_forward(m->num_layers ? m->blocks[0]->norm1 : m->norm_f, x);
     for (int i = 0; i < m->num_layers; i++) {
         nb_mha_opts layer = {.causal = opts->causal,
                              .key_padding_mask = opts->key_padding_mask,
@@ -148,13 +152,13 @@ nb_tensor *nb_transformer_lm_forward_opts(nb_transformer_lm *m, const nb_tensor 
                              .cache = c,
                              .cache_layer = i};
         if (hm && !layer.head_mask) {
-            x = NULL;
+            normed = NULL;
             break;
         }
-        x = nb_transformer_block_forward(m->blocks[i], x, &layer);
+        nb_layer_norm *next = i + 1 < m->num_layers ? m->blocks[i + 1]->norm1 : m->norm_f;
+        x = nbn_transformer_block_body(m->blocks[i], x, normed, &layer, next, &normed);
     }
-    nb_tensor *logits =
-        nb_f_linear(nb_layer_norm_forward(m->norm_f, x), m->head_weight, m->head_bias);
+    nb_tensor *logits = nb_f_linear(normed, m->head_weight, m->head_bias);
     nb_set_grad_enabled(grad);
     return nbn_result(&m->base, logits);
 }

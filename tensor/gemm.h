@@ -34,7 +34,8 @@ bool nbt_dgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, doub
 
 /* C = op(A) op(B) + bias, bias (N contiguous elements) added to every row: the same bits as
  * setting every row of C to the bias and calling nbt_*gemm with alpha 1 and beta 1, but a
- * small product sets each strip of rows just before computing it, while it is in cache. */
+ * small or blocked product sets each strip of rows just before its first K block adds to it,
+ * while it is in cache. */
 bool nbt_sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float *A,
                     int64_t lda, const float *B, int64_t ldb, const float *bias, float *C,
                     int64_t ldc);

@@ -62,6 +62,8 @@
 #define chunk_sum_t FN(chunk_sum_t)
 #define sum_chunks FN(sum_chunks)
 #define run_split_k FN(run_split_k)
+#define small_packs_b FN(small_packs_b)
+#define chunks_in_turn FN(chunks_in_turn)
 
 static inline const T *a_at(bool ta, const T *A, int64_t lda, int64_t i, int64_t k) {
     return ta ? A + k * lda + i : A + i * lda + k;
@@ -196,7 +198,7 @@ static int64_t kblock_of(int64_t K) {
 static void gemm_blocked(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_t M, int64_t N,
                          int64_t K, T alpha, const T *A, int64_t lda, const T *B, int64_t ldb,
                          T beta, T *C, int64_t ldc, T *apack, T *bpack, const T *ashared,
-                         const T *bshared, bool in_place) {
+                         const T *bshared, bool in_place, const T *bias) {
     int mr = kern.mr, nr = kern.nr;
     int64_t apanels = (M + mr - 1) / mr, panels = (N + nr - 1) / nr, kblock = kblock_of(K);
     /* An untransposed A's strips are read where they lie, as the small path reads them (each
@@ -231,6 +233,10 @@ static void gemm_blocked(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_
                 for (int64_t ir = 0; ir < mc; ir += mr) {
                     int m = (int)imin(mc - ir, mr);
                     bool ah = ir < afull;
+                    /* the strip's part of C starts as the bias just before its first K block
+                     * adds to it (beta is then 1), as gemm_small does */
+                    for (int64_t r = ic + ir; bias && pc == 0 && r < ic + ir + m; r++)
+                        memcpy(C + r * ldc + jc, bias + jc, sizeof(T) * (size_t)nc);
                     const T *a = ah ? a_at(ta, A, lda, ic + ir, pc) : ablock + ir / mr * as;
                     for (int64_t jr = 0; jr < nc; jr += nr) {
                         int n = (int)imin(nc - jr, nr);
@@ -247,12 +253,28 @@ static void gemm_blocked(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_
     }
 }
 
+/* Whether the small path packs op(B) for a part n columns wide of an M x N product: a transposed
+ * B, a part narrower than a tile, and a weight gradient's B (A transposed; each K chunk of
+ * k_chunks is such a product) under the AVX2 tile when C is larger than 128 x 128. Read in place,
+ * each k of a tile loads B's two vectors from a row ldb apart (2 KB for N = 512), from L2; packed,
+ * from one contiguous panel. Measured on the shared Xeon of 2026-11-28 (one thread, medians of
+ * three alternating rounds, % of peak), AVX2: 512x128x1024 74.4 -> 79.8, 128x512x1024 77.9 ->
+ * 80.6, 256x384x2048 72.2 -> 79.0, 256x256x1024 80.2 -> 86.2; but 128x128x1024 89.0 -> 81.7 and
+ * 64x64x512 88.0 -> 74.3 (few uses of each packed element). The AVX-512 tile lost on three of
+ * those four lm shapes, so it keeps reading in place. The kernel computes the same sums either
+ * way, so this changes no result. */
+static bool small_packs_b(kernel_t kern, bool ta, bool tb, int64_t M, int64_t N, int64_t n) {
+    bool wide_tile = kern.mr * kern.nr * (int)sizeof(T) >= 12 * 32 * 4;
+    return tb || n < kern.nr || (ta && !wide_tile && M * N > 128 * 128);
+}
+
 /* The tile grid of a small product. A strip of mr rows starting at ir: when fewer than mr
  * rows remain, the strip slides up to end at row M (recomputing rows of the strip before,
  * storing only the new ones), so A is never read past its end. Columns slide the same way
- * when B is read in place. Only a matrix narrower than one tile needs a zero-padded copy. */
-static void gemm_small(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_t M, int64_t N,
-                       int64_t K, T alpha, const T *A, int64_t lda, const T *B, int64_t ldb,
+ * when B is read in place (b_packed: bpack holds op(B) in panels of nr columns, K * nr apart).
+ * Only a matrix narrower than one tile needs a zero-padded copy. */
+static void gemm_small(const KSET *ks, kernel_t kern, bool ta, int64_t M, int64_t N, int64_t K,
+                       T alpha, const T *A, int64_t lda, const T *B, int64_t ldb, bool b_packed,
                        const T *bpack, T beta, T *C, int64_t ldc, T *aedge, const T *bias) {
     int mr = kern.mr, nr = kern.nr;
     const T *a_tiny = NULL;
@@ -260,7 +282,13 @@ static void gemm_small(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_t 
         pack_a(ks, ta, A, lda, M, K, mr, K * mr, aedge);
         a_tiny = aedge;
     }
-    bool b_packed = tb || N < nr;
+    /* A last column panel of at most narrow_nr columns (lm's head, N = 65: 96 columns computed
+     * for 65) goes to the narrow kernel in strips of its own after the others (80 for 65).
+     * Every kernel sums an element the same way, so this changes no result. */
+    int64_t rem = N % nr, nmr = ks->narrow_mr;
+    bool tail = ks->narrow && kern.fn != ks->narrow && rem > 0 && rem <= ks->narrow_nr &&
+                M >= nmr && N >= nr && !a_tiny;
+    int64_t n_tiles = tail ? N - rem : N;
     for (int64_t ir = 0; ir < M; ir += mr) {
         int64_t top = a_tiny ? 0 : imin(ir, M - mr);
         const T *a = a_tiny ? a_tiny : a_at(ta, A, lda, top, 0);
@@ -269,7 +297,7 @@ static void gemm_small(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_t 
         /* C's rows start as the bias just before the strip adds to them, while in cache */
         for (int64_t r = ir; bias && r < imin(ir + mr, M); r++)
             memcpy(C + r * ldc, bias, sizeof(T) * (size_t)N);
-        for (int64_t jr = 0; jr < N; jr += nr) {
+        for (int64_t jr = 0; jr < n_tiles; jr += nr) {
             int64_t left = b_packed ? jr : imin(jr, N - nr);
             const T *b = b_packed ? bpack + jr * K : B + left;
             int64_t b_rs = b_packed ? nr : ldb;
@@ -279,6 +307,16 @@ static void gemm_small(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_t 
             kern.fn(K, a, a_rs, a_cs, b, b_rs, C + top * ldc + left, ldc, alpha, beta,
                     whole ? NULL : &part);
         }
+    }
+    /* the tail: packed, its panel's first narrow_nr columns; in place, slid left to end at N */
+    int64_t left = b_packed ? n_tiles : N - ks->narrow_nr;
+    const T *b = b_packed ? bpack + n_tiles * K : B + left;
+    for (int64_t ir = 0; tail && ir < M; ir += nmr) {
+        int64_t top = imin(ir, M - nmr);
+        nbt_gemm_rect part = {(int)(ir - top), (int)(imin(ir + nmr, M) - top),
+                              (int)(n_tiles - left), (int)(N - left)};
+        ks->narrow(K, a_at(ta, A, lda, top, 0), ta ? 1 : lda, ta ? lda : 1, b, b_packed ? nr : ldb,
+                   C + top * ldc + left, ldc, alpha, beta, &part);
     }
 }
 
@@ -343,7 +381,7 @@ typedef struct {
     T *C;
     int64_t ldc, sc;
     int64_t batch;
-    const T *bias;              /* PATH_SMALL only: C's rows are set to it first (beta is then 1) */
+    const T *bias; /* PATH_SMALL, PATH_BLOCKED: C's rows are set to it first (beta is then 1) */
     const T *ashared, *bshared; /* op(A) or op(B) packed once for every part (run), or NULL */
     bool in_place; /* PATH_BLOCKED: full panels of a transposed A and an untransposed B are
                     * read where they lie (in_place_pays) */
@@ -396,13 +434,15 @@ static void product(const problem_t *p, int64_t b, T beta, const part_t *q, cons
     A = a_at(ta, A, lda, m0, 0), B = b_at(tb, B, ldb, 0, n0), C += m0 * ldc + n0;
     if (p->path == PATH_BLOCKED) {
         gemm_blocked(ks, p->kern, ta, tb, m, n, K, p->alpha, A, lda, B, ldb, beta, C, ldc,
-                     buf->apack, buf->bpack, p->ashared, p->bshared, p->in_place);
+                     buf->apack, buf->bpack, p->ashared, p->bshared, p->in_place,
+                     p->bias ? p->bias + n0 : NULL);
         return;
     }
-    if ((tb || n < p->kern.nr) && !(*b_ready && p->sb == 0) && !p->bshared)
+    bool b_packed = small_packs_b(p->kern, ta, tb, p->M, p->N, n);
+    if (b_packed && !(*b_ready && p->sb == 0) && !p->bshared)
         pack_b(ks, tb, B, ldb, K, n, p->kern.nr, K * p->kern.nr, buf->bpack);
     *b_ready = true;
-    gemm_small(ks, p->kern, ta, tb, m, n, K, p->alpha, A, lda, B, ldb,
+    gemm_small(ks, p->kern, ta, m, n, K, p->alpha, A, lda, B, ldb, b_packed,
                p->bshared ? p->bshared : buf->bpack, beta, C, ldc, buf->aedge,
                p->bias ? p->bias + n0 : NULL);
 }
@@ -436,7 +476,9 @@ static void run_part_task(int64_t task, int worker, void *arg) {
  * path (the small path reads it in place). */
 static int64_t shared_elems(const problem_t *p, bool a) {
     bool blocked = p->path == PATH_BLOCKED;
-    bool packs = a ? blocked : blocked || (p->path == PATH_SMALL && (p->tb || p->N < p->kern.nr));
+    bool packs = a ? blocked
+                   : blocked || (p->path == PATH_SMALL &&
+                                 small_packs_b(p->kern, p->ta, p->tb, p->M, p->N, p->N));
     if (!packs || p->batch != 1) return 0;
     if (p->in_place && (a ? p->ta : !p->tb)) return 0; /* read where it lies */
     if (a && !p->ta) return 0;                         /* the blocked path reads it in place */
@@ -504,11 +546,12 @@ static int64_t k_chunks(const problem_t *p) {
 typedef struct {
     const problem_t *p;
     int64_t chunks;
-    T *partials; /* chunk c >= 1 at (c - 1) M N, rows N apart */
+    T *partials; /* chunk c >= 1 at (c - 1) M N, rows N apart; NULL: added to C in turn */
     void **ws;
 } chunks_t;
 
-/* Chunk c: its K range of the product, into C with beta (c = 0) or into its partial. */
+/* Chunk c: its K range of the product, into C with beta (c = 0), into its partial, or (no
+ * partials) added to C (beta 1). */
 static void run_chunk_task(int64_t c, int worker, void *arg) {
     const chunks_t *s = arg;
     problem_t q = *s->p;
@@ -517,7 +560,8 @@ static void run_chunk_task(int64_t c, int worker, void *arg) {
     q.A = a_at(q.ta, q.A, q.lda, 0, k0), q.B = b_at(q.tb, q.B, q.ldb, k0, 0), q.K = k1 - k0;
     q.path = choose_path(q.kern, q.tb, q.M, q.N, q.K);
     q.in_place = q.path == PATH_BLOCKED && in_place_pays(q.kern, q.M, q.N);
-    if (c > 0) q.C = s->partials + (c - 1) * q.M * q.N, q.ldc = q.N, q.beta = 0;
+    if (c > 0 && s->partials) q.C = s->partials + (c - 1) * q.M * q.N, q.ldc = q.N, q.beta = 0;
+    if (c > 0 && !s->partials) q.beta = 1;
     part_t all = {0, 1, 0, q.M, 0, q.N};
     run_part(&q, &all, s->ws[worker]);
 }
@@ -539,11 +583,31 @@ static void sum_chunks(int64_t r0, int64_t r1, void *arg) {
         }
 }
 
+/* On one thread the chunks are added to C in turn, each as its kernels' beta-1 store, with no
+ * partials and no summing pass: that store computes alpha * sum + C with one rounding, which
+ * for alpha 1 is the sum_chunks addition of the exact partial (beta 0 stores 1 * sum), as long
+ * as each chunk is one K block (a second block would be added to the chunk's first one before
+ * C). So the bits are those of the threads' partials. Measured on the shared Xeon of
+ * 2026-11-28 (docs/performance.md): the weight gradients with long K ran up to 10% faster. */
+static bool chunks_in_turn(const problem_t *p, int64_t chunks) {
+    return p->alpha == 1 && (p->K + chunks - 1) / chunks <= KC;
+}
+
 static bool run_split_k(const problem_t *p, int64_t chunks) {
     double work = (double)p->M * (double)p->N * (double)p->K;
     int threads = nbt_gemm_threads_for(work, GEMM_MIN_WORK_PER_THREAD);
     if (threads > chunks) threads = (int)chunks;
     if (threads > GEMM_MAX_THREADS - 1) threads = GEMM_MAX_THREADS - 1;
+    if (threads == 1 && chunks_in_turn(p, chunks)) {
+        void *ws[1];
+        int slots[1];
+        if (!gemm_workspaces_acquire(1, ws, slots)) return false;
+        last_threads = 1;
+        chunks_t s = {p, chunks, NULL, ws};
+        for (int64_t c = 0; c < chunks; c++) run_chunk_task(c, 0, &s);
+        gemm_workspaces_release(1, slots);
+        return true;
+    }
     void *ws[GEMM_MAX_THREADS];
     int slots[GEMM_MAX_THREADS];
     if (!gemm_workspaces_acquire(threads + 1, ws, slots)) return false;
@@ -701,21 +765,21 @@ static void bias_fill(int64_t r0, int64_t r1, void *vjob) {
     for (int64_t r = r0; r < r1; r++) memcpy(j->C + r * j->ldc, j->bias, sizeof(T) * (size_t)j->N);
 }
 
-/* C = op(A) op(B) + bias over the rows. A small product sets each strip of C to the bias just
- * before computing it; any other fills C first (threads taking rows), then adds the product. */
+/* C = op(A) op(B) + bias over the rows. A small or blocked product sets each strip of C to the
+ * bias just before its first K block adds to it (no pass over C of its own: 1.6% of lm's step
+ * was that pass's memcpy); any other fills C first (threads taking rows), then adds the
+ * product. The kernels add the product to C as they would to a C filled first, so the bits
+ * are the same either way. */
 static bool gemm_bias(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T *A,
                       int64_t lda, const T *B, int64_t ldb, const T *bias, T *C, int64_t ldc) {
     last_threads = 1;
     if (M <= 0 || N <= 0) return true;
     kernel_t kern = pick(ks, M, N);
-    if (K <= 0 || choose_path(kern, tb, M, N, K) != PATH_SMALL) {
-        bias_fill_t job = {C, ldc, N, bias};
-        nbt_parallel_ranges(M, GEMM_MIN_WORK_PER_THREAD / 8 / N + 1, bias_fill, &job);
-        return gemm(ks, ta, tb, M, N, K, 1, A, lda, B, ldb, 1, C, ldc);
-    }
+    path_t path = K <= 0 ? PATH_TINY : choose_path(kern, tb, M, N, K);
     problem_t p = {.ks = ks,
                    .kern = kern,
-                   .path = PATH_SMALL,
+                   .path = path,
+                   .in_place = path == PATH_BLOCKED && in_place_pays(kern, M, N),
                    .ta = ta,
                    .tb = tb,
                    .M = M,
@@ -729,8 +793,14 @@ static bool gemm_bias(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, in
                    .ldb = ldb,
                    .C = C,
                    .ldc = ldc,
-                   .batch = 1,
-                   .bias = bias};
+                   .batch = 1};
+    /* a product nbt_*gemm would sum in chunks of K is summed so here too, after the fill */
+    if ((path != PATH_SMALL && path != PATH_BLOCKED) || k_chunks(&p) > 1) {
+        bias_fill_t job = {C, ldc, N, bias};
+        nbt_parallel_ranges(M, GEMM_MIN_WORK_PER_THREAD / 8 / N + 1, bias_fill, &job);
+        return gemm(ks, ta, tb, M, N, K, 1, A, lda, B, ldb, 1, C, ldc);
+    }
+    p.bias = bias;
     return run(&p);
 }
 
@@ -771,4 +841,6 @@ static bool gemm_bias(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, in
 #undef chunk_sum_t
 #undef sum_chunks
 #undef run_split_k
+#undef small_packs_b
+#undef chunks_in_turn
 #undef PANEL_PAD

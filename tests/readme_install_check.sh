@@ -44,9 +44,12 @@ while IFS= read -r line; do
     echo "\$ $line"
     # Each line in a shell of its own that starts from the variables the lines before exported.
     touch "$tmp/env"
+    # The line's own status is the shell's: export -p after it would succeed either way.
     (cd "$tmp/src" && HOME="$tmp/home" sh -c ". '$tmp/env'
 $line
-export -p >'$tmp/env'") >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "line $n failed: $line"; }
+status=\$?
+export -p >'$tmp/env'
+exit \$status") >"$tmp/out" 2>&1 || { cat "$tmp/out"; fail "line $n failed: $line"; }
     tail -3 "$tmp/out"
 done <"$tmp/block.sh"
 echo "readme_install_check: the README's install block ran as written"

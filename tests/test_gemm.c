@@ -272,12 +272,46 @@ static void small_shapes(void) {
     /* 1x1x1, primes, sizes around every tile height (4, 6, 12, 16) and width (4, 8, 16, 32)
      * the kernels use, and around the tiny-product limit (128 multiply-adds) */
     static const int64_t shapes[][3] = {
-        {1, 1, 1},    {7, 13, 5},   {2, 3, 1},    {1, 17, 3},   {19, 1, 4},   {3, 3, 3},
-        {4, 8, 2},    {5, 9, 7},    {6, 16, 16},  {11, 15, 9},  {12, 16, 16}, {13, 17, 10},
-        {16, 16, 16}, {17, 31, 8},  {23, 32, 12}, {24, 33, 5},  {25, 48, 33}, {15, 64, 1},
-        {40, 7, 29},  {29, 100, 3}, {64, 64, 64}, {33, 65, 31}, {97, 41, 61}, {12, 8, 5},
-        {24, 8, 6},   {32, 16, 3},  {48, 32, 9},  {36, 64, 2},  {12, 4, 7},   {3, 5, 11},
-        {2, 70, 1},   {1, 1, 200},  {3, 3, 64},   {16, 1, 64},  {2, 2, 33},
+        {1, 1, 1},
+        {7, 13, 5},
+        {2, 3, 1},
+        {1, 17, 3},
+        {19, 1, 4},
+        {3, 3, 3},
+        {4, 8, 2},
+        {5, 9, 7},
+        {6, 16, 16},
+        {11, 15, 9},
+        {12, 16, 16},
+        {13, 17, 10},
+        {16, 16, 16},
+        {17, 31, 8},
+        {23, 32, 12},
+        {24, 33, 5},
+        {25, 48, 33},
+        {15, 64, 1},
+        {40, 7, 29},
+        {29, 100, 3},
+        {64, 64, 64},
+        {33, 65, 31},
+        {97, 41, 61},
+        {12, 8, 5},
+        {24, 8, 6},
+        {32, 16, 3},
+        {48, 32, 9},
+        {36, 64, 2},
+        {12, 4, 7},
+        {3, 5, 11},
+        {2, 70, 1},
+        {1, 1, 200},
+        {3, 3, 64},
+        {16, 1, 64},
+        {2, 2, 33},
+        /* a last column panel for the narrow kernel (gemm_small's tail): 16 and 12 columns
+         * past the wide tiles, rows sliding up at the end */
+        {40, 80, 20},
+        {17, 44, 9},
+        {29, 72, 40},
     };
     shapes_all_transposes(shapes, sizeof shapes / sizeof shapes[0]);
 }
@@ -297,12 +331,14 @@ static void vector_and_thin_shapes(void) {
 static void block_edges(void) {
     /* K around the K blocks (256 for f64, 512 for f32), N around the N blocks (256, 512),
      * M above the M block (768 for f64, 1536 for f32), a big prime-ish product, and lm's head
-     * weight gradient (C small enough that every tile set reads A and B in place) */
+     * weight gradient (C small enough that every tile set reads A and B in place); with A
+     * transposed, 203 x 100 x 300 packs B on the AVX2 tile (small_packs_b) and 203 x 100 x
+     * 1100 does so in each K chunk */
     static const int64_t shapes[][3] = {
-        {13, 17, 255},  {14, 18, 256},  {15, 33, 257}, {9, 20, 511},    {13, 35, 512},
-        {26, 31, 513},  {5, 255, 20},   {7, 257, 9},   {11, 511, 6},    {13, 513, 7},
-        {30, 530, 600}, {769, 5, 3},    {1537, 9, 4},  {257, 129, 300}, {65, 128, 1024},
-        {64, 64, 700},  {40, 24, 1300},
+        {13, 17, 255},  {14, 18, 256},  {15, 33, 257},   {9, 20, 511},     {13, 35, 512},
+        {26, 31, 513},  {5, 255, 20},   {7, 257, 9},     {11, 511, 6},     {13, 513, 7},
+        {30, 530, 600}, {769, 5, 3},    {1537, 9, 4},    {257, 129, 300},  {65, 128, 1024},
+        {64, 64, 700},  {40, 24, 1300}, {203, 100, 300}, {203, 100, 1100},
     };
     shapes_all_transposes(shapes, sizeof shapes / sizeof shapes[0]);
 }
@@ -373,8 +409,7 @@ static void test_batched(void) {
 
 /* Large products split by rows or columns, batches split by product, summed batches split
  * by rows, and products too small to split; 1 and 2 threads must agree bit for bit. */
-static void test_threads_bitwise(void) {
-    failures = 0;
+static void threads_bitwise_cases(void) {
     /* blocked (K over the f32 and f64 K blocks): rows split, and a wide one split by columns */
     gemm_case blocked = {false, false, 150, 200, 600, 1, 0.5, 1, 2, 3};
     gemm_case blocked_t = {true, true, 150, 200, 600, -0.5, 0, 0, 0, 0};
@@ -396,10 +431,19 @@ static void test_threads_bitwise(void) {
      * odd K, beta and padded rows (two chunks), and five chunks of a narrow one */
     gemm_case chunked = {true, false, 64, 64, 700, -0.5, 0.5, 1, 2, 3};
     gemm_case chunked5 = {true, false, 40, 24, 1300, 1, 1, 0, 1, 0};
-    const gemm_case *singles[] = {&blocked,  &blocked_t, &wide,    &linear,
-                                  &row,      &col,       &thin,    &weight_grad,
-                                  &shared_b, &in_place,  &chunked, &chunked5};
-    for (int c = 0; c < 12; c++) {
+    /* alpha 1: one thread adds the chunks to C in turn, two sum partials (run_split_k) */
+    gemm_case chunked_beta0 = {true, false, 65, 48, 1100, 1, 0, 1, 2, 3};
+    /* alpha 0.3 (alpha * sum rounded apart from the addition): partials on one thread too */
+    gemm_case chunked_alpha = {true, false, 64, 64, 700, 0.3, 1, 0, 0, 0};
+    /* lm's head x E^T (N = 65): the last column goes to the narrow kernel (gemm_small) */
+    gemm_case head = {false, true, 1024, 65, 128, 1, 0, 0, 0, 0};
+    /* chunks of a weight gradient whose B the AVX2 tile packs (small_packs_b) */
+    gemm_case chunked_packed = {true, false, 256, 96, 1100, 1, 0, 1, 2, 3};
+    const gemm_case *singles[] = {&blocked,       &blocked_t,     &wide,    &linear,
+                                  &row,           &col,           &thin,    &weight_grad,
+                                  &shared_b,      &in_place,      &chunked, &chunked5,
+                                  &chunked_beta0, &chunked_alpha, &head,    &chunked_packed};
+    for (int c = 0; c < 16; c++) {
         failures += !threads_agree_f32(singles[c], 1, false, false, 2);
         failures += !threads_agree_f64(singles[c], 1, false, false, 2);
     }
@@ -420,7 +464,10 @@ static void test_threads_bitwise(void) {
     failures += !threads_agree_f32(&small, 1, false, false, 1);
     failures += !threads_agree_f32(&small, 4, false, false, 1);
     failures += !threads_agree_f64(&tiny_sum, 40, false, true, 1);
-    CU_ASSERT_EQUAL(failures, 0);
+}
+
+static void test_threads_bitwise(void) {
+    for_each_isa(threads_bitwise_cases);
 }
 
 /* nbt_*gemm_bias against setting C's rows to the bias and calling nbt_*gemm with beta 1 (the
@@ -453,9 +500,13 @@ BIAS_CASE(float, nbt_sgemm, nbt_sgemm_bias)
 BIAS_CASE(double, nbt_dgemm, nbt_dgemm_bias)
 
 static void bias_cases(void) {
-    static const int64_t shapes[][3] = {{256, 96, 64}, {100, 33, 20}, {3, 4, 5},
-                                        {40, 600, 30}, {50, 40, 600}, {7, 70, 70}};
-    for (int s = 0; s < 6; s++)
+    /* the blocked path sets its strips as the small path does: over the N block (40 x 600),
+     * over K blocks (130 x 70 x 1100); 64 x 48 x 512 is one f32 K block that nbt_sgemm sums
+     * in two chunks when A is transposed */
+    static const int64_t shapes[][3] = {{256, 96, 64}, {100, 33, 20},   {3, 4, 5},
+                                        {40, 600, 30}, {50, 40, 600},   {7, 70, 70},
+                                        {64, 48, 512}, {130, 70, 1100}, {1100, 20, 40}};
+    for (int s = 0; s < 9; s++)
         for (int t = 0; t < 4; t++)
             for (int threads = 1; threads <= 2; threads++) {
                 failures += !bias_case_float(t & 1, t & 2, shapes[s][0], shapes[s][1], shapes[s][2],

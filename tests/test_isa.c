@@ -62,6 +62,17 @@ static void layer_norm_rows(nb_dtype dt, results *r) {
     with_grads(r, nb_f_layer_norm(in[0], in[1], in[2], 1e-5), 3, in);
 }
 
+/* add_layer_norm: x + res added in the rows' first pass, the sum's gradient in dx's; both
+ * outputs carry a gradient (the sum's through a second use, as in a residual stream). */
+static void add_layer_norm_rows(nb_dtype dt, results *r) {
+    nb_tensor *in[4] = {INPUT(20, dt, 1.0, 6, 37), INPUT(21, dt, 1.0, 6, 37),
+                        INPUT(22, dt, 1.0, 37), INPUT(23, dt, 1.0, 37)};
+    nb_tensor *sum;
+    nb_tensor *y = nb_f_add_layer_norm(in[0], in[1], in[2], in[3], 1e-5, &sum);
+    with_grads(r, nb_add(y, nb_mul(sum, sum)), 4, in);
+    r->t[r->n++] = sum;
+}
+
 static void column_sums(nb_dtype dt, results *r) {
     nb_tensor *x = INPUT(5, dt, 1.0, 64, 37);
     r->t[r->n++] = nb_sum_dims(nb_detach(x), 1, (const int[]){0}, false);
@@ -256,6 +267,7 @@ static void check_family(const char *name, family_fn fn, unsigned bitwise_f32,
 static void test_bitwise_everywhere(void) {
     check_family("vector math", vector_math, ALL_SETS, ALL_SETS);
     check_family("layer norm rows", layer_norm_rows, ALL_SETS, ALL_SETS);
+    check_family("add and layer norm rows", add_layer_norm_rows, ALL_SETS, ALL_SETS);
     check_family("column sums", column_sums, ALL_SETS, ALL_SETS);
     /* float64 heads go through the rows kernel (the small kernels are float32 only); float32
      * heads sum their products with FMA on the vector sets, as the GEMM does */

@@ -153,6 +153,134 @@ static void test_layer_norm_errors(void) {
     NBT_ASSERT_ERROR("layer_norm: input 0 is NULL");
 }
 
+/* ---- add_layer_norm: the residual add and the norm as one node ---- */
+
+/* By hand: x + res is test_layer_norm_by_hand's rows, so the norm is its values; the sum's
+ * gradient adds to the norm's for both inputs. With y's gradient all ones and no weight, the
+ * norm's input gradient is rstd * (1 - 1 - xh * mean(xh)) = 0 (xh sums to 0), so each input's
+ * gradient is exactly the sum's gradient. */
+static void test_add_layer_norm_by_hand(void) {
+    for (int k = 0; k < 2; k++) {
+        nb_dtype dt = dtypes[k];
+        nb_tensor *x = leaf(dt, NB_SHAPE(2, 4), D(0.5, 1, 1.5, 2, 20, 15, 10, 5));
+        nb_tensor *res = leaf(dt, NB_SHAPE(2, 4), D(0.5, 1, 1.5, 2, 20, 15, 10, 5));
+        nb_tensor *sum;
+        nb_tensor *y = nb_f_add_layer_norm(x, res, NULL, NULL, 0.0, &sum);
+        NBT_ASSERT_VALUES(sum, 0, 1, 2, 3, 4, 40, 30, 20, 10);
+        NBT_ASSERT_VALUES(y, tol(dt), -3 * XH, -XH, XH, 3 * XH, 3 * XH, XH, -XH, -3 * XH);
+        nb_tensor *g_sum = values(dt, NB_SHAPE(2, 4), D(1, 2, 3, 4, 5, 6, 7, 8));
+        nb_tensor *loss = nb_add(nb_sum(y), nb_sum(nb_mul(sum, g_sum)));
+        CU_ASSERT_TRUE(nb_backward(loss, NULL));
+        NBT_ASSERT_VALUES(nb_grad(x), tol(dt), 1, 2, 3, 4, 5, 6, 7, 8);
+        NBT_ASSERT_VALUES(nb_grad(res), tol(dt), 1, 2, 3, 4, 5, 6, 7, 8);
+    }
+}
+
+/* Outputs and every gradient: the fused node against nb_add then nb_f_layer_norm, which must
+ * give the same bits (the fused forward adds the same way; its backward adds the same two
+ * terms, and a + b == b + a). out: sum, y, dx, dres, dw, db. */
+static void add_norm_results(bool fused, nb_tensor *const *in, nb_tensor **out) {
+    nb_tensor *x = in[0], *res = in[1], *w = in[2], *b = in[3];
+    for (int i = 0; i < 4; i++) nb_zero_grad(in[i]);
+    nb_tensor *sum, *y;
+    if (fused) {
+        y = nb_f_add_layer_norm(x, res, w, b, 1e-5, &sum);
+    } else {
+        sum = nb_add(x, res);
+        y = nb_f_layer_norm(sum, w, b, 1e-5);
+    }
+    /* the sum's gradient from a second use, as the next residual add gives it */
+    nb_tensor *loss = nb_add(nb_sum(nb_mul(y, y)), nb_sum(nb_mul(sum, nb_tanh(sum))));
+    CU_ASSERT_TRUE(nb_backward(loss, NULL));
+    out[0] = sum, out[1] = y;
+    for (int i = 0; i < 4; i++) out[2 + i] = nb_grad(in[i]);
+}
+
+static void test_add_layer_norm_same_bits(void) {
+    nb_rng rng;
+    nb_rng_seed(&rng, 11);
+    for (int k = 0; k < 2; k++) {
+        nb_dtype dt = dtypes[k];
+        /* res transposed, so that a strided input is copied first */
+        nb_tensor *in[4] = {nb_randn(&rng, dt, NB_SHAPE(3, 5, 40)),
+                            nb_transpose(nb_randn(&rng, dt, NB_SHAPE(3, 40, 5)), 1, 2),
+                            nb_randn(&rng, dt, NB_SHAPE(40)), nb_randn(&rng, dt, NB_SHAPE(40))};
+        for (int i = 0; i < 4; i++) nb_requires_grad_(in[i], true);
+        nb_tensor *want[6], *got[6];
+        add_norm_results(false, in, want);
+        add_norm_results(true, in, got);
+        for (int i = 0; i < 6; i++) CU_ASSERT_TRUE(nbtest_close(got[i], want[i], 0, 0));
+    }
+}
+
+/* TransformerLM runs each block's last residual add and the norm after it as one node, across
+ * blocks: logits and every parameter's gradient are the bits of the blocks' ops one by one. */
+static void test_transformer_lm_fused_norms(void) {
+    nb_module *model = nb_model_new(NB_F32, 3);
+    nb_transformer_lm *lm = nb_transformer_lm_new(model, "", 11, 8, 16, 2, 3, 0.0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lm);
+    nb_rng rng;
+    nb_rng_seed(&rng, 5);
+    nb_tensor *tokens = nb_randint(&rng, 0, 11, NB_SHAPE(2, 8));
+    nb_tensor *targets = nb_randint(&rng, 0, 11, NB_SHAPE(16));
+    nb_param p[64];
+    int np = nb_module_named_params(model, p, 64);
+    nb_tensor *want[65], *got[65];
+    for (int pass = 0; pass < 2; pass++) {
+        nb_module_zero_grad(model);
+        nb_tensor *logits;
+        if (pass == 0) { /* op by op */
+            nb_tensor *x = nb_add(nb_embedding_forward(lm->tok_emb, tokens),
+                                  nb_embedding_forward(lm->pos_emb, nb_arange(NB_I64, 0, 8, 1)));
+            const nb_mha_opts causal = {.causal = true};
+            for (int i = 0; i < lm->num_layers; i++) {
+                nb_transformer_block *b = lm->blocks[i];
+                nb_tensor *h =
+                    nb_add(x, nb_mha_forward(b->attn, nb_layer_norm_forward(b->norm1, x), &causal));
+                x = nb_add(h, nb_feedforward_forward(b->ff, nb_layer_norm_forward(b->norm2, h)));
+            }
+            logits =
+                nb_f_linear(nb_layer_norm_forward(lm->norm_f, x), lm->head_weight, lm->head_bias);
+        } else {
+            logits = nb_transformer_lm_forward(lm, tokens, true, NULL, NULL);
+        }
+        CU_ASSERT_PTR_NOT_NULL_FATAL(logits);
+        nb_tensor *loss =
+            nb_cross_entropy(nb_view(logits, NB_SHAPE(16, 11)), targets, -100, NB_REDUCE_MEAN);
+        CU_ASSERT_TRUE(nb_backward(loss, NULL));
+        nb_tensor **out = pass ? got : want;
+        out[0] = logits;
+        for (int i = 0; i < np; i++) out[1 + i] = nb_contiguous(nb_grad(p[i].tensor));
+    }
+    for (int i = 0; i <= np; i++) CU_ASSERT_TRUE(nbtest_close(got[i], want[i], 0, 0));
+    nb_module_free(model);
+}
+
+static void test_add_layer_norm_errors(void) {
+    nb_tensor *x = nb_zeros(NB_F32, NB_SHAPE(2, 4)), *sum = x;
+    CU_ASSERT_PTR_NULL(
+        nb_f_add_layer_norm(x, nb_zeros(NB_F32, NB_SHAPE(4)), NULL, NULL, 1e-5, &sum));
+    NBT_ASSERT_ERROR("add_layer_norm: x [2, 4] and res [4] must have the same shape");
+    CU_ASSERT_PTR_NULL(sum);
+    CU_ASSERT_PTR_NULL(
+        nb_f_add_layer_norm(x, nb_zeros(NB_F64, NB_SHAPE(2, 4)), NULL, NULL, 1e-5, &sum));
+    NBT_ASSERT_ERROR("add_layer_norm: dtype mismatch: [2, 4] float32 and [2, 4] float64");
+    CU_ASSERT_PTR_NULL(nb_f_add_layer_norm(x, x, nb_ones(NB_F32, NB_SHAPE(3)), NULL, 1e-5, &sum));
+    NBT_ASSERT_ERROR("add_layer_norm: weight of shape [3] does not match the normalised shape [4] "
+                     "of input [2, 4]");
+    nb_clear_error(); /* a NULL input keeps the error before it (the chain's first) */
+    CU_ASSERT_PTR_NULL(nb_f_add_layer_norm(x, NULL, NULL, NULL, 1e-5, &sum));
+    NBT_ASSERT_ERROR("add_layer_norm: input 1 is NULL");
+    CU_ASSERT_PTR_NULL(nb_f_add_layer_norm(x, x, NULL, NULL, 1e-5, NULL));
+    NBT_ASSERT_ERROR("add_layer_norm: NULL sum");
+    nb_module *model = nb_model_new(NB_F32, 0);
+    nb_layer_norm *ln = nb_layer_norm_new(model, "ln", 4);
+    CU_ASSERT_PTR_NULL(nb_layer_norm_forward_add(ln, x, nb_zeros(NB_F32, NB_SHAPE(3, 4)), &sum));
+    NBT_ASSERT_ERROR("add_layer_norm: x [2, 4] and res [3, 4] must have the same shape");
+    NBT_ASSERT_ERROR("ln");
+    nb_module_free(model);
+}
+
 /* ---- embedding ---- */
 
 static void test_embedding(void) {
@@ -313,6 +441,12 @@ int main(void) {
         {"layer_norm over 2 dims against PyTorch", test_layer_norm_against_torch},
         {"layer_norm float32 rows: AVX2 and baseline builds agree", test_layer_norm_vector_builds},
         {"layer_norm bad input", test_layer_norm_errors},
+        {"add_layer_norm by hand: the sum's gradient reaches both inputs",
+         test_add_layer_norm_by_hand},
+        {"add_layer_norm: the bits of nb_add then layer_norm", test_add_layer_norm_same_bits},
+        {"TransformerLM's fused residual norms: the bits of its ops one by one",
+         test_transformer_lm_fused_norms},
+        {"add_layer_norm bad input", test_add_layer_norm_errors},
         {"embedding values and repeated-index gradient", test_embedding},
         {"embedding bad input", test_embedding_errors},
         {"dropout: same seed, same mask", test_dropout_same_seed_same_mask},

@@ -157,12 +157,18 @@ static bool run_layout(const json_t *c, const nba_golden *e, golden_layout layou
         note(res, golden_compare(out[k], json_array_get(outputs, (size_t)k)), what, lname);
     }
     if (!res->ok) return false;
-    /* sum_k sum(out_k * grad_out_k): one backward per output; leaf grads accumulate. */
+    /* sum_k sum(out_k * grad_out_k): one backward per output; leaf grads accumulate. Outputs
+     * of one node (add_layer_norm's sum and norm) share its saved tensors: every backward but
+     * the last keeps them. */
+    int last = -1;
+    for (int k = 0; k < nout; k++)
+        if (!json_is_null(json_array_get(grad_outputs, (size_t)k))) last = k;
     for (int k = 0; k < nout; k++) {
         const json_t *gspec = json_array_get(grad_outputs, (size_t)k);
         if (json_is_null(gspec)) continue;
         nb_tensor *g = golden_tensor(gspec, GOLDEN_CONTIGUOUS);
-        if (!g || !nb_backward(out[k], g)) {
+        const nb_backward_opts opts = {.retain_graph = k < last};
+        if (!g || !nb_backward_with(out[k], g, &opts)) {
             char why[320];
             snprintf(why, sizeof why, "backward of output %d failed: %s", k, nb_last_error());
             return fail(res, lname, why);

@@ -64,6 +64,10 @@ typedef struct {
 } nb_layer_norm;
 nb_layer_norm *nb_layer_norm_new(nb_module *parent, const char *name, int64_t dim);
 nb_tensor *nb_layer_norm_forward(nb_layer_norm *m, const nb_tensor *x);
+/* m(x + res), and x + res in *sum, as one node (nb_f_add_layer_norm): a pre-norm block's
+ * residual add and the norm after it. Both results are new tensors in the current scope. */
+nb_tensor *nb_layer_norm_forward_add(nb_layer_norm *m, const nb_tensor *x, const nb_tensor *res,
+                                     nb_tensor **sum);
 
 /* Lookup table [num, dim] initialised N(0, 1) (PyTorch's default). */
 typedef struct {

@@ -171,6 +171,12 @@ nb_tensor *nb_mse_loss(const nb_tensor *a, const nb_tensor *b, nb_reduction redu
  * (x - mean) / sqrt(var + eps) * weight + bias. weight and bias may be NULL. */
 nb_tensor *nb_f_layer_norm(const nb_tensor *x, const nb_tensor *weight, const nb_tensor *bias,
                            double eps);
+/* A pre-norm block's residual add and the norm after it as one op: returns
+ * nb_f_layer_norm(x + res, weight, bias, eps) and sets *sum to x + res (x and res: the same
+ * shape and float dtype, no broadcasting). Both are new tensors in the current scope and both
+ * carry gradients; the same bits as nb_add then nb_f_layer_norm, in one pass each way. */
+nb_tensor *nb_f_add_layer_norm(const nb_tensor *x, const nb_tensor *res, const nb_tensor *weight,
+                               const nb_tensor *bias, double eps, nb_tensor **sum);
 /* weight [V, D], indices NB_I64 [...] in [0, V): returns [..., D]. */
 nb_tensor *nb_f_embedding(const nb_tensor *weight, const nb_tensor *indices);
 /* In training, zeroes each element with probability p (drawn from rng) and scales the rest

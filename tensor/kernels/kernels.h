@@ -92,13 +92,15 @@ typedef struct {
     /* Attention heads of a few keys in float32 (attention_small.h). */
     void (*small_head_forward)(const nba_small_head *h);
     void (*small_head_backward)(const nba_small_head *h);
-    /* Layer norm's float32 rows (layer_norm_rows.c): y, mean and rstd of rows of D; then dx
-     * (may be NULL) and dw, db added into (either may be NULL). w and b may be NULL. */
-    void (*layer_norm_rows_f32)(int64_t rows, int64_t D, const float *x, const float *w,
-                                const float *b, double eps, float *y, float *mean, float *rstd);
+    /* Layer norm's float32 rows (layer_norm_rows.c): y, mean and rstd of rows of D (of x, or
+     * with res of x + res, written to sum); then dx (may be NULL; plus g_sum unless NULL) and
+     * dw, db added into (either may be NULL). w and b may be NULL. */
+    void (*layer_norm_rows_f32)(int64_t rows, int64_t D, const float *x, const float *res,
+                                const float *w, const float *b, double eps, float *y, float *sum,
+                                float *mean, float *rstd);
     void (*layer_norm_backward_rows_f32)(int64_t rows, int64_t D, const float *x, const float *w,
                                          const float *mean, const float *rstd, const float *g,
-                                         float *dx, double *dw, double *db);
+                                         const float *g_sum, float *dx, double *dw, double *db);
     /* acc[k] += x[k] for k < n, in double (column_sums.c). */
     void (*add_row_f32)(double *acc, const float *x, int64_t n);
     /* The same for rows r < R of x (row stride ldx), row r into lane r % 8 of acc (lanes of
@@ -150,12 +152,13 @@ NBK_DECLARE_GRAD(silu_grad)
 void NBK_FN(nbt_vgelu_derivative_f32)(float *y, float *d, const float *x, int64_t n);
 void NBK_FN(nbt_vgelu_derivative_f64)(double *y, double *d, const double *x, int64_t n);
 void NBK_FN(nbt_gemm_kernels)(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64);
-void NBK_FN(nbk_layer_norm_rows_f32)(int64_t rows, int64_t D, const float *x, const float *w,
-                                     const float *b, double eps, float *y, float *mean,
-                                     float *rstd);
+void NBK_FN(nbk_layer_norm_rows_f32)(int64_t rows, int64_t D, const float *x, const float *res,
+                                     const float *w, const float *b, double eps, float *y,
+                                     float *sum, float *mean, float *rstd);
 void NBK_FN(nbk_layer_norm_backward_rows_f32)(int64_t rows, int64_t D, const float *x,
                                               const float *w, const float *mean, const float *rstd,
-                                              const float *g, float *dx, double *dw, double *db);
+                                              const float *g, const float *g_sum, float *dx,
+                                              double *dw, double *db);
 void NBK_FN(nbk_add_row_f32)(double *acc, const float *x, int64_t n);
 void NBK_FN(nbk_add_rows_f32)(double *acc, int64_t ldacc, const float *x, int64_t ldx, int64_t R,
                               int64_t n);

@@ -24,12 +24,21 @@ typedef double ln_v8d_u __attribute__((vector_size(64), aligned(8), may_alias));
 #define LN_SPLAT8D(x) ((ln_v8d){x, x, x, x, x, x, x, x})
 #define LN_COMBINE(a) (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])))
 
-/* y = (x - mean) * rstd * w + b per row, keeping each row's mean and rstd. */
-void NBK_FN(nbk_layer_norm_rows_f32)(int64_t rows, int64_t D, const float *x, const float *w,
-                                     const float *b, double eps, float *y, float *mean,
-                                     float *rstd) {
+/* y = (x - mean) * rstd * w + b per row, keeping each row's mean and rstd. With res, the row
+ * normalised is x + res, written to sum first (while the row is in cache). */
+void NBK_FN(nbk_layer_norm_rows_f32)(int64_t rows, int64_t D, const float *x0, const float *res,
+                                     const float *w, const float *b, double eps, float *y,
+                                     float *sum_out, float *mean, float *rstd) {
     int64_t Dv = D / 8 * 8;
-    for (int64_t r = 0; r < rows; r++, x += D, y += D) {
+    for (int64_t r = 0; r < rows; r++, y += D) {
+        const float *x = x0 + r * D;
+        if (res) {
+            const float *c = res + r * D;
+            float *s = sum_out + r * D;
+            for (int64_t j = 0; j < Dv; j += 8) LN_STORE8(s + j, LN_LOAD8(x + j) + LN_LOAD8(c + j));
+            for (int64_t j = Dv; j < D; j++) s[j] = x[j] + c[j];
+            x = s; /* the row's other passes read the sum */
+        }
         ln_v8d sum = {0};
         for (int64_t j = 0; j < Dv; j += 8) sum += LN_WIDEN(LN_LOAD8(x + j));
         double tail[8] = {0};
@@ -64,9 +73,11 @@ void NBK_FN(nbk_layer_norm_rows_f32)(int64_t rows, int64_t D, const float *x, co
         }
     }
 }
+/* With g_sum (add_layer_norm), dx also gets the sum's own gradient: dx + g_sum. */
 void NBK_FN(nbk_layer_norm_backward_rows_f32)(int64_t rows, int64_t D, const float *x,
                                               const float *w, const float *mean, const float *rstd,
-                                              const float *g, float *dx, double *dw, double *db) {
+                                              const float *g, const float *g_sum, float *dx,
+                                              double *dw, double *db) {
     int64_t Dv = D / 8 * 8;
     for (int64_t r = 0; r < rows; r++, x += D, g += D) {
         const float m = mean[r], q = rstd[r];
@@ -95,12 +106,16 @@ void NBK_FN(nbk_layer_norm_backward_rows_f32)(int64_t rows, int64_t D, const flo
         for (int64_t j = 0; j < Dv; j += 8) {
             ln_v8f xh = (LN_LOAD8(x + j) - vm) * vq, gv = LN_LOAD8(g + j);
             ln_v8f gh = w ? gv * LN_LOAD8(w + j) : gv;
-            LN_STORE8(dx + j, vq * (gh - va - xh * vc));
+            ln_v8f v = vq * (gh - va - xh * vc);
+            if (g_sum) v += LN_LOAD8(g_sum + j);
+            LN_STORE8(dx + j, v);
         }
         for (int64_t j = Dv; j < D; j++) {
             const float xh = (x[j] - m) * q, gh = w ? g[j] * w[j] : g[j];
             dx[j] = q * (gh - a - xh * c);
+            if (g_sum) dx[j] += g_sum[j];
         }
         dx += D;
+        if (g_sum) g_sum += D;
     }
 }
