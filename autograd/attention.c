@@ -171,14 +171,7 @@ static void kept_forward(const attention_job *j, int64_t p) {
     query_blocks(j, true, j->plan.scale, pr.q, j->q.r, pr.k, j->k.r, probs, j->Tk);
     softmax_plan plan = rows_plan(j, pr.b, pr.h, 0, j->Tq, j->Tk);
     plan.scale = 1.0;
-    bool short_rows = plan.n <= NBA_SHORT_ROW;
-    if (j->dtype == NB_F32) {
-        float *s = (float *)probs;
-        short_rows ? softmax_short_rows_f32(&plan, s, s) : softmax_rows_f32(&plan, s, s);
-    } else {
-        double *s = (double *)probs;
-        short_rows ? softmax_short_rows_f64(&plan, s, s) : softmax_rows_f64(&plan, s, s);
-    }
+    nba_kept_softmax(&plan, j->dtype, probs);
     query_blocks(j, false, 1.0, probs, j->Tk, pr.v, j->v.r, pr.ctx, j->out.r); /* ctx = P V */
 }
 
@@ -235,7 +228,7 @@ static void kept_backward(const attention_job *j, int64_t p, bool first, char *d
     query_blocks(j, true, 1.0, pr.grad, j->grad.r, pr.v, j->v.r, ds, j->Tk); /* dP = G V^T */
     /* Causal blocks leave dP unset above the diagonal: the softmax backward then reads only
      * each row's first t + 1 entries and zeroes the rest. */
-    softmax_backward(j, j->Tq, j->Tk, causal_block(j) < j->Tq, 0, probs, ds);
+    nba_kept_softmax_backward(j, j->Tq, causal_block(j) < j->Tq, probs, ds);
     if (pr.dq) query_blocks(j, false, 1.0, ds, j->Tk, pr.k, j->k.r, pr.dq, j->dq.r); /* dS K */
     if (pr.dk) key_blocks(j, ds, pr.q, j->q.r, beta, pr.dk, j->dk.r);                /* dS^T Q */
 }

@@ -155,6 +155,21 @@ typedef enum { SOFTMAX_KEEP, SOFTMAX_SAVE, SOFTMAX_REPLAY } softmax_mode;
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
+    /* the kept path's rows on the rows kernel (attention.c): a pair's probabilities in place */   \
+    FLATTEN static void kept_softmax_##SUF(const softmax_plan *plan, nb_dtype dt, char *probs) {   \
+        const bool short_rows = plan->n <= NBA_SHORT_ROW;                                          \
+        if (dt == NB_F32) {                                                                        \
+            float *s = (float *)probs;                                                             \
+            short_rows ? softmax_short_rows_f32(plan, s, s) : softmax_rows_f32(plan, s, s);        \
+        } else {                                                                                   \
+            double *s = (double *)probs;                                                           \
+            short_rows ? softmax_short_rows_f64(plan, s, s) : softmax_rows_f64(plan, s, s);        \
+        }                                                                                          \
+    }                                                                                              \
+    FLATTEN static void kept_softmax_backward_##SUF(const attention_job *j, int64_t rows,          \
+                                                    bool causal, const char *P, char *dS) {        \
+        softmax_backward(j, rows, j->Tk, causal, 0, P, dS);                                        \
+    }                                                                                              \
     /* reads only what the causal cut computed */                                                  \
     FLATTEN static void softmax_block_backward_##SUF(const attention_job *j, const block_t *blk) { \
         for (int64_t r = 0; r < blk->rows; r++)                                                    \
@@ -182,6 +197,15 @@ SOFTMAX_BODIES(avx512)
 #else
 #define PICK(fn) fn##_generic
 #endif
+
+void nba_kept_softmax(const softmax_plan *plan, nb_dtype dt, char *probs) {
+    PICK(kept_softmax)(plan, dt, probs);
+}
+
+void nba_kept_softmax_backward(const attention_job *j, int64_t rows, bool causal, const char *P,
+                               char *dS) {
+    PICK(kept_softmax_backward)(j, rows, causal, P, dS);
+}
 
 /* The block's scores into P, then its softmax rows in place. */
 static void probabilities(const attention_job *j, const block_scratch *m, const block_t *blk,

@@ -98,6 +98,14 @@ static inline void softmax_backward(const attention_job *j, int64_t rows, int64_
                                   (const double *)dS, (double *)dS);
 }
 
+/* The kept path's softmax on the rows kernel (attention.c), built per instruction set beside
+ * the tiles' (attention_blocks.c; built for the base x86-64 inside attention.c they ran on
+ * SSE2): a pair's [rows, n] scores into probabilities in place (softmax_short_rows for rows
+ * of at most NBA_SHORT_ROW), and dS from P and dP in place (rows of T_k, from query 0). */
+void nba_kept_softmax(const softmax_plan *plan, nb_dtype dt, char *probs);
+void nba_kept_softmax_backward(const attention_job *j, int64_t rows, bool causal, const char *P,
+                               char *dS);
+
 /* The tiled products of pair p (attention_blocks.c): the kept path's whole head or the
  * memory-efficient path's blocks of ME_ROWS queries, in the scratch of nba_blocks_scratch
  * elements a worker. The backward's first says the pair is the first of its group, whose dK
