@@ -160,12 +160,12 @@ static nb_tensor *combine(const nb_node *n, int i, const nb_tensor *parts, int64
  * sum for add_layer_norm), [1] contiguous weight or NULL, [2] per-row mean, [3] per-row rstd. */
 static void norm_backward(nb_node *n, const nb_tensor *gout, const nb_tensor *g_sum, int nx) {
     const nb_tensor *x = n->saved[0], *w = n->saved[1], *mean = n->saved[2], *rstd = n->saved[3];
-    bool needs_dx = false;
-    for (int i = 0; i < nx; i++) needs_dx |= nba_input_needs_grad(n, i);
     if (!gout) { /* only the sum was used: its gradient passes to both added inputs */
         for (int i = 0; i < nx; i++) nba_accumulate(n, i, g_sum);
         return;
     }
+    bool needs_dx = false;
+    for (int i = 0; i < nx; i++) needs_dx |= nba_input_needs_grad(n, i);
     int64_t rows = nbt_numel(mean), D = rows ? nbt_numel(x) / rows : 0;
     int64_t nchunks = nbt_numel(x) / BACKWARD_CHUNK_WORK;
     if (nchunks > BACKWARD_MAX_CHUNKS) nchunks = BACKWARD_MAX_CHUNKS;

@@ -213,15 +213,14 @@ nb_transformer_block *nb_transformer_block_new(nb_module *parent, const char *na
 nb_tensor *nbn_transformer_block_body(nb_transformer_block *m, const nb_tensor *x,
                                       const nb_tensor *normed, const nb_mha_opts *opts,
                                       nb_layer_norm *next, nb_tensor **next_normed) {
-    nb_tensor *h = NULL, *out = NULL;
+    /* a NULL from a failed step passes through the next ones, which keep its error */
+    nb_tensor *h, *out;
     nb_tensor *ff_in =
-        x && normed
-            ? nb_layer_norm_forward_add(m->norm2, x, nb_mha_forward(m->attn, normed, opts), &h)
-            : NULL;
-    nb_tensor *ff = ff_in ? nb_feedforward_forward(m->ff, ff_in) : NULL;
-    if (!next) return nbn_result(&m->base, ff ? nb_add(h, ff) : NULL);
-    *next_normed = ff ? nb_layer_norm_forward_add(next, h, ff, &out) : NULL;
-    return nbn_result(&m->base, *next_normed ? out : NULL);
+        nb_layer_norm_forward_add(m->norm2, x, nb_mha_forward(m->attn, normed, opts), &h);
+    nb_tensor *ff = nb_feedforward_forward(m->ff, ff_in);
+    if (!next) return nbn_result(&m->base, nb_add(h, ff));
+    *next_normed = nb_layer_norm_forward_add(next, h, ff, &out);
+    return nbn_result(&m->base, out);
 }
 
 nb_tensor *nb_transformer_block_forward(nb_transformer_block *m, const nb_tensor *x,

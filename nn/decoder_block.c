@@ -40,13 +40,13 @@ nb_tensor *nb_transformer_decoder_block_forward(nb_transformer_decoder_block *m,
     if (!m || !x || !memory)
         return nbn_null_argument("TransformerDecoderBlock", m ? &m->base : NULL,
                                  x ? "memory" : "input");
-    /* each residual add and the norm after it as one node (nb_f_add_layer_norm) */
-    nb_tensor *h = NULL, *h2 = NULL;
+    /* each residual add and the norm after it as one node (nb_f_add_layer_norm); a NULL from a
+     * failed step passes through the next ones, which keep its error */
+    nb_tensor *h, *h2;
     nb_tensor *self = nb_mha_forward(m->attn, nb_layer_norm_forward(m->norm1, x), self_opts);
-    nb_tensor *cross_in = self ? nb_layer_norm_forward_add(m->norm2, x, self, &h) : NULL;
-    nb_tensor *cross =
-        cross_in ? nb_mha_forward_cross(m->cross_attn, cross_in, memory, cross_opts) : NULL;
-    nb_tensor *ff_in = cross ? nb_layer_norm_forward_add(m->norm3, h, cross, &h2) : NULL;
-    nb_tensor *ff = ff_in ? nb_feedforward_forward(m->ff, ff_in) : NULL;
-    return nbn_result(&m->base, ff ? nb_add(h2, ff) : NULL);
+    nb_tensor *cross = nb_mha_forward_cross(
+        m->cross_attn, nb_layer_norm_forward_add(m->norm2, x, self, &h), memory, cross_opts);
+    nb_tensor *ff =
+        nb_feedforward_forward(m->ff, nb_layer_norm_forward_add(m->norm3, h, cross, &h2));
+    return nbn_result(&m->base, nb_add(h2, ff));
 }
