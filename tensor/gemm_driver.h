@@ -56,6 +56,7 @@
 #define pack_shared_task FN(pack_shared_task)
 #define shared_pack_t FN(shared_pack_t)
 #define in_place_pays FN(in_place_pays)
+#define wide_tile FN(wide_tile)
 #define k_chunks FN(k_chunks)
 #define chunks_t FN(chunks_t)
 #define run_chunk_task FN(run_chunk_task)
@@ -159,6 +160,12 @@ static void pack_b(const KSET *ks, bool tb, const T *B, int64_t ldb, int64_t kc,
     }
 }
 
+/* The AVX-512 tile (12 x 32 floats) or one as large, against the AVX2 one (6 x 16): the small
+ * and blocked paths choose whether to pack by it. */
+static bool wide_tile(kernel_t kern) {
+    return kern.mr * kern.nr * (int)sizeof(T) >= 12 * 32 * 4;
+}
+
 /* Whether the blocked path reads a transposed A's and an untransposed B's full panels where
  * they lie rather than packing them. Both are already panel-shaped there (each k a run of mr or
  * nr elements, lda or ldb apart), and the microkernel takes any row stride. Packing costs
@@ -177,8 +184,7 @@ static void pack_b(const KSET *ks, bool tb, const T *B, int64_t ldb, int64_t kc,
  * 128x512x1024 no better, 1024x256x1024 and lmbig's 50-70% worse). The kernel computes the same
  * sums either way, so this changes no result. */
 static bool in_place_pays(kernel_t kern, int64_t M, int64_t N) {
-    bool wide_tile = kern.mr * kern.nr * (int)sizeof(T) >= 12 * 32 * 4;
-    return M * N <= (wide_tile ? 128 * 1024 : 128 * 128);
+    return M * N <= (wide_tile(kern) ? 128 * 1024 : 128 * 128);
 }
 
 /* K in equal blocks of at most KC: no short last block. */
@@ -264,8 +270,7 @@ static void gemm_blocked(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_
  * those four lm shapes, so it keeps reading in place. The kernel computes the same sums either
  * way, so this changes no result. */
 static bool small_packs_b(kernel_t kern, bool ta, bool tb, int64_t M, int64_t N, int64_t n) {
-    bool wide_tile = kern.mr * kern.nr * (int)sizeof(T) >= 12 * 32 * 4;
-    return tb || n < kern.nr || (ta && !wide_tile && M * N > 128 * 128);
+    return tb || n < kern.nr || (ta && !wide_tile(kern) && M * N > 128 * 128);
 }
 
 /* The tile grid of a small product. A strip of mr rows starting at ir: when fewer than mr
@@ -842,5 +847,6 @@ static bool gemm_bias(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, in
 #undef sum_chunks
 #undef run_split_k
 #undef small_packs_b
+#undef wide_tile
 #undef chunks_in_turn
 #undef PANEL_PAD
