@@ -29,13 +29,13 @@
  * Large heads and the memory-efficient path's blocks run their products on tiles of the
  * GEMM's microkernel (attention_blocks.c); small heads the rows kernel or, in float32 with
  * at most 16 keys, the vector kernels of attention_small.c.
- * The softmax rows are the masked softmax's own kernels (softmax_rows.h), so a fully blocked
- * row gives zeros and zero gradient on both paths. */
+ * The softmax rows are the masked softmax's own, built per instruction set (softmax_isa.h), so
+ * a fully blocked row gives zeros and zero gradient on both paths. */
 #include "node.h"
 #include "../tensor/isa.h"
 #include "attention.h"
 #include "attention_job.h"
-#include "softmax_rows.h"
+#include "softmax_isa.h"
 #include "../tensor/gemm.h"
 #include "../tensor/pool.h"
 
@@ -171,7 +171,7 @@ static void kept_forward(const attention_job *j, int64_t p) {
     query_blocks(j, true, j->plan.scale, pr.q, j->q.r, pr.k, j->k.r, probs, j->Tk);
     softmax_plan plan = rows_plan(j, pr.b, pr.h, 0, j->Tq, j->Tk);
     plan.scale = 1.0;
-    nba_kept_softmax(&plan, j->dtype, probs);
+    nba_softmax_rows(&plan, j->dtype, probs, probs);
     query_blocks(j, false, 1.0, probs, j->Tk, pr.v, j->v.r, pr.ctx, j->out.r); /* ctx = P V */
 }
 
@@ -228,7 +228,8 @@ static void kept_backward(const attention_job *j, int64_t p, bool first, char *d
     query_blocks(j, true, 1.0, pr.grad, j->grad.r, pr.v, j->v.r, ds, j->Tk); /* dP = G V^T */
     /* Causal blocks leave dP unset above the diagonal: the softmax backward then reads only
      * each row's first t + 1 entries and zeroes the rest. */
-    nba_kept_softmax_backward(j, j->Tq, causal_block(j) < j->Tq, probs, ds);
+    nba_softmax_backward_rows(j->dtype, j->Tq, j->Tk, j->plan.scale, causal_block(j) < j->Tq, 0,
+                              probs, ds, ds);
     if (pr.dq) query_blocks(j, false, 1.0, ds, j->Tk, pr.k, j->k.r, pr.dq, j->dq.r); /* dS K */
     if (pr.dk) key_blocks(j, ds, pr.q, j->q.r, beta, pr.dk, j->dk.r);                /* dS^T Q */
 }

@@ -122,89 +122,31 @@ static void sum_queries(const attention_job *j, const block_scratch *m, const bl
 
 typedef enum { SOFTMAX_KEEP, SOFTMAX_SAVE, SOFTMAX_REPLAY } softmax_mode;
 
-/* Every call inlined, so that the row loops are built for the function's instruction set
- * (GCC otherwise shares one out-of-line copy built for the base set). */
-#ifdef __GNUC__
-#define FLATTEN __attribute__((flatten))
-#else
-#define FLATTEN
-#endif
-
 /* The block's softmax rows in place (kept, saving each row's max and 1/sum in stats, or
- * replaying them from stats: the same operations, so the same bits), and dS from P and dP in
- * place, row by row (softmax_rows.h), built once per instruction set below. */
-#define SOFTMAX_BODIES(SUF)                                                                        \
-    FLATTEN static void softmax_block_##SUF(const attention_job *j, const block_t *blk,            \
-                                            char *stats, softmax_mode mode) {                      \
-        for (int64_t r = 0; r < blk->rows; r++) {                                                  \
-            /* the product's alpha rounded scale * sum as the softmax's own scaling would */       \
-            softmax_plan plan = rows_plan(j, blk->b, blk->h, blk->r0 + r, 1, blk->keys);           \
-            plan.scale = 1.0;                                                                      \
-            char *row = blk->P + j->es * (size_t)(r * blk->ld);                                    \
-            char *st = stats ? stats + j->es * (size_t)(2 * r) : NULL;                             \
-            if (j->dtype == NB_F32) {                                                              \
-                float *y = (float *)row;                                                           \
-                if (mode == SOFTMAX_KEEP) softmax_rows_f32(&plan, y, y);                           \
-                if (mode == SOFTMAX_SAVE) softmax_rows_stats_f32(&plan, y, (float *)st);           \
-                if (mode == SOFTMAX_REPLAY) softmax_rows_replay_f32(&plan, y, (const float *)st);  \
-            } else {                                                                               \
-                double *y = (double *)row;                                                         \
-                if (mode == SOFTMAX_KEEP) softmax_rows_f64(&plan, y, y);                           \
-                if (mode == SOFTMAX_SAVE) softmax_rows_stats_f64(&plan, y, (double *)st);          \
-                if (mode == SOFTMAX_REPLAY) softmax_rows_replay_f64(&plan, y, (const double *)st); \
-            }                                                                                      \
-        }                                                                                          \
-    }                                                                                              \
-    /* the kept path's rows on the rows kernel (attention.c): a pair's probabilities in place */   \
-    FLATTEN static void kept_softmax_##SUF(const softmax_plan *plan, nb_dtype dt, char *probs) {   \
-        const bool short_rows = plan->n <= NBA_SHORT_ROW;                                          \
-        if (dt == NB_F32) {                                                                        \
-            float *s = (float *)probs;                                                             \
-            short_rows ? softmax_short_rows_f32(plan, s, s) : softmax_rows_f32(plan, s, s);        \
-        } else {                                                                                   \
-            double *s = (double *)probs;                                                           \
-            short_rows ? softmax_short_rows_f64(plan, s, s) : softmax_rows_f64(plan, s, s);        \
-        }                                                                                          \
-    }                                                                                              \
-    FLATTEN static void kept_softmax_backward_##SUF(const attention_job *j, int64_t rows,          \
-                                                    bool causal, const char *P, char *dS) {        \
-        softmax_backward(j, rows, j->Tk, causal, 0, P, dS);                                        \
-    }                                                                                              \
-    /* reads only what the causal cut computed */                                                  \
-    FLATTEN static void softmax_block_backward_##SUF(const attention_job *j, const block_t *blk) { \
-        for (int64_t r = 0; r < blk->rows; r++)                                                    \
-            softmax_backward(j, 1, blk->keys, j->plan.causal, blk->r0 + r,                         \
-                             blk->P + j->es * (size_t)(r * blk->ld),                               \
-                             blk->dS + j->es * (size_t)(r * blk->ld));                             \
+ * replaying them from stats: the same operations, so the same bits), row by row on the rows
+ * of the instruction set in use (softmax_isa.h). */
+static void softmax_block(const attention_job *j, const block_t *blk, char *stats,
+                          softmax_mode mode) {
+    for (int64_t r = 0; r < blk->rows; r++) {
+        /* the product's alpha rounded scale * sum as the softmax's own scaling would */
+        softmax_plan plan = rows_plan(j, blk->b, blk->h, blk->r0 + r, 1, blk->keys);
+        plan.scale = 1.0;
+        char *row = blk->P + j->es * (size_t)(r * blk->ld);
+        if (mode == SOFTMAX_KEEP)
+            nba_softmax_rows(&plan, j->dtype, row, row);
+        else
+            nba_softmax_rows_saved(&plan, j->dtype, row, stats + j->es * (size_t)(2 * r),
+                                   mode == SOFTMAX_REPLAY);
     }
-/* The row loops are fixed-order lane-wise arithmetic (tensor/rows.h) and the build has no FP
- * contraction, so each instruction set's build computes the same bits; built for the base
- * x86-64 they ran on SSE2, 20% of the long workload at one thread on AVX-512. */
-SOFTMAX_BODIES(generic)
-#if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-SOFTMAX_BODIES(avx2)
-#pragma GCC pop_options
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")
-SOFTMAX_BODIES(avx512)
-#pragma GCC pop_options
-#define PICK(fn)                                                                                   \
-    (nbt_isa_current() == NBT_ISA_AVX512 ? fn##_avx512                                             \
-     : nbt_isa_current() == NBT_ISA_AVX2 ? fn##_avx2                                               \
-                                         : fn##_generic)
-#else
-#define PICK(fn) fn##_generic
-#endif
-
-void nba_kept_softmax(const softmax_plan *plan, nb_dtype dt, char *probs) {
-    PICK(kept_softmax)(plan, dt, probs);
 }
 
-void nba_kept_softmax_backward(const attention_job *j, int64_t rows, bool causal, const char *P,
-                               char *dS) {
-    PICK(kept_softmax_backward)(j, rows, causal, P, dS);
+/* dS from P and dP in place, row by row; reads only what the causal cut computed. */
+static void softmax_block_backward(const attention_job *j, const block_t *blk) {
+    for (int64_t r = 0; r < blk->rows; r++) {
+        char *ds = blk->dS + j->es * (size_t)(r * blk->ld);
+        nba_softmax_backward_rows(j->dtype, 1, blk->keys, j->plan.scale, j->plan.causal,
+                                  blk->r0 + r, blk->P + j->es * (size_t)(r * blk->ld), ds, ds);
+    }
 }
 
 /* The block's scores into P, then its softmax rows in place. */
@@ -212,7 +154,7 @@ static void probabilities(const attention_job *j, const block_scratch *m, const 
                           const char *kt, char *stats, softmax_mode mode) {
     block_product(j, m, blk, NBA_CUT_COLUMNS, j->plan.scale, 0.0, blk->q, blk->q_row, kt, blk->P,
                   blk->ld);
-    PICK(softmax_block)(j, blk, stats, mode);
+    softmax_block(j, blk, stats, mode);
 }
 
 /* Block [r0, r0 + rows) of pair pr. Its queries (and context gradient) are read in place as A,
@@ -293,7 +235,7 @@ void nba_blocks_backward(const attention_job *j, int64_t p, bool first, char *sc
         if (!pr.dq && !pr.dk) continue;
         block_product(j, &m, &blk, NBA_CUT_COLUMNS, 1.0, 0.0, blk.g, blk.g_row, m.vt, blk.dS,
                       blk.ld); /* dP = G V^T */
-        PICK(softmax_block_backward)(j, &blk);
+        softmax_block_backward(j, &blk);
         if (pr.dq)
             block_product(j, &m, &blk, NBA_CUT_SUM_TO, 1.0, 0.0, blk.dS, 0, m.kp,
                           pr.dq + es * (size_t)(r0 * j->dq.r), j->dq.r);

@@ -3,7 +3,7 @@
 #ifndef NABLA_ATTENTION_JOB_H
 #define NABLA_ATTENTION_JOB_H
 
-#include "softmax_rows.h"
+#include "softmax_isa.h"
 #include "../tensor/isa.h"
 
 #include <stdbool.h>
@@ -86,25 +86,6 @@ static inline softmax_plan rows_plan(const attention_job *j, int64_t b, int64_t 
 static inline int64_t block_keys(const attention_job *j, int64_t r1) {
     return j->plan.causal && r1 < j->Tk ? r1 : j->Tk;
 }
-
-/* dS = scale * P * (dP - rowsum(P * dP)) in place over rows of n, row0 the first's query. */
-static inline void softmax_backward(const attention_job *j, int64_t rows, int64_t n, bool causal,
-                                    int64_t row0, const char *P, char *dS) {
-    if (j->dtype == NB_F32)
-        softmax_backward_rows_f32(rows, n, j->plan.scale, causal, row0, (const float *)P,
-                                  (const float *)dS, (float *)dS);
-    else
-        softmax_backward_rows_f64(rows, n, j->plan.scale, causal, row0, (const double *)P,
-                                  (const double *)dS, (double *)dS);
-}
-
-/* The kept path's softmax on the rows kernel (attention.c), built per instruction set beside
- * the tiles' (attention_blocks.c; built for the base x86-64 inside attention.c they ran on
- * SSE2): a pair's [rows, n] scores into probabilities in place (softmax_short_rows for rows
- * of at most NBA_SHORT_ROW), and dS from P and dP in place (rows of T_k, from query 0). */
-void nba_kept_softmax(const softmax_plan *plan, nb_dtype dt, char *probs);
-void nba_kept_softmax_backward(const attention_job *j, int64_t rows, bool causal, const char *P,
-                               char *dS);
 
 /* The tiled products of pair p (attention_blocks.c): the kept path's whole head or the
  * memory-efficient path's blocks of ME_ROWS queries, in the scratch of nba_blocks_scratch

@@ -1,7 +1,8 @@
 /* Softmax family: softmax and log_softmax over any dim, masked_fill, and the fused masked
  * softmax at the heart of attention. Forward and backward run on contiguous rows: the
  * reduced dim is swapped to the last place and made contiguous (free when it already is,
- * the attention case), exp runs through SLEEF on whole rows, sums accumulate in double.
+ * the attention case), exp runs through SLEEF on whole rows, sums accumulate in double. The
+ * softmax rows run on the instruction set in use (softmax_isa.h, shared with attention).
  *
  * Fully blocked rows. nb_masked_softmax gives zeros and zero gradient for a row whose
  * entries are all blocked (by the mask, the causal rule, or by being -inf already), where
@@ -11,7 +12,7 @@
  * fully blocked. */
 #include "node.h"
 #include "../tensor/vecmath.h"
-#include "softmax_rows.h"
+#include "softmax_isa.h"
 
 #include <math.h>
 #include <string.h>
@@ -78,17 +79,8 @@ static void softmax_slice(int64_t begin, int64_t end, void *vjob) {
     softmax_plan p = *j->p;
     p.rows = end - begin;
     p.row0 = j->p->row0 + begin;
-    int64_t off = begin * p.n * (int64_t)nbt_esize(j->dtype);
-    bool short_rows = p.n <= NBA_SHORT_ROW;
-    if (j->dtype == NB_F32) {
-        const float *x = (const float *)(j->x + off);
-        float *y = (float *)(j->y + off);
-        short_rows ? softmax_short_rows_f32(&p, x, y) : softmax_rows_f32(&p, x, y);
-    } else {
-        const double *x = (const double *)(j->x + off);
-        double *y = (double *)(j->y + off);
-        short_rows ? softmax_short_rows_f64(&p, x, y) : softmax_rows_f64(&p, x, y);
-    }
+    const size_t off = nbt_esize(j->dtype) * (size_t)(begin * p.n);
+    nba_softmax_rows(&p, j->dtype, j->x + off, j->y + off);
 }
 
 static void run_softmax(const softmax_plan *p, const nb_tensor *x, nb_tensor *y) {
@@ -109,15 +101,9 @@ typedef struct {
 
 static void softmax_backward_slice(int64_t begin, int64_t end, void *vjob) {
     const softmax_backward_job *j = vjob;
-    int64_t off = begin * j->n * (int64_t)nbt_esize(j->dtype);
-    if (j->dtype == NB_F32)
-        softmax_backward_rows_f32(end - begin, j->n, j->scale, false, 0,
-                                  (const float *)(j->y + off), (const float *)(j->g + off),
-                                  (float *)(j->dx + off));
-    else
-        softmax_backward_rows_f64(end - begin, j->n, j->scale, false, 0,
-                                  (const double *)(j->y + off), (const double *)(j->g + off),
-                                  (double *)(j->dx + off));
+    const size_t off = nbt_esize(j->dtype) * (size_t)(begin * j->n);
+    nba_softmax_backward_rows(j->dtype, end - begin, j->n, j->scale, false, 0, j->y + off,
+                              j->g + off, j->dx + off);
 }
 
 /* dx (new, contiguous, y's layout) of a softmax whose output rows are y, for gradient g. */

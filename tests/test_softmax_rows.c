@@ -3,10 +3,15 @@
  * in double, bitwise the composition of the row primitives (shift, exp, sum, scale) that any
  * fused rewrite of the kernels must keep, the replay from the saved max and 1/sum bitwise the
  * same as the first pass, and fully blocked and NaN rows. Run by scripts/test once per
- * instruction set (NABLA_ISA). */
+ * instruction set (NABLA_ISA).
+ * And the public ops on those rows as built per instruction set (autograd/softmax_isa.c):
+ * nb_softmax's and nb_masked_softmax's output and gradient bit for bit the same on every set
+ * this CPU runs, and within rounding of a softmax and its gradient computed here in double. */
 #include "harness.h"
 #include "autograd/softmax_rows.h"
+#include "tensor/isa.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 enum { ROWS = 4, N = 1101 };
@@ -76,9 +81,127 @@ static void test_long_rows(void) {
     free(x), free(y), free(again), free(whole), free(mask);
 }
 
+/* One call of a public softmax op: a [outer, n] input (softmax over dim 1) or, with dim 0, an
+ * [n, outer] one (softmax over dim 0); with queries, nb_masked_softmax(causal, scale) of a
+ * [outer / queries, queries, n] input instead. */
+typedef struct {
+    nb_dtype dt;
+    int64_t outer, n;
+    int dim;
+    int64_t queries; /* 0: nb_softmax */
+    double scale;
+} op_case;
+
+enum { MAX_ELEMS = 4 * 1101 };
+
+/* Element (row r, entry j) of the case's rows: where it sits in the input in row-major order. */
+static int64_t at(const op_case *c, int64_t r, int64_t j) {
+    return c->dim == 0 ? j * c->outer + r : r * c->n + j;
+}
+
+/* The case's softmax y and its gradient dx for output gradient g, in double from the input's
+ * values x (row-major, as the op's tensors read): p_j = exp(s x_j - max) / sum over the
+ * unblocked entries (causal: j <= the row's query), dx_j = s p_j (g_j - sum_k g_k p_k). */
+static void reference(const op_case *c, const double *x, const double *g, double *y, double *dx) {
+    const double s = c->queries ? c->scale : 1.0;
+    for (int64_t r = 0; r < c->outer; r++) {
+        const int64_t limit = c->queries && r % c->queries + 1 < c->n ? r % c->queries + 1 : c->n;
+        double max = -INFINITY, sum = 0, dot = 0;
+        for (int64_t j = 0; j < limit; j++) max = fmax(max, s * x[at(c, r, j)]);
+        for (int64_t j = 0; j < limit; j++) sum += exp(s * x[at(c, r, j)] - max);
+        for (int64_t j = 0; j < c->n; j++)
+            y[at(c, r, j)] = j < limit ? exp(s * x[at(c, r, j)] - max) / sum : 0;
+        for (int64_t j = 0; j < c->n; j++) dot += g[at(c, r, j)] * y[at(c, r, j)];
+        for (int64_t j = 0; j < c->n; j++)
+            dx[at(c, r, j)] = s * y[at(c, r, j)] * (g[at(c, r, j)] - dot);
+    }
+}
+
+/* Runs the case's op forward and backward on the instruction set in use; y and dx as doubles
+ * (exact for float32 too). */
+static bool run_op(const op_case *c, const nb_tensor *x0, const nb_tensor *g, double *y,
+                   double *dx) {
+    nb_tensor *x = nb_requires_grad_(nb_clone(x0), true);
+    nb_tensor *out =
+        c->queries ? nb_masked_softmax(x, NULL, true, c->scale) : nb_softmax(x, c->dim);
+    return out && nb_backward(out, g) && nb_to_doubles(out, y) && nb_to_doubles(nb_grad(x), dx);
+}
+
+/* The case on every instruction set this CPU runs: the same bits on each, and within rounding
+ * of the reference (relative to the terms each value is made of). Returns the sets run. */
+static int check_op_case(const op_case *c, nb_rng *rng) {
+    const int64_t numel = c->outer * c->n;
+    int64_t shape[3] = {c->outer, c->n};
+    int ndim = 2;
+    if (c->dim == 0) shape[0] = c->n, shape[1] = c->outer;
+    if (c->queries)
+        shape[0] = c->outer / c->queries, shape[1] = c->queries, shape[2] = c->n, ndim = 3;
+    nb_tensor *x = nb_uniform(rng, c->dt, ndim, shape, -6, 6);
+    nb_tensor *g = nb_uniform(rng, c->dt, ndim, shape, -1, 1);
+    static double xs[MAX_ELEMS], gs[MAX_ELEMS], want_y[MAX_ELEMS], want_dx[MAX_ELEMS];
+    static double first_y[MAX_ELEMS], first_dx[MAX_ELEMS], y[MAX_ELEMS], dx[MAX_ELEMS];
+    CU_ASSERT_FATAL(numel <= MAX_ELEMS && nb_to_doubles(x, xs) && nb_to_doubles(g, gs));
+    reference(c, xs, gs, want_y, want_dx);
+    /* s x - max rounded to half an ulp of up to 12 (7e-7 in float32, 1.3e-15 in double) is
+     * that relative error in exp, plus exp's ulp and the normalising (seen: 6e-7 and 1.1e-15) */
+    const double rel = c->dt == NB_F32 ? 1.5e-6 : 1e-14;
+    const nbt_isa in_use = nbt_isa_current();
+    int sets = 0;
+    for (int isa = NBT_ISA_AVX512; isa >= NBT_ISA_GENERIC; isa--) {
+        if (!nbt_isa_force((nbt_isa)isa)) continue;
+        CU_ASSERT_FATAL(run_op(c, x, g, y, dx));
+        if (sets++ == 0) {
+            memcpy(first_y, y, sizeof(double) * (size_t)numel);
+            memcpy(first_dx, dx, sizeof(double) * (size_t)numel);
+        }
+        CU_ASSERT_EQUAL(memcmp(y, first_y, sizeof(double) * (size_t)numel), 0);
+        CU_ASSERT_EQUAL(memcmp(dx, first_dx, sizeof(double) * (size_t)numel), 0);
+    }
+    nbt_isa_force(in_use);
+    int bad = 0;
+    for (int64_t r = 0; r < c->outer; r++) {
+        double dot = 0;
+        for (int64_t j = 0; j < c->n; j++) dot += fabs(gs[at(c, r, j)] * want_y[at(c, r, j)]);
+        for (int64_t j = 0; j < c->n; j++) {
+            const int64_t k = at(c, r, j);
+            const double s = c->queries ? c->scale : 1.0;
+            bad += !(fabs(y[k] - want_y[k]) <= rel * want_y[k]); /* blocked: 0 */
+            bad += !(fabs(dx[k] - want_dx[k]) <= rel * fabs(s) * want_y[k] * (fabs(gs[k]) + dot));
+        }
+    }
+    if (bad)
+        printf("  %s %lld x %lld dim %d: %d values off\n", nb_dtype_name(c->dt),
+               (long long)c->outer, (long long)c->n, c->dim, bad);
+    CU_ASSERT_EQUAL(bad, 0);
+    return sets;
+}
+
+/* Short rows (the whole-block exp, at most NBA_SHORT_ROW), long ones with and without a tail
+ * shorter than a vector, softmax over the first dim, and the causal masked softmax whose rows
+ * attention shares. */
+static void test_public_ops_every_isa(void) {
+    const op_case cases[] = {
+        {NB_F32, 5, 7, 1, 0, 1},       {NB_F32, 3, 32, 1, 0, 1},
+        {NB_F32, 3, 33, 1, 0, 1},      {NB_F32, 4, 1101, 1, 0, 1},
+        {NB_F32, 4, 1024, 1, 0, 1},    {NB_F32, 6, 33, 0, 0, 1},
+        {NB_F64, 5, 7, 1, 0, 1},       {NB_F64, 4, 1101, 1, 0, 1},
+        {NB_F64, 6, 40, 0, 0, 1},      {NB_F32, 80, 40, 1, 40, 0.125},
+        {NB_F32, 40, 20, 1, 20, -0.5}, {NB_F64, 90, 45, 1, 45, 0.125},
+    };
+    nb_rng rng;
+    nb_rng_seed(&rng, 7);
+    int sets = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        sets = check_op_case(&cases[i], &rng);
+    printf("  compared on %d instruction set(s)\n", sets);
+    CU_ASSERT(sets >= 1);
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"rows longer than a piece: values, bits, replay, blocked and NaN rows", test_long_rows},
+        {"nb_softmax, nb_masked_softmax: the same bits on every set, against double",
+         test_public_ops_every_isa},
     };
     return nbtest_run("softmax_rows", cases, sizeof cases / sizeof cases[0]);
 }
