@@ -2,7 +2,8 @@
  * softmax at the heart of attention. Forward and backward run on contiguous rows: the
  * reduced dim is swapped to the last place and made contiguous (free when it already is,
  * the attention case), exp runs through SLEEF on whole rows, sums accumulate in double. The
- * softmax rows run on the instruction set in use (softmax_isa.h, shared with attention).
+ * softmax and log_softmax rows run on the instruction set in use (softmax_isa.h, the softmax
+ * rows shared with attention).
  *
  * Fully blocked rows. nb_masked_softmax gives zeros and zero gradient for a row whose
  * entries are all blocked (by the mask, the causal rule, or by being -inf already), where
@@ -36,31 +37,6 @@ static nb_tensor *from_rows(nb_tensor *rows, int d) {
 static int64_t last_size(const nb_tensor *t) {
     return t->ndim ? t->shape[t->ndim - 1] : 1;
 }
-
-/* Log-softmax row kernels for one float type. */
-#define DEFINE_LOG_SOFTMAX_KERNELS(T, SUF)                                                         \
-    /* y = x - max - log(sum(exp(x - max))); e is scratch for one row. */                          \
-    static void log_softmax_rows_##SUF(int64_t rows, int64_t n, const T *x, T *y, T *e) {          \
-        for (int64_t r = 0; r < rows; r++, x += n, y += n) {                                       \
-            const T max = nbt_row_max_##SUF(x, n);                                                 \
-            nbt_row_shift_##SUF(y, x, -max, n);                                                    \
-            nbt_vexp_##SUF(e, y, n);                                                               \
-            const T lse = (T)log(nbt_row_sum_##SUF(e, n));                                         \
-            nbt_row_shift_##SUF(y, y, -lse, n);                                                    \
-        }                                                                                          \
-    }                                                                                              \
-    /* dx = g - exp(y) * sum(g). */                                                                \
-    static void log_softmax_backward_rows_##SUF(int64_t rows, int64_t n, const T *y, const T *g,   \
-                                                T *dx, T *e) {                                     \
-        for (int64_t r = 0; r < rows; r++, y += n, g += n, dx += n) {                              \
-            const T s = (T)nbt_row_sum_##SUF(g, n);                                                \
-            nbt_vexp_##SUF(e, y, n);                                                               \
-            for (int64_t j = 0; j < n; j++) dx[j] = g[j] - e[j] * s;                               \
-        }                                                                                          \
-    }
-
-DEFINE_LOG_SOFTMAX_KERNELS(float, f32)
-DEFINE_LOG_SOFTMAX_KERNELS(double, f64)
 
 /* Rows are independent, so slices of them run on separate threads with identical results.
  * A mask is read through a cursor that walks the rows in order, so masked plans stay on one
@@ -165,14 +141,8 @@ static void log_softmax_backward(nb_node *n, const nb_tensor *gout) {
     int64_t len = last_size(y), rows = len ? nbt_numel(y) / len : 0;
     nb_tensor *scratch = nbt_new("backward", y->dtype, 1, &len);
     if (!g || !dx || !scratch) return;
-    if (y->dtype == NB_F32)
-        log_softmax_backward_rows_f32(rows, len, (const float *)nbt_ptr(y),
-                                      (const float *)nbt_ptr(g), (float *)nbt_ptr(dx),
-                                      (float *)nbt_ptr(scratch));
-    else
-        log_softmax_backward_rows_f64(rows, len, (const double *)nbt_ptr(y),
-                                      (const double *)nbt_ptr(g), (double *)nbt_ptr(dx),
-                                      (double *)nbt_ptr(scratch));
+    nba_log_softmax_backward_rows(y->dtype, rows, len, nbt_ptr(y), nbt_ptr(g), nbt_ptr(dx),
+                                  nbt_ptr(scratch));
     nba_accumulate(n, 0, from_rows(dx, d));
 }
 
@@ -185,12 +155,7 @@ nb_tensor *nb_log_softmax(const nb_tensor *a, int dim) {
     int64_t n = last_size(x), rows = n ? nbt_numel(x) / n : 0;
     nb_tensor *scratch = nbt_new("log_softmax", a->dtype, 1, &n);
     if (!scratch) return NULL;
-    if (a->dtype == NB_F32)
-        log_softmax_rows_f32(rows, n, (const float *)nbt_ptr(x), (float *)nbt_ptr(y),
-                             (float *)nbt_ptr(scratch));
-    else
-        log_softmax_rows_f64(rows, n, (const double *)nbt_ptr(x), (double *)nbt_ptr(y),
-                             (double *)nbt_ptr(scratch));
+    nba_log_softmax_rows(a->dtype, rows, n, nbt_ptr(x), nbt_ptr(y), nbt_ptr(scratch));
     nb_tensor *out = from_rows(y, d);
     nb_node *node = nba_record("log_softmax", out, 1, &a, log_softmax_backward);
     if (node) node->saved[0] = y, node->i[0] = d;

@@ -1,8 +1,8 @@
-/* The softmax rows of softmax_rows.h as every caller runs them: built once per instruction set
- * in softmax_isa.c and chosen by the set in use (tensor/isa.h). The softmax ops (softmax.c)
- * and the fused attention (attention.c, attention_blocks.c) call these, never the inline
- * kernels, so a model's softmax gets the same AVX2/AVX-512 loops as attention's; inlined into
- * a file built for the base x86-64 the loops ran on SSE2. The loops are fixed-order lane-wise
+/* The softmax rows of softmax_rows.h as every caller runs them, and log_softmax's rows: built once
+ * per instruction set in softmax_isa.c and chosen by the set in use (tensor/isa.h). The softmax ops
+ * (softmax.c) and the fused attention (attention.c, attention_blocks.c) call these, never the
+ * inline kernels, so a model's softmax gets the same AVX2/AVX-512 loops as attention's; inlined
+ * into a file built for the base x86-64 the loops ran on SSE2. The loops are fixed-order lane-wise
  * arithmetic (tensor/rows.h) without FP contraction, so every set computes the same bits.
  * Internal to autograd/. */
 #ifndef NABLA_SOFTMAX_ISA_H
@@ -28,5 +28,13 @@ void nba_softmax_rows_saved(const softmax_plan *plan, nb_dtype dt, char *y, char
  * row0 + r) reads only its first row0 + r + 1 entries and the rest of its dx is 0. */
 void nba_softmax_backward_rows(nb_dtype dt, int64_t rows, int64_t n, double scale, bool causal,
                                int64_t row0, const char *y, const char *g, char *dx);
+
+/* log_softmax of rows of n: y = x - max - log(sum(exp(x - max))), e scratch for one row (all of
+ * dtype dt). */
+void nba_log_softmax_rows(nb_dtype dt, int64_t rows, int64_t n, const char *x, char *y, char *e);
+
+/* log_softmax's gradient over rows of n: dx = g - exp(y) * sum(g), e scratch for one row. */
+void nba_log_softmax_backward_rows(nb_dtype dt, int64_t rows, int64_t n, const char *y,
+                                   const char *g, char *dx, char *e);
 
 #endif

@@ -5,8 +5,9 @@
  * same as the first pass, and fully blocked and NaN rows. Run by scripts/test once per
  * instruction set (NABLA_ISA).
  * And the public ops on those rows as built per instruction set (autograd/softmax_isa.c):
- * nb_softmax's and nb_masked_softmax's output and gradient bit for bit the same on every set
- * this CPU runs, and within rounding of a softmax and its gradient computed here in double. */
+ * nb_softmax's, nb_masked_softmax's and nb_log_softmax's output and gradient bit for bit the same
+ * on every set this CPU runs, and within rounding of a softmax and its gradient computed here in
+ * double. */
 #include "harness.h"
 #include "autograd/softmax_rows.h"
 #include "tensor/isa.h"
@@ -90,6 +91,7 @@ typedef struct {
     int dim;
     int64_t queries; /* 0: nb_softmax */
     double scale;
+    bool log; /* nb_log_softmax instead of nb_softmax */
 } op_case;
 
 enum { MAX_ELEMS = 4 * 1101 };
@@ -104,7 +106,17 @@ static int64_t at(const op_case *c, int64_t r, int64_t j) {
  * unblocked entries (causal: j <= the row's query), dx_j = s p_j (g_j - sum_k g_k p_k). */
 static void reference(const op_case *c, const double *x, const double *g, double *y, double *dx) {
     const double s = c->queries ? c->scale : 1.0;
-    for (int64_t r = 0; r < c->outer; r++) {
+    for (int64_t r = 0; c->log && r < c->outer; r++) {
+        /* log_softmax: y_j = x_j - max - log(sum exp(x_k - max)), dx_j = g_j - exp(y_j) sum g */
+        double max = -INFINITY, sum = 0, gsum = 0;
+        for (int64_t j = 0; j < c->n; j++) max = fmax(max, x[at(c, r, j)]);
+        for (int64_t j = 0; j < c->n; j++) sum += exp(x[at(c, r, j)] - max), gsum += g[at(c, r, j)];
+        for (int64_t j = 0; j < c->n; j++) {
+            y[at(c, r, j)] = x[at(c, r, j)] - max - log(sum);
+            dx[at(c, r, j)] = g[at(c, r, j)] - exp(y[at(c, r, j)]) * gsum;
+        }
+    }
+    for (int64_t r = 0; !c->log && r < c->outer; r++) {
         const int64_t limit = c->queries && r % c->queries + 1 < c->n ? r % c->queries + 1 : c->n;
         double max = -INFINITY, sum = 0, dot = 0;
         for (int64_t j = 0; j < limit; j++) max = fmax(max, s * x[at(c, r, j)]);
@@ -122,8 +134,9 @@ static void reference(const op_case *c, const double *x, const double *g, double
 static bool run_op(const op_case *c, const nb_tensor *x0, const nb_tensor *g, double *y,
                    double *dx) {
     nb_tensor *x = nb_requires_grad_(nb_clone(x0), true);
-    nb_tensor *out =
-        c->queries ? nb_masked_softmax(x, NULL, true, c->scale) : nb_softmax(x, c->dim);
+    nb_tensor *out = c->queries ? nb_masked_softmax(x, NULL, true, c->scale)
+                     : c->log   ? nb_log_softmax(x, c->dim)
+                                : nb_softmax(x, c->dim);
     return out && nb_backward(out, g) && nb_to_doubles(out, y) && nb_to_doubles(nb_grad(x), dx);
 }
 
@@ -162,7 +175,16 @@ static int check_op_case(const op_case *c, nb_rng *rng) {
     for (int64_t r = 0; r < c->outer; r++) {
         double dot = 0;
         for (int64_t j = 0; j < c->n; j++) dot += fabs(gs[at(c, r, j)] * want_y[at(c, r, j)]);
-        for (int64_t j = 0; j < c->n; j++) {
+        double gabs = 0;
+        for (int64_t j = 0; j < c->n; j++) gabs += fabs(gs[at(c, r, j)]);
+        for (int64_t j = 0; c->log && j < c->n; j++) {
+            /* x - max and the log of the sum rounded (terms up to 12 + log n < 20), then exp of
+             * y to that error times sum |g| */
+            const int64_t k = at(c, r, j);
+            bad += !(fabs(y[k] - want_y[k]) <= rel * 20);
+            bad += !(fabs(dx[k] - want_dx[k]) <= rel * (fabs(gs[k]) + 21 * exp(want_y[k]) * gabs));
+        }
+        for (int64_t j = 0; !c->log && j < c->n; j++) {
             const int64_t k = at(c, r, j);
             const double s = c->queries ? c->scale : 1.0;
             bad += !(fabs(y[k] - want_y[k]) <= rel * want_y[k]); /* blocked: 0 */
@@ -181,12 +203,14 @@ static int check_op_case(const op_case *c, nb_rng *rng) {
  * attention shares. */
 static void test_public_ops_every_isa(void) {
     const op_case cases[] = {
-        {NB_F32, 5, 7, 1, 0, 1},       {NB_F32, 3, 32, 1, 0, 1},
-        {NB_F32, 3, 33, 1, 0, 1},      {NB_F32, 4, 1101, 1, 0, 1},
-        {NB_F32, 4, 1024, 1, 0, 1},    {NB_F32, 6, 33, 0, 0, 1},
-        {NB_F64, 5, 7, 1, 0, 1},       {NB_F64, 4, 1101, 1, 0, 1},
-        {NB_F64, 6, 40, 0, 0, 1},      {NB_F32, 80, 40, 1, 40, 0.125},
-        {NB_F32, 40, 20, 1, 20, -0.5}, {NB_F64, 90, 45, 1, 45, 0.125},
+        {NB_F32, 5, 7, 1, 0, 1, false},       {NB_F32, 3, 32, 1, 0, 1, false},
+        {NB_F32, 3, 33, 1, 0, 1, false},      {NB_F32, 4, 1101, 1, 0, 1, false},
+        {NB_F32, 4, 1024, 1, 0, 1, false},    {NB_F32, 6, 33, 0, 0, 1, false},
+        {NB_F64, 5, 7, 1, 0, 1, false},       {NB_F64, 4, 1101, 1, 0, 1, false},
+        {NB_F64, 6, 40, 0, 0, 1, false},      {NB_F32, 80, 40, 1, 40, 0.125, false},
+        {NB_F32, 40, 20, 1, 20, -0.5, false}, {NB_F64, 90, 45, 1, 45, 0.125, false},
+        {NB_F32, 5, 7, 1, 0, 1, true},        {NB_F32, 4, 1101, 1, 0, 1, true},
+        {NB_F32, 6, 33, 0, 0, 1, true},       {NB_F64, 4, 1101, 1, 0, 1, true},
     };
     nb_rng rng;
     nb_rng_seed(&rng, 7);
@@ -200,7 +224,8 @@ static void test_public_ops_every_isa(void) {
 int main(void) {
     const nbtest_case cases[] = {
         {"rows longer than a piece: values, bits, replay, blocked and NaN rows", test_long_rows},
-        {"nb_softmax, nb_masked_softmax: the same bits on every set, against double",
+        {"nb_softmax, nb_masked_softmax, nb_log_softmax: the same bits on every set, against "
+         "double",
          test_public_ops_every_isa},
     };
     return nbtest_run("softmax_rows", cases, sizeof cases / sizeof cases[0]);
