@@ -104,19 +104,10 @@ static int64_t at(const op_case *c, int64_t r, int64_t j) {
 /* The case's softmax y and its gradient dx for output gradient g, in double from the input's
  * values x (row-major, as the op's tensors read): p_j = exp(s x_j - max) / sum over the
  * unblocked entries (causal: j <= the row's query), dx_j = s p_j (g_j - sum_k g_k p_k). */
-static void reference(const op_case *c, const double *x, const double *g, double *y, double *dx) {
+static void reference_softmax(const op_case *c, const double *x, const double *g, double *y,
+                              double *dx) {
     const double s = c->queries ? c->scale : 1.0;
-    for (int64_t r = 0; c->log && r < c->outer; r++) {
-        /* log_softmax: y_j = x_j - max - log(sum exp(x_k - max)), dx_j = g_j - exp(y_j) sum g */
-        double max = -INFINITY, sum = 0, gsum = 0;
-        for (int64_t j = 0; j < c->n; j++) max = fmax(max, x[at(c, r, j)]);
-        for (int64_t j = 0; j < c->n; j++) sum += exp(x[at(c, r, j)] - max), gsum += g[at(c, r, j)];
-        for (int64_t j = 0; j < c->n; j++) {
-            y[at(c, r, j)] = x[at(c, r, j)] - max - log(sum);
-            dx[at(c, r, j)] = g[at(c, r, j)] - exp(y[at(c, r, j)]) * gsum;
-        }
-    }
-    for (int64_t r = 0; !c->log && r < c->outer; r++) {
+    for (int64_t r = 0; r < c->outer; r++) {
         const int64_t limit = c->queries && r % c->queries + 1 < c->n ? r % c->queries + 1 : c->n;
         double max = -INFINITY, sum = 0, dot = 0;
         for (int64_t j = 0; j < limit; j++) max = fmax(max, s * x[at(c, r, j)]);
@@ -127,6 +118,55 @@ static void reference(const op_case *c, const double *x, const double *g, double
         for (int64_t j = 0; j < c->n; j++)
             dx[at(c, r, j)] = s * y[at(c, r, j)] * (g[at(c, r, j)] - dot);
     }
+}
+
+/* The same for log_softmax: y_j = x_j - max - log(sum_k exp(x_k - max)),
+ * dx_j = g_j - exp(y_j) sum_k g_k. */
+static void reference_log_softmax(const op_case *c, const double *x, const double *g, double *y,
+                                  double *dx) {
+    for (int64_t r = 0; r < c->outer; r++) {
+        double max = -INFINITY, sum = 0, gsum = 0;
+        for (int64_t j = 0; j < c->n; j++) max = fmax(max, x[at(c, r, j)]);
+        for (int64_t j = 0; j < c->n; j++) sum += exp(x[at(c, r, j)] - max), gsum += g[at(c, r, j)];
+        const double lse = log(sum);
+        for (int64_t j = 0; j < c->n; j++) {
+            y[at(c, r, j)] = x[at(c, r, j)] - max - lse;
+            dx[at(c, r, j)] = g[at(c, r, j)] - exp(y[at(c, r, j)]) * gsum;
+        }
+    }
+}
+
+/* Values of row r off the reference beyond the rounding of the op's float type (rel): each y
+ * relative to itself, each dx relative to the terms it sums. */
+static int softmax_row_off(const op_case *c, int64_t r, double rel, const double *g,
+                           const double *want_y, const double *want_dx, const double *y,
+                           const double *dx) {
+    const double s = c->queries ? c->scale : 1.0;
+    double dot = 0;
+    for (int64_t j = 0; j < c->n; j++) dot += fabs(g[at(c, r, j)] * want_y[at(c, r, j)]);
+    int off = 0;
+    for (int64_t j = 0; j < c->n; j++) {
+        const int64_t k = at(c, r, j);
+        off += !(fabs(y[k] - want_y[k]) <= rel * want_y[k]); /* blocked: 0 */
+        off += !(fabs(dx[k] - want_dx[k]) <= rel * fabs(s) * want_y[k] * (fabs(g[k]) + dot));
+    }
+    return off;
+}
+
+/* The same for log_softmax: x - max and the log of the sum rounded (terms up to 12 + log n <
+ * 20), then exp of y to that error times sum |g|. */
+static int log_softmax_row_off(const op_case *c, int64_t r, double rel, const double *g,
+                               const double *want_y, const double *want_dx, const double *y,
+                               const double *dx) {
+    double gabs = 0;
+    for (int64_t j = 0; j < c->n; j++) gabs += fabs(g[at(c, r, j)]);
+    int off = 0;
+    for (int64_t j = 0; j < c->n; j++) {
+        const int64_t k = at(c, r, j);
+        off += !(fabs(y[k] - want_y[k]) <= rel * 20);
+        off += !(fabs(dx[k] - want_dx[k]) <= rel * (fabs(g[k]) + 21 * exp(want_y[k]) * gabs));
+    }
+    return off;
 }
 
 /* Runs the case's op forward and backward on the instruction set in use; y and dx as doubles
@@ -154,7 +194,7 @@ static int check_op_case(const op_case *c, nb_rng *rng) {
     static double xs[MAX_ELEMS], gs[MAX_ELEMS], want_y[MAX_ELEMS], want_dx[MAX_ELEMS];
     static double first_y[MAX_ELEMS], first_dx[MAX_ELEMS], y[MAX_ELEMS], dx[MAX_ELEMS];
     CU_ASSERT_FATAL(numel <= MAX_ELEMS && nb_to_doubles(x, xs) && nb_to_doubles(g, gs));
-    reference(c, xs, gs, want_y, want_dx);
+    (c->log ? reference_log_softmax : reference_softmax)(c, xs, gs, want_y, want_dx);
     /* s x - max rounded to half an ulp of up to 12 (7e-7 in float32, 1.3e-15 in double) is
      * that relative error in exp, plus exp's ulp and the normalising (seen: 6e-7 and 1.1e-15) */
     const double rel = c->dt == NB_F32 ? 1.5e-6 : 1e-14;
@@ -172,25 +212,9 @@ static int check_op_case(const op_case *c, nb_rng *rng) {
     }
     nbt_isa_force(in_use);
     int bad = 0;
-    for (int64_t r = 0; r < c->outer; r++) {
-        double dot = 0;
-        for (int64_t j = 0; j < c->n; j++) dot += fabs(gs[at(c, r, j)] * want_y[at(c, r, j)]);
-        double gabs = 0;
-        for (int64_t j = 0; j < c->n; j++) gabs += fabs(gs[at(c, r, j)]);
-        for (int64_t j = 0; c->log && j < c->n; j++) {
-            /* x - max and the log of the sum rounded (terms up to 12 + log n < 20), then exp of
-             * y to that error times sum |g| */
-            const int64_t k = at(c, r, j);
-            bad += !(fabs(y[k] - want_y[k]) <= rel * 20);
-            bad += !(fabs(dx[k] - want_dx[k]) <= rel * (fabs(gs[k]) + 21 * exp(want_y[k]) * gabs));
-        }
-        for (int64_t j = 0; !c->log && j < c->n; j++) {
-            const int64_t k = at(c, r, j);
-            const double s = c->queries ? c->scale : 1.0;
-            bad += !(fabs(y[k] - want_y[k]) <= rel * want_y[k]); /* blocked: 0 */
-            bad += !(fabs(dx[k] - want_dx[k]) <= rel * fabs(s) * want_y[k] * (fabs(gs[k]) + dot));
-        }
-    }
+    for (int64_t r = 0; r < c->outer; r++)
+        bad +=
+            (c->log ? log_softmax_row_off : softmax_row_off)(c, r, rel, gs, want_y, want_dx, y, dx);
     if (bad)
         printf("  %s %lld x %lld dim %d: %d values off\n", nb_dtype_name(c->dt),
                (long long)c->outer, (long long)c->n, c->dim, bad);
