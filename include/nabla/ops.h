@@ -55,7 +55,8 @@ nb_tensor *nb_sqrt(const nb_tensor *a);
 nb_tensor *nb_tanh(const nb_tensor *a);
 nb_tensor *nb_sigmoid(const nb_tensor *a);
 nb_tensor *nb_relu(const nb_tensor *a);
-/* x * Phi(x), the exact erf form (PyTorch's approximate='none'). */
+/* x * Phi(x), the exact erf form (PyTorch's approximate='none'). float32 within 6 ulps of the
+ * exact value wherever Phi(x) is a normal float (x > -13), its gradient within 2e-7. */
 nb_tensor *nb_gelu(const nb_tensor *a);
 /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (PyTorch's approximate='tanh'). */
 nb_tensor *nb_gelu_tanh(const nb_tensor *a);

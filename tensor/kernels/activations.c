@@ -4,10 +4,12 @@
  * its result stored once, with the SLEEF function and the arithmetic around it on the widest
  * vectors the set has (16 floats on AVX-512). They were three passes through an L1 buffer,
  * the arithmetic on the library's 4-wide SSE2 vectors (tensor/simd.h), which took a third of
- * GELU's time. Operation orders follow PyTorch's CPU kernels; lanes are independent and
- * nothing is fused (-ffp-contract=off), so a tail run through a zero-padded vector gives the
- * bits a whole vector would, in every set. */
+ * GELU's time. Operation orders follow PyTorch's CPU kernels, but for float32 gelu's normal
+ * CDF (normal_cdf_f32.h: from SLEEF's exp, without erf); lanes are independent and nothing is
+ * fused (-ffp-contract=off), so a tail run through a zero-padded vector gives the bits a whole
+ * vector would, in every set. */
 #include "kernels.h"
+#include "normal_cdf_f32.h"
 #include "sleef_vectors.h"
 
 #include <math.h>
@@ -17,19 +19,67 @@
 /* 1 / sqrt(2 pi), the standard normal density at 0. */
 #define INV_SQRT_2PI 0.3989422804014327
 
+/* Lanes of float32 vectors as integers (bit masks, comparisons' results). */
+typedef int32_t VIF __attribute__((vector_size(sizeof(VF))));
+
+/* a where m's lane is all ones, b where it is 0 */
+static inline VF select_f32(VIF m, VF a, VF b) {
+    return (VF)((m & (VIF)a) | (~m & (VIF)b));
+}
+static inline VF splat_f32(float v) {
+    return (VF){0} + v;
+}
+/* c[0] + c[1] v + ... + c[n-1] v^(n-1) */
+static inline VF horner_f32(const float *c, int n, VF v) {
+    VF acc = splat_f32(c[n - 1]);
+    for (int k = n - 2; k >= 0; k--) acc = acc * v + c[k];
+    return acc;
+}
+
+/* Phi(x) as normal_cdf_f32.h writes it, and e = exp(-x^2 / 2) in *e. |x| is clamped at 16 for
+ * e, where e underflows anyway, so that x^2 and its rounding error stay finite. */
+static inline VF normal_cdf_f32(VF x, VF *e) {
+    VF ax = (VF)((VIF)x & 0x7fffffff);
+    VF xc = select_f32(ax < splat_f32(16), ax, splat_f32(16));
+    /* Dekker: xc = hi + lo with 12 significant bits each, so every product is exact and
+     * sq_err is exactly xc^2 - sq */
+    VF hi = (VF)((VIF)xc & (int32_t)0xfffff000), lo = xc - hi;
+    VF sq = xc * xc;
+    VF sq_err = ((hi * hi - sq) + 2 * (hi * lo)) + lo * lo;
+    VF ex = F(exp)(sq * -0.5f);
+    *e = ex + ex * (sq_err * -0.5f);
+    VF t = 1 / (1 + ax);
+    VF lower_tail = *e * (t * horner_f32(nbk_cdf_tail_q, 10, t));
+    VF large = select_f32(x < splat_f32(0), lower_tail, 1 - lower_tail);
+    VF small = 0.5f + x * horner_f32(nbk_cdf_small_r, 6, sq);
+    return select_f32(ax < splat_f32(NBK_CDF_SMALL), small, large);
+}
+
+/* x Phi(x) */
+static inline VF gelu_f32(VF x) {
+    VF e;
+    return x * normal_cdf_f32(x, &e);
+}
+/* x / 2 * (1 + erf(x / sqrt 2)) */
+static inline VD gelu_f64(VD x) {
+    return x * 0.5 * (1 + D(erf)(x * M_SQRT1_2));
+}
+/* y = x Phi(x) (the forward's bits) and d = gelu'(x) = Phi(x) + x phi(x) as PyTorch's backward
+ * rounds it: Phi rounded, then Phi + x phi */
+static inline VF gelu_derivative_f32(VF x, VF *d) {
+    VF e, phi_cdf = normal_cdf_f32(x, &e);
+    *d = phi_cdf + x * ((float)INV_SQRT_2PI * e);
+    return x * phi_cdf;
+}
+/* halving is exact, so x Phi(x) gives gelu_f64's bits */
+static inline VD gelu_derivative_f64(VD x, VD *d) {
+    VD phi_cdf = 0.5 * (1 + D(erf)(x * M_SQRT1_2));
+    *d = phi_cdf + x * (INV_SQRT_2PI * D(exp)(x * x * -0.5));
+    return x * phi_cdf;
+}
+
 /* Each formula on one vector V of W elements of type T; FN(fn) is SLEEF's fn on V. */
 #define FORMULAS(S, T, V, FN)                                                                      \
-    /* x / 2 * (1 + erf(x / sqrt 2)) */                                                            \
-    static inline V gelu_##S(V x) {                                                                \
-        return x * (T)0.5 * (1 + FN(erf)(x * (T)M_SQRT1_2));                                       \
-    }                                                                                              \
-    /* y = x Phi(x) (halving is exact, so the forward's bits) and d = gelu'(x) = Phi(x) +          \
-     * x phi(x) as PyTorch's backward rounds it: Phi rounded, then Phi + x phi */                  \
-    static inline V gelu_derivative_##S(V x, V *d) {                                               \
-        V phi_cdf = (T)0.5 * (1 + FN(erf)(x * (T)M_SQRT1_2));                                      \
-        *d = phi_cdf + x * ((T)INV_SQRT_2PI * FN(exp)(x * x * (T)-0.5));                           \
-        return x * phi_cdf;                                                                        \
-    }                                                                                              \
     /* tanh(beta (x + kappa x^3)) */                                                               \
     static inline V gelu_tanh_inner_##S(V x) {                                                     \
         return FN(tanh)((T)NBK_GELU_BETA * (x + (T)NBK_GELU_KAPPA * (x * x * x)));                 \
