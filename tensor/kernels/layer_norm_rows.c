@@ -10,19 +10,60 @@
 #include <math.h>
 
 typedef float ln_v8f __attribute__((vector_size(32)));
-typedef double ln_v8d __attribute__((vector_size(64)));
+typedef float ln_v4f __attribute__((vector_size(16)));
+typedef double ln_v4d __attribute__((vector_size(32)));
 
 /* Unaligned, aliasing views for loads and stores, as the intrinsics headers define them. */
 typedef float ln_v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
-typedef double ln_v8d_u __attribute__((vector_size(64), aligned(8), may_alias));
+typedef float ln_v4f_u __attribute__((vector_size(16), aligned(4), may_alias));
+typedef double ln_v4d_u __attribute__((vector_size(32), aligned(8), may_alias));
 #define LN_LOAD8(p) (*(const ln_v8f_u *)(p))
 #define LN_STORE8(p, v) (*(ln_v8f_u *)(p) = (v))
-#define LN_LOAD8D(p) (*(const ln_v8d_u *)(p))
-#define LN_STORE8D(p, v) (*(ln_v8d_u *)(p) = (v))
-#define LN_WIDEN(v) __builtin_convertvector(v, ln_v8d)
+#define LN_LOAD4D(p) (*(const ln_v4d_u *)(p))
+#define LN_STORE4D(p, v) (*(ln_v4d_u *)(p) = (v))
 #define LN_SPLAT8(x) ((ln_v8f){x, x, x, x, x, x, x, x})
-#define LN_SPLAT8D(x) ((ln_v8d){x, x, x, x, x, x, x, x})
-#define LN_COMBINE(a) (((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])))
+#define LN_SPLAT4D(x) ((ln_v4d){x, x, x, x})
+
+/* Eight double lanes as two halves of four. One 64-byte vector of eight, on AVX2 (two
+ * registers) and SSE2 (four), went through the stack element by element: 630 cycles a row of
+ * 96 at [1024, 96], where these halves take (docs/performance.md). */
+typedef struct {
+    ln_v4d lo, hi;
+} ln_d8;
+
+static inline ln_d8 d8_zero(void) {
+    return (ln_d8){{0}, {0}};
+}
+/* the eight floats at p, widened */
+static inline ln_d8 d8_widen(const float *p) {
+    return (ln_d8){__builtin_convertvector(*(const ln_v4f_u *)p, ln_v4d),
+                   __builtin_convertvector(*(const ln_v4f_u *)(p + 4), ln_v4d)};
+}
+static inline ln_d8 d8_from(ln_v8f v) {
+    ln_v4f lo = {v[0], v[1], v[2], v[3]}, hi = {v[4], v[5], v[6], v[7]};
+    return (ln_d8){__builtin_convertvector(lo, ln_v4d), __builtin_convertvector(hi, ln_v4d)};
+}
+static inline ln_d8 d8_load(const double *p) {
+    return (ln_d8){LN_LOAD4D(p), LN_LOAD4D(p + 4)};
+}
+static inline void d8_store(double *p, ln_d8 v) {
+    LN_STORE4D(p, v.lo);
+    LN_STORE4D(p + 4, v.hi);
+}
+static inline ln_d8 d8_add(ln_d8 a, ln_d8 b) {
+    return (ln_d8){a.lo + b.lo, a.hi + b.hi};
+}
+static inline ln_d8 d8_sub(ln_d8 a, double b) {
+    return (ln_d8){a.lo - LN_SPLAT4D(b), a.hi - LN_SPLAT4D(b)};
+}
+static inline ln_d8 d8_mul(ln_d8 a, ln_d8 b) {
+    return (ln_d8){a.lo * b.lo, a.hi * b.hi};
+}
+/* the lanes' sum in nbt_row_sum's fixed order */
+static inline double d8_combine(ln_d8 a) {
+    return ((a.lo[0] + a.lo[1]) + (a.lo[2] + a.lo[3])) +
+           ((a.hi[0] + a.hi[1]) + (a.hi[2] + a.hi[3]));
+}
 
 /* y = (x - mean) * rstd * w + b per row, keeping each row's mean and rstd. With res, the row
  * normalised is x + res, written to sum first (while the row is in cache). */
@@ -39,23 +80,22 @@ void NBK_FN(nbk_layer_norm_rows_f32)(int64_t rows, int64_t D, const float *x0, c
             for (int64_t j = Dv; j < D; j++) s[j] = x[j] + c[j];
             x = s; /* the row's other passes read the sum */
         }
-        ln_v8d sum = {0};
-        for (int64_t j = 0; j < Dv; j += 8) sum += LN_WIDEN(LN_LOAD8(x + j));
+        ln_d8 sum = d8_zero();
+        for (int64_t j = 0; j < Dv; j += 8) sum = d8_add(sum, d8_widen(x + j));
         double tail[8] = {0};
         for (int64_t j = Dv; j < D; j++) tail[j - Dv] = (double)x[j];
-        sum += LN_LOAD8D(tail);
-        const double mu = LN_COMBINE(sum) / (double)D;
-        const ln_v8d vmu = LN_SPLAT8D(mu);
-        ln_v8d sq = {0};
+        sum = d8_add(sum, d8_load(tail));
+        const double mu = d8_combine(sum) / (double)D;
+        ln_d8 sq = d8_zero();
         for (int64_t j = 0; j < Dv; j += 8) {
-            ln_v8d d = LN_WIDEN(LN_LOAD8(x + j)) - vmu;
-            sq += d * d;
+            ln_d8 d = d8_sub(d8_widen(x + j), mu);
+            sq = d8_add(sq, d8_mul(d, d));
         }
         double sq_tail[8] = {0};
         for (int64_t j = Dv; j < D; j++)
             sq_tail[j - Dv] = ((double)x[j] - mu) * ((double)x[j] - mu);
-        sq += LN_LOAD8D(sq_tail);
-        const double rs = 1.0 / sqrt(LN_COMBINE(sq) / (double)D + eps);
+        sq = d8_add(sq, d8_load(sq_tail));
+        const double rs = 1.0 / sqrt(d8_combine(sq) / (double)D + eps);
         const float m = (float)mu, q = (float)rs;
         mean[r] = m, rstd[r] = q;
         const ln_v8f vm = LN_SPLAT8(m), vq = LN_SPLAT8(q);
@@ -82,14 +122,14 @@ void NBK_FN(nbk_layer_norm_backward_rows_f32)(int64_t rows, int64_t D, const flo
     for (int64_t r = 0; r < rows; r++, x += D, g += D) {
         const float m = mean[r], q = rstd[r];
         const ln_v8f vm = LN_SPLAT8(m), vq = LN_SPLAT8(q);
-        ln_v8d sum_gh = {0}, sum_ghxh = {0};
+        ln_d8 sum_gh = d8_zero(), sum_ghxh = d8_zero();
         for (int64_t j = 0; j < Dv; j += 8) {
             ln_v8f xh = (LN_LOAD8(x + j) - vm) * vq, gv = LN_LOAD8(g + j);
             ln_v8f gh = w ? gv * LN_LOAD8(w + j) : gv;
-            ln_v8d xd = LN_WIDEN(xh), ghd = LN_WIDEN(gh);
-            sum_gh += ghd, sum_ghxh += ghd * xd;
-            if (dw) LN_STORE8D(dw + j, LN_LOAD8D(dw + j) + LN_WIDEN(gv) * xd);
-            if (db) LN_STORE8D(db + j, LN_LOAD8D(db + j) + LN_WIDEN(gv));
+            ln_d8 xd = d8_from(xh), ghd = d8_from(gh), gd = d8_widen(g + j);
+            sum_gh = d8_add(sum_gh, ghd), sum_ghxh = d8_add(sum_ghxh, d8_mul(ghd, xd));
+            if (dw) d8_store(dw + j, d8_add(d8_load(dw + j), d8_mul(gd, xd)));
+            if (db) d8_store(db + j, d8_add(d8_load(db + j), gd));
         }
         double ta[8] = {0}, tc[8] = {0};
         for (int64_t j = Dv; j < D; j++) {
@@ -98,10 +138,10 @@ void NBK_FN(nbk_layer_norm_backward_rows_f32)(int64_t rows, int64_t D, const flo
             if (dw) dw[j] += (double)g[j] * (double)xh;
             if (db) db[j] += g[j];
         }
-        sum_gh += LN_LOAD8D(ta), sum_ghxh += LN_LOAD8D(tc);
+        sum_gh = d8_add(sum_gh, d8_load(ta)), sum_ghxh = d8_add(sum_ghxh, d8_load(tc));
         if (!dx) continue;
-        const float a = (float)(LN_COMBINE(sum_gh) / (double)D),
-                    c = (float)(LN_COMBINE(sum_ghxh) / (double)D);
+        const float a = (float)(d8_combine(sum_gh) / (double)D),
+                    c = (float)(d8_combine(sum_ghxh) / (double)D);
         const ln_v8f va = LN_SPLAT8(a), vc = LN_SPLAT8(c);
         for (int64_t j = 0; j < Dv; j += 8) {
             ln_v8f xh = (LN_LOAD8(x + j) - vm) * vq, gv = LN_LOAD8(g + j);
