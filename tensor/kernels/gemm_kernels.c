@@ -318,23 +318,46 @@ static inline __attribute__((always_inline)) void transpose8(__m256 r[8]) {
     }
 }
 
+/* The first `lanes` (1 to 8) floats of v to p, in plain stores: AVX2's masked store
+ * (vmaskmovps) is microcoded on Zen 3 and was most of packing a 6-row A panel. */
+static inline __attribute__((always_inline)) void store_lanes(float *p, __m256 v, int lanes) {
+    if (lanes == 8) {
+        _mm256_storeu_ps(p, v);
+        return;
+    }
+    __m128 lo = _mm256_castps256_ps128(v);
+    if (lanes >= 4) {
+        _mm_storeu_ps(p, lo);
+        lo = _mm256_extractf128_ps(v, 1);
+        p += 4, lanes -= 4;
+    }
+    if (lanes >= 2) {
+        _mm_storel_pi((__m64 *)p, lo);
+        lo = _mm_movehl_ps(lo, lo);
+        p += 2, lanes -= 2;
+    }
+    if (lanes) _mm_store_ss(p, lo);
+}
+
 /* Square blocks of 8 x 8 transposed in registers; a panel narrower than a multiple of 8
- * (A's 6 rows) is stored with a lane mask. */
+ * (A's 6 rows) stores the lanes it has. Whole blocks load plainly (masked loads cost Zen 3
+ * more too). */
 static void pack_t_f32(const float *X, int64_t ldx, int64_t kc, int n, int width, float *dst) {
     for (int j0 = 0; j0 < width; j0 += 8) {
-        __m256i lanes = mask8x32(0, width - j0 < 8 ? width - j0 : 8);
+        int lanes = width - j0 < 8 ? width - j0 : 8;
         for (int64_t k0 = 0; k0 < kc; k0 += 8) {
             int kk = kc - k0 < 8 ? (int)(kc - k0) : 8;
             __m256i km = mask8x32(0, kk);
             __m256 r[8];
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++)
-                r[j] = j0 + j < n ? _mm256_maskload_ps(X + (j0 + j) * ldx + k0, km)
-                                  : _mm256_setzero_ps();
+                r[j] = j0 + j >= n ? _mm256_setzero_ps()
+                       : kk == 8   ? _mm256_loadu_ps(X + (j0 + j) * ldx + k0)
+                                   : _mm256_maskload_ps(X + (j0 + j) * ldx + k0, km);
             transpose8(r);
 #pragma GCC unroll 8
             for (int q = 0; q < 8; q++)
-                if (q < kk) _mm256_maskstore_ps(dst + (k0 + q) * width + j0, lanes, r[q]);
+                if (q < kk) store_lanes(dst + (k0 + q) * width + j0, r[q], lanes);
         }
     }
 }
@@ -370,7 +393,7 @@ static void pack_t_f32(const float *X, int64_t ldx, int64_t kc, int n, int width
     if (k + PACK_AHEAD < kc)                                                                       \
         for (int jj = 0; jj < here; jj += 64 / (int)sizeof(*x))                                    \
             _mm_prefetch((const char *)(x + PACK_AHEAD * ldx + j0 + jj), _MM_HINT_T0);
-#define DEFINE_PACK_N(name, T, V, W, MAKE_MASK, MLOAD, VSTORE, MSTORE)                             \
+#define DEFINE_PACK_N(name, T, V, W, MAKE_MASK, VLOAD, MLOAD, VSTORE, MSTORE)                      \
     static void name(const T *X, int64_t ldx, int64_t kc, int n, int width, int64_t pstride,       \
                      T *dst) {                                                                     \
         int panels = (n + width - 1) / width;                                                      \
@@ -384,7 +407,8 @@ static void pack_t_f32(const float *X, int64_t ldx, int64_t kc, int n, int width
                     T *d = dst + (int64_t)p * pstride + k * width;                                 \
                     PACK_PREFETCH(x, ldx, k, kc, p *width, here);                                  \
                     for (int j0 = 0; j0 < width; j0 += W) {                                        \
-                        V v = MLOAD(x + p * width + j0, MAKE_MASK(0, here - j0));                  \
+                        V v = here - j0 >= W ? VLOAD(x + p * width + j0)                           \
+                                             : MLOAD(x + p * width + j0, MAKE_MASK(0, here - j0)); \
                         if (j0 + W <= width || spill)                                              \
                             VSTORE(d + j0, v);                                                     \
                         else                                                                       \
@@ -394,8 +418,8 @@ static void pack_t_f32(const float *X, int64_t ldx, int64_t kc, int n, int width
             }                                                                                      \
         }                                                                                          \
     }
-DEFINE_PACK_N(pack_n_f32, float, VF32, WF32, MAKE_MASKF32, MLOADF32, STF32, MSTOREF32)
-DEFINE_PACK_N(pack_n_f64, double, VF64, WF64, MAKE_MASKF64, MLOADF64, STF64, MSTOREF64)
+DEFINE_PACK_N(pack_n_f32, float, VF32, WF32, MAKE_MASKF32, LDF32, MLOADF32, STF32, MSTOREF32)
+DEFINE_PACK_N(pack_n_f64, double, VF64, WF64, MAKE_MASKF64, LDF64, MLOADF64, STF64, MSTOREF64)
 
 void NBK_FN(nbt_gemm_kernels)(nbt_gemm_kernels_f32 *f32, nbt_gemm_kernels_f64 *f64) {
 #ifdef MR_FLAT
