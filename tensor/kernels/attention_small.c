@@ -304,10 +304,13 @@ static void transpose_keys(const float *x, int64_t x_row, int64_t Tk, int64_t hd
             const __m256i dims = _mm256_cmpgt_epi32(_mm256_set1_epi32(m), lane);
             for (int sh = 0; sh < 2; sh++) { /* keys 8 sh + [0, 8) */
                 __m256 r[8];
-                for (int i = 0; i < 8; i++)
-                    r[i] = 8 * sh + i < Tk
-                               ? _mm256_maskload_ps(x + (8 * sh + i) * x_row + c + 8 * dh, dims)
-                               : _mm256_setzero_ps();
+                for (int i = 0; i < 8; i++) {
+                    const float *row = x + (8 * sh + i) * x_row + c + 8 * dh;
+                    /* plain loads where all 8 dims are there: masked ones cost Zen 3 more */
+                    r[i] = 8 * sh + i >= Tk ? _mm256_setzero_ps()
+                           : m == 8 ? _mm256_loadu_ps(row)
+                                    : _mm256_maskload_ps(row, dims);
+                }
                 transpose8(r);
                 for (int d = 0; d < m; d++)
                     _mm256_storeu_ps(xt + (c + 8 * dh + d) * W + 8 * sh, r[d]);
