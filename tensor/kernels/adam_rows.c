@@ -1,52 +1,54 @@
 /* Adam's and AdamW's update over one contiguous run (nn/optim_adam.c) for one instruction set
- * (kernels.h), written once with 64-byte vectors (16 floats, 8 doubles). Lane by lane it is
- * NBK_ADAM_STEP, every operation rounded as written (no contraction), so every set gives the
- * same bits. Wider vectors pay here because each element takes a square root and a division,
- * whose throughput on 4-wide SSE2 vectors was the step's cost rather than its memory
- * traffic. */
+ * (kernels.h), written once with vectors of one register of the set (16 floats on AVX-512,
+ * 8 on AVX2, 4 on SSE2). Lane by lane it is NBK_ADAM_STEP, every operation rounded as
+ * written (no contraction), so every set gives the same bits. Wider vectors pay here because
+ * each element takes a square root and a division, whose throughput on 4-wide SSE2 vectors was
+ * the step's cost rather than its memory traffic. One 64-byte vector on AVX2 (two registers)
+ * went through the stack: its constants, its square roots and its loads. */
 #include "kernels.h"
-#include "vec64.h"
 
 #include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
-/* The widest square-root instructions of the set, and the vectors they take. */
+/* The set's register, its lanes, and its correctly rounded square root. */
 #if defined(__AVX512F__)
-typedef __m512 sqrt_part_f32;
-typedef __m512d sqrt_part_f64;
-#define PART_SQRT_F32 _mm512_sqrt_ps
-#define PART_SQRT_F64 _mm512_sqrt_pd
+#define ADAM_BYTES 64
+#define VSQRT_F32(x) ((adam_vf)_mm512_sqrt_ps((__m512)(x)))
+#define VSQRT_F64(x) ((adam_vd)_mm512_sqrt_pd((__m512d)(x)))
 #elif defined(__AVX2__)
-typedef __m256 sqrt_part_f32;
-typedef __m256d sqrt_part_f64;
-#define PART_SQRT_F32 _mm256_sqrt_ps
-#define PART_SQRT_F64 _mm256_sqrt_pd
+#define ADAM_BYTES 32
+#define VSQRT_F32(x) ((adam_vf)_mm256_sqrt_ps((__m256)(x)))
+#define VSQRT_F64(x) ((adam_vd)_mm256_sqrt_pd((__m256d)(x)))
 #else
-typedef __m128 sqrt_part_f32;
-typedef __m128d sqrt_part_f64;
-#define PART_SQRT_F32 _mm_sqrt_ps
-#define PART_SQRT_F64 _mm_sqrt_pd
+#define ADAM_BYTES 16
+#define VSQRT_F32(x) ((adam_vf)_mm_sqrt_ps((__m128)(x)))
+#define VSQRT_F64(x) ((adam_vd)_mm_sqrt_pd((__m128d)(x)))
 #endif
+typedef float adam_vf __attribute__((vector_size(ADAM_BYTES)));
+typedef double adam_vd __attribute__((vector_size(ADAM_BYTES)));
+#define WF (ADAM_BYTES / 4)
+#define WD (ADAM_BYTES / 8)
 
-/* The correctly rounded square root of every lane of a 64-byte vector, a part at a time. */
-#define DEFINE_VSQRT(NAME, VT, PART, PART_SQRT)                                                    \
-    static inline VT NAME(VT x) {                                                                  \
-        VT r;                                                                                      \
-        for (size_t h = 0; h < sizeof x; h += sizeof(PART)) {                                      \
-            PART q;                                                                                \
-            memcpy(&q, (char *)&x + h, sizeof q);                                                  \
-            q = PART_SQRT(q);                                                                      \
-            memcpy((char *)&r + h, &q, sizeof q);                                                  \
-        }                                                                                          \
-        return r;                                                                                  \
-    }
-DEFINE_VSQRT(vsqrt_f32, v16, sqrt_part_f32, PART_SQRT_F32)
-DEFINE_VSQRT(vsqrt_f64, v8d, sqrt_part_f64, PART_SQRT_F64)
-
-#define SPLAT_V16(x) v16_splat((float)(x))
-#define SPLAT_V8D(x) v8d_splat((double)(x))
+static inline adam_vf load_f32(const float *p) {
+    adam_vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void store_f32(float *p, adam_vf v) {
+    memcpy(p, &v, sizeof v);
+}
+static inline adam_vd load_f64(const double *p) {
+    adam_vd v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void store_f64(double *p, adam_vd v) {
+    memcpy(p, &v, sizeof v);
+}
+#define SPLAT_F32(x) ((adam_vf){0} + (float)(x))
+#define SPLAT_F64(x) ((adam_vd){0} + (double)(x))
 
 /* Whole vectors of W lanes, then the tail one element at a time. */
 #define ADAM_ROWS(NAME, T, VT, W, SPLAT, LOAD, STORE, VSQRT, SQRT)                                 \
@@ -68,5 +70,5 @@ DEFINE_VSQRT(vsqrt_f64, v8d, sqrt_part_f64, PART_SQRT_F64)
         }                                                                                          \
     }
 
-ADAM_ROWS(nbk_adam_f32, float, v16, V16_W, SPLAT_V16, v16_load, v16_store, vsqrt_f32, sqrtf)
-ADAM_ROWS(nbk_adam_f64, double, v8d, V8D_W, SPLAT_V8D, v8d_load, v8d_store, vsqrt_f64, sqrt)
+ADAM_ROWS(nbk_adam_f32, float, adam_vf, WF, SPLAT_F32, load_f32, store_f32, VSQRT_F32, sqrtf)
+ADAM_ROWS(nbk_adam_f64, double, adam_vd, WD, SPLAT_F64, load_f64, store_f64, VSQRT_F64, sqrt)
