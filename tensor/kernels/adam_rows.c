@@ -10,7 +10,6 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
-#include <string.h>
 
 /* The set's register, its lanes, and its correctly rounded square root. */
 #if defined(__AVX512F__)
@@ -31,22 +30,13 @@ typedef double adam_vd __attribute__((vector_size(ADAM_BYTES)));
 #define WF (ADAM_BYTES / 4)
 #define WD (ADAM_BYTES / 8)
 
-static inline adam_vf load_f32(const float *p) {
-    adam_vf v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static inline void store_f32(float *p, adam_vf v) {
-    memcpy(p, &v, sizeof v);
-}
-static inline adam_vd load_f64(const double *p) {
-    adam_vd v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static inline void store_f64(double *p, adam_vd v) {
-    memcpy(p, &v, sizeof v);
-}
+/* Unaligned, aliasing views for loads and stores, as the intrinsics headers define them. */
+typedef float adam_vf_u __attribute__((vector_size(ADAM_BYTES), aligned(4), may_alias));
+typedef double adam_vd_u __attribute__((vector_size(ADAM_BYTES), aligned(8), may_alias));
+#define LOAD_F32(p) (*(const adam_vf_u *)(p))
+#define STORE_F32(p, v) (*(adam_vf_u *)(p) = (v))
+#define LOAD_F64(p) (*(const adam_vd_u *)(p))
+#define STORE_F64(p, v) (*(adam_vd_u *)(p) = (v))
 #define SPLAT_F32(x) ((adam_vf){0} + (float)(x))
 #define SPLAT_F64(x) ((adam_vd){0} + (double)(x))
 
@@ -70,5 +60,5 @@ static inline void store_f64(double *p, adam_vd v) {
         }                                                                                          \
     }
 
-ADAM_ROWS(nbk_adam_f32, float, adam_vf, WF, SPLAT_F32, load_f32, store_f32, VSQRT_F32, sqrtf)
-ADAM_ROWS(nbk_adam_f64, double, adam_vd, WD, SPLAT_F64, load_f64, store_f64, VSQRT_F64, sqrt)
+ADAM_ROWS(nbk_adam_f32, float, adam_vf, WF, SPLAT_F32, LOAD_F32, STORE_F32, VSQRT_F32, sqrtf)
+ADAM_ROWS(nbk_adam_f64, double, adam_vd, WD, SPLAT_F64, LOAD_F64, STORE_F64, VSQRT_F64, sqrt)
