@@ -46,8 +46,8 @@ static inline __attribute__((always_inline)) void RBODY(int R, int NVEC, int64_t
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int v = 0; v < NVEC; v++) acc[r][v] = VZERO();
-    /* Whole vectors load plainly: AVX2's masked loads (vmaskmovps) cost Zen 3 more than the
-     * multiply-adds they feed. */
+    /* Whole vectors of B and C load plainly: AVX2's masked loads (vmaskmovps) cost Zen 3 more
+     * than the multiply-adds they feed. */
     const bool full = width == NVEC * W;
 #define RSTEP(LOAD_B)                                                                              \
     for (int64_t k = 0; k < kc; k++, a += a_cs, b += ldb) {                                        \
@@ -74,9 +74,10 @@ static inline __attribute__((always_inline)) void RBODY(int R, int NVEC, int64_t
 #pragma GCC unroll 4
             for (int v = 0; v < NVEC; v++) {
                 const T *cr = c + r * ldc + v * W;
+                V cv = beta == 0 ? VZERO() : full ? VLOAD(cr) : MLOAD(cr, mk[v]);
                 acc[r][v] = beta == 0   ? VMUL(va, acc[r][v])
-                            : beta == 1 ? VFMA(va, acc[r][v], MLOAD(cr, mk[v]))
-                                        : VFMA(vb, MLOAD(cr, mk[v]), VMUL(va, acc[r][v]));
+                            : beta == 1 ? VFMA(va, acc[r][v], cv)
+                                        : VFMA(vb, cv, VMUL(va, acc[r][v]));
             }
         if (full) {
 #pragma GCC unroll 8

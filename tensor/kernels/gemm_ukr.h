@@ -35,8 +35,8 @@
 #define GK_STOREM(i, g, o)                                                                         \
     if ((i) >= r0 && (i) < r1) {                                                                   \
         T *ci = c + (i)*ldc;                                                                       \
-        MSTORE(ci, m0, GK_MIX(c##i##_0, ci, m0));                                                  \
-        MSTORE(ci + W, m1, GK_MIX(c##i##_1, ci + W, m1));                                          \
+        GK_PART(c##i##_0, ci, m0, l0);                                                             \
+        GK_PART(c##i##_1, ci + W, m1, l1);                                                         \
     }
 #else
 #define GK_DECL(i, g, o) V c##i##_0 = VZERO();
@@ -52,14 +52,29 @@
 #define GK_STOREM(i, g, o)                                                                         \
     if ((i) >= r0 && (i) < r1) {                                                                   \
         T *ci = c + (i)*ldc;                                                                       \
-        MSTORE(ci, m0, GK_MIX(c##i##_0, ci, m0));                                                  \
+        GK_PART(c##i##_0, ci, m0, l0);                                                             \
     }
 #endif
-/* alpha * acc + beta * C under a lane mask, as GK_STORE0, GK_STORE1 and GK_STOREB compute it. */
-#define GK_MIX(acc, p, m)                                                                          \
-    (beta == 0   ? VMUL(va, acc)                                                                   \
-     : beta == 1 ? VFMA(va, acc, MLOAD(p, m))                                                      \
-                 : VFMA(vb, MLOAD(p, m), VMUL(va, acc)))
+/* alpha * acc + beta * C, C loaded by LOAD, as GK_STORE0, GK_STORE1 and GK_STOREB compute it. */
+#define GK_MIX(acc, LOAD)                                                                          \
+    (beta == 0 ? VMUL(va, acc) : beta == 1 ? VFMA(va, acc, LOAD) : VFMA(vb, LOAD, VMUL(va, acc)))
+/* One vector of a row of a part tile, with all (GK_ALL), some (GK_SOME) or none (GK_NONE) of
+ * its lanes in the part. All in: plain moves, since AVX2's masked ones (vmaskmovps) are
+ * microcoded on Zen 3; a strip slid up over rows already done (gemm_small) has whole rows. */
+#ifndef GK_ALL /* (kept across inclusions) */
+#define GK_NONE 0
+#define GK_SOME 1
+#define GK_ALL 2
+#endif
+#define GK_LANES(lo, hi)                                                                           \
+    ((lo) <= 0 && (hi) >= W ? GK_ALL : (hi) <= 0 || (lo) >= W || (hi) <= (lo) ? GK_NONE : GK_SOME)
+#define GK_PART(acc, p, m, lanes)                                                                  \
+    do {                                                                                           \
+        if ((lanes) == GK_ALL)                                                                     \
+            VSTORE(p, GK_MIX(acc, VLOAD(p)));                                                      \
+        else if ((lanes) == GK_SOME)                                                               \
+            MSTORE(p, m, GK_MIX(acc, MLOAD(p, m)));                                                \
+    } while (0)
 
 /* Inlined four times below: with the packed strides as constants (every broadcast is then a
  * fixed offset from one pointer), with A read in place along its rows (a_cs 1) or across them
@@ -85,8 +100,10 @@ KBODY(int64_t kc, const T *restrict a, int64_t a_rs, int64_t a_cs, const T *rest
     if (rect) {
         int r0 = rect->r0, r1 = rect->r1;
         MASK m0 = MAKE_MASK(rect->c0, rect->c1);
+        int l0 = GK_LANES(rect->c0, rect->c1);
 #if NV == 2
         MASK m1 = MAKE_MASK(rect->c0 - W, rect->c1 - W);
+        int l1 = GK_LANES(rect->c0 - W, rect->c1 - W);
 #endif
         ROWS(GK_STOREM)
     } else if (beta == 0) {
@@ -119,6 +136,8 @@ static void KNAME(int64_t kc, const T *a, int64_t a_rs, int64_t a_cs, const T *b
 #undef GK_STOREB
 #undef GK_STOREM
 #undef GK_MIX
+#undef GK_PART
+#undef GK_LANES
 #undef GK_LOAD_B
 #undef KBODY
 #undef GK_CAT
