@@ -267,10 +267,18 @@ static void gemm_blocked(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_
  * three alternating rounds, % of peak), AVX2: 512x128x1024 74.4 -> 79.8, 128x512x1024 77.9 ->
  * 80.6, 256x384x2048 72.2 -> 79.0, 256x256x1024 80.2 -> 86.2; but 128x128x1024 89.0 -> 81.7 and
  * 64x64x512 88.0 -> 74.3 (few uses of each packed element). The AVX-512 tile lost on three of
- * those four lm shapes, so it keeps reading in place. The kernel computes the same sums either
- * way, so this changes no result. */
+ * those four lm shapes, so it keeps reading in place. The AVX2 tile also packs an untransposed
+ * B under at least SMALL_PACK_ROWS rows of C: read in place, B's rows (512 B to 2 KB apart for
+ * N = 128-512) fall in a few sets of Zen 3's 32 KB L1, so every tile reads them from L2 again. One
+ * process timing both in turns on Zen 3 (median of ten rounds, time packed / in place): lm's
+ * dX = g W1 1024x128x512 0.80-0.89, mid's 1024x256x256 0.77-0.80, 1024x128x128 0.92,
+ * 256x256x256 0.90, 1024x64x512 0.89; below 256 rows it lost (128^3 1.09, 64^3 1.23, 96x96x32
+ * 1.14). The kernel computes the same sums either way, so this changes no result. */
+#define SMALL_PACK_ROWS 256
 static bool small_packs_b(kernel_t kern, bool ta, bool tb, int64_t M, int64_t N, int64_t n) {
-    return tb || n < kern.nr || (ta && !wide_tile(kern) && M * N > 128 * 128);
+    if (tb || n < kern.nr) return true;
+    if (wide_tile(kern)) return false;
+    return ta ? M * N > 128 * 128 : M >= SMALL_PACK_ROWS;
 }
 
 /* The tile grid of a small product. A strip of mr rows starting at ir: when fewer than mr
@@ -857,4 +865,5 @@ static bool gemm_bias(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, in
 #undef wide_tile
 #undef chunks_in_turn
 #undef SMALL_B_BYTES
+#undef SMALL_PACK_ROWS
 #undef PANEL_PAD
