@@ -259,28 +259,6 @@ static void gemm_blocked(const KSET *ks, kernel_t kern, bool ta, bool tb, int64_
     }
 }
 
-/* Whether the small path packs op(B) for a part n columns wide of an M x N product: a transposed
- * B, a part narrower than a tile, and a weight gradient's B (A transposed; each K chunk of
- * k_chunks is such a product) under the AVX2 tile when C is larger than 128 x 128. Read in place,
- * each k of a tile loads B's two vectors from a row ldb apart (2 KB for N = 512), from L2; packed,
- * from one contiguous panel. Measured on the shared Xeon of 2026-11-28 (one thread, medians of
- * three alternating rounds, % of peak), AVX2: 512x128x1024 74.4 -> 79.8, 128x512x1024 77.9 ->
- * 80.6, 256x384x2048 72.2 -> 79.0, 256x256x1024 80.2 -> 86.2; but 128x128x1024 89.0 -> 81.7 and
- * 64x64x512 88.0 -> 74.3 (few uses of each packed element). The AVX-512 tile lost on three of
- * those four lm shapes, so it keeps reading in place. The AVX2 tile also packs an untransposed
- * B under at least SMALL_PACK_ROWS rows of C: read in place, B's rows (512 B to 2 KB apart for
- * N = 128-512) fall in a few sets of Zen 3's 32 KB L1, so every tile reads them from L2 again. One
- * process timing both in turns on Zen 3 (median of ten rounds, time packed / in place): lm's
- * dX = g W1 1024x128x512 0.80-0.89, mid's 1024x256x256 0.77-0.80, 1024x128x128 0.92,
- * 256x256x256 0.90, 1024x64x512 0.89; below 256 rows it lost (128^3 1.09, 64^3 1.23, 96x96x32
- * 1.14). The kernel computes the same sums either way, so this changes no result. */
-#define SMALL_PACK_ROWS 256
-static bool small_packs_b(kernel_t kern, bool ta, bool tb, int64_t M, int64_t N, int64_t n) {
-    if (tb || n < kern.nr) return true;
-    if (wide_tile(kern)) return false;
-    return ta ? M * N > 128 * 128 : M >= SMALL_PACK_ROWS;
-}
-
 /* The tile grid of a small product. A strip of mr rows starting at ir: when fewer than mr
  * rows remain, the strip slides up to end at row M (recomputing rows of the strip before,
  * storing only the new ones), so A is never read past its end. Columns slide the same way
@@ -407,6 +385,32 @@ typedef struct {
                     * read where they lie (in_place_pays) */
 } problem_t;
 
+/* Whether the small path packs op(B) for a part n columns wide of an M x N product: a transposed
+ * B, a part narrower than a tile, and a weight gradient's B (A transposed; each K chunk of
+ * k_chunks is such a product) under the AVX2 tile when C is larger than 128 x 128. Read in place,
+ * each k of a tile loads B's two vectors from a row ldb apart (2 KB for N = 512), from L2; packed,
+ * from one contiguous panel. Measured on the shared Xeon of 2026-11-28 (one thread, medians of
+ * three alternating rounds, % of peak), AVX2: 512x128x1024 74.4 -> 79.8, 128x512x1024 77.9 ->
+ * 80.6, 256x384x2048 72.2 -> 79.0, 256x256x1024 80.2 -> 86.2; but 128x128x1024 89.0 -> 81.7 and
+ * 64x64x512 88.0 -> 74.3 (few uses of each packed element). The AVX-512 tile lost on three of
+ * those four lm shapes, so it keeps reading in place. The AVX2 tile also packs an untransposed
+ * B whose rows do not start on cache lines (a view at an odd offset) under at least
+ * SMALL_PACK_ROWS rows of C: each tile's 64-byte row of B then spans two lines. One process
+ * timing both in turns on a quiet Zen 3 (median of twelve rounds, time packed / in place): B
+ * 16 bytes past a line, 1024x128x512 0.75, 1024x256x256 0.71, 256x256x256 0.87, 1024x64x512
+ * 0.88; on lines 0.95-1.01 (in place reached 87-95 GFLOP/s, up to 98% of the peak); under 256
+ * rows packing lost even off lines (64^3 1.23, 96x96x32 1.14). The kernel computes the same
+ * sums either way, so this changes no result. */
+#define SMALL_PACK_ROWS 256
+static bool small_packs_b(const problem_t *p, int64_t n) {
+    if (p->tb || n < p->kern.nr) return true;
+    if (wide_tile(p->kern)) return false;
+    if (p->ta) return p->M * p->N > 128 * 128;
+    bool on_lines = (uintptr_t)p->B % 64 == 0 && p->ldb * (int64_t)sizeof(T) % 64 == 0 &&
+                    p->sb * (int64_t)sizeof(T) % 64 == 0;
+    return !on_lines && p->M >= SMALL_PACK_ROWS;
+}
+
 /* Rows [m0, m1) and columns [n0, n1) of product b. *b_ready says the packed B in buf is
  * already this part's (a broadcast B is packed once per part). */
 static void product(const problem_t *p, int64_t b, T beta, const part_t *q, const buffers_t *buf,
@@ -458,7 +462,7 @@ static void product(const problem_t *p, int64_t b, T beta, const part_t *q, cons
                      p->bias ? p->bias + n0 : NULL);
         return;
     }
-    bool b_packed = small_packs_b(p->kern, ta, tb, p->M, p->N, n);
+    bool b_packed = small_packs_b(p, n);
     if (b_packed && !(*b_ready && p->sb == 0) && !p->bshared)
         pack_b(ks, tb, B, ldb, K, n, p->kern.nr, K * p->kern.nr, buf->bpack);
     *b_ready = true;
@@ -496,9 +500,7 @@ static void run_part_task(int64_t task, int worker, void *arg) {
  * path (the small path reads it in place). */
 static int64_t shared_elems(const problem_t *p, bool a) {
     bool blocked = p->path == PATH_BLOCKED;
-    bool packs = a ? blocked
-                   : blocked || (p->path == PATH_SMALL &&
-                                 small_packs_b(p->kern, p->ta, p->tb, p->M, p->N, p->N));
+    bool packs = a ? blocked : blocked || (p->path == PATH_SMALL && small_packs_b(p, p->N));
     if (!packs || p->batch != 1) return 0;
     if (p->in_place && (a ? p->ta : !p->tb)) return 0; /* read where it lies */
     if (a && !p->ta) return 0;                         /* the blocked path reads it in place */

@@ -85,10 +85,10 @@ KBODY(int64_t kc, const T *restrict a, int64_t a_rs, int64_t a_cs, const T *rest
       int64_t b_rs, T *restrict c, int64_t ldc, T alpha, T beta, const nbt_gemm_rect *rect) {
     ROWS(GK_DECL)
     /* C's tile rows are fetched now, kc steps before they are read or written: a tile of a large
-     * C starts out of cache, and its loads at the end stalled the kernel (products from
-     * 512 x 512 x 512 to 2048 x 2048 x 2048 took 2-7% less on Zen 3). Not below kc = 256, where
-     * the fetches cost 2-3% of a call and C is mostly in cache; nor for a part tile, whose rows
-     * may lie past C. */
+     * C starts out of cache, and its loads at the end wait for it. On Zen 3 (one process timing
+     * both in turns, medians of ten rounds) products of 512-2048 took 0-7% less time, most
+     * about 1%, none more. Not below kc = 256, where the fetches cost 2-3% of a call and C is
+     * mostly in cache; nor for a part tile, whose rows may lie past C. */
 #define GK_FETCH(i, g, o)                                                                          \
     __builtin_prefetch(c + (i)*ldc, 1, 3), __builtin_prefetch(c + (i)*ldc + NV * W - 1, 1, 3);
     if (!rect && kc >= 256) {
