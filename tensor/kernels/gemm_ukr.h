@@ -86,9 +86,9 @@ KBODY(int64_t kc, const T *restrict a, int64_t a_rs, int64_t a_cs, const T *rest
     ROWS(GK_DECL)
     /* C's tile rows are fetched now, kc steps before they are read or written: a tile of a large
      * C starts out of cache, and its loads at the end wait for it. On Zen 3 (one process timing
-     * both in turns, medians of ten rounds) products of 512-2048 took 0-7% less time, most
-     * about 1%, none more. Not below kc = 256, where the fetches cost 2-3% of a call and C is
-     * mostly in cache; nor for a part tile, whose rows may lie past C. */
+     * both in turns, medians of ten rounds) products of 512-2048 took from 0.4% more to 7% less
+     * time, most about 1% less. Not below kc = 256, where the fetches cost 2-3% of a call and C
+     * is mostly in cache; nor for a part tile, whose rows may lie past C. */
 #define GK_FETCH(i, g, o)                                                                          \
     __builtin_prefetch(c + (i)*ldc, 1, 3), __builtin_prefetch(c + (i)*ldc + NV * W - 1, 1, 3);
     if (!rect && kc >= 256) {
