@@ -31,14 +31,17 @@ static inline rows_vd widened(const float *p) {
 #endif
 }
 
+/* acc[0 .. ROWS_W) += x[0 .. ROWS_W), widened. */
+static inline void add_widened(double *acc, const float *x) {
+    rows_vd sum;
+    memcpy(&sum, acc, sizeof sum);
+    sum += widened(x);
+    memcpy(acc, &sum, sizeof sum);
+}
+
 void NBK_FN(nbk_add_row_f32)(double *acc, const float *x, int64_t n) {
     int64_t k = 0;
-    for (; k + ROWS_W <= n; k += ROWS_W) {
-        rows_vd sum;
-        memcpy(&sum, acc + k, sizeof sum);
-        sum += widened(x + k);
-        memcpy(acc + k, &sum, sizeof sum);
-    }
+    for (; k + ROWS_W <= n; k += ROWS_W) add_widened(acc + k, x + k);
     for (; k < n; k++) acc[k] += (double)x[k];
 }
 
@@ -57,13 +60,7 @@ void NBK_FN(nbk_add_rows_f32)(double *acc, int64_t ldacc, const float *x, int64_
         const float *p = x + r * ldx;
         int64_t k = 0;
         for (; k + ROWS_W <= n; k += ROWS_W) {
-#define LANE_ADD(j)                                                                                \
-    {                                                                                              \
-        rows_vd a;                                                                                 \
-        memcpy(&a, acc + (j)*ldacc + k, sizeof a);                                                 \
-        a += widened(p + (j)*ldx + k);                                                             \
-        memcpy(acc + (j)*ldacc + k, &a, sizeof a);                                                 \
-    }
+#define LANE_ADD(j) add_widened(acc + (j)*ldacc + k, p + (j)*ldx + k);
             LANES_X(LANE_ADD)
 #undef LANE_ADD
         }

@@ -365,8 +365,8 @@ static void pack_t_f32(const float *X, int64_t ldx, int64_t kc, int n, int width
 
 /* Rows copied with vector loads, masked at the end of the row's columns (which writes the zero
  * padding): no per-row library call, which costs more than the copy for the narrow panels of
- * small products. A width that
- * is not a whole number of vectors (an A panel of 12 or 6 rows) ends in a masked store, unless
+ * small products. A width that is not a whole number of vectors (an A panel of 12 or 6 rows)
+ * ends in a masked store, unless
  * the panels are padded by at least a vector (the blocked path's): then a whole vector is
  * stored, its spill into the panel's next row overwritten when that row is packed (rows go in
  * order) and the last row's spill landing in the padding. Masked stores made packing a
