@@ -290,6 +290,12 @@ bool nbt_dgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, doub
                     ldc);
 }
 
+bool nbt_gemm_weight_grad_packs(nb_dtype dt, int64_t M, int64_t N, int64_t K) {
+    if (nbt_gemm_blas()) return true; /* a BLAS packs every operand */
+    return dt == NB_F32 ? weight_grad_packs_f32(GEMM_KERNELS(f32), M, N, K)
+                        : weight_grad_packs_f64(GEMM_KERNELS(f64), M, N, K);
+}
+
 bool nbt_sgemm_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float *A,
                     int64_t lda, const float *B, int64_t ldb, const float *bias, float *C,
                     int64_t ldc) {

@@ -22,6 +22,8 @@
 #ifndef NABLA_GEMM_H
 #define NABLA_GEMM_H
 
+#include "nabla/tensor.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -69,6 +71,12 @@ void nbt_sgemm_rows(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, 
 void nbt_dgemm_rows(bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double *A,
                     int64_t a_rs, int64_t a_cs, const double *B, int64_t ldb, double beta,
                     double *C, int64_t ldc);
+
+/* Whether nbt_*gemm packs an operand of the weight gradient A^T B of C [M, N] over K tokens
+ * (trans_a, both operands contiguous) in dtype dt (NB_F32 or NB_F64), rather than reading both
+ * where they lie: then several such gradients sharing B cost less as one product with their
+ * A's side by side, which packs B once (qkv_attention.c). True in a -Dblas build. */
+bool nbt_gemm_weight_grad_packs(nb_dtype dt, int64_t M, int64_t N, int64_t K);
 
 /* How the GEMM splits a product across threads, for callers that split one-row products
  * the same way (row_products.c). */

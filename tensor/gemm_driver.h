@@ -65,6 +65,7 @@
 #define run_split_k FN(run_split_k)
 #define small_packs_b FN(small_packs_b)
 #define chunks_in_turn FN(chunks_in_turn)
+#define weight_grad_packs FN(weight_grad_packs)
 
 static inline const T *a_at(bool ta, const T *A, int64_t lda, int64_t i, int64_t k) {
     return ta ? A + k * lda + i : A + i * lda + k;
@@ -565,6 +566,27 @@ static int64_t k_chunks(const problem_t *p) {
     return (chunks - 1) * M * N <= (int64_t)(workspace_bytes() / sizeof(T)) - 64 ? chunks : 1;
 }
 
+/* Whether the weight gradient A^T B (C M x N, K tokens, both operands on lines) packs an
+ * operand: its path, or each K chunk's, packs B or is the blocked path reading neither in
+ * place. */
+static bool weight_grad_packs(const KSET *ks, int64_t M, int64_t N, int64_t K) {
+    if (M <= 0 || N <= 0 || K <= 0) return false;
+    kernel_t kern = pick(ks, M, N);
+    problem_t p = {.ks = ks,
+                   .kern = kern,
+                   .ta = true,
+                   .M = M,
+                   .N = N,
+                   .K = K,
+                   .alpha = 1,
+                   .batch = 1,
+                   .path = choose_path(kern, false, M, N, K)};
+    const int64_t chunks = k_chunks(&p), k = (K + chunks - 1) / chunks;
+    const path_t path = choose_path(kern, false, M, N, k);
+    if (path == PATH_SMALL) return small_packs_b(&p, N);
+    return path == PATH_BLOCKED && !in_place_pays(kern, M, N);
+}
+
 typedef struct {
     const problem_t *p;
     int64_t chunks;
@@ -866,6 +888,7 @@ static bool gemm_bias(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, in
 #undef small_packs_b
 #undef wide_tile
 #undef chunks_in_turn
+#undef weight_grad_packs
 #undef SMALL_B_BYTES
 #undef SMALL_PACK_ROWS
 #undef PANEL_PAD
