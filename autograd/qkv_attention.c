@@ -95,9 +95,10 @@ static bool stacked_weights(const nb_tensor *const w[3], nb_tensor **copy, bool 
  * are wanted and the GEMM would pack for each one anyway (nbt_gemm_weight_grad_packs), so that
  * x is packed once, not three times. Timed in turns in one process on Zen 3 (AVX2, where
  * mid's 256 x 256 x 1024 packs), mid's step took 0.958 of the time at one thread and 0.930 at
- * two (medians of 66 and 63 blocks); toy 0.994, lm 0.995 and lmbig 0.995 at two. Where each
- * gradient is read in place (AVX-512 up to 128 x 1024 elements of C), one [3D, D_in] product
- * would pack what three did not (pack_n was 10% of mid's samples there). */
+ * two (medians of 66 and 63 blocks); fused always, toy, lm and lmbig took 0.994-0.995 at two.
+ * Where each gradient is read in place (lm's 128 x 128 on AVX2; on AVX-512 up to 128 x 1024
+ * elements of C), one [3D, D_in] product would pack what three did not (pack_n was 10% of
+ * mid's samples on AVX-512). */
 static bool one_weight_grad(const nb_node *n, nb_dtype dt, int64_t D, int64_t Din, int64_t M) {
     return nba_input_needs_grad(n, 1) && nba_input_needs_grad(n, 2) && nba_input_needs_grad(n, 3) &&
            nbt_gemm_weight_grad_packs(dt, D, Din, M);
