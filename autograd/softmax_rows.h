@@ -93,9 +93,8 @@ static inline softmax_walk softmax_walk_start(const softmax_plan *p) {
             *max_out = (T)-INFINITY, *inv_out = 0;                                                 \
             return 0;                                                                              \
         }                                                                                          \
-        nbt_row_shift_##SUF(y, y, -max, limit);                                                    \
-        nbt_vexp_##SUF(y, y, limit);                                                               \
-        const T inv = (T)(1.0 / nbt_row_sum_##SUF(y, limit));                                      \
+        /* shift, exp and sum in one pass (the bits of the three loops) */                         \
+        const T inv = (T)(1.0 / nbt_vexp_sum_##SUF(y, y, -max, limit));                            \
         nbt_row_scale_##SUF(y, y, inv, limit);                                                     \
         *max_out = max, *inv_out = inv;                                                            \
         return limit;                                                                              \
@@ -105,9 +104,7 @@ static inline softmax_walk softmax_walk_start(const softmax_plan *p) {
                                                    const T *x, T *y, T max, T inv) {               \
         const int64_t limit = scaled_row_##SUF(p, w, x, y);                                        \
         if (inv == 0) return 0; /* fully blocked */                                                \
-        nbt_row_shift_##SUF(y, y, -max, limit);                                                    \
-        nbt_vexp_##SUF(y, y, limit);                                                               \
-        nbt_row_scale_##SUF(y, y, inv, limit);                                                     \
+        nbt_vexp_scale_##SUF(y, y, -max, inv, limit);                                              \
         return limit;                                                                              \
     }                                                                                              \
     static inline void softmax_rows_##SUF(const softmax_plan *p, const T *x, T *y) {               \

@@ -31,3 +31,16 @@ void nbt_vgelu_derivative_f32(float *y, float *d, const float *x, int64_t n) {
 void nbt_vgelu_derivative_f64(double *y, double *d, const double *x, int64_t n) {
     nbt_kernels()->vgelu_derivative_f64(y, d, x, n);
 }
+
+double nbt_vexp_sum_f32(float *y, const float *x, float shift, int64_t n) {
+    return nbt_kernels()->vexp_sum_f32(y, x, shift, n);
+}
+double nbt_vexp_sum_f64(double *y, const double *x, double shift, int64_t n) {
+    return nbt_kernels()->vexp_sum_f64(y, x, shift, n);
+}
+void nbt_vexp_scale_f32(float *y, const float *x, float shift, float a, int64_t n) {
+    nbt_kernels()->vexp_scale_f32(y, x, shift, a, n);
+}
+void nbt_vexp_scale_f64(double *y, const double *x, double shift, double a, int64_t n) {
+    nbt_kernels()->vexp_scale_f64(y, x, shift, a, n);
+}

@@ -245,9 +245,46 @@ static void test_public_ops_every_isa(void) {
     CU_ASSERT(sets >= 1);
 }
 
+/* nbt_vexp_sum and nbt_vexp_scale against the loops they fuse (shift, exp, sum, scale), bit
+ * for bit, at every length up to five vectors of the widest set and at a long row with a tail,
+ * in place and not. */
+#define FUSED_EXP_CHECK(T, SUF)                                                                    \
+    static int fused_exp_mismatches_##SUF(int64_t n, bool in_place) {                              \
+        T *x = malloc(sizeof(T) * (size_t)(n + 1)), *y = malloc(sizeof(T) * (size_t)(n + 1));      \
+        T *want = calloc((size_t)(n + 1), sizeof(T));                                              \
+        for (int64_t i = 0; i < n; i++) x[i] = (T)((i * 37 % 101) - 50) / 9;                       \
+        const T shift = (T)-2.75, a = (T)0.3;                                                      \
+        nbt_row_shift_##SUF(want, x, shift, n);                                                    \
+        nbt_vexp_##SUF(want, want, n);                                                             \
+        const double sum_want = nbt_row_sum_##SUF(want, n);                                        \
+        memcpy(y, x, sizeof(T) * (size_t)n);                                                       \
+        const double sum = nbt_vexp_sum_##SUF(y, in_place ? y : x, shift, n);                      \
+        int bad = memcmp(y, want, sizeof(T) * (size_t)n) != 0 || sum != sum_want;                  \
+        nbt_row_scale_##SUF(want, want, a, n);                                                     \
+        memcpy(y, x, sizeof(T) * (size_t)n);                                                       \
+        nbt_vexp_scale_##SUF(y, in_place ? y : x, shift, a, n);                                    \
+        bad += memcmp(y, want, sizeof(T) * (size_t)n) != 0;                                        \
+        free(x), free(y), free(want);                                                              \
+        return bad;                                                                                \
+    }
+FUSED_EXP_CHECK(float, f32)
+FUSED_EXP_CHECK(double, f64)
+
+static void test_fused_exp(void) {
+    int bad = 0;
+    for (int in_place = 0; in_place < 2; in_place++) {
+        for (int64_t n = 0; n <= 80; n++)
+            bad += fused_exp_mismatches_f32(n, in_place) + fused_exp_mismatches_f64(n, in_place);
+        bad += fused_exp_mismatches_f32(N, in_place) + fused_exp_mismatches_f64(N, in_place);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
 int main(void) {
     const nbtest_case cases[] = {
         {"rows longer than a piece: values, bits, replay, blocked and NaN rows", test_long_rows},
+        {"the fused exp and sum, exp and scale: the bits of the loops they replace",
+         test_fused_exp},
         {"nb_softmax, nb_masked_softmax, nb_log_softmax: the same bits on every set, against "
          "double",
          test_public_ops_every_isa},

@@ -70,6 +70,12 @@ typedef struct {
     void (*vtanh_f64)(double *y, const double *x, int64_t n);
     void (*verf_f32)(float *y, const float *x, int64_t n);
     void (*verf_f64)(double *y, const double *x, int64_t n);
+    /* A softmax row's shift and exp in one pass: y = exp(x + shift), returning sum(y) (vexp_sum)
+     * or scaled, y = a exp(x + shift) (vexp_scale); the bits of the separate loops. */
+    double (*vexp_sum_f32)(float *y, const float *x, float shift, int64_t n);
+    double (*vexp_sum_f64)(double *y, const double *x, double shift, int64_t n);
+    void (*vexp_scale_f32)(float *y, const float *x, float shift, float a, int64_t n);
+    void (*vexp_scale_f64)(double *y, const double *x, double shift, double a, int64_t n);
     /* Activations over n contiguous elements in one pass (activations.c): y = f(x), y may be
      * x; the derivatives gx = g f'(x), gx may be g or x; gelu's y with its derivative d. */
     void (*vgelu_f32)(float *y, const float *x, int64_t n);
@@ -144,6 +150,10 @@ NBK_DECLARE_VECMATH(gelu)
 NBK_DECLARE_VECMATH(gelu_tanh)
 NBK_DECLARE_VECMATH(silu)
 NBK_DECLARE_VECMATH(sigmoid)
+double NBK_FN(nbt_vexp_sum_f32)(float *y, const float *x, float shift, int64_t n);
+double NBK_FN(nbt_vexp_sum_f64)(double *y, const double *x, double shift, int64_t n);
+void NBK_FN(nbt_vexp_scale_f32)(float *y, const float *x, float shift, float a, int64_t n);
+void NBK_FN(nbt_vexp_scale_f64)(double *y, const double *x, double shift, double a, int64_t n);
 #define NBK_DECLARE_GRAD(fn)                                                                       \
     void NBK_FN(nbt_v##fn##_f32)(float *gx, const float *g, const float *x, int64_t n);            \
     void NBK_FN(nbt_v##fn##_f64)(double *gx, const double *g, const double *x, int64_t n);
