@@ -390,21 +390,15 @@ static void pack_t_f32(const float *X, int64_t ldx, int64_t kc, int n, int width
 #define PACK_GROUP 8
 #define PACK_AHEAD PACK_GROUP
 
-/* The fetch ahead pays on the Xeon (AVX-512's machines). On Zen 3, AVX2's, packing went 2-4x
- * faster without it, with each panel's masks made once and whole-vector loads wherever the row
- * has the vector's columns: a 512-row block of 1536, 1024 and 384 columns, best of 20, into
- * 6-wide panels (a transposed A) 992 -> 473, 665 -> 315, 238 -> 58 us, into 16-wide ones (B)
- * 486 -> 252, 336 -> 160, 127 -> 35 us. In the products: mid's weight gradient 1024x256x1024
- * from 59-75% of peak to 66-75% (five rounds in turns), lmbig's 1536x384x2048 62-75 -> 66-78,
- * n = 1024 73-84 -> 71-77. */
-#ifdef __AVX512F__
+/* The fetch ahead is in both builds. On Zen 3 (AVX2) packs alone, warm, ran 1.09-1.45 times
+ * as long with it, so it was left out there for a while; but a pack in a training step reads
+ * what an earlier op wrote, mostly out of cache, and there it pays. Timed in turns in one
+ * process (2026-11-29, blocks of 50 ms, medians): mid 0.972-0.974 of the time at two threads,
+ * 0.980 at one; lmbig 0.972-0.983; lm 0.986-1.001, long 0.993, llama 0.993, toy 0.998-1.002. */
 #define PACK_PREFETCH(x, ldx, k, kc, here)                                                         \
     if (k + PACK_AHEAD < kc)                                                                       \
         for (int jj = 0; jj < here; jj += 64 / (int)sizeof(*x))                                    \
             _mm_prefetch((const char *)(x + (k + PACK_AHEAD) * ldx + jj), _MM_HINT_T0);
-#else
-#define PACK_PREFETCH(x, ldx, k, kc, here) /* none */
-#endif
 /* A panel of one or two vectors whose loads are all whole (every panel of a product but the
  * last, and it too when the columns fill it) is copied by a loop without the masks and the
  * tests of each vector: on Zen 3 (AVX2, one process timing both in turns, medians of thirty)
