@@ -260,3 +260,16 @@ bool nbtest_under_valgrind(void) {
     return false;
 #endif
 }
+
+nbtest_isa_loop nbtest_isa_begin(void) {
+    return (nbtest_isa_loop){.in_use = nbt_isa_current(), .cursor = NBT_ISA_COUNT};
+}
+
+bool nbtest_isa_next(nbtest_isa_loop *loop) {
+    if (loop->cursor < 0) return false;
+    if (loop->cursor < NBT_ISA_COUNT) loop->ran++; /* the turn of loop->isa is over */
+    while (--loop->cursor >= 0)
+        if (nbt_isa_force(loop->isa = (nbt_isa)loop->cursor)) return true;
+    nbt_isa_force(loop->in_use);
+    return false;
+}

@@ -8,6 +8,8 @@
 #include <nabla/nabla.h>
 #include <string.h>
 
+#include "tensor/isa.h"
+
 typedef struct {
     const char *name;
     void (*fn)(void);
@@ -31,6 +33,20 @@ int nbtest_tmp_files(const char *prefix);
  * valgrind runs the FMA instructions of the AVX2 kernels one lane at a time in software (the
  * 2-thread tests took 70-280x their native time). The native passes run them in full. */
 bool nbtest_under_valgrind(void);
+
+/* A loop forcing each instruction set this CPU runs, widest first, one a turn, then restoring
+ * the set in use before it (so do not break out early: the last set forced would stay):
+ *   for (nbtest_isa_loop s = nbtest_isa_begin(); nbtest_isa_next(&s);) { ... s.isa ... } */
+typedef struct {
+    nbt_isa isa;    /* the set forced for this turn */
+    int ran;        /* sets forced before this turn (0 on the first); after the loop, all of them */
+    nbt_isa in_use; /* the set in use before the loop, restored after its last turn */
+    int cursor;     /* the turn's set: NBT_ISA_COUNT before the first turn, -1 after the last */
+} nbtest_isa_loop;
+/* The loop before its first turn (it remembers the set in use now). */
+nbtest_isa_loop nbtest_isa_begin(void);
+/* Forces the next narrower set this CPU runs (true), or after the last restores in_use (false). */
+bool nbtest_isa_next(nbtest_isa_loop *loop);
 
 /* Asserts |a - b| <= atol + rtol * |b| for every element of two same-shape tensors. NaN
  * equals nothing, not even NaN: a kernel that returns NaN where the reference does fails. An

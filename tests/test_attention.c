@@ -112,18 +112,8 @@ static void tiled_head_cases(void) {
     check_against_composed(NB_F32, 2, 96, 96, 64, 2, NULL, true, 2e-5); /* head 32 */
 }
 
-/* Runs cases on every instruction set this CPU can run. */
-static void on_every_isa(void (*cases)(void)) {
-    nbt_isa best = nbt_isa_current();
-    for (int isa = NBT_ISA_AVX512; isa >= NBT_ISA_GENERIC; isa--) {
-        if (!nbt_isa_force((nbt_isa)isa)) continue;
-        cases();
-    }
-    nbt_isa_force(best);
-}
-
 static void test_tiled_heads_every_isa(void) {
-    on_every_isa(tiled_head_cases);
+    for (nbtest_isa_loop s = nbtest_isa_begin(); nbtest_isa_next(&s);) tiled_head_cases();
 }
 
 /* Float32 heads with at most 16 keys, head_dim up to 64 and no mask take the vector
@@ -141,7 +131,7 @@ static void small_head_cases(void) {
 }
 
 static void test_small_heads_every_isa(void) {
-    on_every_isa(small_head_cases);
+    for (nbtest_isa_loop s = nbtest_isa_begin(); nbtest_isa_next(&s);) small_head_cases();
 }
 
 /* A 16-wide head by hand: q = e0 meets keys e0 and 0 (scores 1 and 0, scale 1), so the

@@ -320,7 +320,6 @@ static void test_scaled_inputs_every_isa(void) {
     json_t *root = golden_load("modules_fused.json");
     CU_ASSERT_PTR_NOT_NULL_FATAL(root);
     const json_t *cases = json_object_get(root, "cases");
-    const nbt_isa in_use = nbt_isa_current();
     int scaled = 0;
     printf("\n");
     for (size_t k = 0; k < json_array_size(cases); k++) {
@@ -335,17 +334,15 @@ static void test_scaled_inputs_every_isa(void) {
         printf("  %s: PyTorch float32 %.2g of tolerance;",
                json_string_value(json_object_get(c, "name")), f.pytorch_f32_worst);
         CU_ASSERT_TRUE(f.pytorch_f32_worst > 0 && f.pytorch_f32_worst <= 1);
-        for (int isa = NBT_ISA_COUNT - 1; isa >= 0; isa--) {
-            if (!nbt_isa_force((nbt_isa)isa)) continue;
+        for (nbtest_isa_loop s = nbtest_isa_begin(); nbtest_isa_next(&s);) {
             double kept = 0, memory_efficient = 0;
             bool ok = check(&f, false, &kept) && check(&f, true, &memory_efficient);
-            printf(" %s %.2g, %.2g", nbt_isa_name((nbt_isa)isa), kept, memory_efficient);
+            printf(" %s %.2g, %.2g", nbt_isa_name(s.isa), kept, memory_efficient);
             CU_ASSERT_TRUE(ok);
         }
         printf("\n");
         nb_scope_end();
     }
-    nbt_isa_force(in_use);
     CU_ASSERT_TRUE(scaled >= 3);
     json_decref(root);
 }

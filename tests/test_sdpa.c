@@ -82,13 +82,10 @@ static void test_grouped_query(void) {
     check(NB_F32, 2, 9, 9, 4, 2, 8, NULL, true, 2e-5);
     /* Heads that fit the vector kernels (their dK and dV summed through scratch), on every
      * instruction set this CPU can run. */
-    nbt_isa best = nbt_isa_current();
-    for (int isa = NBT_ISA_AVX512; isa >= NBT_ISA_GENERIC; isa--) {
-        if (!nbt_isa_force((nbt_isa)isa)) continue;
+    for (nbtest_isa_loop s = nbtest_isa_begin(); nbtest_isa_next(&s);) {
         check(NB_F32, 2, 12, 12, 8, 2, 16, NULL, true, 2e-5);
         check(NB_F32, 1, 5, 9, 2, 1, 8, NULL, false, 2e-5);
     }
-    nbt_isa_force(best);
     check(NB_F64, 2, 6, 11, 6, 1, 4, NULL, false, 1e-12); /* multi-query, cross */
     check(NB_F64, 1, 37, 37, 4, 1, 8, NULL, true, 1e-12); /* causal blocks */
     uint8_t am[5 * 7];

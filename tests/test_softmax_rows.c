@@ -198,19 +198,16 @@ static int check_op_case(const op_case *c, nb_rng *rng) {
     /* s x - max rounded to half an ulp of up to 12 (7e-7 in float32, 1.3e-15 in double) is
      * that relative error in exp, plus exp's ulp and the normalising (seen: 6e-7 and 1.1e-15) */
     const double rel = c->dt == NB_F32 ? 1.5e-6 : 1e-14;
-    const nbt_isa in_use = nbt_isa_current();
-    int sets = 0;
-    for (int isa = NBT_ISA_AVX512; isa >= NBT_ISA_GENERIC; isa--) {
-        if (!nbt_isa_force((nbt_isa)isa)) continue;
+    nbtest_isa_loop s;
+    for (s = nbtest_isa_begin(); nbtest_isa_next(&s);) {
         CU_ASSERT_FATAL(run_op(c, x, g, y, dx));
-        if (sets++ == 0) {
+        if (s.ran == 0) {
             memcpy(first_y, y, sizeof(double) * (size_t)numel);
             memcpy(first_dx, dx, sizeof(double) * (size_t)numel);
         }
         CU_ASSERT_EQUAL(memcmp(y, first_y, sizeof(double) * (size_t)numel), 0);
         CU_ASSERT_EQUAL(memcmp(dx, first_dx, sizeof(double) * (size_t)numel), 0);
     }
-    nbt_isa_force(in_use);
     int bad = 0;
     for (int64_t r = 0; r < c->outer; r++)
         bad +=
@@ -219,7 +216,7 @@ static int check_op_case(const op_case *c, nb_rng *rng) {
         printf("  %s %lld x %lld dim %d: %d values off\n", nb_dtype_name(c->dt),
                (long long)c->outer, (long long)c->n, c->dim, bad);
     CU_ASSERT_EQUAL(bad, 0);
-    return sets;
+    return s.ran;
 }
 
 /* Short rows (the whole-block exp, at most NBA_SHORT_ROW), long ones with and without a tail
@@ -271,10 +268,8 @@ FUSED_EXP_CHECK(float, f32)
 FUSED_EXP_CHECK(double, f64)
 
 static void test_fused_exp(void) {
-    const nbt_isa in_use = nbt_isa_current();
-    int sets = 0;
-    for (int isa = NBT_ISA_AVX512; isa >= NBT_ISA_GENERIC; isa--) {
-        if (!nbt_isa_force((nbt_isa)isa)) continue;
+    nbtest_isa_loop s;
+    for (s = nbtest_isa_begin(); nbtest_isa_next(&s);) {
         int bad = 0;
         for (int in_place = 0; in_place < 2; in_place++) {
             for (int64_t n = 0; n <= 80; n++)
@@ -282,12 +277,10 @@ static void test_fused_exp(void) {
                     fused_exp_mismatches_f32(n, in_place) + fused_exp_mismatches_f64(n, in_place);
             bad += fused_exp_mismatches_f32(N, in_place) + fused_exp_mismatches_f64(N, in_place);
         }
-        printf("  %s: %d mismatches\n", nbt_isa_name((nbt_isa)isa), bad);
+        printf("  %s: %d mismatches\n", nbt_isa_name(s.isa), bad);
         CU_ASSERT_EQUAL(bad, 0);
-        sets++;
     }
-    nbt_isa_force(in_use);
-    CU_ASSERT(sets >= 1);
+    CU_ASSERT(s.ran >= 1);
 }
 
 int main(void) {
