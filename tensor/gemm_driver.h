@@ -12,10 +12,11 @@
  * MB), pc (K by KC; pack A), jc (N by NB; pack B), ir (M by MR), jr (N by NR; one kernel call).
  *
  * Small products (K <= KC, N <= NB) skip packing where it costs more than it saves: A and
- * an untransposed B are read where they lie, and only a transposed B is packed. Tiny ones
- * (at most TINY multiply-adds), one-row or one-column ones, and ones with only a few rows
- * (at most half a tile) go to the rows and dots kernels, which need no workspace unless a
- * transposed B must be packed.
+ * an untransposed B are read where they lie, and only a transposed B is packed (a transposed A
+ * only where reading it in place pays, small_reads_a; elsewhere the blocked path packs it). Tiny
+ * ones (at most TINY multiply-adds), one-row or one-column ones, and ones with only a few rows (at
+ * most half a tile) go to the rows and dots kernels, which need no workspace unless a transposed B
+ * must be packed.
  *
  * Threads (run): each gets whole products of a batch, or a block of C's rows or columns
  * (at tile boundaries) for every product, with its own pack buffers; a weight gradient with
@@ -64,6 +65,7 @@
 #define sum_chunks FN(sum_chunks)
 #define run_split_k FN(run_split_k)
 #define small_packs_b FN(small_packs_b)
+#define small_reads_a FN(small_reads_a)
 #define chunks_in_turn FN(chunks_in_turn)
 #define weight_grad_packs FN(weight_grad_packs)
 
@@ -354,14 +356,32 @@ static bool is_tiny(int64_t M, int64_t N, int64_t K) {
  * three) n = 384 went from 62-72% of peak to 74-90% and n = 512 from 63-70% to 73-88%. */
 #define SMALL_B_BYTES (256 * 1024)
 
+/* Whether the small path may take a product with a transposed A, which it reads in place: a
+ * column of op(A) per k, mr elements of a row lda apart. Under the AVX2 tile, where C has more
+ * than 128 x 128 elements (each of A's elements then used at least 8 times), the blocked path,
+ * which packs A into contiguous panels first, ran the weight gradients' K chunks faster
+ * (k_chunks; one process timing both in turns on Zen 3, median of 31 rounds, time blocked /
+ * small): 512x128x1024 0.78 on one thread, 0.90 on two; 256x256x1024 0.91, 0.93; 500x128x1024
+ * 0.85, 384x128x1024 0.88; 256x256x256 0.96; at 128x128x1024 and 64x64x512, which stay on
+ * the small path, 0.99-1.08. In the steps (the same, blocks of 50 ms): llama 0.960 on one
+ * thread, 0.984 on two; lm 0.982, 0.992; mid 0.999, 0.996. The AVX-512 tile was not measured
+ * (no machine here has it now), so it keeps the small path. With one K block (K <= KC) the
+ * blocked path makes one kernel call over all of K per tile, as the small path does: the same
+ * sums. */
+static bool small_reads_a(kernel_t kern, bool ta, int64_t M, int64_t N) {
+    return !ta || wide_tile(kern) || M * N <= 128 * 128;
+}
+
 /* How each product is computed; chosen from the whole product's shape only, so a thread's
  * part of C is computed exactly as it would be without threads. */
-static path_t choose_path(kernel_t kern, bool tb, int64_t M, int64_t N, int64_t K) {
+static path_t choose_path(kernel_t kern, bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
     if (is_tiny(M, N, K)) return PATH_TINY;
     if (M == 1) return PATH_ROW;
     if (N == 1) return PATH_COL;
     if (2 * M <= kern.mr && (!tb || (K <= KC && N <= NB))) return PATH_THIN;
-    if (K <= KC && N <= NB && K * N * (int64_t)sizeof(T) <= SMALL_B_BYTES) return PATH_SMALL;
+    if (K <= KC && N <= NB && K * N * (int64_t)sizeof(T) <= SMALL_B_BYTES &&
+        small_reads_a(kern, ta, M, N))
+        return PATH_SMALL;
     return PATH_BLOCKED;
 }
 
@@ -387,14 +407,12 @@ typedef struct {
 } problem_t;
 
 /* Whether the small path packs op(B) for a part n columns wide of an M x N product: a transposed
- * B, a part narrower than a tile, and a weight gradient's B (A transposed; each K chunk of
- * k_chunks is such a product) under the AVX2 tile when C is larger than 128 x 128. Read in place,
- * each k of a tile loads B's two vectors from a row ldb apart (2 KB for N = 512), from L2; packed,
- * from one contiguous panel. Measured on the shared Xeon of 2026-11-28 (one thread, medians of
- * three alternating rounds, % of peak), AVX2: 512x128x1024 74.4 -> 79.8, 128x512x1024 77.9 ->
- * 80.6, 256x384x2048 72.2 -> 79.0, 256x256x1024 80.2 -> 86.2; but 128x128x1024 89.0 -> 81.7 and
- * 64x64x512 88.0 -> 74.3 (few uses of each packed element). The AVX-512 tile lost on three of
- * those four lm shapes, so it keeps reading in place. The AVX2 tile also packs an untransposed
+ * B and a part narrower than a tile. A weight gradient's B (A transposed; each K chunk of
+ * k_chunks is such a product) stays in place: packing it under the AVX2 tile paid only where C is
+ * larger than 128 x 128 (Xeon, 2026-11-28: 512x128x1024 74.4 -> 79.8% of peak, but 128x128x1024
+ * 89.0 -> 81.7 and 64x64x512 88.0 -> 74.3, few uses of each packed element), and those products
+ * now take the blocked path, which packs both operands (small_reads_a); the AVX-512 tile lost
+ * packing it on three of four lm shapes. The AVX2 tile packs an untransposed
  * B whose rows do not start on cache lines (a view at an odd offset) under at least
  * SMALL_PACK_ROWS rows of C: each tile's 64-byte row of B then spans two lines. One process
  * timing both in turns on a quiet Zen 3 (median of twelve rounds, time packed / in place): B
@@ -405,8 +423,7 @@ typedef struct {
 #define SMALL_PACK_ROWS 256
 static bool small_packs_b(const problem_t *p, int64_t n) {
     if (p->tb || n < p->kern.nr) return true;
-    if (wide_tile(p->kern)) return false;
-    if (p->ta) return p->M * p->N > 128 * 128;
+    if (wide_tile(p->kern) || p->ta) return false;
     bool on_lines = (uintptr_t)p->B % 64 == 0 && p->ldb * (int64_t)sizeof(T) % 64 == 0 &&
                     p->sb * (int64_t)sizeof(T) % 64 == 0;
     return !on_lines && p->M >= SMALL_PACK_ROWS;
@@ -580,9 +597,9 @@ static bool weight_grad_packs(const KSET *ks, int64_t M, int64_t N, int64_t K) {
                    .K = K,
                    .alpha = 1,
                    .batch = 1,
-                   .path = choose_path(kern, false, M, N, K)};
+                   .path = choose_path(kern, true, false, M, N, K)};
     const int64_t chunks = k_chunks(&p), k = (K + chunks - 1) / chunks;
-    const path_t path = choose_path(kern, false, M, N, k);
+    const path_t path = choose_path(kern, true, false, M, N, k);
     if (path == PATH_SMALL) return small_packs_b(&p, N);
     return path == PATH_BLOCKED && !in_place_pays(kern, M, N);
 }
@@ -602,7 +619,7 @@ static void run_chunk_task(int64_t c, int worker, void *arg) {
     int64_t k0 = nbt_gemm_boundary((int)c, (int)s->chunks, q.K, 1);
     int64_t k1 = nbt_gemm_boundary((int)c + 1, (int)s->chunks, q.K, 1);
     q.A = a_at(q.ta, q.A, q.lda, 0, k0), q.B = b_at(q.tb, q.B, q.ldb, k0, 0), q.K = k1 - k0;
-    q.path = choose_path(q.kern, q.tb, q.M, q.N, q.K);
+    q.path = choose_path(q.kern, q.ta, q.tb, q.M, q.N, q.K);
     q.in_place = q.path == PATH_BLOCKED && in_place_pays(q.kern, q.M, q.N);
     if (c > 0 && s->partials) q.C = s->partials + (c - 1) * q.M * q.N, q.ldc = q.N, q.beta = 0;
     if (c > 0 && !s->partials) q.beta = 1;
@@ -767,7 +784,7 @@ static bool gemm_batched(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N,
         return true;
     }
     kernel_t kern = pick(ks, M, N);
-    path_t path = choose_path(kern, tb, M, N, K);
+    path_t path = choose_path(kern, ta, tb, M, N, K);
     problem_t p = {.ks = ks,
                    .kern = kern,
                    .path = path,
@@ -819,7 +836,7 @@ static bool gemm_bias(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, in
     last_threads = 1;
     if (M <= 0 || N <= 0) return true;
     kernel_t kern = pick(ks, M, N);
-    path_t path = K <= 0 ? PATH_TINY : choose_path(kern, tb, M, N, K);
+    path_t path = K <= 0 ? PATH_TINY : choose_path(kern, ta, tb, M, N, K);
     problem_t p = {.ks = ks,
                    .kern = kern,
                    .path = path,
@@ -886,6 +903,7 @@ static bool gemm_bias(const KSET *ks, bool ta, bool tb, int64_t M, int64_t N, in
 #undef sum_chunks
 #undef run_split_k
 #undef small_packs_b
+#undef small_reads_a
 #undef wide_tile
 #undef chunks_in_turn
 #undef weight_grad_packs

@@ -353,8 +353,8 @@ static void block_edges(void) {
     /* K around the K blocks (256 for f64, 512 for f32), N around the N blocks (256, 512),
      * M above the M block (768 for f64, 1536 for f32), a big prime-ish product, and lm's head
      * weight gradient (C small enough that every tile set reads A and B in place); with A
-     * transposed, 203 x 100 x 300 packs B on the AVX2 tile (small_packs_b) and 203 x 100 x
-     * 1100 does so in each K chunk */
+     * transposed, 203 x 100 x 300 (C over 128 x 128) goes to the blocked path's one K block on
+     * the AVX2 tile (small_reads_a), and 203 x 100 x 1100 does so in each K chunk */
     static const int64_t shapes[][3] = {
         {13, 17, 255},  {14, 18, 256},  {15, 33, 257},   {9, 20, 511},     {13, 35, 512},
         {26, 31, 513},  {5, 255, 20},   {7, 257, 9},     {11, 511, 6},     {13, 513, 7},
@@ -458,7 +458,7 @@ static void threads_bitwise_cases(void) {
     gemm_case chunked_alpha = {true, false, 64, 64, 700, 0.3, 1, 0, 0, 0};
     /* lm's head x E^T (N = 65): the last column goes to the narrow kernel (gemm_small) */
     gemm_case head = {false, true, 1024, 65, 128, 1, 0, 0, 0, 0};
-    /* chunks of a weight gradient whose B the AVX2 tile packs (small_packs_b) */
+    /* chunks of a weight gradient that the AVX2 tile takes through the blocked path */
     gemm_case chunked_packed = {true, false, 256, 96, 1100, 1, 0, 1, 2, 3};
     const gemm_case *singles[] = {&blocked,       &blocked_t,     &wide,    &linear,
                                   &row,           &col,           &thin,    &weight_grad,
