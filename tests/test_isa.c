@@ -298,9 +298,7 @@ static void test_long_dot_products(void) {
     nb_tensor *a = nb_to_dtype(nb_rand(&rng, NB_F32, NB_SHAPE(1, K)), NB_F64);
     nb_tensor *b = nb_to_dtype(nb_rand(&rng, NB_F32, NB_SHAPE(4, K)), NB_F64);
     nb_tensor *ref = nb_matmul(a, nb_transpose(b, 0, 1));
-    const nbt_isa in_use = nbt_isa_current();
-    for (int isa = 0; isa < NBT_ISA_COUNT; isa++) {
-        if (!nbt_isa_force((nbt_isa)isa)) continue;
+    for (nbtest_isa_loop s = nbtest_isa_begin(); nbtest_isa_next(&s);) {
         nb_tensor *got =
             nb_matmul(nb_to_dtype(a, NB_F32), nb_transpose(nb_to_dtype(b, NB_F32), 0, 1));
         double worst = 0;
@@ -308,10 +306,9 @@ static void test_long_dot_products(void) {
             double x = nb_get(got, NB_IDX(0, j)), y = nb_get(ref, NB_IDX(0, j));
             worst = fmax(worst, fabs(x - y) / fabs(y));
         }
-        printf("  %s: relative error %.2g\n", nbt_isa_name((nbt_isa)isa), worst);
+        printf("  %s: relative error %.2g\n", nbt_isa_name(s.isa), worst);
         CU_ASSERT_TRUE(worst <= 2e-6);
     }
-    nbt_isa_force(in_use);
 }
 
 /* The set in use is NABLA_ISA's when it is set (so each pass of scripts/test tests what it
