@@ -358,18 +358,19 @@ static bool is_tiny(int64_t M, int64_t N, int64_t K) {
 
 /* Whether the small path may take a product with a transposed A, which it reads in place: a
  * column of op(A) per k, mr elements of a row lda apart. Under the AVX2 tile, where C has more
- * than 128 x 128 elements (each of A's elements then used at least 8 times), the blocked path,
- * which packs A into contiguous panels first, ran the weight gradients' K chunks faster
- * (k_chunks; one process timing both in turns on Zen 3, median of 31 rounds, time blocked /
- * small): 512x128x1024 0.78 on one thread, 0.90 on two; 256x256x1024 0.91, 0.93; 500x128x1024
- * 0.85, 384x128x1024 0.88; 256x256x256 0.96; at 128x128x1024 and 64x64x512, which stay on
- * the small path, 0.99-1.08. In the steps (the same, blocks of 50 ms): llama 0.960 on one
- * thread, 0.984 on two; lm 0.982, 0.992; mid 0.999, 0.996. The AVX-512 tile was not measured
- * (no machine here has it now), so it keeps the small path. With one K block (K <= KC) the
- * blocked path makes one kernel call over all of K per tile, as the small path does: the same
- * sums. */
+ * than 128 x 128 elements and at least two tiles' columns, the blocked path, which packs A into
+ * contiguous panels first, ran the weight gradients' K chunks faster (k_chunks; one process
+ * timing both in turns on Zen 3, median of 31 rounds, time blocked / small): 512x128x1024 0.78
+ * on one thread, 0.90 on two; 256x256x1024 0.91, 0.93; 500x128x1024 0.85, 384x128x1024 0.88;
+ * 256x256x256 0.96; 1024x32x1024 0.87, 0.97; 4096x32x256 0.88. Narrower ones lost, each packed
+ * element then used by one tile or two: 2048x16x512 1.45, 4096x8x256 1.22, 1024x24x512 1.12; and
+ * so did 128x128x1024 and 64x64x512, 0.99-1.08. In the steps (the same, blocks of 50 ms): llama
+ * 0.960 on one thread, 0.984 on two; lm 0.982, 0.992; mid 0.999, 0.996. The AVX-512 tile was not
+ * measured (no machine here has it now), so it keeps the small path. With one K block
+ * (K <= KC) the blocked path makes one kernel call over all of K per tile, as the small path
+ * does: the same sums. */
 static bool small_reads_a(kernel_t kern, bool ta, int64_t M, int64_t N) {
-    return !ta || wide_tile(kern) || M * N <= 128 * 128;
+    return !ta || wide_tile(kern) || M * N <= 128 * 128 || N < 2 * kern.nr;
 }
 
 /* How each product is computed; chosen from the whole product's shape only, so a thread's
